@@ -1,0 +1,1 @@
+"""safeaccess researcher library: protocol, analysis language, session, CA and auditor tools."""

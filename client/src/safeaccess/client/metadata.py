@@ -1,0 +1,66 @@
+"""Dataset metadata: what a researcher may know about a dataset (never its data).
+
+CONTRACT shared by the analysis validation, the sandbox runner, the rules and the server catalogue.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ColumnType = Literal["categorical", "ordinal", "integer", "continuous", "identifier"]
+
+
+class Column(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: ColumnType
+    description: str = ""
+    levels: list[str | int] | None = Field(
+        default=None, description="Allowed values of a categorical/ordinal column, in order."
+    )
+    bounds: tuple[float, float] | None = Field(
+        default=None, description="Declared (lower, upper) bounds of a numeric column."
+    )
+    scale: tuple[int, int] | None = Field(
+        default=None, description="(lowest, highest) point of an ordinal or small-integer scale."
+    )
+    unit: str | None = Field(default=None, description="Unit of measurement, e.g. 'EUR'.")
+    contributor: bool = Field(
+        default=False,
+        description="This column identifies the contributor unit (e.g. employer id) for "
+        "dominance checks on magnitude tables.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Column:
+        if self.bounds is not None and self.bounds[0] > self.bounds[1]:
+            raise ValueError(f"column {self.name}: lower bound exceeds upper bound")
+        if self.scale is not None and self.scale[0] >= self.scale[1]:
+            raise ValueError(f"column {self.name}: scale must be (low, high) with low < high")
+        return self
+
+
+class DatasetMetadata(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    columns: list[Column] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> DatasetMetadata:
+        names = [c.name for c in self.columns]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate column names: {', '.join(dupes)}")
+        return self
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    @property
+    def contributor_column(self) -> str | None:
+        return next((c.name for c in self.columns if c.contributor), None)

@@ -1,0 +1,1 @@
+"""safeaccess output-checking rules: statistical disclosure control checks for released outputs."""

@@ -1,0 +1,256 @@
+"""Typed outputs of analyses, as the sandbox runner produces them and the rules check them.
+
+CONTRACT shared by the sandbox runner (producer), the rules engine (checker) and the server
+(which releases `public()` and never the facts). Each output carries:
+
+- the statistics that would be released to the researcher, and
+- `facts`: what the disclosure checks need (cell counts, top contributions, residual degrees of
+  freedom, query sets ...). Facts never leave the centre.
+
+This package depends on nothing else of ours, so these models live here rather than in the
+client's analysis language. New optional fields may be added with defaults; names are stable.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+Label = str | int | float | bool | None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QuerySet(_Model):
+    """The records behind each released aggregate, over the dataset's stable record ids.
+
+    `cell_index` is a little-endian int32 array, base64-encoded, one entry per record of the
+    dataset version in stored order (record id = position): the index of the released cell/group
+    the record falls in, or -1 when the record is not behind any released aggregate (filtered out,
+    missing values). For an output with one aggregate (e.g. a regression) every included record
+    has index 0.
+    """
+
+    labels: list[str] = Field(description="Human name of each cell/group index, in order.")
+    cell_index: str
+
+    @classmethod
+    def from_array(cls, labels: list[str], index: np.ndarray) -> QuerySet:
+        data = np.ascontiguousarray(index, dtype="<i4").tobytes()
+        return cls(labels=labels, cell_index=base64.b64encode(data).decode("ascii"))
+
+    def to_array(self) -> np.ndarray:
+        return np.frombuffer(base64.b64decode(self.cell_index), dtype="<i4")
+
+
+class CellFacts(_Model):
+    """Per-cell facts for a table, in the same row-major layout as the table values."""
+
+    counts: list[list[int]] = Field(description="Records in each cell.")
+    contributors: list[list[int]] | None = Field(
+        default=None,
+        description="Distinct contributor units per cell, where the dataset declares a unit column.",
+    )
+    top: list[list[list[float]]] | None = Field(
+        default=None,
+        description="Largest contributions per cell (by contributor unit where declared), "
+        "descending, at most 3; magnitude tables only.",
+    )
+    total: list[list[float]] | None = Field(
+        default=None, description="Sum of contributions per cell; magnitude tables only."
+    )
+    negative: list[list[bool]] | None = Field(
+        default=None, description="Cell has a negative contribution; magnitude tables only."
+    )
+    missing: list[list[int]] | None = Field(
+        default=None, description="Records in the cell whose value was missing (magnitude tables)."
+    )
+
+
+class TableFacts(_Model):
+    cells: CellFacts
+    query_set: QuerySet | None = None
+    n_total: int
+
+
+class TableOutput(_Model):
+    """A cross-tabulation: frequency table, magnitude table (sum/mean) or histogram.
+
+    `values[i][j]` is the statistic in row i, column j (None if empty/suppressed). Row and column
+    labels are tuples of the levels of the row / column variables. A one-way table has a single
+    column whose label is []. When margins are requested, the last row / column is the total and
+    its label is ["All"].
+    """
+
+    type: Literal["table"] = "table"
+    source: Literal["frequency_table", "magnitude_table", "histogram", "contingency"]
+    statistic: Literal["count", "sum", "mean"]
+    value: str | None = None
+    row_vars: list[str]
+    col_vars: list[str]
+    row_labels: list[list[Label]]
+    col_labels: list[list[Label]]
+    values: list[list[float | None]]
+    margins: bool = False
+    bin_edges: list[float] | None = Field(default=None, description="Histograms only.")
+    suppressed: list[list[bool]] | None = None
+    rounded_to: int | None = None
+    facts: TableFacts
+
+
+class VariableSummary(_Model):
+    variable: str
+    n: int
+    stats: dict[str, float | None] = Field(
+        description="Statistic name -> value; quantiles as 'q0.25' etc."
+    )
+
+
+class SummaryGroup(_Model):
+    labels: list[Label] = Field(description="Levels of the `by` variables; [] when ungrouped.")
+    variables: list[VariableSummary]
+
+
+class SummaryVariableFacts(_Model):
+    n: int
+    n_distinct: int
+    scale: tuple[int, int] | None = Field(
+        default=None,
+        description="(lowest, highest) for ordinal / small-integer variables (reconstruction risk).",
+    )
+    value_counts: dict[str, int] | None = Field(
+        default=None, description="Frequencies of each value, for discrete variables with scale."
+    )
+    mode_share: float | None = Field(default=None, description="Share of records at the mode.")
+    variance_zero: bool = False
+
+
+class SummaryGroupFacts(_Model):
+    labels: list[Label]
+    n: int
+    variables: dict[str, SummaryVariableFacts]
+
+
+class SummaryFacts(_Model):
+    groups: list[SummaryGroupFacts]
+    query_set: QuerySet | None = None
+    n_total: int
+
+
+class SummaryOutput(_Model):
+    type: Literal["summary"] = "summary"
+    by: list[str]
+    statistics: list[str]
+    quantile_type: int = 7
+    round: int | None = None
+    groups: list[SummaryGroup]
+    facts: SummaryFacts
+
+
+class Coefficient(_Model):
+    term: str
+    estimate: float
+    std_error: float | None
+    statistic: float | None
+    p_value: float | None
+    ci_low: float | None
+    ci_high: float | None
+
+
+class RegressorFacts(_Model):
+    term: str
+    binary: bool
+    ones: int | None = Field(default=None, description="Records with value 1, for binary terms.")
+    zeros: int | None = None
+
+
+class RegressionFacts(_Model):
+    n: int
+    df_resid: float
+    df_model: float
+    categorical_only: bool = Field(description="All regressors are categorical (dummy) terms.")
+    saturated: bool = Field(description="Parameters equal the number of distinct covariate cells.")
+    regressors: list[RegressorFacts]
+    query_set: QuerySet | None = None
+
+
+class RegressionOutput(_Model):
+    type: Literal["regression"] = "regression"
+    family: Literal["ols", "logit", "probit", "poisson"]
+    formula: str
+    n: int
+    df_resid: float
+    df_model: float
+    coefficients: list[Coefficient]
+    fit: dict[str, float | None] = Field(
+        default_factory=dict, description="r2, adj_r2, aic, bic, llf, pseudo_r2 ... as applicable."
+    )
+    facts: RegressionFacts
+
+
+class CorrelationFacts(_Model):
+    n: int
+    binary: list[str] = Field(description="Variables with exactly two distinct values.")
+    pair_tables: dict[str, list[list[int]]] = Field(
+        default_factory=dict,
+        description="For each binary-by-binary pair 'a|b', its 2x2 count table.",
+    )
+    query_set: QuerySet | None = None
+
+
+class CorrelationOutput(_Model):
+    type: Literal["correlation"] = "correlation"
+    method: Literal["pearson", "spearman"]
+    variables: list[str]
+    matrix: list[list[float | None]]
+    n: int
+    facts: CorrelationFacts
+
+
+class TestFacts(_Model):
+    n: int
+    group_counts: dict[str, int] = Field(default_factory=dict)
+    table: list[list[int]] | None = Field(default=None, description="chi2 contingency counts.")
+    query_set: QuerySet | None = None
+
+
+class TestOutput(_Model):
+    type: Literal["test"] = "test"
+    test: Literal["chi2_independence", "t_two_sample"]
+    statistic: float
+    df: float
+    p_value: float
+    n: int
+    details: dict[str, float | None] = Field(
+        default_factory=dict, description="e.g. group means for a t test."
+    )
+    facts: TestFacts
+
+
+class ScriptFacts(_Model):
+    stdout_bytes: int
+
+
+class ScriptOutput(_Model):
+    """Output of a `script` analysis: always sent to human review, never auto-released."""
+
+    type: Literal["script"] = "script"
+    stdout: str
+    result: Any = Field(default=None, description="JSON value the script assigned to `result`.")
+    facts: ScriptFacts
+
+
+Output = Annotated[
+    TableOutput | SummaryOutput | RegressionOutput | CorrelationOutput | TestOutput | ScriptOutput,
+    Field(discriminator="type"),
+]
+
+
+def public(output: BaseModel) -> dict[str, Any]:
+    """What may leave the centre once released: the output without its facts."""
+    return output.model_dump(mode="json", exclude={"facts"})

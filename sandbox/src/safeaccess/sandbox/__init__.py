@@ -1,0 +1,1 @@
+"""safeaccess sandbox: isolated execution backends and the analysis runner."""

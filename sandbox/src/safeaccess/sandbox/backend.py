@@ -1,0 +1,116 @@
+"""The sandbox backend interface. CONTRACT shared by the process and docker backends and the server.
+
+A backend runs one job — one analysis against one dataset — in isolation and returns the typed
+output. The runner inside the sandbox is `python -m safeaccess.sandbox.runner`: it reads a
+`RunnerRequest` as JSON on stdin and writes one `RunnerResponse` as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from safeaccess.rules.outputs import Output
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu_seconds: int = Field(default=60, ge=1)
+    memory_mb: int = Field(default=2048, ge=64)
+    wall_seconds: float = Field(default=120.0, gt=0)
+    max_processes: int = Field(default=64, ge=1)
+    max_output_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    tmp_mb: int = Field(default=256, ge=1)
+
+
+class Job(BaseModel):
+    """One analysis to run. `dataset` is the Parquet file on the host; backends mount it read-only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str
+    analysis: dict[str, Any] = Field(description="The analysis body as parsed JSON.")
+    metadata: dict[str, Any] = Field(description="DatasetMetadata as JSON.")
+    dataset: Path
+    limits: Limits = Field(default_factory=Limits)
+
+
+class RunnerRequest(BaseModel):
+    """What the runner reads on stdin inside the sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    analysis: dict[str, Any]
+    metadata: dict[str, Any]
+    dataset_path: str = Field(description="Path of the Parquet file as seen inside the sandbox.")
+
+
+class RunnerError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(description="e.g. 'bad_filter', 'bad_formula', 'analysis_failed'.")
+    message: str
+
+
+class RunnerResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    output: Output | None = None
+    error: RunnerError | None = None
+
+
+class RunResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    output: Output
+    wall_seconds: float
+    backend: str
+
+
+class SandboxError(Exception):
+    """Base of every sandbox failure; the message says what happened in words a user can act on."""
+
+    code = "sandbox_error"
+
+
+class SandboxUnavailable(SandboxError):
+    """The backend's isolation cannot be had on this machine; it refuses rather than run unisolated."""
+
+    code = "sandbox_unavailable"
+
+
+class LimitExceeded(SandboxError):
+    code = "limit_exceeded"
+
+    def __init__(self, limit: Literal["cpu", "memory", "wall", "processes", "output"], message: str):
+        super().__init__(message)
+        self.limit = limit
+
+
+class AnalysisFailed(SandboxError):
+    """The runner reported an error in the analysis itself (bad filter, singular model ...)."""
+
+    code = "analysis_failed"
+
+    def __init__(self, runner_code: str, message: str):
+        super().__init__(message)
+        self.runner_code = runner_code
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def check_available(self) -> None:
+        """Raise SandboxUnavailable with the reason if this backend cannot isolate jobs here."""
+
+    def run(self, job: Job) -> RunResult:
+        """Run the job in isolation; raise a SandboxError subclass on any failure."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (e.g. a warm pool)."""

@@ -17,9 +17,23 @@ import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 SummaryStatistic = Literal[
-    "count", "mean", "sd", "var", "median", "quantiles", "min", "max", "mode",
-    "skewness", "kurtosis", "iqr",
+    "count",
+    "mean",
+    "sd",
+    "var",
+    "median",
+    "quantiles",
+    "min",
+    "max",
+    "mode",
+    "skewness",
+    "kurtosis",
+    "iqr",
 ]
+
+
+def _default_statistics() -> list[SummaryStatistic]:
+    return ["count", "mean", "sd"]
 
 
 class _Analysis(BaseModel):
@@ -65,7 +79,7 @@ class MagnitudeTable(_Analysis):
 class Summary(_Analysis):
     kind: Literal["summary"] = "summary"
     variables: list[str] = Field(min_length=1)
-    statistics: list[SummaryStatistic] = Field(default_factory=lambda: ["count", "mean", "sd"])
+    statistics: list[SummaryStatistic] = Field(default_factory=_default_statistics)
     quantiles: list[float] = Field(
         default_factory=list, description="Probabilities in (0, 1), used when 'quantiles' is asked."
     )
@@ -144,7 +158,13 @@ class Script(_Analysis):
 
 
 Analysis = Annotated[
-    FrequencyTable | MagnitudeTable | Summary | Regression | Correlation | Histogram | StatTest
+    FrequencyTable
+    | MagnitudeTable
+    | Summary
+    | Regression
+    | Correlation
+    | Histogram
+    | StatTest
     | Script,
     Field(discriminator="kind"),
 ]

@@ -86,7 +86,9 @@ class SandboxUnavailable(SandboxError):
 class LimitExceeded(SandboxError):
     code = "limit_exceeded"
 
-    def __init__(self, limit: Literal["cpu", "memory", "wall", "processes", "output"], message: str):
+    def __init__(
+        self, limit: Literal["cpu", "memory", "wall", "processes", "output"], message: str
+    ):
         super().__init__(message)
         self.limit = limit
 

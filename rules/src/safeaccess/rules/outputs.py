@@ -76,6 +76,12 @@ class TableFacts(_Model):
     cells: CellFacts
     query_set: QuerySet | None = None
     n_total: int
+    bin_edges_from_data: bool | None = Field(
+        default=None,
+        description="Histograms only: True when the bin edges were derived from the data (e.g. "
+        "a bin count spread between the observed minimum and maximum, so the outer edges are raw "
+        "extremes); False when the researcher declared the edges; None when unknown.",
+    )
 
 
 class TableOutput(_Model):
@@ -128,6 +134,29 @@ class SummaryVariableFacts(_Model):
     )
     mode_share: float | None = Field(default=None, description="Share of records at the mode.")
     variance_zero: bool = False
+    n_at_min: int | None = Field(
+        default=None,
+        description="Records holding the minimum value (a minimum shared by many records, e.g. a "
+        "bottom-coded value, is not one person's value).",
+    )
+    n_at_max: int | None = Field(default=None, description="Records holding the maximum value.")
+    contributors: int | None = Field(
+        default=None,
+        description="Distinct contributor units behind the statistic, where the dataset declares a "
+        "unit column.",
+    )
+    top: list[float] | None = Field(
+        default=None,
+        description="Largest contributions to the variable's total (by contributor unit where "
+        "declared), descending, at most 3; for dominance checks on means and totals.",
+    )
+    total: float | None = Field(default=None, description="Sum of the variable's values.")
+    negative: bool | None = Field(
+        default=None, description="Some value is negative (dominance rules are then undefined)."
+    )
+    missing: int | None = Field(
+        default=None, description="Records of the group whose value was missing and was ignored."
+    )
 
 
 class SummaryGroupFacts(_Model):
@@ -232,6 +261,55 @@ class TestOutput(_Model):
     facts: TestFacts
 
 
+class SurvivalStep(_Model):
+    """One step of a Kaplan-Meier curve: the estimate just after `time`."""
+
+    time: float
+    at_risk: int
+    events: int
+    censored: int = 0
+    survival: float
+    std_error: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class SurvivalCurve(_Model):
+    labels: list[Label] = Field(description="Levels of the `by` variables; [] when ungrouped.")
+    steps: list[SurvivalStep]
+
+
+class SurvivalStepFacts(_Model):
+    """What the checks need about one step: the records at risk and the events at that time."""
+
+    time: float
+    at_risk: int
+    events: int
+    censored: int = 0
+
+
+class SurvivalCurveFacts(_Model):
+    labels: list[Label]
+    steps: list[SurvivalStepFacts]
+
+
+class SurvivalFacts(_Model):
+    curves: list[SurvivalCurveFacts]
+    query_set: QuerySet | None = None
+    n_total: int
+
+
+class SurvivalOutput(_Model):
+    """A survival table (Kaplan-Meier): per step the number at risk, events and the estimate."""
+
+    type: Literal["survival"] = "survival"
+    time: str
+    event: str
+    by: list[str] = Field(default_factory=list)
+    curves: list[SurvivalCurve]
+    facts: SurvivalFacts
+
+
 class ScriptFacts(_Model):
     stdout_bytes: int
 
@@ -246,7 +324,13 @@ class ScriptOutput(_Model):
 
 
 Output = Annotated[
-    TableOutput | SummaryOutput | RegressionOutput | CorrelationOutput | TestOutput | ScriptOutput,
+    TableOutput
+    | SummaryOutput
+    | RegressionOutput
+    | CorrelationOutput
+    | TestOutput
+    | SurvivalOutput
+    | ScriptOutput,
     Field(discriminator="type"),
 ]
 

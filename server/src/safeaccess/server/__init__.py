@@ -1,0 +1,1 @@
+"""safeaccess controller service: HTTP API, store, step pipeline, admin CLI and demo."""

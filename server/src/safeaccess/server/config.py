@@ -1,0 +1,128 @@
+"""Server configuration and the layout of the data directory.
+
+One data directory holds everything the embedded deployment needs:
+
+    config.yaml         this file's `ServerConfig` (YAML)
+    server_key.pem      the server's Ed25519 signing key (mode 0600)
+    safeaccess.db       SQLite database (unless `database_url` points at PostgreSQL)
+    datasets/NAME/vN.parquet, vN.rules.yaml
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from safeaccess.sandbox.factory import SandboxConfig
+from safeaccess.server.errors import ConfigError
+
+ENV_DATA_DIR = "SAFEACCESS_DATA"
+DEFAULT_DATA_DIR = "safeaccess-data"
+CONFIG_FILE = "config.yaml"
+KEY_FILE = "server_key.pem"
+DB_FILE = "safeaccess.db"
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    server_id: str = Field(
+        pattern=r"^[A-Za-z0-9_.:-]{1,128}$",
+        description="This centre's id; sequence headers must name it.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL, e.g. postgresql+psycopg://...; default: SQLite in the data dir.",
+    )
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    clock_skew_seconds: int = Field(default=300, ge=5, le=3600)
+    trusted_cas: list[str] = Field(
+        default_factory=list,
+        description="PEM files (relative to the data dir) of CA public keys whose endorsements count.",
+    )
+
+
+def default_data_dir() -> Path:
+    """$SAFEACCESS_DATA, else ./safeaccess-data."""
+    return Path(os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR)
+
+
+class DataDir:
+    """Paths inside one data directory."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def key_path(self) -> Path:
+        return self.root / KEY_FILE
+
+    @property
+    def datasets(self) -> Path:
+        return self.root / "datasets"
+
+    def database_url(self, config: ServerConfig) -> str:
+        return config.database_url or f"sqlite:///{(self.root / DB_FILE).resolve()}"
+
+    def load_config(self) -> ServerConfig:
+        """Read config.yaml, or raise ConfigError saying how to create it."""
+        if not self.config_path.is_file():
+            raise ConfigError(
+                f"{self.config_path} does not exist; run 'safeaccess-server init --data-dir "
+                f"{self.root}' first"
+            )
+        try:
+            raw = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
+            return ServerConfig.model_validate(raw)
+        except (yaml.YAMLError, ValidationError) as exc:
+            raise ConfigError(f"{self.config_path} is not a valid configuration: {exc}") from exc
+
+    def save_config(self, config: ServerConfig) -> None:
+        text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+        self.config_path.write_text(text, encoding="utf-8")
+
+    def load_signing_key(self) -> Ed25519PrivateKey:
+        """The server's Ed25519 key; refuses a key file others can read."""
+        path = self.key_path
+        if not path.is_file():
+            raise ConfigError(f"{path} is missing; run 'safeaccess-server init' to create it")
+        if path.stat().st_mode & 0o077:
+            raise ConfigError(f"{path} is readable by others; run 'chmod 600 {path}'")
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ConfigError(f"{path} is not an Ed25519 private key")
+        return key
+
+
+def initialise(root: Path, *, server_id: str | None = None) -> ServerConfig:
+    """Create a data directory with a fresh config and signing key; refuse to overwrite one."""
+    data = DataDir(root)
+    if data.config_path.exists() or data.key_path.exists():
+        raise ConfigError(f"{root} is already initialised; choose another --data-dir")
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    data.datasets.mkdir(exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    # Create with 0600 from the start so the key is never briefly world-readable.
+    fd = os.open(data.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pem)
+    config = ServerConfig(server_id=server_id or f"sac-{secrets.token_hex(6)}")
+    data.save_config(config)
+    return config

@@ -1,0 +1,146 @@
+"""The relational schema (SQLAlchemy 2). Portable: runs on SQLite (embedded) and PostgreSQL.
+
+Only standard column types are used (no SQLite-only SQL). Every sequence row carries a `version`
+that each update compares and increments, so concurrent reveals of one sequence cannot both win
+(optimistic concurrency, which works identically on both databases).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ProjectRow(Base):
+    __tablename__ = "projects"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ResearcherRow(Base):
+    __tablename__ = "researchers"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    public_key: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class MembershipRow(Base):
+    __tablename__ = "memberships"
+
+    researcher: Mapped[str] = mapped_column(ForeignKey("researchers.name"), primary_key=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"), primary_key=True)
+
+
+class DatasetRow(Base):
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"))
+    path: Mapped[str] = mapped_column(Text, doc="Parquet file, relative to the data directory.")
+    sha256: Mapped[str] = mapped_column(String(64))
+    rows: Mapped[int] = mapped_column(BigInteger)
+    dataset_metadata: Mapped[dict[str, Any]] = mapped_column(JSON)
+    rules_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SequenceRow(Base):
+    __tablename__ = "sequences"
+    __table_args__ = (UniqueConstraint("researcher", "nonce"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    researcher: Mapped[str] = mapped_column(ForeignKey("researchers.name"), index=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"))
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"))
+    header: Mapped[bytes] = mapped_column(LargeBinary)
+    header_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    nonce: Mapped[str] = mapped_column(String(128))
+    signature: Mapped[bytes] = mapped_column(LargeBinary)
+    endorsements: Mapped[list[Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    current_index: Mapped[int] = mapped_column(Integer, default=0)
+    verifier_state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class StepRow(Base):
+    __tablename__ = "steps"
+    __table_args__ = (UniqueConstraint("sequence_id", "index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sequence_id: Mapped[str] = mapped_column(ForeignKey("sequences.id"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    trace_hash: Mapped[str] = mapped_column(String(64))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    body_hash: Mapped[str] = mapped_column(String(64))
+    last: Mapped[bool] = mapped_column(Boolean)
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    output: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, nullable=True, doc="The full typed output, facts included; never leaves the centre."
+    )
+    public_output: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    output_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    decision: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    ruleset_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    backend: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    wall_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reviewer: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    review_note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class NonceRow(Base):
+    __tablename__ = "request_nonces"
+
+    keyid: Mapped[str] = mapped_column(String(128), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(128), primary_key=True)
+    expires_at: Mapped[int] = mapped_column(BigInteger, index=True)
+
+
+class EventRow(Base):
+    """Append-only log of state changes with hashes (the Merkle audit log is built on it later)."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    kind: Mapped[str] = mapped_column(String(64))
+    sequence_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    step_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)

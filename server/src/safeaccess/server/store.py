@@ -1,0 +1,518 @@
+"""Persistence: every state change and its result in one database transaction.
+
+The store is the only module that writes to the database. Each public method is one transaction:
+a step's outcome (state, output, decision, ruleset hash) and the sequence's new state and the
+event row commit together or not at all. A step recorded as `running` whose result never committed
+(a crash while the sandbox ran) is re-run when the researcher retries the same reveal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, delete, event, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from safeaccess.server.db import (
+    Base,
+    DatasetRow,
+    EventRow,
+    MembershipRow,
+    NonceRow,
+    ProjectRow,
+    ResearcherRow,
+    SequenceRow,
+    StepRow,
+    utcnow,
+)
+from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+from safeaccess.server.states import (
+    SequenceState,
+    StepState,
+    check_sequence_transition,
+    check_step_transition,
+    sequence_state_after_step,
+)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What the pipeline decided for one step, recorded atomically by `settle_step`."""
+
+    state: StepState
+    kind: str | None = None
+    output: dict[str, Any] | None = None
+    public_output: dict[str, Any] | None = None
+    output_hash: str | None = None
+    decision: dict[str, Any] | None = None
+    ruleset_hash: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    backend: str | None = None
+    wall_seconds: float | None = None
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            # WAL lets readers proceed while one writer commits; foreign keys are off by default.
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class Store:
+    """Transactions over the safeaccess schema."""
+
+    def __init__(self, url: str):
+        self.engine = _make_engine(url)
+        Base.metadata.create_all(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """One transaction: commits on success, rolls back on any exception."""
+        with self._sessions.begin() as session:
+            yield session
+
+    # -- events ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _event(
+        session: Session,
+        kind: str,
+        actor: str,
+        data: dict[str, Any],
+        sequence_id: str | None = None,
+        step_index: int | None = None,
+    ) -> None:
+        session.add(
+            EventRow(
+                kind=kind,
+                actor=actor,
+                data=data,
+                sequence_id=sequence_id,
+                step_index=step_index,
+                at=utcnow(),
+            )
+        )
+
+    def events(self, sequence_id: str | None = None) -> list[EventRow]:
+        with self.transaction() as s:
+            query = select(EventRow).order_by(EventRow.id)
+            if sequence_id is not None:
+                query = query.where(EventRow.sequence_id == sequence_id)
+            return list(s.scalars(query))
+
+    # -- projects, researchers, datasets --------------------------------------------------------
+
+    def add_project(self, name: str, *, actor: str = "admin") -> None:
+        try:
+            with self.transaction() as s:
+                s.add(ProjectRow(name=name))
+                self._event(s, "project_added", actor, {"project": name})
+        except IntegrityError as exc:
+            raise Conflict(f"project {name!r} already exists") from exc
+
+    def project_exists(self, name: str) -> bool:
+        with self.transaction() as s:
+            return s.get(ProjectRow, name) is not None
+
+    def add_researcher(
+        self,
+        name: str,
+        public_key_pem: str,
+        fingerprint: str,
+        projects: list[str],
+        *,
+        actor: str = "admin",
+    ) -> None:
+        """Register a researcher (or add projects to an existing one with the same key)."""
+        with self.transaction() as s:
+            for project in projects:
+                if s.get(ProjectRow, project) is None:
+                    raise NotFound(
+                        f"project {project!r} does not exist; add it with "
+                        f"'safeaccess-server project add {project}'"
+                    )
+            existing = s.get(ResearcherRow, name)
+            if existing is None:
+                s.add(ResearcherRow(name=name, public_key=public_key_pem, fingerprint=fingerprint))
+                s.flush()
+            elif existing.fingerprint != fingerprint:
+                raise Conflict(
+                    f"researcher {name!r} is registered with another key ({existing.fingerprint})"
+                )
+            for project in projects:
+                if s.get(MembershipRow, (name, project)) is None:
+                    s.add(MembershipRow(researcher=name, project=project))
+            self._event(
+                s,
+                "researcher_added",
+                actor,
+                {"researcher": name, "fingerprint": fingerprint, "projects": projects},
+            )
+
+    def get_researcher(self, name: str) -> ResearcherRow | None:
+        with self.transaction() as s:
+            return s.get(ResearcherRow, name)
+
+    def projects_of(self, researcher: str) -> list[str]:
+        with self.transaction() as s:
+            rows = s.scalars(
+                select(MembershipRow.project)
+                .where(MembershipRow.researcher == researcher)
+                .order_by(MembershipRow.project)
+            )
+            return list(rows)
+
+    def add_dataset(
+        self,
+        *,
+        name: str,
+        version: int,
+        project: str,
+        path: str,
+        sha256: str,
+        rows: int,
+        metadata: dict[str, Any],
+        rules_path: str | None,
+        actor: str = "admin",
+    ) -> DatasetRow:
+        try:
+            with self.transaction() as s:
+                if s.get(ProjectRow, project) is None:
+                    raise NotFound(f"project {project!r} does not exist")
+                row = DatasetRow(
+                    name=name,
+                    version=version,
+                    project=project,
+                    path=path,
+                    sha256=sha256,
+                    rows=rows,
+                    dataset_metadata=metadata,
+                    rules_path=rules_path,
+                )
+                s.add(row)
+                s.flush()
+                self._event(
+                    s,
+                    "dataset_added",
+                    actor,
+                    {
+                        "dataset": name,
+                        "version": version,
+                        "project": project,
+                        "sha256": sha256,
+                        "rows": rows,
+                    },
+                )
+                return row
+        except IntegrityError as exc:
+            raise Conflict(f"dataset {name} version {version} already exists") from exc
+
+    def next_dataset_version(self, name: str) -> int:
+        with self.transaction() as s:
+            current = s.scalar(select(func.max(DatasetRow.version)).where(DatasetRow.name == name))
+            return (current or 0) + 1
+
+    def get_dataset(self, dataset_id: int) -> DatasetRow:
+        with self.transaction() as s:
+            row = s.get(DatasetRow, dataset_id)
+            if row is None:
+                raise NotFound(f"dataset id {dataset_id} does not exist")
+            return row
+
+    def find_dataset(self, name: str, version: int | None = None) -> DatasetRow | None:
+        """A dataset by name: the given version, else the newest."""
+        with self.transaction() as s:
+            query = select(DatasetRow).where(DatasetRow.name == name)
+            if version is not None:
+                query = query.where(DatasetRow.version == version)
+            return s.scalars(query.order_by(DatasetRow.version.desc()).limit(1)).first()
+
+    def datasets_for(self, researcher: str) -> list[DatasetRow]:
+        """Every dataset version of the projects the researcher belongs to."""
+        with self.transaction() as s:
+            query = (
+                select(DatasetRow)
+                .join(MembershipRow, MembershipRow.project == DatasetRow.project)
+                .where(MembershipRow.researcher == researcher)
+                .order_by(DatasetRow.name, DatasetRow.version)
+            )
+            return list(s.scalars(query))
+
+    # -- request nonces -------------------------------------------------------------------------
+
+    def remember_nonce(self, keyid: str, nonce: str, expires_at: int) -> bool:
+        """Record a request nonce; False if it is already known (a replay)."""
+        try:
+            with self.transaction() as s:
+                s.execute(delete(NonceRow).where(NonceRow.expires_at < int(time.time())))
+                s.add(NonceRow(keyid=keyid, nonce=nonce, expires_at=expires_at))
+            return True
+        except IntegrityError:
+            return False
+
+    # -- sequences and steps --------------------------------------------------------------------
+
+    def create_sequence(
+        self,
+        *,
+        sequence_id: str,
+        researcher: str,
+        project: str,
+        dataset_id: int,
+        header: bytes,
+        header_hash: str,
+        nonce: str,
+        signature: bytes,
+        endorsements: list[Any],
+        verifier_state: dict[str, Any],
+        first_step: StepRow,
+        event_data: dict[str, Any],
+    ) -> tuple[SequenceRow, StepRow]:
+        """Accept a header and start its step 1 (state `running`) in one transaction."""
+        check_sequence_transition(SequenceState.OPENED, SequenceState.RUNNING)
+        try:
+            with self.transaction() as s:
+                seq = SequenceRow(
+                    id=sequence_id,
+                    researcher=researcher,
+                    project=project,
+                    dataset_id=dataset_id,
+                    header=header,
+                    header_hash=header_hash,
+                    nonce=nonce,
+                    signature=signature,
+                    endorsements=endorsements,
+                    state=SequenceState.RUNNING.value,
+                    current_index=1,
+                    verifier_state=verifier_state,
+                    version=1,
+                )
+                s.add(seq)
+                s.flush()
+                first_step.sequence_id = sequence_id
+                first_step.state = StepState.RUNNING.value
+                s.add(first_step)
+                s.flush()
+                self._event(s, "sequence_opened", researcher, event_data, sequence_id, 1)
+                return seq, first_step
+        except IntegrityError as exc:
+            with self.transaction() as s:
+                prior = s.scalars(
+                    select(SequenceRow.id).where(SequenceRow.header_hash == header_hash)
+                ).first()
+            where = f" (sequence {prior})" if prior else ""
+            raise Conflict(
+                f"this sequence header was already accepted{where}; a header is usable once — "
+                "seal a new sequence",
+                code="header_replayed",
+            ) from exc
+
+    def get_sequence(self, sequence_id: str) -> SequenceRow | None:
+        with self.transaction() as s:
+            return s.get(SequenceRow, sequence_id)
+
+    def list_sequences(self, researcher: str) -> list[SequenceRow]:
+        with self.transaction() as s:
+            query = (
+                select(SequenceRow)
+                .where(SequenceRow.researcher == researcher)
+                .order_by(SequenceRow.created_at, SequenceRow.id)
+            )
+            return list(s.scalars(query))
+
+    def steps(self, sequence_id: str) -> list[StepRow]:
+        with self.transaction() as s:
+            query = (
+                select(StepRow).where(StepRow.sequence_id == sequence_id).order_by(StepRow.index)
+            )
+            return list(s.scalars(query))
+
+    def get_step(self, sequence_id: str, index: int) -> StepRow | None:
+        with self.transaction() as s:
+            return s.scalars(
+                select(StepRow).where(StepRow.sequence_id == sequence_id, StepRow.index == index)
+            ).first()
+
+    def _update_sequence(
+        self, s: Session, seq: SequenceRow, target: SequenceState, **values: Any
+    ) -> None:
+        check_sequence_transition(SequenceState(seq.state), target)
+        result = s.execute(
+            update(SequenceRow)
+            .where(SequenceRow.id == seq.id, SequenceRow.version == seq.version)
+            .values(state=target.value, version=seq.version + 1, updated_at=utcnow(), **values)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise Conflict(
+                "the sequence changed while this request was handled; retry the request",
+                code="concurrent_update",
+            )
+
+    def begin_step(
+        self,
+        sequence_id: str,
+        *,
+        expected_version: int,
+        step: StepRow,
+        verifier_state: dict[str, Any],
+        event_data: dict[str, Any],
+    ) -> StepRow:
+        """Accept reveal `step.index` of a released sequence: the step starts `running`."""
+        with self.transaction() as s:
+            seq = s.get(SequenceRow, sequence_id)
+            if seq is None:
+                raise NotFound(f"sequence {sequence_id} does not exist")
+            if seq.version != expected_version:
+                raise Conflict(
+                    "the sequence changed while this request was handled; retry the request",
+                    code="concurrent_update",
+                )
+            if seq.state != SequenceState.RELEASED or step.index != seq.current_index + 1:
+                raise Conflict(
+                    f"step {step.index} cannot be revealed while the sequence is {seq.state} at "
+                    f"step {seq.current_index}",
+                    code="not_released",
+                )
+            self._update_sequence(
+                s,
+                seq,
+                SequenceState.RUNNING,
+                current_index=step.index,
+                verifier_state=verifier_state,
+            )
+            step.sequence_id = sequence_id
+            step.state = StepState.RUNNING.value
+            s.add(step)
+            s.flush()
+            self._event(s, "step_revealed", seq.researcher, event_data, sequence_id, step.index)
+            return step
+
+    def settle_step(
+        self, sequence_id: str, index: int, outcome: StepOutcome, event_data: dict[str, Any]
+    ) -> tuple[SequenceRow, StepRow]:
+        """Record a computed step's outcome and move the sequence on, in one transaction."""
+        with self.transaction() as s:
+            seq = s.get(SequenceRow, sequence_id)
+            step = s.scalars(
+                select(StepRow)
+                .where(StepRow.sequence_id == sequence_id, StepRow.index == index)
+                .with_for_update()
+            ).first()
+            if seq is None or step is None:
+                raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
+            if seq.current_index != index or seq.state != SequenceState.RUNNING:
+                raise Conflict(
+                    f"step {index} is no longer running (sequence is {seq.state})",
+                    code="concurrent_update",
+                )
+            check_step_transition(StepState(step.state), outcome.state)
+            target = sequence_state_after_step(outcome.state, last=step.last)
+            self._update_sequence(s, seq, target)
+            step.state = outcome.state.value
+            step.kind = outcome.kind
+            step.output = outcome.output
+            step.public_output = outcome.public_output
+            step.output_hash = outcome.output_hash
+            step.decision = outcome.decision
+            step.ruleset_hash = outcome.ruleset_hash
+            step.error_code = outcome.error_code
+            step.error_message = outcome.error_message
+            step.backend = outcome.backend
+            step.wall_seconds = outcome.wall_seconds
+            step.updated_at = utcnow()
+            self._event(s, f"step_{outcome.state.value}", "server", event_data, sequence_id, index)
+            s.flush()
+            s.refresh(seq)
+            return seq, step
+
+    def released_outputs(
+        self, researcher: str, dataset_id: int, *, exclude_sequence_step: tuple[str, int]
+    ) -> list[dict[str, Any]]:
+        """Full outputs released earlier to this researcher on this dataset version, oldest first."""
+        with self.transaction() as s:
+            query = (
+                select(StepRow.output, StepRow.sequence_id, StepRow.index)
+                .join(SequenceRow, SequenceRow.id == StepRow.sequence_id)
+                .where(
+                    SequenceRow.researcher == researcher,
+                    SequenceRow.dataset_id == dataset_id,
+                    StepRow.state == StepState.RELEASED.value,
+                )
+                .order_by(StepRow.updated_at, StepRow.id)
+            )
+            return [
+                out
+                for out, seq_id, idx in s.execute(query)
+                if out is not None and (seq_id, idx) != exclude_sequence_step
+            ]
+
+    def review_queue(self) -> list[tuple[SequenceRow, StepRow]]:
+        with self.transaction() as s:
+            query = (
+                select(SequenceRow, StepRow)
+                .join(StepRow, StepRow.sequence_id == SequenceRow.id)
+                .where(StepRow.state == StepState.REVIEW.value)
+                .order_by(StepRow.updated_at)
+            )
+            return [(seq, step) for seq, step in s.execute(query).tuples()]
+
+    def decide_review(
+        self,
+        sequence_id: str,
+        index: int,
+        *,
+        approve: bool,
+        reviewer: str,
+        note: str,
+        event_data: dict[str, Any],
+    ) -> tuple[SequenceRow, StepRow]:
+        """An output checker releases (approve) or withholds (reject) a step in review."""
+        if not reviewer:
+            raise InvalidRequest("a review decision needs the reviewer's name")
+        with self.transaction() as s:
+            seq = s.get(SequenceRow, sequence_id)
+            step = s.scalars(
+                select(StepRow).where(StepRow.sequence_id == sequence_id, StepRow.index == index)
+            ).first()
+            if seq is None or step is None:
+                raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
+            if step.state != StepState.REVIEW or seq.state != SequenceState.REVIEW:
+                raise Conflict(f"step {index} of {sequence_id} is {step.state}, not in review")
+            target_step = StepState.RELEASED if approve else StepState.WITHHELD
+            check_step_transition(StepState(step.state), target_step)
+            self._update_sequence(s, seq, sequence_state_after_step(target_step, last=step.last))
+            step.state = target_step.value
+            step.reviewer = reviewer
+            step.review_note = note
+            step.updated_at = utcnow()
+            self._event(
+                s,
+                "review_approved" if approve else "review_rejected",
+                reviewer,
+                event_data,
+                sequence_id,
+                index,
+            )
+            s.flush()
+            s.refresh(seq)
+            return seq, step

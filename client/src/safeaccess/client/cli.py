@@ -1,0 +1,139 @@
+"""The `safeaccess` command line.
+
+Each subcommand group is registered by one `_add_<name>(subparsers)` function listed in
+`_COMMANDS`; its handlers take the parsed arguments and return an exit code. Adding a subcommand
+is writing one such function and appending it to `_COMMANDS`. Exit codes: 0 success, 2 usage or
+user error (a one-line message on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from safeaccess.client.keys import (
+    PUBLIC_SUFFIX,
+    KeyFileError,
+    default_key_dir,
+    fingerprint,
+    generate_keypair,
+    key_paths,
+    load_public_key,
+    public_key_text,
+)
+from safeaccess.client.protocol.errors import ProtocolError
+
+EXIT_OK = 0
+EXIT_USER_ERROR = 2
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class CommandError(Exception):
+    """A user error a command reports as one line on stderr with exit code 2."""
+
+
+# Errors that are the user's to fix: reported without a traceback.
+USER_ERRORS: tuple[type[Exception], ...] = (CommandError, KeyFileError, ProtocolError, OSError)
+
+
+def _print_key(name: str | None, path: Path | None, pem: str, fp: str) -> None:
+    if name is not None:
+        print(f"name:        {name}")
+    if path is not None:
+        print(f"file:        {path}")
+    print(f"fingerprint: {fp}")
+    print(pem, end="")
+
+
+def _keys_new(args: argparse.Namespace) -> int:
+    private_path, public_path = generate_keypair(args.name, args.dir)
+    key = load_public_key(public_path)
+    print(f"created private key {private_path} (mode 0600; keep it secret)")
+    print(f"created public key  {public_path} (give this to the data controller)")
+    _print_key(args.name, None, public_key_text(key), fingerprint(key))
+    return EXIT_OK
+
+
+def _keys_show(args: argparse.Namespace) -> int:
+    if args.key is not None:
+        if args.name is not None:
+            raise CommandError("give either a key NAME or --key FILE, not both")
+        key = load_public_key(args.key)
+        _print_key(None, args.key, public_key_text(key), fingerprint(key))
+        return EXIT_OK
+    directory = args.dir if args.dir is not None else default_key_dir()
+    if args.name is not None:
+        private_path, public_path = key_paths(args.name, directory)
+        path = public_path if public_path.exists() else private_path
+        if not path.exists():
+            raise CommandError(
+                f"no key named {args.name!r} in {directory}; create one with "
+                f"`safeaccess keys new {args.name}`"
+            )
+        names = [(args.name, path)]
+    else:
+        names = sorted((p.stem, p) for p in directory.glob(f"*{PUBLIC_SUFFIX}"))
+        if not names:
+            raise CommandError(
+                f"no keys in {directory}; create one with `safeaccess keys new NAME`"
+            )
+    for index, (name, path) in enumerate(names):
+        if index:
+            print()
+        key = load_public_key(path)
+        _print_key(name, path, public_key_text(key), fingerprint(key))
+    return EXIT_OK
+
+
+def _add_keys(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    keys = subparsers.add_parser("keys", help="create and show Ed25519 signing keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    dir_help = "key directory (default: $SAFEACCESS_HOME/keys, else ~/.safeaccess/keys)"
+
+    new = keys_sub.add_parser("new", help="create a key pair NAME.key (0600) and NAME.pub")
+    new.add_argument("name", metavar="NAME", help="key name, e.g. your user name")
+    new.add_argument("--dir", type=Path, default=None, help=dir_help)
+    new.set_defaults(handler=_keys_new)
+
+    show = keys_sub.add_parser("show", help="print public keys and their fingerprints")
+    show.add_argument("name", metavar="NAME", nargs="?", help="key name (default: all keys)")
+    where = show.add_mutually_exclusive_group()
+    where.add_argument("--dir", type=Path, default=None, help=dir_help)
+    where.add_argument("--key", type=Path, default=None, help="a public or private PEM key file")
+    show.set_defaults(handler=_keys_show)
+
+
+_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _add_keys,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="safeaccess",
+        description="safeaccess researcher tools: keys, binding analysis sequences, runs.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script passes it to sys.exit)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except USER_ERRORS as exc:
+        print(f"safeaccess: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

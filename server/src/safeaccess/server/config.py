@@ -43,9 +43,10 @@ class ServerConfig(BaseModel):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     clock_skew_seconds: int = Field(default=300, ge=5, le=3600)
-    trusted_cas: list[str] = Field(
-        default_factory=list,
-        description="PEM files (relative to the data dir) of CA public keys whose endorsements count.",
+    trusted_cas: dict[str, str] = Field(
+        default_factory=dict,
+        description="CA name -> PEM file (relative to the data dir) of a certification authority "
+        "whose endorsements this centre accepts.",
     )
 
 

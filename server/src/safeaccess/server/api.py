@@ -1,0 +1,221 @@
+"""The HTTP API, versioned under /v1, over a `Service`.
+
+Every endpoint except /v1/health needs a request signed with the researcher's key (see
+`safeaccess.client.httpsig`). Bodies are parsed only after the signature verifies, and every error
+is a JSON body {"error": {"code", "message"}}.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, FastAPI, Path, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
+from safeaccess.server.schemas import (
+    Catalogue,
+    Health,
+    OpenRequest,
+    RevealRequest,
+    SequenceList,
+    SequenceView,
+    StepView,
+)
+from safeaccess.server.service import Service
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+M = TypeVar("M", bound=BaseModel)
+
+SequenceId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
+StepIndex = Annotated[int, Path(ge=1, le=65535)]
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+class BodyLimit:
+    """Refuse request bodies above `limit` bytes with 413 before any handler sees them."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def _refuse(self, send: Send, status: int, code: str, message: str) -> None:
+        payload = json.dumps(error_body(code, message)).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"the request body exceeds the limit of {self.limit} bytes"
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                if not value.isdigit():
+                    await self._refuse(send, 400, "invalid_request", "bad Content-Length header")
+                    return
+                if int(value) > self.limit:
+                    await self._refuse(send, 413, PayloadTooLarge.code, too_large)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(send, 413, PayloadTooLarge.code, too_large)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+@dataclass(frozen=True)
+class Authed:
+    researcher: str
+    body: bytes
+
+
+def parse_body(model: type[M], body: bytes) -> M:
+    """Parse a JSON request body into a model, or raise InvalidRequest saying what is wrong."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors()
+        if errors and errors[0]["type"] == "json_invalid":
+            raise InvalidRequest(f"the body is not valid JSON: {errors[0]['msg']}") from exc
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in errors[:5]
+        )
+        raise InvalidRequest(f"invalid request body: {problems}") from exc
+
+
+def create_app(service: Service) -> FastAPI:
+    """The FastAPI application for one service."""
+    app = FastAPI(
+        title="safeaccess",
+        version="1",
+        summary="Tit-for-tat remote execution for a safe access centre",
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+    )
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
+        headers = {"Retry-After": "5"} if isinstance(exc, Unavailable) else None
+        return JSONResponse(error_body(exc.code, exc.message), exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()[:5]
+        )
+        return JSONResponse(error_body("invalid_request", problems), 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), exc.status_code)
+
+    async def authed(request: Request) -> Authed:
+        body = await request.body()
+        researcher = await run_in_threadpool(
+            service.authenticate,
+            request.method,
+            request.url.path,
+            request.url.query,
+            request.headers,
+            body,
+        )
+        return Authed(researcher=researcher, body=body)
+
+    Auth = Annotated[Authed, Depends(authed)]
+
+    @app.get("/v1/health", response_model=Health, tags=["service"])
+    def health() -> Health:
+        """Liveness and identity of this centre (no authentication)."""
+        return Health(
+            status="ok",
+            server_id=service.server_id,
+            server_key=service.server_fingerprint,
+            sandbox=service.backend.name,
+        )
+
+    @app.get("/v1/datasets", response_model=Catalogue, tags=["catalogue"])
+    def datasets(auth: Auth) -> Catalogue:
+        """Datasets of your projects: names, descriptions and column metadata (never data)."""
+        return Catalogue(datasets=service.catalogue(auth.researcher))
+
+    @app.get("/v1/sequences", response_model=SequenceList, tags=["sequences"])
+    def list_sequences(auth: Auth) -> SequenceList:
+        """Your sequences with the state of each step."""
+        return SequenceList(sequences=service.sequences(auth.researcher))
+
+    @app.post("/v1/sequences", response_model=StepView, status_code=201, tags=["sequences"])
+    def open_sequence(auth: Auth) -> StepView:
+        """Open a sequence: signed header, endorsements, T_1 and body 1. Runs step 1."""
+        return service.open_sequence(auth.researcher, parse_body(OpenRequest, auth.body))
+
+    @app.get("/v1/sequences/{sequence_id}", response_model=SequenceView, tags=["sequences"])
+    def get_sequence(sequence_id: SequenceId, auth: Auth) -> SequenceView:
+        return service.sequence(auth.researcher, sequence_id)
+
+    @app.get(
+        "/v1/sequences/{sequence_id}/steps/{index}", response_model=StepView, tags=["sequences"]
+    )
+    def get_step(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> StepView:
+        """A step's state; its released output once released, the reasons if withheld."""
+        return service.step(auth.researcher, sequence_id, index)
+
+    @app.post(
+        "/v1/sequences/{sequence_id}/steps/{index}", response_model=StepView, tags=["sequences"]
+    )
+    def reveal_step(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> StepView:
+        """Reveal step `index` (T_j, body j) after step j-1 was released. Repeating the accepted
+        reveal returns the same answer without running it twice."""
+        return service.reveal(
+            auth.researcher, sequence_id, index, parse_body(RevealRequest, auth.body)
+        )
+
+    app.add_middleware(BodyLimit, limit=service.config.max_body_bytes)
+    return app

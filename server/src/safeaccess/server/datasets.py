@@ -1,0 +1,154 @@
+"""Registering a dataset: check the data against its metadata, store it as immutable Parquet.
+
+A registered dataset version never changes: record ids are row positions, and released query sets
+refer to them. New data is registered as a new version of the same name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
+from safeaccess.server.config import DataDir
+from safeaccess.server.db import DatasetRow
+from safeaccess.server.errors import InvalidRequest
+from safeaccess.server.store import Store
+
+
+def load_metadata(path: Path) -> DatasetMetadata:
+    """Read dataset metadata from a JSON or YAML file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read metadata file {path}: {exc.strerror}") from exc
+    try:
+        raw: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        return DatasetMetadata.model_validate(raw)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InvalidRequest(f"{path} is not valid dataset metadata: {exc}") from exc
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """Read a CSV or Parquet file."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".csv":
+            return pd.read_csv(path)
+        if suffix in (".parquet", ".pq"):
+            return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise InvalidRequest(f"cannot read {path}: {exc}") from exc
+    raise InvalidRequest(f"{path}: data must be a .csv or .parquet file")
+
+
+def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[str]:
+    """Every way the data disagrees with its metadata (empty list: they agree)."""
+    problems: list[str] = []
+    declared = [c.name for c in metadata.columns]
+    missing = [n for n in declared if n not in frame.columns]
+    extra = [str(n) for n in frame.columns if n not in declared]
+    if missing:
+        problems.append("columns described but absent from the data: " + ", ".join(missing))
+    if extra:
+        problems.append("columns in the data with no metadata: " + ", ".join(extra))
+    for column in metadata.columns:
+        if column.name not in frame.columns:
+            continue
+        values = frame[column.name].dropna()
+        if column.levels is not None:
+            allowed = {str(level) for level in column.levels}
+            unknown = sorted({str(v) for v in values.unique()} - allowed)
+            if unknown:
+                problems.append(
+                    f"{column.name}: {len(unknown)} value(s) not among its declared levels"
+                )
+        numeric = column.type in ("integer", "continuous") or column.bounds is not None
+        if numeric and not pd.api.types.is_numeric_dtype(values):
+            problems.append(f"{column.name}: declared {column.type} but not numeric")
+            continue
+        if column.type == "integer" and len(values) and not (values % 1 == 0).all():
+            problems.append(f"{column.name}: declared integer but has fractional values")
+        if column.bounds is not None and len(values):
+            low, high = column.bounds
+            if values.min() < low or values.max() > high:
+                # Say which bound is broken, never the offending value: this message is logged.
+                problems.append(f"{column.name}: values outside the declared bounds {low}..{high}")
+    return problems
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def register_dataset(
+    data: DataDir,
+    store: Store,
+    *,
+    name: str,
+    frame: pd.DataFrame,
+    metadata: DatasetMetadata,
+    project: str,
+    rules_file: Path | None = None,
+) -> DatasetRow:
+    """Check and store a new immutable version of dataset `name`; return its row."""
+    if metadata.name != name:
+        raise InvalidRequest(f"the metadata describes dataset {metadata.name!r}, not {name!r}")
+    if not store.project_exists(project):
+        raise InvalidRequest(
+            f"project {project!r} does not exist; add it with 'safeaccess-server project add'"
+        )
+    problems = check_against_metadata(frame, metadata)
+    if problems:
+        raise InvalidRequest("the data does not match its metadata: " + "; ".join(problems))
+    if rules_file is not None:
+        try:
+            load_ruleset(rules_file, base=DEFAULT_RULESET)
+        except (RuleSetError, OSError) as exc:
+            raise InvalidRequest(f"rule set {rules_file}: {exc}") from exc
+    version = store.next_dataset_version(name)
+    folder = data.datasets / name
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"v{version}.parquet"
+    if target.exists():
+        raise InvalidRequest(f"{target} exists but is not registered; remove it and retry")
+    tmp = folder / f".v{version}.parquet.tmp"
+    # Row order is kept exactly: record id = row position in this file.
+    frame.reset_index(drop=True).to_parquet(tmp, index=False)
+    os.replace(tmp, target)
+    os.chmod(target, 0o440)
+    rules_rel: str | None = None
+    if rules_file is not None:
+        rules_target = folder / f"v{version}.rules.yaml"
+        shutil.copyfile(rules_file, rules_target)
+        os.chmod(rules_target, 0o440)
+        rules_rel = str(rules_target.relative_to(data.root))
+    try:
+        return store.add_dataset(
+            name=name,
+            version=version,
+            project=project,
+            path=str(target.relative_to(data.root)),
+            sha256=_sha256(target),
+            rows=len(frame),
+            metadata=metadata.model_dump(mode="json"),
+            rules_path=rules_rel,
+        )
+    except Exception:
+        # Not recorded: remove the files so a retry can write them again.
+        target.unlink(missing_ok=True)
+        if rules_rel is not None:
+            (data.root / rules_rel).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,139 @@
+"""Request and response bodies of the HTTP API (pydantic v2). Byte fields travel as base64,
+traces as lowercase hex, the same encodings as the sealed-sequence file."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+TRACE_BYTES = 64
+MAX_BODY_CHARS = 700_000
+
+
+def _b64(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except binascii.Error:
+            raise ValueError("must be standard base64") from None
+    raise ValueError("must be a base64 string")
+
+
+def _trace(value: object) -> object:
+    if not isinstance(value, str) or len(value) != 2 * TRACE_BYTES:
+        raise ValueError(f"a trace is {TRACE_BYTES} bytes as {2 * TRACE_BYTES} hex digits")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise ValueError("a trace must be hexadecimal") from None
+
+
+B64 = Annotated[bytes, BeforeValidator(_b64)]
+Trace = Annotated[bytes, BeforeValidator(_trace)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EndorsementIn(_In):
+    ca: str = Field(min_length=1, max_length=256)
+    claims: dict[str, Any] = Field(default_factory=dict)
+    signature: B64
+
+
+class OpenRequest(_In):
+    """Open a sequence: the signed header, its endorsements and the reveal of step 1."""
+
+    header: B64
+    signature: B64
+    endorsements: list[EndorsementIn] = Field(default_factory=list, max_length=16)
+    trace: Trace = Field(description="T_1, hex.")
+    body: B64 = Field(description="Instruction body i_1 (canonical JSON), base64.")
+
+
+class RevealRequest(_In):
+    """Reveal step j of an open sequence: T_j and i_j."""
+
+    trace: Trace
+    body: B64
+
+
+class ReviewRequest(_In):
+    reviewer: str = Field(min_length=1, max_length=128)
+    note: str = Field(default="", max_length=4000)
+
+
+class Reason(BaseModel):
+    """Why a step was withheld or sent to review, in words safe to show the researcher."""
+
+    check: str
+    verdict: Literal["release", "withhold", "review"]
+    item: str | None = None
+    message: str
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str
+
+
+class StepView(BaseModel):
+    sequence_id: str
+    index: int
+    state: Literal["running", "released", "withheld", "review", "failed"]
+    last: bool
+    kind: str | None
+    analysis: dict[str, Any] | None = Field(description="The researcher's own analysis body.")
+    output: dict[str, Any] | None = Field(
+        default=None, description="The released output (public part only); present once released."
+    )
+    reasons: list[Reason] = Field(default_factory=list)
+    error: ErrorInfo | None = None
+    ruleset: str | None = None
+    ruleset_hash: str | None = None
+    sequence_state: str
+    updated_at: datetime
+
+
+class SequenceView(BaseModel):
+    id: str
+    researcher: str
+    project: str
+    dataset: str
+    dataset_version: int
+    state: Literal["opened", "running", "released", "review", "finished", "aborted"]
+    current_index: int
+    created_at: datetime
+    updated_at: datetime
+    steps: list[StepView]
+
+
+class SequenceList(BaseModel):
+    sequences: list[SequenceView]
+
+
+class DatasetView(BaseModel):
+    name: str
+    version: int
+    project: str
+    description: str
+    rows: int
+    columns: list[dict[str, Any]]
+    ruleset: str
+
+
+class Catalogue(BaseModel):
+    datasets: list[DatasetView]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    server_id: str
+    server_key: str = Field(description="SHA-256 fingerprint of the server's Ed25519 key.")
+    sandbox: str
+    api_version: Literal["v1"] = "v1"

@@ -1,0 +1,465 @@
+"""The controller service: authenticate, open sequences, accept reveals, run steps, report results.
+
+The HTTP layer (`api.py`) is a thin shell over this class, which the admin CLI and the tests use
+directly too. Reveals of one sequence are serialised by a per-sequence lock in this process and by
+the sequence row's version in the database (so two replicas cannot both advance one sequence).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from safeaccess.client.httpsig import SignatureError, verify_request
+from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.protocol import (
+    Endorsement,
+    ProtocolError,
+    SequenceVerifier,
+    VerifierState,
+    parse_header,
+)
+from safeaccess.rules.decision import Decision
+from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
+from safeaccess.sandbox.backend import Backend, SandboxError
+from safeaccess.sandbox.factory import make_backend
+from safeaccess.server.config import DataDir, ServerConfig
+from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
+from safeaccess.server.errors import (
+    ConfigError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    ProtocolRejected,
+    Unauthenticated,
+)
+from safeaccess.server.pipeline import json_hash, load_outputs, run_step, sha256_hex
+from safeaccess.server.reasons import researcher_reasons
+from safeaccess.server.schemas import (
+    DatasetView,
+    ErrorInfo,
+    OpenRequest,
+    RevealRequest,
+    SequenceView,
+    StepView,
+)
+from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
+from safeaccess.server.store import Store
+
+
+def _protocol_code(exc: ProtocolError) -> str:
+    """TamperedTraceError -> 'tampered_trace': a stable machine-readable code per error class."""
+    name = type(exc).__name__.removesuffix("Error")
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() or "protocol_error"
+
+
+def _rejected(exc: ProtocolError) -> ProtocolRejected:
+    return ProtocolRejected(str(exc), code=_protocol_code(exc))
+
+
+def _split_dataset(name: str) -> tuple[str, int | None]:
+    """'census' -> ('census', None); 'census@2' -> ('census', 2)."""
+    base, sep, version = name.partition("@")
+    if not sep:
+        return name, None
+    if not version.isdigit():
+        raise ProtocolRejected(f"dataset {name!r}: the version after '@' must be a number")
+    return base, int(version)
+
+
+class Service:
+    """Everything the API does, over one data directory."""
+
+    def __init__(self, root: Path, *, backend: Backend | None = None):
+        self.data = DataDir(root)
+        self.config: ServerConfig = self.data.load_config()
+        self.signing_key = self.data.load_signing_key()
+        self.store = Store(self.data.database_url(self.config))
+        if backend is None:
+            try:
+                backend = make_backend(self.config.sandbox)
+            except SandboxError as exc:
+                self.store.close()
+                raise ConfigError(
+                    f"the sandbox backend is unusable, so the server will not start: {exc}"
+                ) from exc
+        self.backend = backend
+        self.trusted_cas: dict[str, Ed25519PublicKey] = {}
+        for ca, path in self.config.trusted_cas.items():
+            try:
+                self.trusted_cas[ca] = load_public_key(self.data.root / path)
+            except KeyFileError as exc:
+                raise ConfigError(f"trusted CA {ca!r}: {exc}") from exc
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
+        self._rulesets: dict[int, RuleSet] = {}
+
+    def close(self) -> None:
+        self.backend.close()
+        self.store.close()
+
+    @property
+    def server_id(self) -> str:
+        return self.config.server_id
+
+    @property
+    def server_fingerprint(self) -> str:
+        return fingerprint(self.signing_key.public_key())
+
+    # -- authentication -------------------------------------------------------------------------
+
+    def _researcher_key(self, name: str) -> Ed25519PublicKey | None:
+        row = self.store.get_researcher(name)
+        if row is None:
+            return None
+        cached = self._keys.get(name)
+        if cached is not None and cached[0] == row.fingerprint:
+            return cached[1]
+        key = load_public_key(row.public_key.encode("ascii"))
+        self._keys[name] = (row.fingerprint, key)
+        return key
+
+    def authenticate(
+        self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
+    ) -> str:
+        """The researcher who signed this request, or raise Unauthenticated."""
+        try:
+            params = verify_request(
+                method,
+                path,
+                query,
+                headers,
+                body,
+                resolve_key=self._researcher_key,
+                remember_nonce=self.store.remember_nonce,
+                max_skew=self.config.clock_skew_seconds,
+            )
+        except SignatureError as exc:
+            raise Unauthenticated(str(exc), code=exc.code) from exc
+        return params.keyid
+
+    # -- catalogue ------------------------------------------------------------------------------
+
+    def ruleset_for(self, dataset: DatasetRow) -> RuleSet:
+        """The dataset's rule set: its override file on top of the defaults, else the defaults."""
+        if dataset.rules_path is None:
+            return DEFAULT_RULESET
+        cached = self._rulesets.get(dataset.id)
+        if cached is None:
+            cached = load_ruleset(self.data.root / dataset.rules_path, base=DEFAULT_RULESET)
+            self._rulesets[dataset.id] = cached
+        return cached
+
+    def catalogue(self, researcher: str) -> list[DatasetView]:
+        """Datasets of the researcher's projects: names, descriptions, column metadata, no data."""
+        views = []
+        for row in self.store.datasets_for(researcher):
+            meta = DatasetMetadata.model_validate(row.dataset_metadata)
+            views.append(
+                DatasetView(
+                    name=row.name,
+                    version=row.version,
+                    project=row.project,
+                    description=meta.description,
+                    rows=row.rows,
+                    columns=[c.model_dump(mode="json") for c in meta.columns],
+                    ruleset=self.ruleset_for(row).label,
+                )
+            )
+        return views
+
+    # -- sequences ------------------------------------------------------------------------------
+
+    def _lock(self, sequence_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(sequence_id, threading.Lock())
+
+    def _own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
+        seq = self.store.get_sequence(sequence_id)
+        # Another researcher's sequence is reported as absent: its existence is not hers to know.
+        if seq is None or seq.researcher != researcher:
+            raise NotFound(f"you have no sequence {sequence_id}")
+        return seq
+
+    def _verifier(
+        self,
+        header: bytes,
+        signature: bytes,
+        researcher: str,
+        endorsements: list[Endorsement],
+        state: VerifierState | None,
+    ) -> SequenceVerifier:
+        key = self._researcher_key(researcher)
+        if key is None:
+            raise Unauthenticated(f"researcher {researcher!r} is no longer registered")
+        try:
+            return SequenceVerifier(
+                header,
+                signature,
+                key,
+                endorsements,
+                self.trusted_cas,
+                state=state,
+                server=self.server_id,
+            )
+        except ProtocolError as exc:
+            raise _rejected(exc) from exc
+
+    def open_sequence(self, researcher: str, request: OpenRequest) -> StepView:
+        """Accept a signed header (once) and run step 1."""
+        try:
+            fields = parse_header(request.header)
+        except ProtocolError as exc:
+            raise _rejected(exc) from exc
+        if fields.researcher != researcher:
+            raise Forbidden(
+                f"the header is for researcher {fields.researcher!r} but the request was signed "
+                f"by {researcher!r}"
+            )
+        if fields.server != self.server_id:
+            raise ProtocolRejected(
+                f"the sequence is bound to server {fields.server!r}; this server is "
+                f"{self.server_id!r}",
+                code="wrong_server",
+            )
+        if fields.project not in self.store.projects_of(researcher):
+            raise Forbidden(f"you are not a member of project {fields.project!r}")
+        name, version = _split_dataset(fields.dataset)
+        dataset = self.store.find_dataset(name, version)
+        if dataset is None or dataset.project != fields.project:
+            raise NotFound(f"project {fields.project!r} has no dataset {fields.dataset!r}")
+        endorsements = [Endorsement.model_validate(e.model_dump()) for e in request.endorsements]
+        verifier = self._verifier(request.header, request.signature, researcher, endorsements, None)
+        try:
+            revealed = verifier.reveal(1, request.trace, request.body)
+        except ProtocolError as exc:
+            raise _rejected(exc) from exc
+        sequence_id = uuid.uuid4().hex
+        step = StepRow(
+            index=1,
+            trace_hash=sha256_hex(request.trace),
+            body=request.body,
+            body_hash=sha256_hex(request.body),
+            last=revealed.last,
+        )
+        header_hash = sha256_hex(request.header)
+        with self._lock(sequence_id):
+            seq, step = self.store.create_sequence(
+                sequence_id=sequence_id,
+                researcher=researcher,
+                project=fields.project,
+                dataset_id=dataset.id,
+                header=request.header,
+                header_hash=header_hash,
+                nonce=fields.nonce.hex(),
+                signature=request.signature,
+                endorsements=[e.model_dump(mode="json") for e in endorsements],
+                verifier_state=verifier.state.model_dump(mode="json"),
+                first_step=step,
+                event_data={
+                    "header_sha256": header_hash,
+                    "dataset": dataset.name,
+                    "dataset_version": dataset.version,
+                    "dataset_sha256": dataset.sha256,
+                    "endorsed_by": sorted(verifier.endorsed_by),
+                    "trace_sha256": step.trace_hash,
+                    "body_sha256": step.body_hash,
+                },
+            )
+            return self._compute(seq, step, dataset)
+
+    def reveal(
+        self, researcher: str, sequence_id: str, index: int, request: RevealRequest
+    ) -> StepView:
+        """Accept the reveal of step `index` after a release, or answer a repeated reveal."""
+        with self._lock(sequence_id):
+            seq = self._own_sequence(researcher, sequence_id)
+            trace_hash = sha256_hex(request.trace)
+            body_hash = sha256_hex(request.body)
+            existing = self.store.get_step(sequence_id, index)
+            if existing is not None:
+                if existing.trace_hash != trace_hash or existing.body_hash != body_hash:
+                    raise Conflict(
+                        f"step {index} was already revealed with another trace or body",
+                        code="step_already_revealed",
+                    )
+                if existing.state == StepState.RUNNING:
+                    # Computed but never recorded (the server stopped mid-step): run it again.
+                    return self._compute(seq, existing, self.store.get_dataset(seq.dataset_id))
+                return self._view(seq, existing)
+            if SequenceState(seq.state) in TERMINAL_SEQUENCE_STATES:
+                raise Conflict(
+                    f"the sequence is {seq.state}; nothing more can be revealed",
+                    code="sequence_closed",
+                )
+            if seq.state != SequenceState.RELEASED:
+                raise Conflict(
+                    f"step {seq.current_index} is {seq.state}; reveal step "
+                    f"{seq.current_index + 1} only after it is released",
+                    code="not_released",
+                )
+            if index != seq.current_index + 1:
+                raise Conflict(
+                    f"step {seq.current_index + 1} is next, not step {index}", code="out_of_order"
+                )
+            verifier = self._verifier(
+                seq.header,
+                seq.signature,
+                researcher,
+                [Endorsement.model_validate(e) for e in seq.endorsements],
+                VerifierState.model_validate(seq.verifier_state),
+            )
+            try:
+                revealed = verifier.reveal(index, request.trace, request.body)
+            except ProtocolError as exc:
+                # Nothing is persisted: the sequence stays where it was.
+                raise _rejected(exc) from exc
+            step = StepRow(
+                index=index,
+                trace_hash=trace_hash,
+                body=request.body,
+                body_hash=body_hash,
+                last=revealed.last,
+            )
+            step = self.store.begin_step(
+                sequence_id,
+                expected_version=seq.version,
+                step=step,
+                verifier_state=verifier.state.model_dump(mode="json"),
+                event_data={"trace_sha256": trace_hash, "body_sha256": body_hash},
+            )
+            seq = self._own_sequence(researcher, sequence_id)
+            return self._compute(seq, step, self.store.get_dataset(seq.dataset_id))
+
+    def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
+        ruleset = self.ruleset_for(dataset)
+        history = load_outputs(
+            self.store.released_outputs(
+                seq.researcher, seq.dataset_id, exclude_sequence_step=(seq.id, step.index)
+            )
+        )
+        outcome = run_step(
+            job_id=f"{seq.id}-{step.index}",
+            body=step.body,
+            metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
+            dataset_path=self.data.root / dataset.path,
+            backend=self.backend,
+            limits=self.config.sandbox.limits,
+            ruleset=ruleset,
+            history=history,
+        )
+        decision = outcome.decision or {}
+        seq, step = self.store.settle_step(
+            seq.id,
+            step.index,
+            outcome,
+            event_data={
+                "trace_sha256": step.trace_hash,
+                "body_sha256": step.body_hash,
+                "output_sha256": outcome.output_hash,
+                "public_output_sha256": (
+                    json_hash(outcome.public_output) if outcome.public_output is not None else None
+                ),
+                "ruleset": decision.get("ruleset"),
+                "ruleset_sha256": outcome.ruleset_hash,
+                "verdict": decision.get("verdict"),
+                "decision_sha256": json_hash(decision) if decision else None,
+                "error_code": outcome.error_code,
+            },
+        )
+        return self._view(seq, step)
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def _view(self, seq: SequenceRow, step: StepRow) -> StepView:
+        state = StepState(step.state)
+        decision = Decision.model_validate(step.decision) if step.decision else None
+        try:
+            analysis: dict[str, Any] | None = json.loads(step.body)
+        except ValueError:
+            analysis = None
+        return StepView(
+            sequence_id=seq.id,
+            index=step.index,
+            state=state.value,
+            last=step.last,
+            kind=step.kind,
+            analysis=analysis if isinstance(analysis, dict) else None,
+            output=step.public_output if state == StepState.RELEASED else None,
+            reasons=(
+                researcher_reasons(decision)
+                if decision is not None and state in (StepState.WITHHELD, StepState.REVIEW)
+                else []
+            ),
+            error=(
+                ErrorInfo(code=step.error_code or "failed", message=step.error_message or "")
+                if state == StepState.FAILED
+                else None
+            ),
+            ruleset=decision.ruleset if decision else None,
+            ruleset_hash=decision.ruleset_hash if decision else None,
+            sequence_state=seq.state,
+            updated_at=step.updated_at,
+        )
+
+    def _sequence_view(self, seq: SequenceRow) -> SequenceView:
+        dataset = self.store.get_dataset(seq.dataset_id)
+        return SequenceView(
+            id=seq.id,
+            researcher=seq.researcher,
+            project=seq.project,
+            dataset=dataset.name,
+            dataset_version=dataset.version,
+            state=SequenceState(seq.state).value,
+            current_index=seq.current_index,
+            created_at=seq.created_at,
+            updated_at=seq.updated_at,
+            steps=[self._view(seq, s) for s in self.store.steps(seq.id)],
+        )
+
+    def sequence(self, researcher: str, sequence_id: str) -> SequenceView:
+        return self._sequence_view(self._own_sequence(researcher, sequence_id))
+
+    def sequences(self, researcher: str) -> list[SequenceView]:
+        return [self._sequence_view(s) for s in self.store.list_sequences(researcher)]
+
+    def step(self, researcher: str, sequence_id: str, index: int) -> StepView:
+        seq = self._own_sequence(researcher, sequence_id)
+        step = self.store.get_step(sequence_id, index)
+        if step is None:
+            raise NotFound(f"step {index} of sequence {sequence_id} has not been revealed")
+        return self._view(seq, step)
+
+    # -- output checkers ------------------------------------------------------------------------
+
+    def decide_review(
+        self, sequence_id: str, index: int, *, approve: bool, reviewer: str, note: str = ""
+    ) -> StepView:
+        """An output checker approves (release) or rejects (withhold, abort) a step in review."""
+        with self._lock(sequence_id):
+            step = self.store.get_step(sequence_id, index)
+            if step is None:
+                raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
+            seq, step = self.store.decide_review(
+                sequence_id,
+                index,
+                approve=approve,
+                reviewer=reviewer,
+                note=note,
+                event_data={
+                    "output_sha256": step.output_hash,
+                    "ruleset_sha256": step.ruleset_hash,
+                    "verdict": "release" if approve else "withhold",
+                    "note_sha256": sha256_hex(note.encode("utf-8")),
+                },
+            )
+            return self._view(seq, step)

@@ -50,6 +50,7 @@ from safeaccess.client.protocol.verify import (
 from safeaccess.client.protocol.words import (
     Revealed,
     Word,
+    body_digest,
     decode_word,
     encode_word,
     trace_chain,
@@ -86,6 +87,7 @@ __all__ = [
     "VerifierState",
     "Word",
     "WrongServerError",
+    "body_digest",
     "decode_word",
     "encode_header",
     "encode_word",

@@ -106,8 +106,52 @@ def _add_keys(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     show.set_defaults(handler=_keys_show)
 
 
+def _run(args: argparse.Namespace) -> int:
+    from safeaccess.client.protocol.sealed import SealedSequence
+    from safeaccess.client.results import StepResult, format_output
+    from safeaccess.client.session import SessionError, connect
+
+    sealed = SealedSequence.from_json(Path(args.sealed).read_bytes())
+
+    def show(result: StepResult) -> None:
+        print(result.describe())
+        if result.released:
+            print(format_output(result))
+        print()
+
+    try:
+        with connect(args.server, args.key, args.researcher) as session:
+            results = session.run(sealed, review_timeout=args.review_timeout, on_step=show)
+    except SessionError as exc:
+        raise CommandError(str(exc)) from exc
+    final = results[-1]
+    if final.released and final.last:
+        print(f"sequence {final.sequence_id}: finished, all {final.index} steps released")
+        return EXIT_OK
+    print(f"sequence {final.sequence_id}: stopped at step {final.index} ({final.status})")
+    return 1
+
+
+def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = subparsers.add_parser(
+        "run", help="run a sealed sequence on a server, revealing each step after a release"
+    )
+    run.add_argument("sealed", metavar="SEALED.json", type=Path, help="sealed-sequence file")
+    run.add_argument("--server", required=True, help="server URL, e.g. https://sac.example.org")
+    run.add_argument("--key", required=True, type=Path, help="your private key file")
+    run.add_argument("--researcher", required=True, help="your researcher name on the server")
+    run.add_argument(
+        "--review-timeout",
+        type=float,
+        default=0.0,
+        help="seconds to wait for an output checker on a step in review (default: do not wait)",
+    )
+    run.set_defaults(handler=_run)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_keys,
+    _add_run,
 ]
 
 

@@ -102,6 +102,7 @@ class StepView(BaseModel):
 
 class SequenceView(BaseModel):
     id: str
+    header_sha256: str = Field(description="SHA-256 of the signed header (finds a sequence again).")
     researcher: str
     project: str
     dataset: str

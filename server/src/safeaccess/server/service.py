@@ -415,6 +415,7 @@ class Service:
         dataset = self.store.get_dataset(seq.dataset_id)
         return SequenceView(
             id=seq.id,
+            header_sha256=seq.header_hash,
             researcher=seq.researcher,
             project=seq.project,
             dataset=dataset.name,

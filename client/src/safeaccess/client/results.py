@@ -1,0 +1,174 @@
+"""Step results as the researcher receives them: status, reasons, and the released output.
+
+Outputs are plain JSON data; where pandas is installed, `StepResult.frame()` turns tables,
+regressions, correlations and summaries into DataFrames. pandas is imported only on demand, so
+the client works without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+StepStatus = Literal["running", "released", "withheld", "review", "failed"]
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a step was withheld or sent to review (a check, the cell it fired on, what it means)."""
+
+    check: str
+    verdict: str
+    item: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f" [{self.item}]" if self.item else ""
+        return f"{self.check}{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The state and, once released, the output of one step of a sequence."""
+
+    sequence_id: str
+    index: int
+    status: StepStatus
+    last: bool
+    kind: str | None
+    analysis: dict[str, Any] | None
+    output: dict[str, Any] | None
+    reasons: tuple[Reason, ...] = ()
+    error_code: str | None = None
+    error_message: str | None = None
+    ruleset: str | None = None
+    sequence_state: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepResult:
+        """Build from the server's StepView JSON."""
+        error = data.get("error") or {}
+        return cls(
+            sequence_id=data["sequence_id"],
+            index=int(data["index"]),
+            status=data["state"],
+            last=bool(data["last"]),
+            kind=data.get("kind"),
+            analysis=data.get("analysis"),
+            output=data.get("output"),
+            reasons=tuple(
+                Reason(
+                    check=r["check"], verdict=r["verdict"], item=r.get("item"), message=r["message"]
+                )
+                for r in data.get("reasons") or []
+            ),
+            error_code=error.get("code"),
+            error_message=error.get("message"),
+            ruleset=data.get("ruleset"),
+            sequence_state=data.get("sequence_state", ""),
+            raw=data,
+        )
+
+    @property
+    def released(self) -> bool:
+        return self.status == "released"
+
+    @property
+    def withheld(self) -> bool:
+        return self.status == "withheld"
+
+    @property
+    def in_review(self) -> bool:
+        return self.status == "review"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def frame(self) -> Any:
+        """The released output as a pandas DataFrame (tables, regressions, correlations,
+        summaries); None if nothing was released or the output has no tabular form.
+
+        Raises ImportError with an install hint when pandas is missing.
+        """
+        if self.output is None:
+            return None
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "pandas is needed for DataFrames: pip install 'safeaccess-client[pandas]'"
+            ) from exc
+        out = self.output
+        kind = out.get("type")
+        if kind == "table":
+            return _table_frame(pd, out)
+        if kind == "regression":
+            return pd.DataFrame(out["coefficients"]).set_index("term")
+        if kind == "correlation":
+            return pd.DataFrame(out["matrix"], index=out["variables"], columns=out["variables"])
+        if kind == "summary":
+            rows = []
+            for group in out["groups"]:
+                for var in group["variables"]:
+                    row = dict(zip(out["by"], group["labels"], strict=False))
+                    row.update({"variable": var["variable"], "n": var["n"], **var["stats"]})
+                    rows.append(row)
+            return pd.DataFrame(rows)
+        return None
+
+    def describe(self) -> str:
+        """A short human account of this step's outcome."""
+        what = self.kind or "analysis"
+        head = f"step {self.index} ({what}): {self.status.upper()}"
+        lines = [head]
+        if self.withheld or self.in_review:
+            lines += [f"  - {reason}" for reason in self.reasons]
+        if self.failed:
+            lines.append(f"  - {self.error_code}: {self.error_message}")
+        return "\n".join(lines)
+
+
+def _labels(labels: list[list[Any]], names: list[str], pd: Any) -> Any:
+    if not names:
+        return None
+    if len(names) == 1:
+        return pd.Index([lab[0] if lab else None for lab in labels], name=names[0])
+    return pd.MultiIndex.from_tuples([tuple(lab) for lab in labels], names=names)
+
+
+def _table_frame(pd: Any, out: dict[str, Any]) -> Any:
+    index = _labels(out["row_labels"], out["row_vars"], pd)
+    columns = _labels(out["col_labels"], out["col_vars"], pd)
+    if out.get("margins"):
+        # The margin row/column label is ["All"], shorter than the other labels.
+        index = _margin_index(pd, out["row_labels"], out["row_vars"])
+        if out["col_vars"]:
+            columns = _margin_index(pd, out["col_labels"], out["col_vars"])
+    if columns is None:
+        columns = [out.get("statistic", "value")]
+    return pd.DataFrame(out["values"], index=index, columns=columns)
+
+
+def _margin_index(pd: Any, labels: list[list[Any]], names: list[str]) -> Any:
+    width = len(names)
+    padded = [tuple(lab) + ("",) * (width - len(lab)) for lab in labels]
+    if width == 1:
+        return pd.Index([p[0] for p in padded], name=names[0])
+    return pd.MultiIndex.from_tuples(padded, names=names)
+
+
+def format_output(result: StepResult) -> str:
+    """The released output as text: a DataFrame rendering where pandas is available."""
+    if result.output is None:
+        return ""
+    try:
+        frame = result.frame()
+    except ImportError:
+        frame = None
+    if frame is not None:
+        return str(frame.to_string())
+    import json
+
+    return json.dumps(result.output, indent=2, sort_keys=True)

@@ -1,0 +1,277 @@
+"""A researcher's session with a safeaccess server: signed requests and tit-for-tat driving.
+
+`connect(url, key, researcher)` returns a `Session`; `session.run(sealed)` opens the sequence,
+waits for each result and reveals the next trace only after a release. It stops at a withhold,
+a failure, or a step still in review when the review timeout passes. Every request is signed with
+the researcher's Ed25519 key (`safeaccess.client.httpsig`); no password exists.
+
+Reveals are idempotent on the server, so after a lost connection or a server restart the session
+re-sends the same reveal, and `run` on a sequence already opened resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections.abc import Callable, Generator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from safeaccess.client.httpsig import sign_request
+from safeaccess.client.keys import load_private_key
+from safeaccess.client.protocol.sealed import SealedSequence
+from safeaccess.client.results import StepResult
+
+
+class SessionError(Exception):
+    """The session could not complete a request; `code` is machine-readable."""
+
+    code = "session_error"
+
+
+class ServerError(SessionError):
+    """The server refused a request with {"error": {"code", "message"}}."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{message} ({code}, HTTP {status})")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class WrongServer(SessionError):
+    code = "wrong_server"
+
+
+class _Signer(httpx.Auth):
+    requires_request_body = True
+
+    def __init__(self, key: Ed25519PrivateKey, researcher: str):
+        self._key = key
+        self._researcher = researcher
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers.update(
+            sign_request(
+                request.method,
+                request.url.path,
+                request.url.query.decode("ascii"),
+                request.content,
+                self._key,
+                self._researcher,
+            )
+        )
+        yield request
+
+
+class Session:
+    """Signed access to one server for one researcher."""
+
+    def __init__(
+        self,
+        url: str,
+        key: Ed25519PrivateKey,
+        researcher: str,
+        *,
+        timeout: float = 600.0,
+        retries: int = 5,
+        retry_wait: float = 1.0,
+    ):
+        self.url = url.rstrip("/")
+        self.researcher = researcher
+        self.retries = retries
+        self.retry_wait = retry_wait
+        self._http = httpx.Client(base_url=self.url, auth=_Signer(key, researcher), timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        response = self._http.request(method, path, json=body)
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                raise ServerError(response.status_code, error["code"], error["message"])
+            except (ValueError, KeyError, TypeError):
+                raise ServerError(response.status_code, "http_error", response.text[:500]) from None
+        return response.json()
+
+    def _retrying(self, call: Callable[[], Any]) -> Any:
+        """Call, retrying transport failures and 503s (safe: the calls are idempotent)."""
+        for attempt in range(self.retries + 1):
+            try:
+                return call()
+            except httpx.TransportError:
+                if attempt == self.retries:
+                    raise
+            except ServerError as exc:
+                if exc.status != 503 or attempt == self.retries:
+                    raise
+            time.sleep(self.retry_wait * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """The server's id, key fingerprint and sandbox (unauthenticated)."""
+        result: dict[str, Any] = self._retrying(lambda: self._request("GET", "/v1/health"))
+        return result
+
+    def datasets(self) -> list[dict[str, Any]]:
+        """The catalogue of datasets you may analyse: names, descriptions, column metadata."""
+        data = self._retrying(lambda: self._request("GET", "/v1/datasets"))
+        return list(data["datasets"])
+
+    def sequences(self) -> list[dict[str, Any]]:
+        """Your sequences, each with the state of its steps."""
+        data = self._retrying(lambda: self._request("GET", "/v1/sequences"))
+        return list(data["sequences"])
+
+    def sequence(self, sequence_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._retrying(
+            lambda: self._request("GET", f"/v1/sequences/{sequence_id}")
+        )
+        return result
+
+    def step(self, sequence_id: str, index: int) -> StepResult:
+        return StepResult.from_json(
+            self._retrying(
+                lambda: self._request("GET", f"/v1/sequences/{sequence_id}/steps/{index}")
+            )
+        )
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    def open(self, sealed: SealedSequence) -> StepResult:
+        """Send the signed header, endorsements and the reveal of step 1; returns step 1."""
+        trace, body = sealed.reveal_for(1)
+        payload = {
+            "header": _b64(sealed.header),
+            "signature": _b64(sealed.signature),
+            "endorsements": [e.model_dump(mode="json") for e in sealed.endorsements],
+            "trace": trace.hex(),
+            "body": _b64(body),
+        }
+        return StepResult.from_json(self._request("POST", "/v1/sequences", payload))
+
+    def reveal(self, sequence_id: str, sealed: SealedSequence, index: int) -> StepResult:
+        """Reveal step `index` (T_j, i_j); repeating it is harmless (the server answers again)."""
+        trace, body = sealed.reveal_for(index)
+        payload = {"trace": trace.hex(), "body": _b64(body)}
+        path = f"/v1/sequences/{sequence_id}/steps/{index}"
+        return StepResult.from_json(self._retrying(lambda: self._request("POST", path, payload)))
+
+    def find(self, sealed: SealedSequence) -> dict[str, Any] | None:
+        """The server's record of this sealed sequence, if it was already opened."""
+        digest = hashlib.sha256(sealed.header).hexdigest()
+        return next((s for s in self.sequences() if s["header_sha256"] == digest), None)
+
+    def wait(
+        self, sequence_id: str, index: int, *, timeout: float, poll_interval: float = 2.0
+    ) -> StepResult:
+        """Poll a step until it leaves `review` (or `running`), or until `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        result = self.step(sequence_id, index)
+        while result.status in ("review", "running") and time.monotonic() < deadline:
+            time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
+            result = self.step(sequence_id, index)
+        return result
+
+    def run(
+        self,
+        sealed: SealedSequence,
+        *,
+        review_timeout: float = 0.0,
+        poll_interval: float = 2.0,
+        on_step: Callable[[StepResult], None] | None = None,
+    ) -> list[StepResult]:
+        """Drive a sealed sequence tit-for-tat and return the result of every revealed step.
+
+        Reveals step j+1 only after step j was released; stops after a withhold or failure; a
+        step in review is polled for up to `review_timeout` seconds and returned as `review` if
+        still undecided (call `run` again later to continue). A sequence already opened on the
+        server is resumed, never opened twice.
+        """
+        fields = sealed.header_fields
+        server_id = self.health()["server_id"]
+        if fields.server != server_id:
+            raise WrongServer(
+                f"this sequence is bound to server {fields.server!r}, but {self.url} is "
+                f"{server_id!r}; nothing was revealed"
+            )
+        results: list[StepResult] = []
+        existing = self.find(sealed)
+        if existing is None:
+            try:
+                current = self.open(sealed)
+            except (httpx.TransportError, ServerError) as exc:
+                # The open may have been accepted before the connection broke: look for it.
+                if isinstance(exc, ServerError) and exc.status not in (409, 503):
+                    raise
+                existing = self._retrying(lambda: self.find(sealed))
+                if existing is None:
+                    raise
+                current = self._resume(existing, sealed, results)
+        else:
+            current = self._resume(existing, sealed, results)
+        while True:
+            if current.status == "running":
+                # Left unfinished by a server restart: re-sending the reveal re-runs it.
+                current = self.reveal(current.sequence_id, sealed, current.index)
+            if current.status == "review" and review_timeout > 0:
+                current = self.wait(
+                    current.sequence_id,
+                    current.index,
+                    timeout=review_timeout,
+                    poll_interval=poll_interval,
+                )
+            results.append(current)
+            if on_step is not None:
+                on_step(current)
+            if not current.released or current.last:
+                return results
+            current = self.reveal(current.sequence_id, sealed, current.index + 1)
+
+    def _resume(
+        self, existing: dict[str, Any], sealed: SealedSequence, results: list[StepResult]
+    ) -> StepResult:
+        """Collect the finished steps of an opened sequence; return the step to continue from."""
+        steps = [StepResult.from_json(s) for s in existing["steps"]]
+        if not steps:
+            return self.reveal(existing["id"], sealed, 1)
+        results.extend(steps[:-1])
+        return steps[-1]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def connect(
+    url: str,
+    key: Ed25519PrivateKey | Path | str | bytes,
+    researcher: str,
+    **options: Any,
+) -> Session:
+    """A session with the server at `url`, signing as `researcher` with `key` (a private key,
+    or a PEM file path or bytes)."""
+    private = key if isinstance(key, Ed25519PrivateKey) else load_private_key(key)
+    return Session(url, private, researcher, **options)

@@ -1,45 +1,88 @@
-"""The output-checking engine: `check(output, ruleset) -> Decision`.
+"""The output-checking engine: `check(output, ruleset, *, history) -> Decision`.
 
 CONTRACT used by the server pipeline: `check(output, ruleset=None, *, history=())`, where
 `history` holds the outputs already released earlier to the same researcher on the same dataset
-(so checks can see statistics that combine across a sequence). `RuleSet`, `DEFAULT_RULESET` and
-`check` stay importable from this module. This first
-version carries the two rules the server loop needs (minimum cell count 10, residual df 10); the
-rules-engine issue grows it into the full catalogue behind the same signature.
+(so checks can see statistics that combine across a sequence). `RuleSet`, `DEFAULT_RULESET`,
+`check` and `mitigate` stay importable from this module.
+
+Each output class is routed to its check module in `safeaccess.rules.checks`; every finding names
+the cell or item it concerns. The verdict combines the findings: withhold beats review beats
+release. Mitigations the researcher asked for are reported as findings too, never applied
+silently.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from safeaccess.rules.checks._common import Located
+from safeaccess.rules.checks.correlation import correlation_findings
+from safeaccess.rules.checks.regression import regression_findings
+from safeaccess.rules.checks.stattests import stat_test_findings
+from safeaccess.rules.checks.summary import summary_findings
+from safeaccess.rules.checks.survival import survival_findings
+from safeaccess.rules.checks.tables import table_findings as _table_findings
 from safeaccess.rules.decision import Decision, Finding, combine
+from safeaccess.rules.mitigation import MitigationError, mitigate, mitigation_notes
 from safeaccess.rules.outputs import (
+    CorrelationOutput,
     Output,
     RegressionOutput,
     ScriptOutput,
     SummaryOutput,
+    SurvivalOutput,
     TableOutput,
+    TestOutput,
 )
+from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
+
+__all__ = [
+    "DEFAULT_RULESET",
+    "MitigationError",
+    "RuleSet",
+    "RuleSetError",
+    "check",
+    "load_ruleset",
+    "mitigate",
+    "table_findings",
+]
 
 
-class RuleSet(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = "default"
-    version: str = "1"
-    threshold: int = Field(default=10, ge=1)
-    dof: int = Field(default=10, ge=0)
-
-    def content_hash(self) -> str:
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+def table_findings(output: TableOutput, ruleset: RuleSet | None = None) -> list[Located]:
+    """Findings on a table with the (row, column) of the cell each concerns."""
+    return _table_findings(output, ruleset or DEFAULT_RULESET)
 
 
-DEFAULT_RULESET = RuleSet()
+def _findings(output: Output, rs: RuleSet, history: Sequence[Output]) -> list[Finding]:
+    if isinstance(output, TableOutput):
+        found = [loc.finding for loc in _table_findings(output, rs)]
+        return found + mitigation_notes(output)
+    if isinstance(output, SummaryOutput):
+        return summary_findings(output, rs, history)
+    if isinstance(output, RegressionOutput):
+        return regression_findings(output, rs)
+    if isinstance(output, CorrelationOutput):
+        return correlation_findings(output, rs)
+    if isinstance(output, TestOutput):
+        return stat_test_findings(output, rs)
+    if isinstance(output, SurvivalOutput):
+        return survival_findings(output, rs)
+    if isinstance(output, ScriptOutput):
+        return [
+            Finding(
+                check="script",
+                verdict="review",
+                message="the output of a script is always checked by a person before release.",
+            )
+        ]
+    return [
+        Finding(
+            check="unsupported_output",
+            verdict="review",
+            message=f"no automatic rules exist for outputs of type {type(output).__name__}; "
+            "a person must check it.",
+        )
+    ]
 
 
 def check(
@@ -47,60 +90,10 @@ def check(
 ) -> Decision:
     """Check one typed output against a rule set and decide release / withhold / review."""
     rs = ruleset or DEFAULT_RULESET
-    findings: list[Finding] = []
-    if isinstance(output, TableOutput):
-        for i, row in enumerate(output.facts.cells.counts):
-            for j, n in enumerate(row):
-                if 0 < n < rs.threshold:
-                    item = _cell_name(output, i, j)
-                    findings.append(
-                        Finding(
-                            check="threshold",
-                            verdict="withhold",
-                            item=item,
-                            message=f"cell {item} rests on {n} records; at least {rs.threshold} are needed",
-                        )
-                    )
-    elif isinstance(output, SummaryOutput):
-        for g in output.facts.groups:
-            if g.n < rs.threshold:
-                findings.append(
-                    Finding(
-                        check="threshold",
-                        verdict="withhold",
-                        item=str(g.labels),
-                        message=f"group {g.labels} has {g.n} records; at least {rs.threshold} are needed",
-                    )
-                )
-    elif isinstance(output, RegressionOutput):
-        if output.facts.df_resid < rs.dof:
-            findings.append(
-                Finding(
-                    check="dof",
-                    verdict="withhold",
-                    message=f"residual degrees of freedom {output.facts.df_resid:g} < {rs.dof}",
-                )
-            )
-    elif isinstance(output, ScriptOutput):
-        findings.append(
-            Finding(
-                check="script",
-                verdict="review",
-                message="script output is always checked by a person",
-            )
-        )
+    findings = _findings(output, rs, history)
     return Decision(
         verdict=combine(findings),
         findings=findings,
-        ruleset=f"{rs.name}@{rs.version}",
+        ruleset=rs.label,
         ruleset_hash=rs.content_hash(),
     )
-
-
-def _cell_name(output: TableOutput, i: int, j: int) -> str:
-    parts = [f"{v}={lab}" for v, lab in zip(output.row_vars, output.row_labels[i], strict=False)]
-    if j < len(output.col_labels):
-        parts += [
-            f"{v}={lab}" for v, lab in zip(output.col_vars, output.col_labels[j], strict=False)
-        ]
-    return ", ".join(parts) or "total"

@@ -1,0 +1,1 @@
+"""The check catalogue: one module per output class, each citing the guideline it encodes."""

@@ -1,0 +1,179 @@
+"""Summary statistics: means and totals (DwB class 5), extremes and percentiles (class 3),
+mode (class 4), variance, SD, skewness and kurtosis (class 7), plus reconstruction risk.
+
+Sources: DwB/SDAP guidelines: at least 10 units behind every statistic; means as magnitude tables
+(dominance on the numerator); raw maxima and minima are not released (safe alternatives: a
+top- or bottom-coded extreme shared by many records); each percentile must rest on at least 10
+records (SDAP v2, which makes a median need 20 and quartiles 40); a mode is unsafe when every
+unit shares it; higher moments need 10 degrees of freedom and a non-zero variance (a zero
+variance tells that all values equal the mean). ACRO encodes these as the Position, Endpoints,
+Mode and Shape statbarns. Exact reconstruction of small-scale data from the released
+statistics (Derrick et al., PSD 2022) is checked by `safeaccess.rules.reconstruction`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from safeaccess.rules.decision import Finding, Verdict
+from safeaccess.rules.outputs import (
+    Label,
+    Output,
+    SummaryGroupFacts,
+    SummaryOutput,
+    SummaryVariableFacts,
+)
+from safeaccess.rules.ruleset import RuleSet
+
+_MOMENTS = {"sd", "var", "skewness", "kurtosis"}
+_TOTALS = {"mean", "sum", "total"}
+
+
+def _group_name(by: list[str], labels: list[Label]) -> str:
+    return ", ".join(f"{v}={x}" for v, x in zip(by, labels, strict=False)) or "all records"
+
+
+def _quantiles(stats: Sequence[str]) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    for s in stats:
+        if s == "median":
+            out.append((s, 0.5))
+        elif s == "iqr":
+            out += [(s, 0.25), (s, 0.75)]
+        elif s.startswith("q"):
+            try:
+                out.append((s, float(s[1:])))
+            except ValueError:
+                continue
+    return out
+
+
+def variable_findings(
+    item: str, stats: Sequence[str], f: SummaryVariableFacts, rs: RuleSet
+) -> list[Finding]:
+    """Checks on the statistics released about one variable in one group."""
+    out: list[Finding] = []
+
+    def add(check: str, message: str, verdict: Verdict = "withhold") -> None:
+        out.append(Finding(check=check, verdict=verdict, item=item, message=message))
+
+    units, what = (
+        (f.contributors, "contributors") if f.contributors is not None else (f.n, "records")
+    )
+    if units < rs.threshold:
+        add(
+            "threshold",
+            f"{item} rests on {units} {what}; at least {rs.threshold} are needed. "
+            "Use broader groups.",
+        )
+        return out  # every other statistic of a too-small group is withheld with it
+    names = set(stats)
+    if names & _TOTALS and f.top is not None and f.total is not None:
+        top = [*f.top, 0.0, 0.0, 0.0][:3]
+        if f.negative:
+            add(
+                "negative_values",
+                f"{item} has negative values, for which dominance rules are not defined: an "
+                "output checker must judge whether one contributor dominates the mean.",
+                rs.negative_values,
+            )
+        elif f.total > 0:
+            share = sum(top[: rs.nk_n]) / f.total
+            if share >= rs.nk_k:
+                add(
+                    "nk_dominance",
+                    f"in {item} the {rs.nk_n} largest values make up {share:.1%} of the total "
+                    f"(limit {rs.nk_k:.0%}), so the mean reveals what they are.",
+                )
+            if top[0] > 0 and (f.total - top[0] - top[1]) / top[0] < rs.p_ratio:
+                add(
+                    "p_ratio",
+                    f"in {item} the values besides the two largest add up to less than "
+                    f"{rs.p_ratio:.0%} of the largest, so the second largest could estimate it.",
+                )
+        elif f.total == 0:
+            add("all_zero", f"every value in {item} is zero, so the mean tells each value.")
+    if names & _MOMENTS:
+        if f.n - 1 < rs.dof:
+            add(
+                "dof",
+                f"{item}: {f.n - 1} degrees of freedom for the spread statistics; at least "
+                f"{rs.dof} are needed.",
+            )
+        if f.variance_zero:
+            add(
+                "zero_variance",
+                f"all values in {item} are equal, so a zero spread tells every record's value.",
+            )
+    for name, p in _quantiles(stats):
+        support = min(p, 1.0 - p) * f.n
+        if support < rs.threshold:
+            add(
+                "quantile_support",
+                f"{name} (p={p:g}) of {item} rests on about {support:.0f} records on its "
+                f"smaller side; at least {rs.threshold} are needed on each side.",
+            )
+    for name, at in (("min", f.n_at_min), ("max", f.n_at_max)):
+        if name in names and (at is None or at < rs.threshold):
+            add(
+                "extremes",
+                f"the {'minimum' if name == 'min' else 'maximum'} of {item} is one record's "
+                "raw value. Release it only top- or bottom-coded (shared by at least "
+                f"{rs.threshold} records), or use percentiles.",
+                rs.extremes,
+            )
+    if "mode" in names and (f.n_distinct <= 1 or (f.mode_share or 0.0) >= 1.0):
+        add("mode", f"every record in {item} has the modal value, so the mode tells each value.")
+    if rs.missing_values == "review" and f.missing:
+        add(
+            "missing_values",
+            f"{f.missing} records of {item} had a missing value and were left out; an output "
+            "checker will confirm this is what you intended.",
+            "review",
+        )
+    return out
+
+
+def summary_findings(
+    output: SummaryOutput, rs: RuleSet, history: Sequence[Output] = ()
+) -> list[Finding]:
+    """All summary checks, per group and variable, then reconstruction risk."""
+    facts: dict[str, SummaryGroupFacts] = {repr(g.labels): g for g in output.facts.groups}
+    out: list[Finding] = []
+    for group in output.groups:
+        gname = _group_name(output.by, group.labels)
+        gfacts = facts.get(repr(group.labels))
+        for var in group.variables:
+            item = f"{var.variable} in {gname}"
+            vf = gfacts.variables.get(var.variable) if gfacts else None
+            if vf is None:
+                out.append(
+                    Finding(
+                        check="facts_missing",
+                        verdict="review",
+                        item=item,
+                        message=f"no facts were recorded for {item}; an output checker must "
+                        "review it.",
+                    )
+                )
+                continue
+            out += variable_findings(item, list(var.stats), vf, rs)
+    if rs.reconstruction:
+        out += reconstruction(output, rs, history)
+    return out
+
+
+def reconstruction(output: SummaryOutput, rs: RuleSet, history: Sequence[Output]) -> list[Finding]:
+    """Exact reconstruction risk (Derrick et al.), from `safeaccess.rules.reconstruction`."""
+    try:
+        from safeaccess.rules.reconstruction import reconstruction_findings
+    except ImportError:
+        return [
+            Finding(
+                check="reconstruction",
+                verdict="review",
+                message="the reconstruction-risk check is not installed, so whether these "
+                "statistics pin down individual values must be reviewed by a person.",
+            )
+        ]
+    return list(reconstruction_findings(output, rs, history))

@@ -1,0 +1,44 @@
+"""Survival tables (Kaplan-Meier), not a DwB class: SDAP and O'Keefe et al. (2012).
+
+Each step of a survival curve is a small frequency table: the records at risk and the events at
+that time. Both must reach the survival threshold, or a step reveals when one person had the
+event (ACRO pools events until 10 have accumulated, `rounded_survival_fun`). Steps are checked
+one by one; pool event times (e.g. by month) until every step passes.
+"""
+
+from __future__ import annotations
+
+from safeaccess.rules.decision import Finding
+from safeaccess.rules.outputs import SurvivalOutput
+from safeaccess.rules.ruleset import RuleSet
+
+
+def survival_findings(output: SurvivalOutput, rs: RuleSet) -> list[Finding]:
+    """At-risk and event counts per step, per curve."""
+    t = rs.survival_threshold
+    out: list[Finding] = []
+    for curve in output.facts.curves:
+        group = ", ".join(f"{v}={x}" for v, x in zip(output.by, curve.labels, strict=False))
+        for step in curve.steps:
+            item = f"{group + ', ' if group else ''}time {step.time:g}"
+            if step.at_risk < t:
+                out.append(
+                    Finding(
+                        check="survival_at_risk",
+                        verdict="withhold",
+                        item=item,
+                        message=f"at {item} only {step.at_risk} records are at risk; at least "
+                        f"{t} are needed. Stop the curve earlier or pool time points.",
+                    )
+                )
+            if 0 < step.events < t:
+                out.append(
+                    Finding(
+                        check="survival_events",
+                        verdict="withhold",
+                        item=item,
+                        message=f"the step at {item} rests on {step.events} events; at least "
+                        f"{t} are needed. Pool event times (e.g. by month).",
+                    )
+                )
+    return out

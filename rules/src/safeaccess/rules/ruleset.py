@@ -1,0 +1,203 @@
+"""Rule sets: versioned, content-hashed YAML parameters for the output checks.
+
+A rule set names every parameter the checks use (thresholds, dominance rules, how zeros, missing
+and negative values are treated). Its SHA-256 content hash is recorded with every decision so an
+auditor can tell exactly which parameters decided a release.
+
+Per-dataset overrides are small YAML files holding only the keys that differ (e.g. Eustat's
+threshold of 3 for population tables); they are applied on top of a base rule set with
+`load_ruleset(text, base=DEFAULT_RULESET)` or `RuleSet.with_overrides(mapping)`.
+
+Invalid files raise `RuleSetError` naming the offending key and its line, taken from the YAML
+node marks, so an administrator can fix the file without guessing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class RuleSetError(ValueError):
+    """A rule set file or override is invalid; `key` and `line` (1-based) locate the problem."""
+
+    def __init__(self, message: str, *, key: str | None = None, line: int | None = None) -> None:
+        where = []
+        if line is not None:
+            where.append(f"line {line}")
+        if key is not None:
+            where.append(f"key '{key}'")
+        prefix = f"rule set {', '.join(where)}: " if where else "rule set: "
+        super().__init__(prefix + message)
+        self.key = key
+        self.line = line
+
+
+class RuleSet(BaseModel):
+    """All parameters of the output checks. Frozen: derive variants with `with_overrides`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="default", min_length=1)
+    version: str = Field(default="1", min_length=1)
+    description: str = ""
+    threshold: int = Field(
+        default=10, ge=1, description="Minimum records or contributor units per released number."
+    )
+    dof: int = Field(default=10, ge=0, description="Minimum residual degrees of freedom.")
+    nk_n: int = Field(
+        default=2, ge=1, le=3, description="N of the N-K dominance rule (facts keep the top 3)."
+    )
+    nk_k: float = Field(default=0.9, gt=0.0, le=1.0, description="K of the N-K dominance rule.")
+    p_ratio: float = Field(
+        default=0.1, ge=0.0, lt=1.0, description="Withhold when (total-top1-top2)/top1 < p."
+    )
+    zeros_disclosive: bool = Field(default=True, description="Empty cells are disclosive.")
+    class_disclosure: float | None = Field(
+        default=0.9,
+        gt=0.0,
+        le=1.0,
+        description="Largest share of a row or column one cell may hold; None disables the check.",
+    )
+    missing_values: Literal["ignore", "review"] = Field(
+        default="ignore", description="What to do with cells whose value had missing records."
+    )
+    negative_values: Literal["review", "withhold"] = Field(
+        default="review", description="Verdict when dominance is undefined (negative values)."
+    )
+    extremes: Literal["withhold", "review"] = Field(
+        default="withhold", description="Verdict for raw minima and maxima."
+    )
+    survival_threshold: int = Field(
+        default=10, ge=1, description="Minimum at-risk records and events per survival step."
+    )
+    reconstruction: bool = Field(
+        default=True, description="Run exact reconstruction-risk checks on summary statistics."
+    )
+
+    def content_hash(self) -> str:
+        """SHA-256 (hex) of the canonical JSON of every parameter, name and version included."""
+        canonical = json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    @property
+    def label(self) -> str:
+        """`name@version`, as recorded in decisions."""
+        return f"{self.name}@{self.version}"
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> RuleSet:
+        """A new rule set with `overrides` applied on top of this one; invalid keys raise.
+
+        Unless the overrides name the result, it is called `<base name>+overrides` so a decision
+        never carries the base's label with different parameters.
+        """
+        unknown = sorted(set(overrides) - set(RuleSet.model_fields))
+        if unknown:
+            raise RuleSetError(
+                f"unknown setting; allowed settings are {', '.join(RuleSet.model_fields)}",
+                key=unknown[0],
+            )
+        merged = self.model_dump()
+        merged.update(overrides)
+        if "name" not in overrides:
+            merged["name"] = f"{self.name}+overrides"
+        try:
+            return RuleSet.model_validate(merged)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = str(err["loc"][0]) if err["loc"] else None
+            raise RuleSetError(err["msg"], key=key) from None
+
+
+def _key_lines(node: yaml.Node) -> dict[str, int]:
+    """Map each top-level key of a YAML mapping node to its 1-based line; reject duplicates."""
+    if not isinstance(node, yaml.MappingNode):
+        raise RuleSetError(
+            "the file must be a mapping of settings (key: value per line)",
+            line=node.start_mark.line + 1,
+        )
+    lines: dict[str, int] = {}
+    for key_node, _value in node.value:
+        key = str(key_node.value)
+        line = key_node.start_mark.line + 1
+        if key in lines:
+            raise RuleSetError(
+                f"duplicate setting (first given on line {lines[key]})", key=key, line=line
+            )
+        lines[key] = line
+    return lines
+
+
+def _parse(text: str) -> tuple[dict[str, Any], dict[str, int]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is None:
+            raise RuleSetError("the file is empty")
+        lines = _key_lines(node)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise RuleSetError(
+            f"not valid YAML: {exc.problem or exc}", line=mark.line + 1 if mark else None
+        ) from None
+    except yaml.YAMLError as exc:
+        raise RuleSetError(f"not valid YAML: {exc}") from None
+    return data, lines
+
+
+def _read(path_or_text: str | Path) -> str:
+    if isinstance(path_or_text, Path):
+        return path_or_text.read_text(encoding="utf-8")
+    text = path_or_text
+    if "\n" not in text and text.strip().endswith((".yaml", ".yml")):
+        return Path(text.strip()).read_text(encoding="utf-8")
+    return text
+
+
+def load_ruleset(path_or_text: str | Path, *, base: RuleSet | None = None) -> RuleSet:
+    """Load a rule set from a YAML file (a `Path`, or a `*.yaml`/`*.yml` path string) or text.
+
+    Without `base` the file is a complete rule set (missing settings take the library defaults,
+    which are those of `default.yaml`). With `base` it is an override file: only the keys it gives
+    change. Raises `RuleSetError` with the offending key and line on any invalid content.
+    """
+    data, lines = _parse(_read(path_or_text))
+    unknown = [k for k in data if k not in RuleSet.model_fields]
+    if unknown:
+        raise RuleSetError(
+            f"unknown setting; allowed settings are {', '.join(RuleSet.model_fields)}",
+            key=str(unknown[0]),
+            line=lines.get(str(unknown[0])),
+        )
+    try:
+        if base is not None:
+            return base.with_overrides(data)
+        return RuleSet.model_validate(data)
+    except RuleSetError as exc:
+        raise RuleSetError(
+            str(exc).split(": ", 1)[-1],
+            key=exc.key,
+            line=lines.get(exc.key) if exc.key else None,
+        ) from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else None
+        raise RuleSetError(err["msg"], key=key, line=lines.get(key) if key else None) from None
+
+
+def _load_default() -> RuleSet:
+    text = resources.files("safeaccess.rules").joinpath("rulesets/default.yaml").read_text("utf-8")
+    return load_ruleset(text)
+
+
+DEFAULT_RULESET: RuleSet = _load_default()
+"""The DwB/SDAP rule set shipped with the package (`rulesets/default.yaml`)."""

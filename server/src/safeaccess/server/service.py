@@ -31,6 +31,7 @@ from safeaccess.rules.decision import Decision
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
+from safeaccess.server import review
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.errors import (
@@ -106,6 +107,12 @@ class Service:
     def close(self) -> None:
         self.backend.close()
         self.store.close()
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @property
     def server_id(self) -> str:
@@ -447,20 +454,10 @@ class Service:
     ) -> StepView:
         """An output checker approves (release) or rejects (withhold, abort) a step in review."""
         with self._lock(sequence_id):
-            step = self.store.get_step(sequence_id, index)
-            if step is None:
-                raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
-            seq, step = self.store.decide_review(
-                sequence_id,
-                index,
-                approve=approve,
-                reviewer=reviewer,
-                note=note,
-                event_data={
-                    "output_sha256": step.output_hash,
-                    "ruleset_sha256": step.ruleset_hash,
-                    "verdict": "release" if approve else "withhold",
-                    "note_sha256": sha256_hex(note.encode("utf-8")),
-                },
+            review.decide(
+                self.store, sequence_id, index, approve=approve, reviewer=reviewer, note=note
             )
+            seq = self.store.get_sequence(sequence_id)
+            step = self.store.get_step(sequence_id, index)
+            assert seq is not None and step is not None
             return self._view(seq, step)

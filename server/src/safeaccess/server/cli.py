@@ -1,0 +1,283 @@
+"""`safeaccess-server`: the controller's admin command line.
+
+init, project/researcher/dataset registration, the review queue, serve, and the demo. Commands
+that only administer the database do not need a working sandbox; `serve` refuses to start without
+one and says why. Exit codes: 0 success, 1 failure, 2 user error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
+from safeaccess.server.config import DataDir, default_data_dir, initialise
+from safeaccess.server.errors import ConfigError, ServiceError
+from safeaccess.server.store import Store
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USER_ERROR = 2
+
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, ServiceError, KeyFileError, OSError)
+
+
+def _data(args: argparse.Namespace) -> DataDir:
+    return DataDir(args.data_dir if args.data_dir is not None else default_data_dir())
+
+
+def _store(data: DataDir) -> Store:
+    return Store(data.database_url(data.load_config()))
+
+
+def _init(args: argparse.Namespace) -> int:
+    data = _data(args)
+    config = initialise(data.root, server_id=args.server_id)
+    _store(data).close()
+    print(f"initialised {data.root}")
+    print(f"  server id:   {config.server_id}")
+    print(f"  config:      {data.config_path} (sandbox backend: {config.sandbox.backend})")
+    print(f"  signing key: {data.key_path} (mode 0600)")
+    return EXIT_OK
+
+
+def _project_add(args: argparse.Namespace) -> int:
+    store = _store(_data(args))
+    try:
+        store.add_project(args.name)
+    finally:
+        store.close()
+    print(f"project {args.name} added")
+    return EXIT_OK
+
+
+def _researcher_add(args: argparse.Namespace) -> int:
+    key = load_public_key(args.public_key)
+    store = _store(_data(args))
+    try:
+        store.add_researcher(args.name, public_key_text(key), fingerprint(key), args.project)
+    finally:
+        store.close()
+    print(f"researcher {args.name} ({fingerprint(key)}) in {', '.join(args.project)}")
+    return EXIT_OK
+
+
+def _dataset_add(args: argparse.Namespace) -> int:
+    from safeaccess.server.datasets import load_metadata, read_table, register_dataset
+
+    data = _data(args)
+    store = _store(data)
+    try:
+        project = args.project
+        if project is None:
+            raise ConfigError("give the dataset's project with --project P")
+        row = register_dataset(
+            data,
+            store,
+            name=args.name,
+            frame=read_table(args.data),
+            metadata=load_metadata(args.metadata),
+            project=project,
+            rules_file=args.rules,
+        )
+    finally:
+        store.close()
+    print(f"dataset {row.name} version {row.version}: {row.rows} rows, sha256 {row.sha256}")
+    return EXIT_OK
+
+
+def _dataset_list(args: argparse.Namespace) -> int:
+    from safeaccess.server.db import DatasetRow
+
+    store = _store(_data(args))
+    try:
+        with store.transaction() as s:
+            rows = list(s.query(DatasetRow).order_by(DatasetRow.name, DatasetRow.version))
+    finally:
+        store.close()
+    for row in rows:
+        rules = row.rules_path or "default rules"
+        print(f"{row.name}@{row.version}  project={row.project}  rows={row.rows}  {rules}")
+    return EXIT_OK
+
+
+def _review_list(args: argparse.Namespace) -> int:
+    from safeaccess.server.review import pending
+
+    store = _store(_data(args))
+    try:
+        items = pending(store)
+    finally:
+        store.close()
+    if not items:
+        print("no steps wait for review")
+    for item in items:
+        print(
+            f"{item.sequence_id} step {item.index}: {item.kind} by {item.researcher} "
+            f"({item.project}), waiting since {item.waiting_since}"
+        )
+        for finding in item.findings:
+            print(f"    {finding}")
+    return EXIT_OK
+
+
+def _review_decide(args: argparse.Namespace) -> int:
+    from safeaccess.server.review import decide
+
+    approve = args.review_command == "approve"
+    store = _store(_data(args))
+    try:
+        state = decide(
+            store,
+            args.sequence,
+            args.step,
+            approve=approve,
+            reviewer=args.reviewer or getpass.getuser(),
+            note=args.note,
+        )
+    finally:
+        store.close()
+    verb = "released" if approve else "withheld"
+    print(f"step {args.step} of {args.sequence} {verb}; the sequence is now {state}")
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from safeaccess.server.api import create_app
+    from safeaccess.server.service import Service
+
+    service = Service(_data(args).root)
+    print(
+        f"safeaccess server {service.server_id} on http://{args.host}:{args.port} "
+        f"(sandbox: {service.backend.name})",
+        flush=True,
+    )
+    try:
+        uvicorn.run(create_app(service), host=args.host, port=args.port, log_level="info")
+    finally:
+        service.close()
+    return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from safeaccess.server.demo import run_demo
+
+    return run_demo(args.data_dir, rows=args.rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data directory (default: $SAFEACCESS_DATA, else ./safeaccess-data)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="safeaccess-server",
+        description="safeaccess controller: administer the centre, serve the API, run the demo.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init = sub.add_parser("init", parents=[common], help="create a data directory")
+    init.add_argument("--server-id", default=None, help="this centre's id (default: random)")
+    init.set_defaults(handler=_init)
+
+    project = sub.add_parser("project", help="projects").add_subparsers(
+        dest="project_command", required=True, metavar="ACTION"
+    )
+    padd = project.add_parser("add", parents=[common], help="add a project")
+    padd.add_argument("name", metavar="NAME")
+    padd.set_defaults(handler=_project_add)
+
+    researcher = sub.add_parser("researcher", help="researchers").add_subparsers(
+        dest="researcher_command", required=True, metavar="ACTION"
+    )
+    radd = researcher.add_parser(
+        "add", parents=[common], help="register a researcher's public key in projects"
+    )
+    radd.add_argument("name", metavar="NAME")
+    radd.add_argument("--public-key", type=Path, required=True, help="her Ed25519 public key PEM")
+    radd.add_argument(
+        "--project", action="append", required=True, help="project she belongs to (repeatable)"
+    )
+    radd.set_defaults(handler=_researcher_add)
+
+    dataset = sub.add_parser("dataset", help="datasets").add_subparsers(
+        dest="dataset_command", required=True, metavar="ACTION"
+    )
+    dadd = dataset.add_parser(
+        "add", parents=[common], help="register a new immutable dataset version"
+    )
+    dadd.add_argument("name", metavar="NAME")
+    dadd.add_argument("--data", type=Path, required=True, help="CSV or Parquet file")
+    dadd.add_argument("--metadata", type=Path, required=True, help="metadata (JSON or YAML)")
+    dadd.add_argument("--project", default=None, help="project the dataset belongs to")
+    dadd.add_argument("--rules", type=Path, default=None, help="rule-set overrides (YAML)")
+    dadd.set_defaults(handler=_dataset_add)
+    dlist = dataset.add_parser("list", parents=[common], help="list dataset versions")
+    dlist.set_defaults(handler=_dataset_list)
+
+    review = sub.add_parser("review", help="the output checkers' queue").add_subparsers(
+        dest="review_command", required=True, metavar="ACTION"
+    )
+    rlist = review.add_parser("list", parents=[common], help="steps waiting for review")
+    rlist.set_defaults(handler=_review_list)
+    for action, text in (
+        ("approve", "release the step"),
+        ("reject", "withhold the step (aborts the sequence)"),
+    ):
+        decide = review.add_parser(action, parents=[common], help=text)
+        decide.add_argument("sequence", metavar="SEQUENCE_ID")
+        decide.add_argument("step", metavar="STEP", type=int)
+        decide.add_argument("--reviewer", default=None, help="your name (default: login name)")
+        decide.add_argument("--note", default="", help="reason, kept in the event log")
+        decide.set_defaults(handler=_review_decide)
+
+    serve = sub.add_parser("serve", parents=[common], help="serve the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(handler=_serve)
+
+    demo = sub.add_parser(
+        "demo", parents=[common], help="run the end-to-end demo on an embedded server"
+    )
+    demo.add_argument("--rows", type=int, default=20_000, help="people in the generated census")
+    demo.set_defaults(handler=_demo)
+
+    _register_sandbox_commands(sub)
+    return parser
+
+
+def _register_sandbox_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    # The docker engineer's `sandbox ...` commands live in their own module.
+    try:
+        module = importlib.import_module("safeaccess.server.cli_sandbox")
+    except ModuleNotFoundError as exc:
+        if exc.name != "safeaccess.server.cli_sandbox":
+            raise
+        return
+    module.register(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the admin CLI; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+        return code
+    except USER_ERRORS as exc:
+        message = exc.message if isinstance(exc, ServiceError) else str(exc)
+        print(f"safeaccess-server: error: {message}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""`safeaccess-server demo`: the whole tit-for-tat loop on an embedded server, over real HTTP.
+
+A fresh data directory gets the generated census, a demo project and researcher. The researcher
+seals a sequence in which the early analyses are safe and one (ethnicity by region) has cells
+below the threshold. The client session reveals step by step: the unsafe step is withheld, the
+sequence aborts, and the analyses after it are never revealed to the centre.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from safeaccess.client.analyses import (
+    Analysis,
+    FrequencyTable,
+    Summary,
+    to_body,
+)
+from safeaccess.client.keys import fingerprint, public_key_text
+from safeaccess.client.protocol import seal
+from safeaccess.client.results import StepResult, format_output
+from safeaccess.client.session import connect
+from safeaccess.server.api import create_app
+from safeaccess.server.config import DataDir, initialise
+from safeaccess.server.datasets import register_dataset
+from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.errors import ConfigError
+from safeaccess.server.service import Service
+from safeaccess.server.store import Store
+
+PROJECT = "health-inequalities"
+RESEARCHER = "ada"
+DATASET = "census"
+
+
+def demo_analyses() -> list[Analysis]:
+    """The demo sequence: safe, safe, safe, unsafe (withheld), then one never revealed."""
+    return [
+        FrequencyTable(rows=["region"], cols=["sex"]),
+        Summary(variables=["age", "income"], statistics=["count", "mean", "sd"], by=["sex"]),
+        FrequencyTable(rows=["employment"], cols=["sex"], where="age >= 18"),
+        FrequencyTable(rows=["ethnicity"], cols=["region"]),
+        FrequencyTable(rows=["health"], cols=["ethnicity"]),
+    ]
+
+
+def describe(analysis: Analysis) -> str:
+    """One line saying what an analysis asks, for the demo's account."""
+    data = analysis.model_dump(exclude_defaults=True)
+    kind = data.pop("kind", analysis.kind)
+    if isinstance(analysis, FrequencyTable):
+        text = "frequency table of " + " x ".join(analysis.rows)
+        if analysis.cols:
+            text += " by " + " x ".join(analysis.cols)
+    elif isinstance(analysis, Summary):
+        text = f"{', '.join(analysis.statistics)} of {', '.join(analysis.variables)}"
+        if analysis.by:
+            text += " by " + ", ".join(analysis.by)
+    else:
+        text = f"{kind} {data}"
+    if analysis.where:
+        text += f" where {analysis.where}"
+    return text
+
+
+def prepare(root: Path, *, rows: int, researcher_key: Ed25519PrivateKey) -> None:
+    """Initialise a data directory with the census, a project and the demo researcher."""
+    initialise(root, server_id="demo-centre")
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        store.add_project(PROJECT)
+        public = researcher_key.public_key()
+        store.add_researcher(RESEARCHER, public_key_text(public), fingerprint(public), [PROJECT])
+        register_dataset(
+            data,
+            store,
+            name=DATASET,
+            frame=generate_census(rows),
+            metadata=census_metadata(DATASET),
+            project=PROJECT,
+        )
+    finally:
+        store.close()
+
+
+def run_demo(
+    data_dir: Path | None, *, rows: int = 20_000, out: Callable[[str], None] = print
+) -> int:
+    """Run the demo; returns 0 when it went as designed (releases, then one withhold)."""
+    if data_dir is None:
+        with tempfile.TemporaryDirectory(prefix="safeaccess-demo-") as tmp:
+            return _run(Path(tmp) / "data", rows, out)
+    return _run(data_dir, rows, out)
+
+
+def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
+    key = Ed25519PrivateKey.generate()
+    out(f"Preparing a safe access centre in {root} with {rows} generated census records ...")
+    prepare(root, rows=rows, researcher_key=key)
+    try:
+        service = Service(root)
+    except ConfigError as exc:
+        out(f"cannot start the demo: {exc}")
+        return 1
+    analyses = demo_analyses()
+    with service, EmbeddedServer(create_app(service)) as server:
+        out(
+            f"Server {service.server_id} listening on {server.url} (sandbox: {service.backend.name})"
+        )
+        sealed = seal(
+            [to_body(a) for a in analyses],
+            key,
+            researcher=RESEARCHER,
+            project=PROJECT,
+            dataset=DATASET,
+            server=service.server_id,
+        )
+        out(
+            f"\n{RESEARCHER} seals {len(analyses)} analyses into one binding sequence and signs "
+            "its header;\nthe server sees each analysis only when she reveals it, after the "
+            "previous output was released.\n"
+        )
+
+        def show(result: StepResult) -> None:
+            out(f"--- step {result.index}: {describe(analyses[result.index - 1])}")
+            out(f"    decision: {result.status.upper()}")
+            for reason in result.reasons:
+                out(f"      because {reason}")
+            if result.failed:
+                out(f"      {result.error_code}: {result.error_message}")
+            if result.released:
+                out("    released output:")
+                out("\n".join("      " + line for line in format_output(result).splitlines()))
+            out("")
+
+        with connect(server.url, key, RESEARCHER) as session:
+            results = session.run(sealed, on_step=show)
+    last = results[-1]
+    unrevealed = len(analyses) - last.index
+    out(f"Sequence {last.sequence_id}: {last.sequence_state}.")
+    if unrevealed:
+        out(
+            f"{unrevealed} analysis(es) after step {last.index} were never revealed: the centre "
+            "holds only their place in the hash chain,\nso a researcher cannot learn from a "
+            "withheld step and then pick a different next question."
+        )
+    released = sum(r.released for r in results)
+    return 0 if released >= 1 and (last.withheld or last.last) else 1

@@ -1,0 +1,374 @@
+"""One hardened job container: how it is created, fed its request and read back, with limits.
+
+Every container gets: no network, a read-only root file system, all capabilities dropped,
+no-new-privileges, an unprivileged user, a pids limit, memory == memory+swap (no swap), a CPU
+quota, an RLIMIT_CPU, a size-capped noexec tmpfs on /tmp, an init process (reaps zombies and
+forwards signals), no IPC namespace sharing, a capped json-file log, and exactly one host path:
+the job's dataset file, bind-mounted read-only at `/data/dataset.parquet`.
+
+I/O: the container runs `safeaccess.sandbox.docker_entry` with stdin open. The backend attaches
+to the container (stdin + stdout + stderr), sends one length-prefixed `RunnerRequest` and reads the
+multiplexed output stream, counting stdout bytes against the output limit and killing the
+container the moment it is exceeded or the wall clock runs out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import socket
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.types import LogConfig, Mount, Ulimit
+from pydantic import ValidationError
+
+from safeaccess.sandbox.backend import (
+    AnalysisFailed,
+    LimitExceeded,
+    Limits,
+    RunnerResponse,
+    SandboxError,
+)
+from safeaccess.sandbox.docker.image import SANDBOX_TMP, SANDBOX_USER
+from safeaccess.sandbox.docker_entry import READY_MARKER
+
+log = logging.getLogger(__name__)
+
+DATASET_IN_SANDBOX = "/data/dataset.parquet"
+LABEL_ROLE = "org.safeaccess.sandbox.role"
+LABEL_OWNER = "org.safeaccess.sandbox.owner"
+STDERR_KEEP = 16 * 1024  # tail of stderr kept for the controller's log (never for the researcher)
+LOG_MAX_SIZE = "1m"
+SIGXCPU_EXIT = 128 + 24
+SIGKILL_EXIT = 128 + 9
+
+
+@dataclass(frozen=True)
+class DatasetKey:
+    """A dataset file by identity: a replaced file (new inode or mtime) is a different key."""
+
+    path: str
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    gid: int
+    world_readable: bool
+    group_readable: bool
+
+    @classmethod
+    def of(cls, dataset: Path) -> DatasetKey:
+        """Identify the dataset file, or raise SandboxError if it is not a readable regular file."""
+        path = Path(dataset).resolve()
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise SandboxError(f"dataset file {dataset} cannot be read: {exc.strerror}") from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise SandboxError(f"dataset {dataset} is not a regular file")
+        return cls(
+            path=str(path),
+            device=st.st_dev,
+            inode=st.st_ino,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            gid=st.st_gid,
+            world_readable=bool(st.st_mode & stat.S_IROTH),
+            group_readable=bool(st.st_mode & stat.S_IRGRP),
+        )
+
+    def sandbox_groups(self) -> list[int]:
+        """Extra group the sandbox user needs to read the file; refuse modes it cannot read."""
+        if self.world_readable:
+            return []
+        if self.group_readable and self.gid != 0:
+            return [self.gid]
+        raise SandboxError(
+            f"dataset {self.path} is not readable by the unprivileged sandbox user: make it "
+            "world-readable (chmod o+r) or readable by a non-root group (chgrp + chmod g+r)"
+        )
+
+
+def container_kwargs(
+    *,
+    image: str,
+    dataset: DatasetKey,
+    limits: Limits,
+    cpus: float,
+    labels: dict[str, str],
+    name: str,
+) -> dict[str, Any]:
+    """Arguments for `client.containers.create` of one hardened job container."""
+    threads = str(max(1, int(cpus)))
+    memory = f"{limits.memory_mb}m"
+    return {
+        "image": image,
+        "name": name,
+        "detach": True,
+        "stdin_open": True,
+        "tty": False,
+        "hostname": "sandbox",
+        "user": SANDBOX_USER,
+        "group_add": [str(g) for g in dataset.sandbox_groups()],
+        "working_dir": SANDBOX_TMP,
+        "environment": {
+            # Thread pools sized to the CPU quota, not to the host's cores.
+            "OMP_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+        },
+        "network_mode": "none",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "privileged": False,
+        "init": True,
+        "ipc_mode": "none",
+        "pids_limit": limits.max_processes + 1,  # +1 for the init process
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "nano_cpus": int(cpus * 1_000_000_000),
+        "ulimits": [
+            Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 1),
+            Ulimit(name="core", soft=0, hard=0),
+            Ulimit(name="nofile", soft=1024, hard=1024),
+        ],
+        "tmpfs": {SANDBOX_TMP: f"rw,noexec,nosuid,nodev,size={limits.tmp_mb}m,mode=1777"},
+        "mounts": [
+            Mount(
+                target=DATASET_IN_SANDBOX,
+                source=dataset.path,
+                type="bind",
+                read_only=True,
+                propagation="rprivate",
+            )
+        ],
+        "log_config": LogConfig(
+            type=LogConfig.types.JSON, config={"max-size": LOG_MAX_SIZE, "max-file": "1"}
+        ),
+        "labels": labels,
+    }
+
+
+def _raw_socket(sock: Any) -> socket.socket:
+    raw = getattr(sock, "_sock", sock)
+    if not isinstance(raw, socket.socket):
+        raise SandboxError("the Docker Engine connection does not expose a socket for attach")
+    return raw
+
+
+class _Demux:
+    """Parse Docker's multiplexed attach stream (8-byte header: stream id, 3 zero bytes, size)."""
+
+    def __init__(self, max_stdout: int):
+        self.max_stdout = max_stdout
+        self.stdout = bytearray()
+        self.stderr_tail = bytearray()
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        while len(self._buffer) >= 8:
+            kind = self._buffer[0]
+            size = int.from_bytes(self._buffer[4:8], "big")
+            if len(self._buffer) < 8 + size and kind == 1:
+                # Count stdout as it arrives so a flood is stopped before it is buffered whole.
+                if len(self.stdout) + len(self._buffer) - 8 > self.max_stdout:
+                    raise LimitExceeded("output", self._too_much())
+                return
+            if len(self._buffer) < 8 + size:
+                return
+            payload = bytes(self._buffer[8 : 8 + size])
+            del self._buffer[: 8 + size]
+            if kind == 1:
+                self.stdout += payload
+                if len(self.stdout) > self.max_stdout:
+                    raise LimitExceeded("output", self._too_much())
+            elif kind == 2:
+                self.stderr_tail = (self.stderr_tail + payload)[-STDERR_KEEP:]
+
+    def pending(self) -> bytearray:
+        """Bytes received after the complete frames consumed so far (the start of the next)."""
+        return bytearray(self._buffer)
+
+    def _too_much(self) -> str:
+        return (
+            f"the analysis wrote more than {self.max_stdout} bytes of output (the output limit); "
+            "return a smaller result"
+        )
+
+
+def _kill(container: Container) -> None:
+    with contextlib.suppress(docker.errors.APIError):  # already exited
+        container.kill()
+
+
+class JobContainer:
+    """A started job container with its attach stream open, ready to take exactly one request."""
+
+    def __init__(self, container: Container, api: Any):
+        self.container = container
+        self._api = api
+        self._sock: Any = None
+        self._raw: socket.socket | None = None
+        self._buffer = bytearray()
+        self.stderr_tail = bytearray()
+
+    def attach(self, timeout: float) -> None:
+        """Attach to stdin/stdout/stderr and wait until the entry point reports it is ready."""
+        try:
+            self._sock = self._api.attach_socket(
+                self.container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"could not attach to the sandbox container: {exc}") from exc
+        self._raw = _raw_socket(self._sock)
+        demux = _Demux(len(READY_MARKER))
+        deadline = time.monotonic() + timeout
+        try:
+            while not demux.stdout.startswith(READY_MARKER):
+                if not self._read_into(demux, deadline):
+                    raise SandboxError(
+                        "the sandbox container stopped while starting; the controller's log has "
+                        "its error output"
+                    )
+        except LimitExceeded:
+            raise SandboxError(
+                "the sandbox container wrote unexpected output while starting"
+            ) from None
+        except TimeoutError:
+            raise SandboxError(
+                f"the sandbox container was not ready within {timeout:g} s of starting"
+            ) from None
+        finally:
+            self.stderr_tail = demux.stderr_tail
+        self._buffer = demux.pending()
+
+    def _read_into(self, demux: _Demux, deadline: float) -> bool:
+        """Read one chunk into `demux`; False at end of stream; TimeoutError past the deadline."""
+        assert self._raw is not None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            readable, _, _ = select.select([self._raw], [], [], remaining)
+            if not readable:
+                continue
+            try:
+                chunk = self._raw.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                return False  # connection reset: the container is gone; its state tells why
+            if not chunk:
+                return False
+            demux.feed(chunk)
+            return True
+
+    def run(self, request: bytes, limits: Limits, started: float) -> RunnerResponse:
+        """Send `request` and return the runner's response (see `execute`)."""
+        assert self._raw is not None
+        deadline = started + limits.wall_seconds
+        demux = _Demux(limits.max_output_bytes)
+        demux.stderr_tail = self.stderr_tail
+        demux.feed(bytes(self._buffer))
+        try:
+            self._raw.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                self._raw.sendall(len(request).to_bytes(8, "big") + request)
+            except TimeoutError:
+                _kill(self.container)
+                raise LimitExceeded("wall", wall_message(limits)) from None
+            except OSError as exc:
+                raise SandboxError(
+                    f"the sandbox container stopped before taking its job: {exc}"
+                ) from exc
+            while True:
+                try:
+                    if not self._read_into(demux, deadline):
+                        break
+                except TimeoutError:
+                    _kill(self.container)
+                    raise LimitExceeded("wall", wall_message(limits)) from None
+                except LimitExceeded:
+                    _kill(self.container)
+                    raise
+        finally:
+            self.close()
+        return _finish(self.container, demux, limits, deadline)
+
+    def close(self) -> None:
+        """Close the attach stream (the container itself is removed by the backend)."""
+        for handle in (self._raw, self._sock):
+            if handle is not None:
+                with contextlib.suppress(OSError):
+                    handle.close()
+        self._raw = None
+        self._sock = None
+
+
+def wall_message(limits: Limits) -> str:
+    return (
+        f"the analysis ran longer than the wall-clock limit of {limits.wall_seconds:g} s and was "
+        "stopped"
+    )
+
+
+def _finish(container: Container, demux: _Demux, limits: Limits, deadline: float) -> RunnerResponse:
+    try:
+        status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except Exception:  # the engine's read timeout surfaces as a requests/urllib3 error
+        _kill(container)
+        raise LimitExceeded("wall", wall_message(limits)) from None
+    exit_code = int(status.get("StatusCode", -1))
+    container.reload()
+    state = container.attrs.get("State", {})
+    response: RunnerResponse | None = None
+    if demux.stdout:
+        try:
+            response = RunnerResponse.model_validate_json(bytes(demux.stdout))
+        except ValidationError:
+            response = None
+    if demux.stderr_tail:
+        log.debug(
+            "sandbox container %s stderr (tail): %s",
+            container.short_id,
+            demux.stderr_tail.decode("utf-8", "replace"),
+        )
+    if response is not None and response.ok and response.output is not None:
+        return response
+    if state.get("OOMKilled"):
+        raise LimitExceeded(
+            "memory",
+            f"the analysis used more than the memory limit of {limits.memory_mb} MB and was stopped",
+        )
+    if exit_code in (SIGXCPU_EXIT, SIGKILL_EXIT) and response is None:
+        # SIGXCPU is the soft RLIMIT_CPU; SIGKILL the hard one (for a job that ignores SIGXCPU).
+        # The only other senders of SIGKILL are the kernel's OOM killer (flagged above) and this
+        # backend's own wall-clock kill (reported before we get here).
+        raise LimitExceeded(
+            "cpu",
+            f"the analysis used more than the CPU-time limit of {limits.cpu_seconds} s "
+            "and was stopped",
+        )
+    if response is not None and response.error is not None:
+        raise AnalysisFailed(response.error.code, response.error.message)
+    # The runner's stderr can carry data values: keep it in the controller's log, not the message.
+    raise SandboxError(
+        f"the analysis process ended (exit status {exit_code}) without a valid result; "
+        "the controller's log has the details"
+    )
+
+
+def owner_label() -> str:
+    """Who started a container: host name and process id, to reap orphans after a crash."""
+    return f"{socket.gethostname()}/{os.getpid()}"

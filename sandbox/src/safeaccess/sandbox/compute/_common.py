@@ -1,0 +1,180 @@
+"""Helpers shared by the compute modules: errors, levels of grouping variables, cells, numbers.
+
+Record ids are positions in the stored dataset. Every compute function receives the *filtered*
+frame whose index still holds those positions, plus `n_records`, the size of the stored dataset,
+so that query sets can give every stored record a cell index (or -1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.rules.outputs import Label, QuerySet
+
+# A table or grouping with more cells than this is almost certainly a mistake (e.g. grouping by
+# an identifier) and would only produce disclosive singleton cells; refuse it early.
+MAX_CELLS = 100_000
+
+
+class AnalysisError(Exception):
+    """An analysis cannot be computed; `code` is machine-readable, the message is for the researcher.
+
+    Messages name variables and analysis settings only, never data values.
+    """
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def require_columns(frame: pd.DataFrame, names: list[str]) -> None:
+    """Raise AnalysisError('unknown_variable') if a variable is not in the dataset."""
+    missing = [n for n in names if n not in frame.columns]
+    if missing:
+        raise AnalysisError(
+            "unknown_variable",
+            f"variable(s) {', '.join(missing)} not in the dataset; check the dataset metadata",
+        )
+
+
+def numeric_values(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """The column as float64 with NaN for missing; AnalysisError if it is not numeric."""
+    column = frame[name]
+    if pd.api.types.is_bool_dtype(column.dtype):
+        return column.astype("float64").to_numpy()
+    if not pd.api.types.is_numeric_dtype(column.dtype):
+        raise AnalysisError(
+            "not_numeric", f"variable {name} is not numeric; this analysis needs a numeric variable"
+        )
+    return column.astype("float64").to_numpy(na_value=np.nan)
+
+
+def to_label(value: Any) -> Label:
+    """A plain JSON-able label from a numpy/pandas scalar."""
+    if value is None:
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    return str(value)
+
+
+def fnum(value: Any) -> float | None:
+    """A finite float, or None for NaN/inf/None (JSON has no NaN)."""
+    if value is None:
+        return None
+    out = float(value)
+    return out if math.isfinite(out) else None
+
+
+@dataclass(frozen=True)
+class Coded:
+    """A grouping variable coded as level indexes (-1 = missing) with its ordered levels."""
+
+    name: str
+    codes: np.ndarray
+    levels: list[Label]
+
+
+def code_variable(frame: pd.DataFrame, name: str, metadata: DatasetMetadata) -> Coded:
+    """Code a grouping variable by its levels.
+
+    Declared levels (metadata) come first, in declared order, and are kept even when no record has
+    them: empty cells matter for disclosure checks. Values not declared follow in sorted order.
+    Missing values get code -1 (the record is in no cell).
+    """
+    column = frame[name]
+    present = column.dropna().unique()
+    declared = metadata.column(name)
+    levels: list[Label] = []
+    index: dict[Any, int] = {}
+    if declared is not None and declared.levels:
+        for level in declared.levels:
+            if level not in index:
+                index[level] = len(levels)
+                levels.append(level)
+    extra = []
+    for value in present:
+        label = to_label(value)
+        if label in index or str(label) in index:
+            continue
+        extra.append(label)
+    try:
+        extra.sort()
+    except TypeError:
+        extra.sort(key=str)
+    for label in extra:
+        index[label] = len(levels)
+        levels.append(label)
+    lookup: dict[Any, int] = {}
+    for value in present:
+        label = to_label(value)
+        code = index.get(label)
+        if code is None:
+            code = index[str(label)]
+        lookup[value] = code
+    mapped = column.astype(object).map(lookup).to_numpy(dtype="float64", na_value=np.nan)
+    codes = np.where(np.isnan(mapped), -1, mapped).astype(np.int64)
+    return Coded(name=name, codes=codes, levels=levels)
+
+
+@dataclass(frozen=True)
+class Cells:
+    """The cartesian product of one or more coded variables: one cell per level combination."""
+
+    labels: list[list[Label]]
+    codes: np.ndarray  # cell index per record, -1 where any variable is missing
+
+
+def combine(coded: list[Coded], n: int) -> Cells:
+    """Cells of the cartesian product of `coded` variables (row-major in the given order).
+
+    No variables give a single cell labelled [] holding every record.
+    """
+    if not coded:
+        return Cells(labels=[[]], codes=np.zeros(n, dtype=np.int64))
+    size = 1
+    for c in coded:
+        size *= max(len(c.levels), 1)
+    if size > MAX_CELLS:
+        names = ", ".join(c.name for c in coded)
+        raise AnalysisError(
+            "too_many_cells",
+            f"grouping by {names} gives {size} cells (limit {MAX_CELLS}); group by fewer or coarser "
+            "variables",
+        )
+    labels: list[list[Label]] = [[]]
+    for c in coded:
+        labels = [[*prefix, level] for prefix in labels for level in c.levels]
+    codes = np.zeros(n, dtype=np.int64)
+    missing = np.zeros(n, dtype=bool)
+    for c in coded:
+        codes = codes * len(c.levels) + np.maximum(c.codes, 0)
+        missing |= c.codes < 0
+    codes[missing] = -1
+    return Cells(labels=labels, codes=codes)
+
+
+def label_text(labels: list[Label]) -> str:
+    """A human name of a cell/group label tuple."""
+    return ", ".join("(missing)" if v is None else str(v) for v in labels) or "all"
+
+
+def query_set(
+    labels: list[str], frame: pd.DataFrame, cell: np.ndarray, n_records: int
+) -> QuerySet:
+    """QuerySet over all stored records: `cell` gives the index for each row of the filtered frame."""
+    index = np.full(n_records, -1, dtype=np.int64)
+    positions = frame.index.to_numpy(dtype=np.int64)
+    index[positions] = cell
+    return QuerySet.from_array(labels, index)

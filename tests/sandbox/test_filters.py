@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -119,28 +120,31 @@ TXT = ["a", None, "b", "c", "a", "b", None, "c"]
 DATA = pd.DataFrame({"n": NUM, "t": TXT})
 
 
-def _ref_pred(node: Filter, row: int) -> bool | None:
+COLUMNS: dict[str, list[Any]] = {"n": NUM, "t": TXT}
+
+
+def _ref_pred(node: Compare | In | Between | IsNull, row: int) -> bool | None:
     """Per-row SQL semantics written directly from the definitions (None = unknown)."""
     if isinstance(node, IsNull):
-        missing = {"n": NUM, "t": TXT}[node.column][row] is None
+        missing = COLUMNS[node.column][row] is None
         return missing != node.negated
-    value = {"n": NUM, "t": TXT}[node.column][row]
+    value = COLUMNS[node.column][row]
     if value is None:
         return None
     if isinstance(node, Compare):
         ops = {
             "==": value == node.value,
             "!=": value != node.value,
-            "<": value < node.value,  # type: ignore[operator]
-            "<=": value <= node.value,  # type: ignore[operator]
-            ">": value > node.value,  # type: ignore[operator]
-            ">=": value >= node.value,  # type: ignore[operator]
+            "<": value < node.value,
+            "<=": value <= node.value,
+            ">": value > node.value,
+            ">=": value >= node.value,
         }
         return bool(ops[node.op])
     if isinstance(node, In):
         return (value in node.values) != node.negated
     assert isinstance(node, Between)
-    return bool(node.low <= value <= node.high) != node.negated  # type: ignore[operator]
+    return bool(node.low <= value <= node.high) != node.negated
 
 
 def _ref(node: Filter, row: int) -> bool | None:

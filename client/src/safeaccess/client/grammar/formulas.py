@@ -13,8 +13,9 @@ without evaluating code:
     numeric   := column | FUNC '(' numeric ')' | 'I' '(' numeric '**' INTEGER ')'
     FUNC      := log | log1p | exp | sqrt | abs          (INTEGER: 2 to 10)
 
-`a*b` is `a + b + a:b`; `- 1` or `+ 0` removes the intercept; `- term` removes a term. Terms are
-sets of factors (`a:b` is `b:a`); the expanded term list keeps the order of first appearance.
+`a*b` is `a + b + a:b`; `- 1` or `+ 0` removes the intercept (`+ 1` puts it back); `- term`
+removes a term. Terms are sets of factors (`a:b` is `b:a`); the expanded term list keeps the
+order of first appearance.
 Powers are written `I(x ** 2)` (the statsmodels spelling), never evaluated: only an integer
 exponent is accepted.
 """
@@ -174,12 +175,9 @@ def _plus(a: _Expr, b: _Expr) -> _Expr:
 
 
 def _minus(a: _Expr, b: _Expr) -> _Expr:
+    # As in patsy: subtracting 1 removes the intercept; subtracting 0 changes nothing.
     drop = b.keys()
-    intercept = a.intercept
-    if b.intercept is True:
-        intercept = False
-    elif b.intercept is False:
-        intercept = True
+    intercept = False if b.intercept is True else a.intercept
     return _Expr([t for t in a.terms if frozenset(t) not in drop], intercept)
 
 

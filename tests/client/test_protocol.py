@@ -72,6 +72,8 @@ def test_header_fields_round_trip() -> None:
     assert h.created == created and h.expires == created + timedelta(days=2)
     assert (h.protocol, h.version) == ("safeaccess-sequence", 1)
     assert encode_header(h) == sealed.header
+    assert h.model_dump(mode="json") == json.loads(sealed.header)
+    assert type(h).model_validate_json(h.model_dump_json()) == h
     assert header_digest(sealed.header) == hashlib.sha256(sealed.header).hexdigest()
 
 

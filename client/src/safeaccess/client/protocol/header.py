@@ -16,7 +16,14 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
 import rfc8785
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
 from safeaccess.client.protocol.errors import MalformedError, UnsupportedProtocolError
 
@@ -94,20 +101,17 @@ class Header(BaseModel):
             raise ValueError("times are whole seconds")
         return moment
 
+    @field_serializer("nonce", "t0", when_used="json")
+    def _hex_out(self, value: bytes) -> str:
+        return value.hex()
+
+    @field_serializer("created", "expires", when_used="json")
+    def _time_out(self, value: datetime) -> str:
+        return format_time(value)
+
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON object whose canonical encoding is the header bytes."""
-        return {
-            "protocol": self.protocol,
-            "version": self.version,
-            "researcher": self.researcher,
-            "project": self.project,
-            "dataset": self.dataset,
-            "server": self.server,
-            "nonce": self.nonce.hex(),
-            "t0": self.t0.hex(),
-            "created": format_time(self.created),
-            "expires": format_time(self.expires),
-        }
+        return self.model_dump(mode="json")
 
 
 def encode_header(header: Header) -> bytes:

@@ -148,7 +148,11 @@ def _table_frame(pd: Any, out: dict[str, Any]) -> Any:
             columns = _margin_index(pd, out["col_labels"], out["col_vars"])
     if columns is None:
         columns = [out.get("statistic", "value")]
-    return pd.DataFrame(out["values"], index=index, columns=columns)
+    frame = pd.DataFrame(out["values"], index=index, columns=columns)
+    if out.get("statistic") == "count":
+        # Counts are whole numbers; nullable Int64 keeps suppressed cells as <NA>.
+        frame = frame.round().astype("Int64")
+    return frame
 
 
 def _margin_index(pd: Any, labels: list[list[Any]], names: list[str]) -> Any:

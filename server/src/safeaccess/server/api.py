@@ -129,6 +129,24 @@ def parse_body(model: type[M], body: bytes) -> M:
         raise InvalidRequest(f"invalid request body: {problems}") from exc
 
 
+async def authed(request: Request) -> Authed:
+    """Verify the request's signature over its raw body; the researcher who signed it."""
+    service: Service = request.app.state.service
+    body = await request.body()
+    researcher = await run_in_threadpool(
+        service.authenticate,
+        request.method,
+        request.url.path,
+        request.url.query,
+        request.headers,
+        body,
+    )
+    return Authed(researcher=researcher, body=body)
+
+
+Auth = Annotated[Authed, Depends(authed)]
+
+
 def create_app(service: Service) -> FastAPI:
     """The FastAPI application for one service."""
     app = FastAPI(
@@ -139,6 +157,7 @@ def create_app(service: Service) -> FastAPI:
         docs_url="/v1/docs",
         redoc_url=None,
     )
+    app.state.service = service
 
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
@@ -156,20 +175,6 @@ def create_app(service: Service) -> FastAPI:
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), exc.status_code)
-
-    async def authed(request: Request) -> Authed:
-        body = await request.body()
-        researcher = await run_in_threadpool(
-            service.authenticate,
-            request.method,
-            request.url.path,
-            request.url.query,
-            request.headers,
-            body,
-        )
-        return Authed(researcher=researcher, body=body)
-
-    Auth = Annotated[Authed, Depends(authed)]
 
     @app.get("/v1/health", response_model=Health, tags=["service"])
     def health() -> Health:

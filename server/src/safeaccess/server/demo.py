@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from safeaccess.client.analyses import (
     Analysis,
     FrequencyTable,
+    MagnitudeTable,
+    Regression,
     Summary,
     to_body,
 )
@@ -42,8 +44,8 @@ def demo_analyses() -> list[Analysis]:
     """The demo sequence: safe, safe, safe, unsafe (withheld), then one never revealed."""
     return [
         FrequencyTable(rows=["region"], cols=["sex"]),
-        Summary(variables=["age", "income"], statistics=["count", "mean", "sd"], by=["sex"]),
-        FrequencyTable(rows=["employment"], cols=["sex"], where="age >= 18"),
+        Regression(family="ols", formula="income ~ age + C(sex)", where="employment == 'employed'"),
+        MagnitudeTable(value="income", agg="mean", rows=["region"], where="age >= 18"),
         FrequencyTable(rows=["ethnicity"], cols=["region"]),
         FrequencyTable(rows=["health"], cols=["ethnicity"]),
     ]
@@ -61,6 +63,10 @@ def describe(analysis: Analysis) -> str:
         text = f"{', '.join(analysis.statistics)} of {', '.join(analysis.variables)}"
         if analysis.by:
             text += " by " + ", ".join(analysis.by)
+    elif isinstance(analysis, MagnitudeTable):
+        text = f"{analysis.agg} of {analysis.value} by " + " x ".join(analysis.rows + analysis.cols)
+    elif isinstance(analysis, Regression):
+        text = f"{analysis.family.upper()} regression {analysis.formula}"
     else:
         text = f"{kind} {data}"
     if analysis.where:

@@ -1,0 +1,471 @@
+"""Check an analysis against a dataset's metadata before it is bound into a sequence.
+
+`validate(analysis, metadata)` collects every problem it finds — unknown columns (with close
+matches suggested), identifier columns, columns of the wrong type for their role, filter and
+formula grammar errors, filter values outside a column's declared levels — and raises one
+`AnalysisInvalid` listing them all, each with the field it concerns. It never looks at data.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from safeaccess.client.analyses import (
+    Analysis,
+    Correlation,
+    FrequencyTable,
+    Histogram,
+    MagnitudeTable,
+    Regression,
+    Script,
+    StatTest,
+    Summary,
+    parse_analysis,
+)
+from safeaccess.client.grammar import (
+    And,
+    Between,
+    Call,
+    Categorical,
+    Compare,
+    Filter,
+    Formula,
+    GrammarError,
+    In,
+    IsNull,
+    Not,
+    Or,
+    Power,
+    Scalar,
+    Var,
+    factor_column,
+    factor_name,
+    parse_filter,
+    parse_formula,
+)
+from safeaccess.client.metadata import Column, DatasetMetadata
+
+#: Largest script accepted, in UTF-8 bytes.
+MAX_SCRIPT_BYTES = 200_000
+
+_KINDS = (
+    FrequencyTable,
+    MagnitudeTable,
+    Summary,
+    Regression,
+    Correlation,
+    Histogram,
+    StatTest,
+    Script,
+)
+
+# Statistics that make sense for a column whose values are labels rather than numbers.
+_LABEL_STATISTICS = frozenset({"count", "mode"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an analysis: the field (e.g. 'rows[1]', 'where') and what to do."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class AnalysisInvalid(ValueError):
+    """An analysis that cannot run on this dataset; `problems` lists every reason found."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"the analysis is not valid for this dataset:\n{lines}")
+
+
+def validate(
+    analysis: Analysis | dict[str, object] | bytes | str, metadata: DatasetMetadata
+) -> None:
+    """Raise `AnalysisInvalid` listing every problem of `analysis` against `metadata`.
+
+    `analysis` may also be an instruction body (JSON bytes/str or a dict); schema errors are
+    reported as problems too.
+    """
+    if not isinstance(analysis, _KINDS):
+        try:
+            analysis = parse_analysis(analysis)
+        except ValidationError as exc:
+            raise AnalysisInvalid(
+                [
+                    Problem(".".join(str(p) for p in err["loc"]) or "analysis", err["msg"])
+                    for err in exc.errors()
+                ]
+            ) from exc
+    checker = _Checker(metadata)
+    checker.check(analysis)
+    if checker.problems:
+        raise AnalysisInvalid(checker.problems)
+
+
+def _numeric_levels(col: Column) -> bool:
+    return bool(col.levels) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in col.levels or []
+    )
+
+
+def is_numeric(col: Column) -> bool:
+    """Whether a column holds numbers that can be averaged or regressed on."""
+    if col.type in ("integer", "continuous"):
+        return True
+    if col.type == "ordinal":
+        return col.scale is not None or _numeric_levels(col)
+    if col.type == "categorical":
+        return _numeric_levels(col)
+    return False
+
+
+def is_grouping(col: Column) -> bool:
+    """Whether a column can define groups or table cells (discrete, not an identifier)."""
+    return col.type in ("categorical", "ordinal", "integer")
+
+
+class _Checker:
+    def __init__(self, metadata: DatasetMetadata) -> None:
+        self.metadata = metadata
+        self.problems: list[Problem] = []
+
+    def add(self, field: str, message: str) -> None:
+        problem = Problem(field, message)
+        if problem not in self.problems:  # e.g. one unknown column used in several terms
+            self.problems.append(problem)
+
+    # ------------------------------------------------------------------------------- columns
+
+    def column(self, field: str, name: str) -> Column | None:
+        """The column called `name`, or None after recording why it cannot be used."""
+        col = self.metadata.column(name)
+        if col is None:
+            names = [c.name for c in self.metadata.columns]
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+            if not close:
+                close = [n for n in names if n.lower() == name.lower()]
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            self.add(field, f"unknown column {name!r} in dataset {self.metadata.name!r}{hint}")
+            return None
+        if col.type == "identifier":
+            self.add(
+                field,
+                f"column {name!r} is an identifier; identifiers cannot be used in analyses",
+            )
+            return None
+        return col
+
+    def grouping(self, field: str, name: str) -> None:
+        col = self.column(field, name)
+        if col is not None and not is_grouping(col):
+            self.add(
+                field,
+                f"column {name!r} is {col.type}; only categorical, ordinal or integer columns "
+                "can define groups or table cells (use a histogram to bin a continuous column)",
+            )
+
+    def numeric(self, field: str, name: str, what: str) -> Column | None:
+        col = self.column(field, name)
+        if col is not None and not is_numeric(col):
+            self.add(
+                field,
+                f"{what} needs a numeric column, but {name!r} is {col.type}"
+                + (" with text levels" if col.levels else ""),
+            )
+            return None
+        return col
+
+    def distinct(self, fields: Iterable[tuple[str, str]]) -> None:
+        seen: dict[str, str] = {}
+        for field, name in fields:
+            if name in seen:
+                self.add(field, f"column {name!r} is already used in {seen[name]}")
+            else:
+                seen[name] = field
+
+    # ------------------------------------------------------------------------------ analyses
+
+    def check(self, analysis: Analysis) -> None:
+        where = self.where(analysis.where)
+        if isinstance(analysis, FrequencyTable | MagnitudeTable):
+            self.table(analysis)
+        elif isinstance(analysis, Summary):
+            self.summary(analysis)
+        elif isinstance(analysis, Regression):
+            self.regression(analysis)
+        elif isinstance(analysis, Correlation):
+            for i, name in enumerate(analysis.variables):
+                self.numeric(f"variables[{i}]", name, f"{analysis.method} correlation")
+            self.distinct((f"variables[{i}]", n) for i, n in enumerate(analysis.variables))
+        elif isinstance(analysis, Histogram):
+            self.histogram(analysis)
+        elif isinstance(analysis, StatTest):
+            self.stat_test(analysis, where)
+        elif isinstance(analysis, Script):
+            size = len(analysis.code.encode("utf-8"))
+            if size > MAX_SCRIPT_BYTES:
+                self.add("code", f"the script is {size} bytes; the limit is {MAX_SCRIPT_BYTES}")
+
+    def table(self, analysis: FrequencyTable | MagnitudeTable) -> None:
+        dims = [(f"rows[{i}]", n) for i, n in enumerate(analysis.rows)]
+        dims += [(f"cols[{i}]", n) for i, n in enumerate(analysis.cols)]
+        for field, name in dims:
+            self.grouping(field, name)
+        if isinstance(analysis, MagnitudeTable):
+            self.numeric("value", analysis.value, f"a table of the {analysis.agg}")
+            dims.append(("value", analysis.value))
+        self.distinct(dims)
+
+    def summary(self, analysis: Summary) -> None:
+        label_only = sorted(set(analysis.statistics) - _LABEL_STATISTICS)
+        for i, name in enumerate(analysis.variables):
+            col = self.column(f"variables[{i}]", name)
+            if col is not None and not is_numeric(col) and label_only:
+                self.add(
+                    f"variables[{i}]",
+                    f"column {name!r} is {col.type}; of the statistics asked only count and "
+                    f"mode apply to it, not {', '.join(label_only)} "
+                    "(use a frequency table for its distribution)",
+                )
+        for i, name in enumerate(analysis.by):
+            self.grouping(f"by[{i}]", name)
+        self.distinct(
+            [(f"variables[{i}]", n) for i, n in enumerate(analysis.variables)]
+            + [(f"by[{i}]", n) for i, n in enumerate(analysis.by)]
+        )
+
+    def histogram(self, analysis: Histogram) -> None:
+        col = self.column("variable", analysis.variable)
+        if col is not None and col.type not in ("integer", "continuous"):
+            self.add(
+                "variable",
+                f"a histogram needs an integer or continuous column, but {analysis.variable!r} "
+                f"is {col.type}; use a frequency table instead",
+            )
+        for i, name in enumerate(analysis.by):
+            self.grouping(f"by[{i}]", name)
+        self.distinct(
+            [("variable", analysis.variable)] + [(f"by[{i}]", n) for i, n in enumerate(analysis.by)]
+        )
+
+    def stat_test(self, analysis: StatTest, where: Filter | None) -> None:
+        if analysis.test == "chi2_independence":
+            assert analysis.rows is not None and analysis.cols is not None
+            for field, name in (("rows", analysis.rows), ("cols", analysis.cols)):
+                col = self.column(field, name)
+                if col is not None and col.type == "continuous":
+                    self.add(
+                        field,
+                        f"a chi-squared test needs a categorical column, but {name!r} is "
+                        "continuous",
+                    )
+            self.distinct([("rows", analysis.rows), ("cols", analysis.cols)])
+            return
+        assert analysis.variable is not None and analysis.group is not None
+        self.numeric("variable", analysis.variable, "a t-test")
+        col = self.column("group", analysis.group)
+        if col is None:
+            return
+        if col.type not in ("categorical", "ordinal") and not (
+            col.levels is not None and len(col.levels) == 2
+        ):
+            self.add(
+                "group",
+                f"the t-test group must be a categorical column with two levels, but "
+                f"{analysis.group!r} is {col.type}",
+            )
+        elif col.levels is not None and len(col.levels) != 2:
+            kept = _levels_kept(where, analysis.group)
+            if kept is None or len(kept) != 2:
+                self.add(
+                    "group",
+                    f"column {analysis.group!r} has {len(col.levels)} levels; a two-sample "
+                    f"t-test needs two: keep two with a filter such as "
+                    f'"{analysis.group} in ({", ".join(repr(v) for v in col.levels[:2])})"',
+                )
+        self.distinct([("variable", analysis.variable), ("group", analysis.group)])
+
+    # ---------------------------------------------------------------------------- regression
+
+    def regression(self, analysis: Regression) -> None:
+        try:
+            formula = parse_formula(analysis.formula)
+        except GrammarError as exc:
+            self.add("formula", str(exc))
+            return
+        self.formula(formula, analysis.family)
+
+    def formula(self, formula: Formula, family: str) -> None:
+        response = factor_column(formula.response)
+        col = self.column("formula", response)
+        if col is not None:
+            self.response(col, formula, family)
+        rhs: set[str] = set()
+        for term in formula.terms:
+            for f in term:
+                name = factor_column(f)
+                rhs.add(name)
+                col = self.column("formula", name)
+                if col is None or isinstance(f, Categorical):
+                    continue
+                if isinstance(f, Call | Power) and not is_numeric(col):
+                    self.add(
+                        "formula",
+                        f"{factor_name(f)} transforms {name!r}, which is {col.type}; "
+                        "transforms need a numeric column",
+                    )
+        if response in rhs:
+            self.add("formula", f"the response {response!r} also appears on the right of '~'")
+
+    def response(self, col: Column, formula: Formula, family: str) -> None:
+        name = factor_name(formula.response)
+        if not is_numeric(col):
+            self.add(
+                "formula",
+                f"the response {name!r} must be numeric, but {col.name!r} is {col.type}"
+                + (" with text levels; code it as 0/1" if col.levels else ""),
+            )
+            return
+        if family in ("logit", "probit"):
+            if not isinstance(formula.response, Var):
+                self.add("formula", f"a {family} response must be a 0/1 column, not {name}")
+            elif col.type == "continuous":
+                self.add(
+                    "formula",
+                    f"a {family} model needs a binary 0/1 response, but {col.name!r} is continuous",
+                )
+            else:
+                values = _declared_values(col)
+                if values is not None and not values <= {0, 1}:
+                    self.add(
+                        "formula",
+                        f"a {family} model needs a response coded 0/1, but {col.name!r} takes "
+                        f"values {', '.join(f'{v:g}' for v in sorted(values))}",
+                    )
+        elif (
+            family == "poisson"
+            and isinstance(formula.response, Var)
+            and col.bounds is not None
+            and col.bounds[0] < 0
+        ):
+            self.add(
+                "formula",
+                f"a poisson model needs a count response, but {col.name!r} can be negative",
+            )
+
+    # -------------------------------------------------------------------------------- filter
+
+    def where(self, text: str | None) -> Filter | None:
+        if text is None:
+            return None
+        try:
+            ast = parse_filter(text)
+        except GrammarError as exc:
+            self.add("where", str(exc))
+            return None
+        self._filter(ast)
+        return ast
+
+    def _filter(self, node: Filter) -> None:
+        if isinstance(node, Not):
+            self._filter(node.operand)
+            return
+        if isinstance(node, And | Or):
+            for operand in node.operands:
+                self._filter(operand)
+            return
+        col = self.column("where", node.column)
+        if col is None or isinstance(node, IsNull):
+            return
+        values: tuple[Scalar, ...]
+        if isinstance(node, Compare):
+            values = (node.value,)
+        elif isinstance(node, In):
+            values = node.values
+        else:
+            assert isinstance(node, Between)
+            values = (node.low, node.high)
+        for value in values:
+            if not self._literal_type_ok(col, value):
+                return
+        equality = isinstance(node, In) or (isinstance(node, Compare) and node.op in ("==", "!="))
+        if equality and col.levels is not None:
+            unknown = [v for v in values if not _is_level(col, v)]
+            if unknown:
+                shown = ", ".join(repr(v) for v in unknown)
+                self.add(
+                    "where",
+                    f"{shown} is not a level of {col.name!r}; its levels are "
+                    f"{', '.join(repr(v) for v in col.levels)}",
+                )
+
+    def _literal_type_ok(self, col: Column, value: Scalar) -> bool:
+        numeric_col = is_numeric(col)
+        if isinstance(value, str) and numeric_col:
+            self.add(
+                "where",
+                f"column {col.name!r} is numeric ({col.type}) but is compared with the string "
+                f"{value!r}; compare it with a number",
+            )
+            return False
+        if not isinstance(value, str) and col.levels and not numeric_col:
+            self.add(
+                "where",
+                f"column {col.name!r} has text levels but is compared with {value!r}; "
+                f"quote the value, e.g. {str(col.levels[0])!r}",
+            )
+            return False
+        return True
+
+
+def _is_level(col: Column, value: Scalar) -> bool:
+    levels = col.levels or []
+    if isinstance(value, bool):
+        return False
+    return any(lvl == value for lvl in levels)
+
+
+def _declared_values(col: Column) -> set[float] | None:
+    """The values a column can take, if the metadata pins them down."""
+    if col.levels is not None and _numeric_levels(col):
+        return {float(v) for v in col.levels or [] if not isinstance(v, str)}
+    if col.scale is not None:
+        return {float(v) for v in range(col.scale[0], col.scale[1] + 1)}
+    if col.type == "integer" and col.bounds is not None:
+        lo, hi = col.bounds
+        if hi - lo <= 100:
+            return {float(v) for v in range(math.ceil(lo), math.floor(hi) + 1)}
+    return None
+
+
+def _levels_kept(where: Filter | None, column: str) -> set[Scalar] | None:
+    """Values of `column` that a top-level `column in (...)` / `column = v` conjunct keeps."""
+    if where is None:
+        return None
+    conjuncts = where.operands if isinstance(where, And) else (where,)
+    for c in conjuncts:
+        if isinstance(c, In) and c.column == column and not c.negated:
+            return set(c.values)
+        if isinstance(c, Compare) and c.column == column and c.op == "==":
+            return {c.value}
+    return None
+
+
+__all__ = [
+    "MAX_SCRIPT_BYTES",
+    "AnalysisInvalid",
+    "Problem",
+    "is_grouping",
+    "is_numeric",
+    "validate",
+]

@@ -474,7 +474,7 @@ class Store:
                 .where(StepRow.state == StepState.REVIEW.value)
                 .order_by(StepRow.updated_at)
             )
-            return [(seq, step) for seq, step in s.execute(query).tuples()]
+            return [(row[0], row[1]) for row in s.execute(query)]
 
     def decide_review(
         self,

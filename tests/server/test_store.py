@@ -1,0 +1,221 @@
+"""The store: one transaction per state change, replays refused, bad moves change nothing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from safeaccess.server.db import EventRow, StepRow
+from safeaccess.server.errors import Conflict, NotFound
+from safeaccess.server.states import IllegalTransition, StepState
+from safeaccess.server.store import StepOutcome, Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    s.add_project("p")
+    s.add_researcher("ada", "PEM", "fp-ada", ["p"])
+    s.add_dataset(
+        name="d",
+        version=1,
+        project="p",
+        path="d.parquet",
+        sha256="0" * 64,
+        rows=10,
+        metadata={"name": "d"},
+        rules_path=None,
+    )
+    return s
+
+
+def _open(store: Store, seq_id: str = "a" * 32, header: bytes = b"h1", last: bool = False):
+    step = StepRow(index=1, trace_hash="t1", body=b"b1", body_hash="bh1", last=last)
+    return store.create_sequence(
+        sequence_id=seq_id,
+        researcher="ada",
+        project="p",
+        dataset_id=1,
+        header=header,
+        header_hash=f"hash-{header.decode()}",
+        nonce=f"n-{header.decode()}",
+        signature=b"s",
+        endorsements=[],
+        verifier_state={"next_index": 2},
+        first_step=step,
+        event_data={},
+    )
+
+
+def _count_events(store: Store) -> int:
+    with store.transaction() as s:
+        return int(s.scalar(select(func.count()).select_from(EventRow)) or 0)
+
+
+def test_open_creates_a_running_sequence_and_step_with_an_event(store: Store) -> None:
+    before = _count_events(store)
+    seq, step = _open(store)
+    assert (seq.state, seq.current_index, step.state) == ("running", 1, "running")
+    assert _count_events(store) == before + 1
+
+
+def test_a_header_is_accepted_once(store: Store) -> None:
+    _open(store)
+    with pytest.raises(Conflict) as info:
+        _open(store, seq_id="b" * 32)
+    assert info.value.code == "header_replayed"
+    assert store.get_sequence("b" * 32) is None
+
+
+def test_settle_release_then_reveal_next_then_withhold_aborts(store: Store) -> None:
+    seq, _ = _open(store)
+    seq, step = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    assert (seq.state, step.state) == ("released", "released")
+    nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
+    store.begin_step(
+        seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
+    )
+    seq, step = store.settle_step(seq.id, 2, StepOutcome(state=StepState.WITHHELD), {})
+    assert (seq.state, step.state) == ("aborted", "withheld")
+    third = StepRow(index=3, trace_hash="t3", body=b"b3", body_hash="bh3", last=True)
+    with pytest.raises(Conflict):
+        store.begin_step(
+            seq.id, expected_version=seq.version, step=third, verifier_state={}, event_data={}
+        )
+    assert store.get_step(seq.id, 3) is None
+
+
+def test_reveal_before_release_changes_nothing(store: Store) -> None:
+    seq, _ = _open(store)
+    events = _count_events(store)
+    nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
+    with pytest.raises(Conflict) as info:
+        store.begin_step(
+            seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
+        )
+    assert info.value.code == "not_released"
+    assert store.get_step(seq.id, 2) is None
+    assert _count_events(store) == events
+    assert store.get_sequence(seq.id).state == "running"  # type: ignore[union-attr]
+
+
+def test_a_stale_version_loses(store: Store) -> None:
+    seq, _ = _open(store)
+    seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
+    with pytest.raises(Conflict) as info:
+        store.begin_step(
+            seq.id, expected_version=seq.version - 1, step=nxt, verifier_state={}, event_data={}
+        )
+    assert info.value.code == "concurrent_update"
+
+
+def test_concurrent_reveals_only_one_wins(store: Store) -> None:
+    seq, _ = _open(store)
+    seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        step = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
+        try:
+            store.begin_step(
+                seq.id, expected_version=seq.version, step=step, verifier_state={}, event_data={}
+            )
+            outcomes.append("won")
+        except Conflict:
+            outcomes.append("lost")
+
+    threads = [threading.Thread(target=attempt) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["lost", "lost", "lost", "won"]
+
+
+def test_settling_twice_is_illegal_and_keeps_the_first_result(store: Store) -> None:
+    seq, _ = _open(store, last=True)
+    store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED, output={"x": 1}), {})
+    with pytest.raises(Conflict):
+        store.settle_step(seq.id, 1, StepOutcome(state=StepState.WITHHELD), {})
+    step = store.get_step(seq.id, 1)
+    assert step is not None and step.state == "released" and step.output == {"x": 1}
+    assert store.get_sequence(seq.id).state == "finished"  # type: ignore[union-attr]
+
+
+def test_review_approve_and_reject(store: Store) -> None:
+    seq, _ = _open(store)
+    store.settle_step(seq.id, 1, StepOutcome(state=StepState.REVIEW), {})
+    assert [s.index for _, s in store.review_queue()] == [1]
+    seq, step = store.decide_review(
+        seq.id, 1, approve=True, reviewer="carol", note="ok", event_data={}
+    )
+    assert (seq.state, step.state, step.reviewer) == ("released", "released", "carol")
+    assert store.review_queue() == []
+    with pytest.raises(Conflict):
+        store.decide_review(seq.id, 1, approve=False, reviewer="carol", note="", event_data={})
+
+    seq2, _ = _open(store, seq_id="c" * 32, header=b"h2")
+    store.settle_step(seq2.id, 1, StepOutcome(state=StepState.REVIEW), {})
+    seq2, step2 = store.decide_review(
+        seq2.id, 1, approve=False, reviewer="dan", note="no", event_data={}
+    )
+    assert (seq2.state, step2.state) == ("aborted", "withheld")
+
+
+def test_illegal_step_transition_rolls_back(store: Store) -> None:
+    seq, _ = _open(store)
+    with pytest.raises(IllegalTransition):
+        store.settle_step(seq.id, 1, StepOutcome(state=StepState.RUNNING), {})
+    assert store.get_sequence(seq.id).state == "running"  # type: ignore[union-attr]
+
+
+def test_history_holds_only_released_outputs_of_this_researcher_and_dataset(
+    store: Store,
+) -> None:
+    seq, _ = _open(store)
+    store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED, output={"k": 1}), {})
+    seq2, _ = _open(store, seq_id="d" * 32, header=b"h3")
+    store.settle_step(seq2.id, 1, StepOutcome(state=StepState.WITHHELD, output={"k": 2}), {})
+    assert store.released_outputs("ada", 1, exclude_sequence_step=("x", 0)) == [{"k": 1}]
+    assert store.released_outputs("ada", 1, exclude_sequence_step=(seq.id, 1)) == []
+    assert store.released_outputs("bob", 1, exclude_sequence_step=("x", 0)) == []
+
+
+def test_nonces_are_remembered_until_they_expire(store: Store) -> None:
+    import time
+
+    now = int(time.time())
+    assert store.remember_nonce("ada", "n1", now + 100)
+    assert not store.remember_nonce("ada", "n1", now + 100)
+    assert store.remember_nonce("bob", "n1", now + 100)
+    assert store.remember_nonce("ada", "old", now - 1)
+    # An expired nonce is purged on the next insert; by then its timestamp is stale anyway.
+    assert store.remember_nonce("ada", "n2", now + 100)
+    assert store.remember_nonce("ada", "old", now + 100)
+
+
+def test_unknown_project_for_researcher(store: Store) -> None:
+    with pytest.raises(NotFound):
+        store.add_researcher("bob", "PEM", "fp", ["nope"])
+    assert store.get_researcher("bob") is None
+
+
+def test_dataset_versions(store: Store) -> None:
+    assert store.next_dataset_version("d") == 2
+    with pytest.raises(Conflict):
+        store.add_dataset(
+            name="d",
+            version=1,
+            project="p",
+            path="x",
+            sha256="0",
+            rows=1,
+            metadata={},
+            rules_path=None,
+        )
+    assert store.find_dataset("d").version == 1  # type: ignore[union-attr]
+    assert [d.name for d in store.datasets_for("ada")] == ["d"]

@@ -4,7 +4,8 @@ Sources: DwB/SDAP guidelines (apply the rule of the underlying statistic to a gr
 is a frequency table of its bins); ACRO's per-bin `MinimumThresholdCheck` and its notes on
 extreme bins and bin edges (ACRO issues #192 and #308, edge and extreme-value checks of #382).
 
-Bins lie along the rows (one column per `by` group). Empty bins at either end of the range are not
+Bins lie along the columns (one row per `by` group), as the sandbox runner lays them out; a
+histogram whose rows match the bin edges instead is read the other way round. Empty bins at either end of the range are not
 treated as disclosive zeros (ACRO #308: otherwise every histogram with a tail fails); empty bins in
 between are, when the rule set says zeros are disclosive. Bin edges computed from the data (a bin
 count spread between the observed minimum and maximum) publish the raw extremes: withhold.
@@ -21,11 +22,18 @@ from safeaccess.rules.outputs import TableOutput
 from safeaccess.rules.ruleset import RuleSet
 
 
-def _interior_empty(counts: np.ndarray) -> np.ndarray:
-    """Empty bins with a non-empty bin both below and above them in the same column."""
+def _bin_axis(output: TableOutput, counts: np.ndarray) -> int:
+    """1 when bins are the columns (the runner's layout), 0 when they are the rows."""
+    if output.bin_edges is not None and counts.shape[0] == len(output.bin_edges) - 1:
+        return 0 if counts.shape[1] != len(output.bin_edges) - 1 else 1
+    return 1
+
+
+def _interior_empty(counts: np.ndarray, axis: int) -> np.ndarray:
+    """Empty bins with a non-empty bin on both sides of them in the same group."""
     nonzero = counts > 0
-    below = np.maximum.accumulate(nonzero, axis=0)
-    above = np.maximum.accumulate(nonzero[::-1], axis=0)[::-1]
+    below = np.maximum.accumulate(nonzero, axis=axis)
+    above = np.flip(np.maximum.accumulate(np.flip(nonzero, axis=axis), axis=axis), axis=axis)
     return (~nonzero) & below & above
 
 
@@ -63,7 +71,7 @@ def histogram_findings(output: TableOutput, rs: RuleSet) -> list[Located]:
     if rs.zeros_disclosive and counts.size:
         out += locate(
             output,
-            released_mask(output) & _interior_empty(counts),
+            released_mask(output) & _interior_empty(counts, _bin_axis(output, counts)),
             "zeros",
             "withhold",
             "{cell} is an empty bin between non-empty ones: it tells that nobody has a value in "

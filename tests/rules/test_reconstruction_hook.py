@@ -1,0 +1,96 @@
+"""The engine calls `safeaccess.rules.reconstruction.reconstruction_findings` for summaries."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from collections.abc import Sequence
+
+import pytest
+
+from safeaccess.rules.decision import Finding
+from safeaccess.rules.engine import DEFAULT_RULESET, check
+from safeaccess.rules.outputs import (
+    Output,
+    SummaryFacts,
+    SummaryGroup,
+    SummaryGroupFacts,
+    SummaryOutput,
+    SummaryVariableFacts,
+    VariableSummary,
+)
+from safeaccess.rules.ruleset import RuleSet
+
+HAVE_MODULE = importlib.util.find_spec("safeaccess.rules.reconstruction") is not None
+
+
+def _likert(n: int, mean: float, sd: float) -> SummaryOutput:
+    return SummaryOutput(
+        by=[],
+        statistics=["mean", "sd"],
+        round=None,
+        groups=[
+            SummaryGroup(
+                labels=[],
+                variables=[VariableSummary(variable="score", n=n, stats={"mean": mean, "sd": sd})],
+            )
+        ],
+        facts=SummaryFacts(
+            groups=[
+                SummaryGroupFacts(
+                    labels=[],
+                    n=n,
+                    variables={
+                        "score": SummaryVariableFacts(
+                            n=n,
+                            n_distinct=2,
+                            scale=(1, 5),
+                            value_counts={"1": 0, "2": 0, "3": 0, "4": n - 1, "5": 1},
+                            top=[5.0, 4.0, 4.0],
+                            total=4.0 * (n - 1) + 5.0,
+                            negative=False,
+                        )
+                    },
+                )
+            ],
+            n_total=n,
+        ),
+    )
+
+
+def test_hook_passes_output_ruleset_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[object, object, object]] = []
+
+    def fake(output: SummaryOutput, ruleset: RuleSet, history: Sequence[Output]) -> list[Finding]:
+        seen.append((output, ruleset, tuple(history)))
+        return [Finding(check="reconstruction", verdict="withhold", message="pinned")]
+
+    module = types.ModuleType("safeaccess.rules.reconstruction")
+    module.reconstruction_findings = fake  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "safeaccess.rules.reconstruction", module)
+    out = _likert(20, 4.05, 0.2236)
+    earlier = _likert(20, 4.05, 0.2236)
+    d = check(out, history=[earlier])
+    assert d.verdict == "withhold" and d.findings[-1].message == "pinned"
+    assert seen == [(out, DEFAULT_RULESET, (earlier,))]
+    # switched off in the rule set: not called
+    check(out, DEFAULT_RULESET.with_overrides({"reconstruction": False}))
+    assert len(seen) == 1
+
+
+@pytest.mark.skipif(not HAVE_MODULE, reason="safeaccess.rules.reconstruction not written yet")
+def test_real_module_flags_mean_and_sd_that_identify_every_value() -> None:
+    # 19 fours and one five on a 1..5 scale: mean 4.05, sd sqrt(0.95/19) = 0.2236 exactly
+    # determine the multiset uniquely (only one 5 among 20 values), so every value is known
+    n = 20
+    mean = (19 * 4 + 5) / n
+    sd = (((19 * (4 - mean) ** 2) + (5 - mean) ** 2) / (n - 1)) ** 0.5
+    d = check(_likert(n, mean, sd))
+    assert any(f.check.startswith("reconstruction") and f.verdict == "withhold" for f in d.findings)
+
+
+@pytest.mark.skipif(HAVE_MODULE, reason="the module exists")
+def test_absent_module_sends_summaries_to_review() -> None:
+    d = check(_likert(20, 4.05, 0.2236))
+    assert any(f.check == "reconstruction" and f.verdict == "review" for f in d.findings)

@@ -1,0 +1,124 @@
+"""Rule sets: defaults from the guidelines, hashing, overrides, errors located by key and line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from _rules_kit import count_table
+
+from safeaccess.rules.engine import DEFAULT_RULESET, RuleSet, check
+from safeaccess.rules.ruleset import RuleSetError, load_ruleset
+
+
+def test_default_follows_dwb_sdap_as_encoded_by_acro() -> None:
+    # values from ACRO 1.0.2 default.yaml and the DwB rule of thumb, typed in by hand
+    rs = DEFAULT_RULESET
+    assert (rs.threshold, rs.dof, rs.nk_n, rs.nk_k, rs.p_ratio) == (10, 10, 2, 0.9, 0.1)
+    assert rs.zeros_disclosive is True
+    assert rs.class_disclosure == 0.9
+    assert rs.missing_values == "ignore"  # ACRO's code default (check_missing_values: False)
+    assert rs.negative_values == "review"
+    assert rs.label == "default@1"
+
+
+def test_default_yaml_ships_inside_the_package() -> None:
+    text = resources.files("safeaccess.rules").joinpath("rulesets/default.yaml").read_text()
+    assert load_ruleset(text) == DEFAULT_RULESET
+
+
+def test_content_hash_is_sha256_of_canonical_json() -> None:
+    # recomputed independently from the field values, not from model_dump
+    rs = RuleSet(name="x", version="2", threshold=5)
+    fields = {
+        "name": "x", "version": "2", "description": "", "threshold": 5, "dof": 10, "nk_n": 2,
+        "nk_k": 0.9, "p_ratio": 0.1, "zeros_disclosive": True, "class_disclosure": 0.9,
+        "missing_values": "ignore", "negative_values": "review", "extremes": "withhold",
+        "survival_threshold": 10, "reconstruction": True,
+    }  # fmt: skip
+    expected = hashlib.sha256(
+        json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    assert rs.content_hash() == expected
+    assert RuleSet(name="x", version="2", threshold=6).content_hash() != expected
+
+
+def test_decision_records_ruleset_label_and_hash() -> None:
+    rs = DEFAULT_RULESET.with_overrides({"name": "eustat", "threshold": 3})
+    d = check(count_table([[12, 11]], ["N"], ["F", "M"]), rs)
+    assert d.ruleset == "eustat@1"
+    assert d.ruleset_hash == rs.content_hash() != DEFAULT_RULESET.content_hash()
+
+
+def test_eustat_override_file_lowers_threshold_to_three() -> None:
+    path = Path(
+        str(resources.files("safeaccess.rules").joinpath("rulesets/eustat_population.yaml"))
+    )
+    rs = load_ruleset(path, base=DEFAULT_RULESET)
+    assert rs.threshold == 3 and rs.name == "eustat-population"
+    assert rs.nk_k == DEFAULT_RULESET.nk_k  # untouched keys keep the base's values
+    table = count_table([[4, 25], [2, 30]], ["A", "B"], ["F", "M"])
+    # 4 >= 3 passes under Eustat but not under the default; 2 < 3 fails under both
+    flagged = {(f.check, f.item) for f in check(table, rs).findings}
+    assert ("threshold", "region=B, sex=F") in flagged
+    assert ("threshold", "region=A, sex=F") not in flagged
+    assert ("threshold", "region=A, sex=F") in {(f.check, f.item) for f in check(table).findings}
+
+
+def test_override_without_name_is_not_labelled_as_the_base() -> None:
+    rs = load_ruleset("threshold: 5\n", base=DEFAULT_RULESET)
+    assert rs.name == "default+overrides"
+
+
+def test_path_given_as_string(tmp_path: Path) -> None:
+    f = tmp_path / "site.yaml"
+    f.write_text("name: site\nversion: '7'\ndof: 20\n")
+    rs = load_ruleset(str(f))
+    assert (rs.name, rs.version, rs.dof) == ("site", "7", 20)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line"),
+    [
+        ("name: a\nthreshold: 0\n", "threshold", 2),  # below the minimum of 1
+        ("name: a\n\nnk_k: 1.5\n", "nk_k", 3),  # a share above 1
+        ("name: a\nthreshhold: 5\n", "threshhold", 2),  # misspelt key
+        ("threshold: 5\ndof: 3\nthreshold: 6\n", "threshold", 3),  # duplicate
+        ("nk_n: 4\n", "nk_n", 1),  # facts keep only the three largest
+        ("missing_values: drop\n", "missing_values", 1),
+    ],
+)
+def test_invalid_files_name_key_and_line(text: str, key: str, line: int) -> None:
+    with pytest.raises(RuleSetError) as err:
+        load_ruleset(text)
+    assert err.value.key == key
+    assert err.value.line == line
+    assert f"line {line}" in str(err.value) and key in str(err.value)
+
+
+def test_invalid_override_names_key_and_line() -> None:
+    with pytest.raises(RuleSetError) as err:
+        load_ruleset("name: x\np_ratio: -1\n", base=DEFAULT_RULESET)
+    assert (err.value.key, err.value.line) == ("p_ratio", 2)
+
+
+def test_syntax_error_and_non_mapping_report_a_line() -> None:
+    with pytest.raises(RuleSetError) as err:
+        load_ruleset("threshold: [1, 2\n")
+    assert err.value.line is not None
+    with pytest.raises(RuleSetError) as err2:
+        load_ruleset("- threshold\n")
+    assert err2.value.line == 1
+
+
+def test_with_overrides_rejects_unknown_and_leaves_base_unchanged() -> None:
+    before = DEFAULT_RULESET.content_hash()
+    with pytest.raises(RuleSetError, match="colour"):
+        DEFAULT_RULESET.with_overrides({"colour": "red"})
+    with pytest.raises(RuleSetError) as err:
+        DEFAULT_RULESET.with_overrides({"dof": -1})
+    assert err.value.key == "dof"
+    assert DEFAULT_RULESET.content_hash() == before

@@ -1,0 +1,295 @@
+"""A fluent builder for the sequence of analyses a researcher binds herself to.
+
+    plan = Plan("census")
+    plan.frequency_table(rows="region", cols="sex", where="age >= 18")
+    plan.ols("log(income) ~ age + C(sex)", where="age >= 18")
+    plan.validate(metadata)
+    sealed = plan.seal(key, researcher="alice", project="p1", server="tre.example")
+
+Each method checks its own arguments at once (the analysis schema and, when the plan knows the
+dataset's metadata, the columns and types), so a mistake is reported where it is made and never
+enters the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ValidationError
+
+from safeaccess.client import protocol
+from safeaccess.client.analyses import (
+    Analysis,
+    Correlation,
+    FrequencyTable,
+    Histogram,
+    MagnitudeTable,
+    Mitigations,
+    Regression,
+    Script,
+    StatTest,
+    Summary,
+    SummaryStatistic,
+    to_body,
+)
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.validation import AnalysisInvalid, Problem, validate
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+Columns = str | Sequence[str]
+
+
+def _names(value: Columns | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+class Plan:
+    """An ordered list of analyses on one dataset, to be validated and sealed."""
+
+    def __init__(self, dataset: str, metadata: DatasetMetadata | None = None) -> None:
+        if not dataset:
+            raise ValueError("a plan needs the name of the dataset it analyses")
+        if metadata is not None and metadata.name != dataset:
+            raise ValueError(f"the metadata describes dataset {metadata.name!r}, not {dataset!r}")
+        self.dataset = dataset
+        self.metadata = metadata
+        self._analyses: list[Analysis] = []
+
+    # ------------------------------------------------------------------------------ contents
+
+    @property
+    def analyses(self) -> tuple[Analysis, ...]:
+        """The analyses in the order they will be revealed."""
+        return tuple(self._analyses)
+
+    def __len__(self) -> int:
+        return len(self._analyses)
+
+    def __iter__(self) -> Iterator[Analysis]:
+        return iter(tuple(self._analyses))
+
+    def bodies(self) -> list[bytes]:
+        """The canonical JSON body (RFC 8785) of each analysis, in order."""
+        return [to_body(a) for a in self._analyses]
+
+    def add(self, analysis: Analysis) -> Plan:
+        """Append an analysis model (checked against the metadata when the plan has it)."""
+        if self.metadata is not None:
+            validate(analysis, self.metadata)
+        self._analyses.append(analysis)
+        return self
+
+    def _build(self, model: type[Any], **fields: Any) -> Plan:
+        try:
+            analysis = model(**fields)
+        except ValidationError as exc:
+            raise AnalysisInvalid(
+                [
+                    Problem(".".join(str(p) for p in err["loc"]) or model.__name__, err["msg"])
+                    for err in exc.errors()
+                ]
+            ) from exc
+        return self.add(analysis)
+
+    # ---------------------------------------------------------------------------- analyses
+
+    def frequency_table(
+        self,
+        rows: Columns,
+        cols: Columns | None = None,
+        *,
+        where: str | None = None,
+        margins: bool = False,
+        round_to: int | None = None,
+        suppress: bool = False,
+    ) -> Plan:
+        """Counts of records by the categories of `rows` (and `cols`)."""
+        return self._build(
+            FrequencyTable,
+            rows=_names(rows),
+            cols=_names(cols),
+            where=where,
+            margins=margins,
+            mitigations=Mitigations(round_to=round_to, suppress=suppress),
+        )
+
+    def magnitude_table(
+        self,
+        value: str,
+        rows: Columns,
+        cols: Columns | None = None,
+        *,
+        agg: Literal["sum", "mean"] = "sum",
+        where: str | None = None,
+        margins: bool = False,
+        round_to: int | None = None,
+        suppress: bool = False,
+    ) -> Plan:
+        """The sum or mean of `value` by the categories of `rows` (and `cols`)."""
+        return self._build(
+            MagnitudeTable,
+            value=value,
+            agg=agg,
+            rows=_names(rows),
+            cols=_names(cols),
+            where=where,
+            margins=margins,
+            mitigations=Mitigations(round_to=round_to, suppress=suppress),
+        )
+
+    def summary(
+        self,
+        variables: Columns,
+        statistics: Sequence[SummaryStatistic] | None = None,
+        *,
+        quantiles: Sequence[float] = (),
+        quantile_type: int = 7,
+        by: Columns | None = None,
+        round: int | None = None,
+        where: str | None = None,
+    ) -> Plan:
+        """Summary statistics of `variables` (default count, mean, sd), optionally by groups."""
+        fields: dict[str, Any] = {
+            "variables": _names(variables),
+            "quantiles": list(quantiles),
+            "quantile_type": quantile_type,
+            "by": _names(by),
+            "round": round,
+            "where": where,
+        }
+        if statistics is not None:
+            fields["statistics"] = list(statistics)
+        return self._build(Summary, **fields)
+
+    def regression(
+        self,
+        formula: str,
+        family: Literal["ols", "logit", "probit", "poisson"] = "ols",
+        *,
+        where: str | None = None,
+    ) -> Plan:
+        """A regression model given by a formula such as 'income ~ age + C(sex)'."""
+        return self._build(Regression, formula=formula, family=family, where=where)
+
+    def ols(self, formula: str, *, where: str | None = None) -> Plan:
+        """Ordinary least squares."""
+        return self.regression(formula, "ols", where=where)
+
+    def logit(self, formula: str, *, where: str | None = None) -> Plan:
+        """Logistic regression of a 0/1 response."""
+        return self.regression(formula, "logit", where=where)
+
+    def probit(self, formula: str, *, where: str | None = None) -> Plan:
+        """Probit regression of a 0/1 response."""
+        return self.regression(formula, "probit", where=where)
+
+    def poisson(self, formula: str, *, where: str | None = None) -> Plan:
+        """Poisson regression of a count response."""
+        return self.regression(formula, "poisson", where=where)
+
+    def correlation(
+        self,
+        variables: Sequence[str],
+        method: Literal["pearson", "spearman"] = "pearson",
+        *,
+        where: str | None = None,
+    ) -> Plan:
+        """The correlation matrix of two or more numeric variables."""
+        return self._build(Correlation, variables=list(variables), method=method, where=where)
+
+    def histogram(
+        self,
+        variable: str,
+        bins: int | None = None,
+        *,
+        edges: Sequence[float] | None = None,
+        by: Columns | None = None,
+        where: str | None = None,
+    ) -> Plan:
+        """Counts of `variable` in `bins` equal-width bins or between explicit `edges`."""
+        return self._build(
+            Histogram,
+            variable=variable,
+            bins=bins,
+            edges=None if edges is None else list(edges),
+            by=_names(by),
+            where=where,
+        )
+
+    def chi2(self, rows: str, cols: str, *, where: str | None = None) -> Plan:
+        """Chi-squared test of independence between two categorical columns."""
+        return self._build(StatTest, test="chi2_independence", rows=rows, cols=cols, where=where)
+
+    def t_test(
+        self, variable: str, group: str, *, equal_var: bool = False, where: str | None = None
+    ) -> Plan:
+        """Two-sample t-test of `variable` between the two levels of `group` (Welch by default)."""
+        return self._build(
+            StatTest,
+            test="t_two_sample",
+            variable=variable,
+            group=group,
+            equal_var=equal_var,
+            where=where,
+        )
+
+    def script(self, code: str, *, where: str | None = None) -> Plan:
+        """Arbitrary Python run in the sandbox; its output always goes to human review."""
+        return self._build(Script, code=code, where=where)
+
+    # ----------------------------------------------------------------------------- checking
+
+    def validate(self, metadata: DatasetMetadata | None = None) -> None:
+        """Check every analysis against the metadata; one `AnalysisInvalid` lists all problems.
+
+        Fields are prefixed with the analysis position, e.g. 'analyses[2].formula'.
+        """
+        metadata = metadata or self.metadata
+        if metadata is None:
+            raise ValueError("validate() needs the dataset's metadata")
+        if metadata.name != self.dataset:
+            raise ValueError(
+                f"the metadata describes dataset {metadata.name!r}, not {self.dataset!r}"
+            )
+        problems: list[Problem] = []
+        for i, analysis in enumerate(self._analyses):
+            try:
+                validate(analysis, metadata)
+            except AnalysisInvalid as exc:
+                problems += [Problem(f"analyses[{i}].{p.field}", p.message) for p in exc.problems]
+        if problems:
+            raise AnalysisInvalid(problems)
+
+    def seal(
+        self,
+        key: Ed25519PrivateKey,
+        *,
+        researcher: str,
+        project: str,
+        server: str,
+        expires: datetime | timedelta | None = None,
+    ) -> protocol.SealedSequence:
+        """Bind the researcher to this plan: hash-chain the bodies and sign the header.
+
+        Validates first when the plan has the metadata: a sealed mistake cannot be taken back.
+        """
+        if self.metadata is not None:
+            self.validate()
+        return protocol.seal(
+            self.bodies(),
+            key,
+            researcher=researcher,
+            project=project,
+            dataset=self.dataset,
+            server=server,
+            expires=expires,
+        )
+
+
+__all__ = ["Plan"]

@@ -1,0 +1,159 @@
+"""Plan: fluent building, canonical bodies, validation with positions, sealing end to end."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from safeaccess.client.analyses import (
+    Correlation,
+    FrequencyTable,
+    Histogram,
+    MagnitudeTable,
+    Regression,
+    Script,
+    StatTest,
+    Summary,
+    parse_analysis,
+)
+from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.plan import Plan
+from safeaccess.client.protocol import verify_whole
+from safeaccess.client.validation import AnalysisInvalid
+
+META = DatasetMetadata(
+    name="census",
+    columns=[
+        Column(name="person_id", type="identifier"),
+        Column(name="age", type="integer", bounds=(0, 110)),
+        Column(name="income", type="continuous", bounds=(0, 1e7)),
+        Column(name="sex", type="categorical", levels=["F", "M"]),
+        Column(name="region", type="categorical", levels=["north", "south"]),
+        Column(name="employed", type="categorical", levels=[0, 1]),
+    ],
+)
+
+
+def _full_plan(metadata: DatasetMetadata | None = None) -> Plan:
+    return (
+        Plan("census", metadata)
+        .frequency_table(rows="region", cols=["sex"], where="age >= 18", round_to=5)
+        .magnitude_table("income", rows=["region"], agg="mean", suppress=True)
+        .summary(["income", "age"], ["count", "median", "quantiles"], quantiles=[0.25, 0.75])
+        .ols("log(income) ~ age + C(sex)", where="age >= 18")
+        .logit("employed ~ age + sex")
+        .probit("employed ~ age")
+        .poisson("age ~ sex")
+        .correlation(["income", "age"], "spearman")
+        .histogram("income", edges=[0, 1e4, 1e5], by="sex")
+        .chi2("sex", "region")
+        .t_test("income", "sex", equal_var=True)
+        .script("print('hello')")
+    )
+
+
+def test_builds_every_kind_in_order() -> None:
+    plan = _full_plan()
+    kinds = [type(a) for a in plan.analyses]
+    assert kinds == [
+        FrequencyTable,
+        MagnitudeTable,
+        Summary,
+        Regression,
+        Regression,
+        Regression,
+        Regression,
+        Correlation,
+        Histogram,
+        StatTest,
+        StatTest,
+        Script,
+    ]
+    assert len(plan) == 12
+    ft = plan.analyses[0]
+    assert isinstance(ft, FrequencyTable)
+    assert ft.rows == ["region"] and ft.cols == ["sex"] and ft.where == "age >= 18"
+    assert ft.mitigations.round_to == 5
+    families = [a.family for a in plan.analyses if isinstance(a, Regression)]
+    assert families == ["ols", "logit", "probit", "poisson"]
+    tests = [a.test for a in plan.analyses if isinstance(a, StatTest)]
+    assert tests == ["chi2_independence", "t_two_sample"]
+
+
+def test_bodies_are_canonical_json_of_the_analyses() -> None:
+    plan = _full_plan()
+    bodies = plan.bodies()
+    assert len(bodies) == len(plan)
+    for body, analysis in zip(bodies, plan.analyses, strict=True):
+        assert parse_analysis(body) == analysis
+        # canonical: sorted keys, no whitespace (independent re-serialisation)
+        decoded = json.loads(body)
+        assert body == json.dumps(decoded, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_fluent_methods_return_the_same_plan() -> None:
+    plan = Plan("census")
+    assert plan.ols("income ~ age") is plan
+    assert plan.add(Summary(variables=["age"])) is plan
+
+
+def test_bad_input_changes_nothing() -> None:
+    plan = Plan("census", META).frequency_table("sex")
+    before = plan.bodies()
+    with pytest.raises(AnalysisInvalid) as info:
+        plan.summary([])  # schema: at least one variable
+    assert info.value.problems[0].field.startswith("variables")
+    with pytest.raises(AnalysisInvalid, match="did you mean 'income'"):
+        plan.ols("incme ~ age")
+    with pytest.raises(AnalysisInvalid, match="expected a column"):
+        plan.ols("income ~ age +")
+    with pytest.raises(AnalysisInvalid, match="identifier"):
+        plan.frequency_table("person_id")
+    with pytest.raises(AnalysisInvalid):
+        plan.histogram("income")  # neither bins nor edges
+    assert plan.bodies() == before
+
+
+def test_validate_reports_positions() -> None:
+    plan = Plan("census").frequency_table("sex").ols("income ~ agee").histogram("sex", bins=3)
+    with pytest.raises(AnalysisInvalid) as info:
+        plan.validate(META)
+    fields = [p.field for p in info.value.problems]
+    assert fields == ["analyses[1].formula", "analyses[2].variable"]
+    _full_plan().validate(META)
+
+
+def test_metadata_must_describe_the_plan_dataset() -> None:
+    other = META.model_copy(update={"name": "other"})
+    with pytest.raises(ValueError, match="'other'"):
+        Plan("census", other)
+    with pytest.raises(ValueError, match="'other'"):
+        Plan("census").validate(other)
+    with pytest.raises(ValueError, match="metadata"):
+        Plan("census").validate()
+
+
+def test_seal_binds_the_bodies_and_verifies() -> None:
+    key = Ed25519PrivateKey.generate()
+    plan = _full_plan(META)
+    sealed = plan.seal(
+        key, researcher="alice", project="p1", server="tre-1", expires=timedelta(days=2)
+    )
+    header = sealed.header_fields
+    assert header.dataset == "census" and header.researcher == "alice"
+    assert header.project == "p1" and header.server == "tre-1"
+    assert header.expires - header.created == timedelta(days=2)
+    revealed = verify_whole(sealed, key.public_key())
+    assert [r.body for r in revealed] == plan.bodies()
+    assert revealed[-1].last
+
+
+def test_seal_refuses_an_invalid_plan_when_metadata_is_known() -> None:
+    plan = Plan("census", META)
+    plan.add(Regression(formula="income ~ age"))
+    plan._analyses.append(Regression(formula="income ~ nope"))  # bypassing add()
+    with pytest.raises(AnalysisInvalid, match="analyses\\[1\\]"):
+        plan.seal(Ed25519PrivateKey.generate(), researcher="a", project="p", server="s")

@@ -1,0 +1,72 @@
+"""Helpers for the end-to-end tests: the test centre record and raw signed requests."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pandas as pd
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from safeaccess.client.analyses import Analysis, to_body
+from safeaccess.client.httpsig import sign_request
+from safeaccess.client.protocol import SealedSequence, seal
+
+ROWS = 3000
+SEED = 7
+
+
+@dataclass
+class Centre:
+    root: Path
+    server_id: str
+    keys: dict[str, Ed25519PrivateKey]
+    census: pd.DataFrame
+
+    def seal(
+        self,
+        analyses: list[Analysis],
+        *,
+        researcher: str = "ada",
+        dataset: str = "census",
+        project: str = "p1",
+        server: str | None = None,
+    ) -> SealedSequence:
+        return seal(
+            [to_body(a) for a in analyses],
+            self.keys[researcher],
+            researcher=researcher,
+            project=project,
+            dataset=dataset,
+            server=server or self.server_id,
+        )
+
+
+def signed(
+    url: str, key: Ed25519PrivateKey, researcher: str, method: str, path: str, body: bytes = b""
+) -> httpx.Response:
+    """One raw signed request (for what the session would never send)."""
+    headers = sign_request(method, path, "", body, key, researcher)
+    headers["Content-Type"] = "application/json"
+    return httpx.request(method, url + path, content=body, headers=headers, timeout=120)
+
+
+def reveal_body(sealed: SealedSequence, j: int) -> bytes:
+    trace, body = sealed.reveal_for(j)
+    return json.dumps({"trace": trace.hex(), "body": base64.b64encode(body).decode()}).encode()
+
+
+def open_body(sealed: SealedSequence) -> bytes:
+    trace, body = sealed.reveal_for(1)
+    return json.dumps(
+        {
+            "header": base64.b64encode(sealed.header).decode(),
+            "signature": base64.b64encode(sealed.signature).decode(),
+            "endorsements": [],
+            "trace": trace.hex(),
+            "body": base64.b64encode(body).decode(),
+        }
+    ).encode()

@@ -102,7 +102,7 @@ def design_matrices(
 
     `rows` in the result are positions in `frame` (not index labels) of the records used.
     Raises `DesignError` for grammar errors, unknown or unsuitable columns, and transforms that
-    are undefined on the data (log of a non-positive value, ...).
+    are undefined on the data (log of a non-positive value, ...); `FilterError` for a bad `where`.
     """
     if isinstance(formula, str):
         try:
@@ -225,29 +225,33 @@ class _Builder:
             return np.abs(x)
 
     def _levels(self, name: str, rows: np.ndarray) -> tuple[np.ndarray, list[object]]:
+        """Level codes (0 = reference) of a categorical column on the rows used, and the levels.
+
+        Vectorised with `pd.factorize`: only the distinct values are handled in Python.
+        """
         series = self.frame[name].iloc[rows]
-        values = [_plain(v) for v in series.to_numpy(dtype=object)]
-        present = set(values)
+        raw_codes, uniques = pd.factorize(series.to_numpy(dtype=object))
+        distinct = [_plain(u) for u in uniques]
         col = self.metadata.column(name) if self.metadata else None
         if col is not None and col.levels is not None:
             lookup: dict[object, int] = {}
             for i, lvl in enumerate(col.levels):
                 lookup.setdefault(lvl, i)
                 lookup.setdefault(str(lvl), i)
-            declared_index: dict[object, int] = {}
-            for v in present:
+            declared: list[int] = []
+            for v in distinct:
                 idx = lookup.get(v, lookup.get(str(v)))
                 if idx is None:
                     raise DesignError(
                         f"column {name!r} holds a value that is not among its declared levels; "
                         "ask the data controller to correct the metadata"
                     )
-                declared_index[v] = idx
-            used = sorted(set(declared_index.values()))
-            levels: list[object] = [col.levels[i] for i in used]
+                declared.append(idx)
+            used = sorted(set(declared))
             position = {i: k for k, i in enumerate(used)}
-            codes = np.array([position[declared_index[v]] for v in values], dtype=np.int64)
-            return codes, levels
+            remap = np.array([position[i] for i in declared], dtype=np.int64)
+            return remap[raw_codes], [col.levels[i] for i in used]
+        present = set(distinct)
         if isinstance(self.frame[name].dtype, pd.CategoricalDtype):
             ordered = [_plain(c) for c in self.frame[name].cat.categories if _plain(c) in present]
         else:
@@ -255,8 +259,9 @@ class _Builder:
                 ordered = sorted(present)  # type: ignore[type-var]
             except TypeError:
                 ordered = sorted(present, key=lambda v: (type(v).__name__, str(v)))
-        index = {lvl: k for k, lvl in enumerate(ordered)}
-        return np.array([index[v] for v in values], dtype=np.int64), list(ordered)
+        rank = {lvl: k for k, lvl in enumerate(ordered)}
+        remap = np.array([rank[v] for v in distinct], dtype=np.int64)
+        return remap[raw_codes], list(ordered)
 
     # ---------------------------------------------------------------------------------- build
 

@@ -1,0 +1,188 @@
+"""Crash safety: a server killed mid-step resumes the sequence after a restart, re-running the
+unrecorded step once and never losing recorded results."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e_helpers import Centre
+from sqlalchemy import select
+
+from safeaccess.client.analyses import FrequencyTable
+from safeaccess.client.results import StepResult
+from safeaccess.client.session import connect
+from safeaccess.sandbox.backend import Backend, Job, RunResult, SandboxError
+from safeaccess.server.api import create_app
+from safeaccess.server.db import EventRow
+from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.errors import Unavailable
+from safeaccess.server.schemas import RevealRequest
+from safeaccess.server.service import Service
+
+A = FrequencyTable(rows=["region"])
+B = FrequencyTable(rows=["sex"], cols=["employment"])
+C = FrequencyTable(rows=["employment"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(root: Path, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "safeaccess.server.cli",
+            "serve",
+            "--data-dir",
+            str(root),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+def _step_state(service_root: Path, index: int) -> str | None:
+    from safeaccess.server.config import DataDir
+    from safeaccess.server.store import Store
+
+    data = DataDir(service_root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        seqs = store.list_sequences("ada")
+        if not seqs:
+            return None
+        step = store.get_step(seqs[-1].id, index)
+        return step.state if step else None
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_server_killed_mid_step_resumes_after_restart(centre: Centre) -> None:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    sealed = centre.seal([A, B, C])
+    proc = _serve(centre.root, port)
+    results: list[StepResult] = []
+    errors: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            with connect(url, centre.keys["ada"], "ada", retries=8, retry_wait=0.5) as s:
+                results.extend(s.run(sealed))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    try:
+        driver = threading.Thread(target=drive)
+        driver.start()
+        # Kill the server (SIGKILL: no cleanup) once step 2 is accepted but not yet recorded.
+        deadline = time.monotonic() + 60
+        while _step_state(centre.root, 2) != "running":
+            assert time.monotonic() < deadline, "step 2 never started"
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert _step_state(centre.root, 2) == "running"
+        proc = _serve(centre.root, port)
+        driver.join(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not errors, errors
+    assert [r.status for r in results] == ["released", "released", "released"]
+    assert [r.index for r in results] == [1, 2, 3]
+    service = Service(centre.root)
+    try:
+        seq_id = results[0].sequence_id
+        with service.store.transaction() as s:
+            kinds = [
+                (e.kind, e.step_index)
+                for e in s.scalars(select(EventRow).where(EventRow.sequence_id == seq_id))
+            ]
+        # Step 2 was revealed once and recorded once, although it ran twice.
+        assert kinds.count(("step_revealed", 2)) == 1
+        assert kinds.count(("step_released", 2)) == 1
+        assert service.step("ada", seq_id, 1).output == results[0].output
+    finally:
+        service.close()
+
+
+class FlakySandbox:
+    """The real backend, except that chosen calls fail as if the sandbox host went away."""
+
+    def __init__(self, real: Backend, fail_calls: set[int]):
+        self.real = real
+        self.name = real.name
+        self.calls = 0
+        self.fail_calls = fail_calls
+
+    def check_available(self) -> None:
+        self.real.check_available()
+
+    def run(self, job: Job) -> RunResult:
+        self.calls += 1
+        if self.calls in self.fail_calls:
+            raise SandboxError("the sandbox host went away")
+        return self.real.run(job)
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_sandbox_outage_leaves_the_step_rerunnable(centre: Centre) -> None:
+    real = Service(centre.root)
+    flaky = FlakySandbox(real.backend, fail_calls={2})
+    service = Service(centre.root, backend=flaky)
+    sealed = centre.seal([A, B])
+    try:
+        with (
+            EmbeddedServer(create_app(service)) as srv,
+            connect(srv.url, centre.keys["ada"], "ada", retries=0) as session,
+        ):
+            first = session.open(sealed)
+            trace, body = sealed.reveal_for(2)
+            with pytest.raises(Unavailable):
+                service.reveal(
+                    "ada",
+                    first.sequence_id,
+                    2,
+                    RevealRequest(
+                        trace=trace.hex(), body=__import__("base64").b64encode(body).decode()
+                    ),
+                )
+            assert service.store.get_step(first.sequence_id, 2).state == "running"  # type: ignore[union-attr]
+            again = session.reveal(first.sequence_id, sealed, 2)
+            assert again.released and again.last
+            assert session.sequence(first.sequence_id)["state"] == "finished"
+            # A repeated reveal answers again without running the step a third time.
+            calls = flaky.calls
+            assert session.reveal(first.sequence_id, sealed, 2).output == again.output
+            assert flaky.calls == calls
+    finally:
+        service.close()
+        real.store.close()

@@ -54,14 +54,14 @@ def _script(code: str, dataset: Path, **limits: float) -> Job:
         analysis={"kind": "script", "code": code},
         metadata=METADATA,
         dataset=dataset,
-        limits=Limits(**limits),  # type: ignore[arg-type]
+        limits=Limits(**limits),
     )
 
 
 def _run_script(backend: ProcessBackend, code: str, dataset: Path, **limits: float) -> dict:
     result = backend.run(_script(code, dataset, **limits))
     assert result.output.type == "script"
-    return {"stdout": result.output.stdout, "result": result.output.result}  # type: ignore[union-attr]
+    return {"stdout": result.output.stdout, "result": result.output.result}
 
 
 def test_script_sees_the_dataset_and_runs_unprivileged(
@@ -225,7 +225,7 @@ def test_fork_bomb_is_contained_while_another_job_is_served(
 
     thread = threading.Thread(target=run_bomb)
     thread.start()
-    served = []
+    served: list[object] = []
     try:
         deadline = time.monotonic() + 60
         while thread.is_alive() and time.monotonic() < deadline and len(served) < 3:

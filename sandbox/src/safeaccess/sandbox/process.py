@@ -154,9 +154,7 @@ def _user_task_count(uid: int) -> int:
                 status = fh.read()
         except OSError:
             continue
-        fields = dict(
-            line.split(b":", 1) for line in status.splitlines() if b":" in line
-        )
+        fields = dict(line.split(b":", 1) for line in status.splitlines() if b":" in line)
         if int(fields.get(b"Uid", b"-1").split()[0]) == uid:
             total += int(fields.get(b"Threads", b"1").strip() or 1)
     return total
@@ -324,9 +322,11 @@ class ProcessBackend:
         limits = job.limits
         uid = _next_uid() if self.as_root else None
         nproc = limits.max_processes if uid is not None else self._nproc(None)
-        request = RunnerRequest(
-            analysis=job.analysis, metadata=job.metadata, dataset_path=DATASET_PATH
-        ).model_dump_json().encode("utf-8")
+        request = (
+            RunnerRequest(analysis=job.analysis, metadata=job.metadata, dataset_path=DATASET_PATH)
+            .model_dump_json()
+            .encode("utf-8")
+        )
         started = time.monotonic()
         proc = subprocess.Popen(  # fixed argv, no shell
             self.command(dataset.resolve(), limits, uid),
@@ -516,4 +516,3 @@ class _Supervisor:
             # bwrap reports a child killed by signal N as exit status 128 + N.
             if code > 128:
                 self.outcome.signal = code - 128
-

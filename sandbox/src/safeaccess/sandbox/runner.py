@@ -96,9 +96,7 @@ def execute(analysis: Analysis, frame: pd.DataFrame, metadata: DatasetMetadata) 
     n_records = len(frame)
     selected = apply_filter(analysis, frame)
     if len(selected) == 0 and analysis.kind != "script":
-        raise AnalysisError(
-            "no_rows", "no records satisfy the filter; widen the 'where' condition"
-        )
+        raise AnalysisError("no_rows", "no records satisfy the filter; widen the 'where' condition")
     return _compute_for(analysis.kind)(analysis, selected, metadata, n_records)
 
 

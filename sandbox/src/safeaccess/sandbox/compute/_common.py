@@ -170,9 +170,7 @@ def label_text(labels: list[Label]) -> str:
     return ", ".join("(missing)" if v is None else str(v) for v in labels) or "all"
 
 
-def query_set(
-    labels: list[str], frame: pd.DataFrame, cell: np.ndarray, n_records: int
-) -> QuerySet:
+def query_set(labels: list[str], frame: pd.DataFrame, cell: np.ndarray, n_records: int) -> QuerySet:
     """QuerySet over all stored records: `cell` gives the index for each row of the filtered frame."""
     index = np.full(n_records, -1, dtype=np.int64)
     positions = frame.index.to_numpy(dtype=np.int64)

@@ -65,8 +65,7 @@ def correlation(
             levels_a = np.sort(raw[a].unique())
             levels_b = np.sort(raw[b].unique())
             pair_tables[f"{a}|{b}"] = [
-                [int(((raw[a] == la) & (raw[b] == lb)).sum()) for lb in levels_b]
-                for la in levels_a
+                [int(((raw[a] == la) & (raw[b] == lb)).sum()) for lb in levels_b] for la in levels_a
             ]
     cell = np.where(complete, 0, -1)
     return CorrelationOutput(

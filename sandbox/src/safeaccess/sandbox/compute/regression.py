@@ -19,6 +19,10 @@ from safeaccess.rules.outputs import Coefficient, RegressionFacts, RegressionOut
 from safeaccess.sandbox.compute._common import AnalysisError, fnum, query_set
 
 INTERCEPT_NAMES = frozenset({"Intercept", "const", "(Intercept)"})
+SEPARATION_MESSAGE = (
+    "the regressors perfectly predict the outcome, so the estimates do not exist; "
+    "merge sparse categories or drop the separating regressor"
+)
 
 
 def _fit(family: str, y: np.ndarray, x: np.ndarray) -> Any:
@@ -42,33 +46,36 @@ def _fit(family: str, y: np.ndarray, x: np.ndarray) -> Any:
             )
     if family == "poisson" and (np.any(y < 0) or not np.all(np.mod(y, 1) == 0)):
         raise AnalysisError("bad_outcome", "poisson needs a non-negative integer count outcome")
-    with warnings.catch_warnings():
-        # Turn statsmodels' quiet warnings into errors: an estimate that did not converge or
-        # rests on perfect separation must not be released as if it were sound.
-        warnings.simplefilter("error", ConvergenceWarning)
-        warnings.simplefilter("error", PerfectSeparationWarning)
-        warnings.simplefilter("error", HessianInversionWarning)
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        # Record statsmodels' quiet warnings: an estimate that did not converge or rests on
+        # perfect separation must not be released as if it were sound.
+        warnings.simplefilter("always")
         try:
             if family == "ols":
-                return sm.OLS(y, x).fit()
-            model_class = {"logit": sm.Logit, "probit": sm.Probit, "poisson": sm.Poisson}[family]
-            return model_class(y, x).fit(method="newton", maxiter=100, disp=0)
-        except (PerfectSeparationError, PerfectSeparationWarning) as exc:
-            raise AnalysisError(
-                "perfect_separation",
-                "a regressor perfectly predicts the outcome, so the estimates do not exist; "
-                "merge sparse categories or drop the separating regressor",
-            ) from exc
-        except (ConvergenceWarning, HessianInversionWarning) as exc:
-            raise AnalysisError(
-                "no_convergence",
-                "the model did not converge; simplify the model or check for separation",
-            ) from exc
+                result = sm.OLS(y, x).fit()
+            else:
+                model = {"logit": sm.Logit, "probit": sm.Probit, "poisson": sm.Poisson}[family]
+                result = model(y, x).fit(method="newton", maxiter=100, disp=0)
+        except PerfectSeparationError as exc:
+            raise AnalysisError("perfect_separation", SEPARATION_MESSAGE) from exc
         except np.linalg.LinAlgError as exc:
             raise AnalysisError(
                 "singular", "the design matrix is singular; remove collinear regressors"
             ) from exc
+    kinds = {type(w.message) for w in caught}
+    if family in ("logit", "probit"):
+        index = x @ np.asarray(result.params)
+        # (Quasi-)complete separation: the linear predictor the optimiser ended with puts every 1
+        # at or above every 0. Then the likelihood has no maximum and the "estimates" are
+        # wherever the optimiser stopped.
+        if PerfectSeparationWarning in kinds or index[y == 1].min() >= index[y == 0].max():
+            raise AnalysisError("perfect_separation", SEPARATION_MESSAGE)
+    if kinds & {ConvergenceWarning, HessianInversionWarning}:
+        raise AnalysisError(
+            "no_convergence",
+            "the model did not converge; simplify the model or merge sparse categories",
+        )
+    return result
 
 
 def _fit_stats(family: str, result: Any) -> dict[str, float | None]:

@@ -140,9 +140,7 @@ def _magnitude_cell_facts(
         .head(TOP_N)
     )
     top: list[list[float]] = [[] for _ in range(size)]
-    for c, v in zip(
-        top_values["cell"].to_numpy(), top_values["value"].to_numpy(), strict=True
-    ):
+    for c, v in zip(top_values["cell"].to_numpy(), top_values["value"].to_numpy(), strict=True):
         top[int(c)].append(float(v))
     facts: dict[str, list[object]] = {
         "counts": [int(x) for x in counts],
@@ -262,7 +260,9 @@ def histogram(
     bin_index[outside] = -1
     groups = combine([code_variable(frame, v, metadata) for v in analysis.by], len(frame))
     if len(groups.labels) * n_bins > MAX_CELLS:
-        raise AnalysisError("too_many_cells", f"the histogram would have more than {MAX_CELLS} cells")
+        raise AnalysisError(
+            "too_many_cells", f"the histogram would have more than {MAX_CELLS} cells"
+        )
     cell = groups.codes * n_bins + bin_index
     cell[(groups.codes < 0) | (bin_index < 0)] = -1
     counts = np.bincount(cell[cell >= 0], minlength=len(groups.labels) * n_bins)

@@ -1,0 +1,136 @@
+"""Summary statistics against hand-computed values, R's quantile types and scipy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from safeaccess.client.analyses import parse_analysis
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.rules.outputs import SummaryOutput
+from safeaccess.sandbox.runner import execute
+
+META = DatasetMetadata.model_validate(
+    {
+        "name": "s",
+        "columns": [
+            {"name": "x", "type": "continuous"},
+            {"name": "g", "type": "categorical", "levels": ["a", "b", "c"]},
+            {"name": "likert", "type": "ordinal", "scale": [1, 5]},
+            {"name": "kids", "type": "integer", "bounds": [0, 10]},
+        ],
+    }
+)
+
+FRAME = pd.DataFrame(
+    {
+        "x": [float(v) for v in range(1, 11)],
+        "g": ["a"] * 5 + ["b"] * 5,
+        "likert": [1, 2, 2, 3, 5, 5, 5, 5, 4, 2],
+        "kids": [0, 1, 1, 2, 0, 3, 3, 3, 3, 3],
+    }
+)
+
+# R: quantile(1:10, 0.25, type = k) for k = 1..9
+R_Q25 = {1: 3.0, 2: 3.0, 3: 2.0, 4: 2.5, 5: 3.0, 6: 2.75, 7: 3.25, 8: 2.0 + 11 / 12, 9: 2.9375}
+
+
+def run(body: dict) -> SummaryOutput:
+    out = execute(parse_analysis(body), FRAME, META)
+    assert isinstance(out, SummaryOutput)
+    return out
+
+
+@pytest.mark.parametrize("hf_type", range(1, 10))
+def test_quantile_types_match_r(hf_type: int) -> None:
+    out = run(
+        {
+            "kind": "summary",
+            "variables": ["x"],
+            "statistics": ["quantiles"],
+            "quantiles": [0.25],
+            "quantile_type": hf_type,
+        }
+    )
+    assert out.groups[0].variables[0].stats["q0.25"] == pytest.approx(R_Q25[hf_type])
+
+
+def test_moments_and_order_statistics() -> None:
+    everything = [
+        "count",
+        "mean",
+        "sd",
+        "var",
+        "median",
+        "min",
+        "max",
+        "mode",
+        "skewness",
+        "kurtosis",
+        "iqr",
+    ]
+    out = run({"kind": "summary", "variables": ["likert"], "statistics": everything})
+    s = out.groups[0].variables[0].stats
+    v = FRAME["likert"].to_numpy(dtype=float)
+    assert s["count"] == 10
+    assert s["mean"] == pytest.approx(3.4)
+    assert s["var"] == pytest.approx(((v - 3.4) ** 2).sum() / 9)
+    assert s["sd"] == pytest.approx(np.sqrt(((v - 3.4) ** 2).sum() / 9))
+    assert s["median"] == 3.5
+    assert (s["min"], s["max"], s["mode"]) == (1.0, 5.0, 5.0)
+    assert s["skewness"] == pytest.approx(stats.skew(v, bias=False))
+    assert s["kurtosis"] == pytest.approx(stats.kurtosis(v, fisher=True, bias=False))
+    assert s["iqr"] == pytest.approx(np.quantile(v, 0.75) - np.quantile(v, 0.25))
+
+
+def test_groups_include_declared_empty_level_and_query_set() -> None:
+    out = run({"kind": "summary", "variables": ["x"], "by": ["g"], "statistics": ["count", "mean"]})
+    assert [g.labels for g in out.groups] == [["a"], ["b"], ["c"]]
+    assert [g.variables[0].stats["mean"] for g in out.groups] == [3.0, 8.0, None]
+    assert out.groups[2].variables[0].n == 0
+    index = out.facts.query_set.to_array()  # type: ignore[union-attr]
+    assert index.tolist() == [0] * 5 + [1] * 5
+
+
+def test_rounding_half_even_on_computed_value() -> None:
+    out = run(
+        {
+            "kind": "summary",
+            "variables": ["x"],
+            "statistics": ["mean", "sd"],
+            "round": 0,
+            "where": "x <= 4",
+        }
+    )
+    s = out.groups[0].variables[0].stats
+    assert s["mean"] == 2.0  # 2.5 rounds to even
+    assert s["sd"] == 1.0  # sd of 1..4 = 1.29
+
+
+def test_facts_scale_value_counts_and_variance_zero() -> None:
+    out = run({"kind": "summary", "variables": ["likert", "kids", "x"], "by": ["g"]})
+    b = out.facts.groups[1].variables
+    assert b["likert"].scale == (1, 5)
+    assert b["likert"].value_counts == {"1": 0, "2": 1, "3": 0, "4": 1, "5": 3}
+    assert b["likert"].mode_share == pytest.approx(3 / 5)
+    assert b["kids"].scale == (0, 10)  # integer with bounds spanning <= 20 points
+    assert b["kids"].variance_zero is True
+    assert b["kids"].n_distinct == 1
+    assert b["x"].scale is None and b["x"].value_counts is None
+    assert out.facts.groups[1].n == 5
+
+
+def test_statistics_undefined_for_tiny_groups_are_none() -> None:
+    out = run(
+        {
+            "kind": "summary",
+            "variables": ["x"],
+            "statistics": ["sd", "skewness", "kurtosis"],
+            "where": "x <= 2",
+        }
+    )
+    s = out.groups[0].variables[0].stats
+    assert s["sd"] == pytest.approx(np.std([1.0, 2.0], ddof=1))
+    assert s["skewness"] is None and s["kurtosis"] is None

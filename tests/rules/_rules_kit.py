@@ -50,7 +50,7 @@ def magnitude_table(cells: list[list[list[float]]], *, statistic: str = "sum") -
     ]
     return TableOutput(
         source="magnitude_table",
-        statistic=statistic,  # type: ignore[arg-type]
+        statistic=statistic,
         value="turnover",
         row_vars=["sector"],
         col_vars=["size"],

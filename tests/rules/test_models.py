@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from safeaccess.rules.engine import check
 from safeaccess.rules.outputs import (
     Coefficient,
@@ -75,12 +77,12 @@ def test_binary_regressor_with_few_ones() -> None:
 
 
 def _corr(
-    matrix: list[list[float | None]], n: int, pairs: dict[str, list[list[int]]]
+    matrix: Sequence[Sequence[float]], n: int, pairs: dict[str, list[list[int]]]
 ) -> CorrelationOutput:
     return CorrelationOutput(
         method="pearson",
         variables=["a", "b", "c"],
-        matrix=matrix,
+        matrix=[list(r) for r in matrix],
         n=n,
         facts=CorrelationFacts(n=n, binary=["b", "c"], pair_tables=pairs),
     )

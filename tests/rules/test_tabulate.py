@@ -1,0 +1,128 @@
+"""The vectorised table builder against pandas as an independent reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from safeaccess.rules.tabulate import TabulationError, build_table, top3
+
+
+def _data(n: int = 3000, seed: int = 7) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame(
+        {
+            "region": rng.choice(["N", "S", "E", "W"], n),
+            "sex": rng.choice(["F", "M"], n),
+            "band": rng.integers(1, 6, n),
+            "firm": rng.integers(0, 400, n),
+            "pay": rng.gamma(2.0, 1000.0, n).round(2),
+        }
+    )
+    df.loc[rng.choice(n, 30, replace=False), "pay"] = np.nan
+    df.loc[rng.choice(n, 5, replace=False), "pay"] = -100.0
+    df.loc[rng.choice(n, 12, replace=False), "region"] = None
+    return df
+
+
+def test_counts_match_pandas_crosstab() -> None:
+    df = _data()
+    t = build_table([df.region, df.band], [df.sex], row_names=["region", "band"], col_names=["sex"])
+    ref = pd.crosstab([df.region, df.band], df.sex, dropna=False)
+    # pandas keeps a NaN level when dropna=False; records with a missing key are in no cell here
+    ref = ref[ref.index.get_level_values(0).notna()]
+    assert t.row_labels == [list(ix) for ix in ref.index]
+    assert t.col_labels == [[c] for c in ref.columns]
+    assert np.array_equal(np.array(t.facts.cells.counts), ref.to_numpy())
+    assert t.facts.n_total == int(df.region.notna().sum())
+
+
+def test_margins_match_pandas() -> None:
+    df = _data()
+    t = build_table([df.region], [df.sex], margins=True)
+    ref = pd.crosstab(df.region, df.sex, margins=True)
+    assert np.array_equal(np.array(t.values), ref.to_numpy(dtype=float))
+    assert t.row_labels[-1] == ["All"] and t.col_labels[-1] == ["All"]
+
+
+def test_magnitude_facts_match_groupby() -> None:
+    df = _data().dropna(subset=["region"])
+    t = build_table([df.region], [df.sex], values=df.pay, statistic="mean")
+    g = df.groupby(["region", "sex"])["pay"]
+    ref_mean = g.mean().unstack()
+    assert np.allclose(np.array(t.values, dtype=float), ref_mean.to_numpy())
+    assert np.allclose(np.array(t.facts.cells.total), g.sum().unstack().to_numpy())
+    ref_missing = g.apply(lambda s: int(s.isna().sum())).unstack().to_numpy()
+    assert np.array_equal(np.array(t.facts.cells.missing), ref_missing)
+    ref_top = g.apply(lambda s: list(s.dropna().nlargest(3))).unstack()
+    for i, r in enumerate(ref_top.index):
+        for j, c in enumerate(ref_top.columns):
+            assert np.allclose(t.facts.cells.top[i][j], ref_top.loc[r, c])  # type: ignore[index]
+    ref_neg = g.apply(lambda s: bool((s < 0).any())).unstack().to_numpy()
+    assert np.array_equal(np.array(t.facts.cells.negative), ref_neg)
+
+
+def test_contributor_units_sum_per_unit_and_count_distinct() -> None:
+    df = _data().dropna(subset=["region", "pay"])
+    t = build_table(
+        [df.region], [df.sex], values=df.pay, statistic="sum", contributor=df.firm, margins=True
+    )
+    per_unit = df.groupby(["region", "sex", "firm"])["pay"].sum()
+    units = df.groupby(["region", "sex"])["firm"].nunique().unstack().to_numpy()
+    assert np.array_equal(np.array(t.facts.cells.contributors)[:-1, :-1], units)
+    top = per_unit.groupby(level=[0, 1]).nlargest(3)
+    first = top.groupby(level=[0, 1]).apply(list).unstack()
+    assert np.allclose(t.facts.cells.top[0][0], first.iloc[0, 0])  # type: ignore[index]
+    # margins count a firm once even when it appears under both sexes
+    row_units = df.groupby("region")["firm"].nunique().to_numpy()
+    assert np.array_equal(np.array(t.facts.cells.contributors)[:-1, -1], row_units)
+    assert t.facts.cells.contributors[-1][-1] == df.firm.nunique()  # type: ignore[index]
+    row_top = df.groupby(["region", "firm"])["pay"].sum().groupby(level=0).nlargest(3)
+    first_row = list(row_top.loc[t.row_labels[0][0]])
+    assert np.allclose(t.facts.cells.top[0][-1], first_row)  # type: ignore[index]
+
+
+def test_categorical_keeps_unobserved_levels() -> None:
+    s = pd.Series(pd.Categorical(["a", "a", "b"], categories=["a", "b", "c"]), name="k")
+    t = build_table([s])
+    assert t.row_labels == [["a"], ["b"], ["c"]]
+    assert t.facts.cells.counts == [[2], [1], [0]]
+
+
+def test_query_set_maps_records_to_body_cells() -> None:
+    rows = pd.Series(["x", "y", None, "x"])
+    cols = pd.Series(["a", "b", "a", "b"])
+    t = build_table([rows], [cols], query_set=True)
+    assert t.facts.query_set is not None
+    # cells in row-major order: (x,a)=0 (x,b)=1 (y,a)=2 (y,b)=3; the None key is in no cell
+    assert t.facts.query_set.to_array().tolist() == [0, 3, -1, 1]
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(TabulationError):
+        build_table([np.arange(3)], [np.arange(4)])
+    with pytest.raises(TabulationError):
+        build_table([np.arange(3)], statistic="mean")
+    with pytest.raises(TabulationError):
+        build_table([np.arange(3)], values=np.arange(3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(-3, 6)), min_size=0, max_size=80),
+    st.booleans(),
+)
+def test_top3_matches_sorting(pairs: list[tuple[int, int]], big: bool) -> None:
+    g = np.array([p[0] for p in pairs], dtype=np.int64)
+    v = np.array([p[1] for p in pairs], dtype=float)
+    if big:  # exercise the candidate-pruning path (>= 30 000 records)
+        reps = 30_000 // max(len(g), 1) + 1
+        g, v = np.tile(g, reps), np.tile(v, reps)
+    got = top3(g, v, 6)
+    for k in range(6):
+        expect = sorted(v[g == k].tolist(), reverse=True)[:3]
+        expect += [0.0] * (3 - len(expect))
+        assert got[k].tolist() == expect

@@ -20,10 +20,10 @@ from safeaccess.client.analyses import (
     MagnitudeTable,
     Regression,
     Summary,
-    to_body,
 )
 from safeaccess.client.keys import fingerprint, public_key_text
-from safeaccess.client.protocol import seal
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.plan import Plan
 from safeaccess.client.results import StepResult, format_output
 from safeaccess.client.session import connect
 from safeaccess.server.api import create_app
@@ -40,15 +40,16 @@ RESEARCHER = "ada"
 DATASET = "census"
 
 
-def demo_analyses() -> list[Analysis]:
+def demo_plan(metadata: DatasetMetadata) -> Plan:
     """The demo sequence: safe, safe, safe, unsafe (withheld), then one never revealed."""
-    return [
-        FrequencyTable(rows=["region"], cols=["sex"]),
-        Regression(family="ols", formula="income ~ age + C(sex)", where="employment == 'employed'"),
-        MagnitudeTable(value="income", agg="mean", rows=["region"], where="age >= 18"),
-        FrequencyTable(rows=["ethnicity"], cols=["region"]),
-        FrequencyTable(rows=["health"], cols=["ethnicity"]),
-    ]
+    return (
+        Plan(DATASET, metadata)
+        .frequency_table("region", "sex")
+        .ols("income ~ age + C(sex)", where="employment == 'employed'")
+        .magnitude_table("income", "region", agg="mean", where="age >= 18")
+        .frequency_table("ethnicity", "region")
+        .frequency_table("health", "ethnicity")
+    )
 
 
 def describe(analysis: Analysis) -> str:
@@ -114,19 +115,19 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
     except ConfigError as exc:
         out(f"cannot start the demo: {exc}")
         return 1
-    analyses = demo_analyses()
     with service, EmbeddedServer(create_app(service)) as server:
         out(
             f"Server {service.server_id} listening on {server.url} (sandbox: {service.backend.name})"
         )
-        sealed = seal(
-            [to_body(a) for a in analyses],
-            key,
-            researcher=RESEARCHER,
-            project=PROJECT,
-            dataset=DATASET,
-            server=service.server_id,
+        with connect(server.url, key, RESEARCHER) as session:
+            # The researcher plans against the catalogue's metadata (she never sees the data).
+            entry = next(d for d in session.datasets() if d["name"] == DATASET)
+        metadata = DatasetMetadata(
+            name=DATASET, description=entry["description"], columns=entry["columns"]
         )
+        plan = demo_plan(metadata)
+        analyses = list(plan.analyses)
+        sealed = plan.seal(key, researcher=RESEARCHER, project=PROJECT, server=service.server_id)
         out(
             f"\n{RESEARCHER} seals {len(analyses)} analyses into one binding sequence and signs "
             "its header;\nthe server sees each analysis only when she reveals it, after the "

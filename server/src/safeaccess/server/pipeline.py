@@ -21,6 +21,7 @@ from safeaccess.client.analyses import Analysis, parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.rules.engine import check
+from safeaccess.rules.mitigation import MitigationError, mitigate
 from safeaccess.rules.outputs import Output, public
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import (
@@ -69,8 +70,6 @@ def _mitigate(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
     mitigations = getattr(analysis, "mitigations", None)
     if mitigations is None or (mitigations.round_to is None and not mitigations.suppress):
         return output
-    from safeaccess.rules.mitigation import mitigate
-
     result: Output = mitigate(
         output, ruleset, round_to=mitigations.round_to, suppress=mitigations.suppress
     )
@@ -128,7 +127,10 @@ def run_step(
             f"the sandbox could not run this step ({exc.code}); retry the same reveal later",
             code="sandbox_unavailable",
         ) from exc
-    output = _mitigate(result.output, analysis, ruleset)
+    try:
+        output = _mitigate(result.output, analysis, ruleset)
+    except MitigationError as exc:
+        return _failed("mitigation_failed", str(exc), kind)
     # The engine takes the YAML rule set (`safeaccess.rules.ruleset.RuleSet`) once the full
     # catalogue lands; until then it reads the same fields (name, version, threshold, dof).
     decision = check(output, cast(Any, ruleset), history=history)

@@ -22,11 +22,29 @@ import sys
 import threading
 
 RUNNER = "safeaccess.sandbox.runner"
-PRELOAD = (RUNNER, "pandas", "pyarrow.parquet")
+PRELOAD = (
+    RUNNER,
+    "pandas",
+    "pyarrow.parquet",
+    # The runner imports these per analysis kind; a warm container has them ready.
+    "safeaccess.sandbox.compute.tables",
+    "safeaccess.sandbox.compute.summary",
+    "safeaccess.sandbox.compute.regression",
+    "safeaccess.sandbox.compute.correlation",
+    "safeaccess.sandbox.compute.tests",
+    "safeaccess.sandbox.compute.script",
+    "safeaccess.sandbox.filters",
+    "safeaccess.sandbox.design",
+    "statsmodels.api",
+    "scipy.stats",
+)
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 LENGTH_BYTES = 8
 # Written on stdout once preloading is done: the backend hands out only containers that said it.
 READY_MARKER = b"safeaccess-sandbox-ready\n"
+# Written on stdout after the runner returned: the response is complete, no need to wait for the
+# container to exit. (A job that forges it early only cuts its own response short.)
+DONE_MARKER = b"\nsafeaccess-sandbox-done\n"
 
 
 class RequestError(Exception):
@@ -97,6 +115,7 @@ def main() -> None:
         raise SystemExit(2) from None
     _feed_stdin(payload)
     sys.argv = [RUNNER]
+    response_out = os.dup(1)  # the runner redirects fd 1; keep a way to mark the end
     code = 0
     try:
         runpy.run_module(RUNNER, run_name="__main__", alter_sys=True)
@@ -104,6 +123,8 @@ def main() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     # The runner has written and closed its response. Skip interpreter teardown (tens of ms with
     # pandas loaded): the container is discarded after this one job anyway.
+    if code == 0:
+        _write_all(response_out, DONE_MARKER)
     sys.stderr.flush()
     os._exit(code)
 

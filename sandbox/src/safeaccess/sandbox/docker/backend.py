@@ -274,6 +274,8 @@ class DockerBackend:
             response = job_container.run(request, job.limits, started)
         finally:
             self._discard_later(job_container)
+            if self._pool is not None:
+                self._pool.want(key)  # refill now that this job no longer needs the CPU
         assert response.output is not None  # execute() raises unless ok with an output
         return RunResult(
             output=response.output, wall_seconds=time.monotonic() - started, backend=self.name

@@ -39,7 +39,7 @@ from safeaccess.sandbox.backend import (
     SandboxError,
 )
 from safeaccess.sandbox.docker.image import SANDBOX_TMP, SANDBOX_USER
-from safeaccess.sandbox.docker_entry import READY_MARKER
+from safeaccess.sandbox.docker_entry import DONE_MARKER, READY_MARKER
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ class JobContainer:
                 raise SandboxError(
                     f"the sandbox container stopped before taking its job: {exc}"
                 ) from exc
-            while True:
+            while not demux.stdout.endswith(DONE_MARKER):
                 try:
                     if not self._read_into(demux, deadline):
                         break
@@ -304,6 +304,11 @@ class JobContainer:
                     raise
         finally:
             self.close()
+        if demux.stdout.endswith(DONE_MARKER):
+            del demux.stdout[-len(DONE_MARKER) :]
+            response = _parse(demux.stdout)
+            if response is not None and response.ok and response.output is not None:
+                return response  # complete: no need to wait for the container to exit
         return _finish(self.container, demux, limits, deadline)
 
     def close(self) -> None:
@@ -323,6 +328,15 @@ def wall_message(limits: Limits) -> str:
     )
 
 
+def _parse(stdout: bytearray) -> RunnerResponse | None:
+    if not stdout:
+        return None
+    try:
+        return RunnerResponse.model_validate_json(bytes(stdout))
+    except ValidationError:
+        return None
+
+
 def _finish(container: Container, demux: _Demux, limits: Limits, deadline: float) -> RunnerResponse:
     try:
         status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -332,12 +346,7 @@ def _finish(container: Container, demux: _Demux, limits: Limits, deadline: float
     exit_code = int(status.get("StatusCode", -1))
     container.reload()
     state = container.attrs.get("State", {})
-    response: RunnerResponse | None = None
-    if demux.stdout:
-        try:
-            response = RunnerResponse.model_validate_json(bytes(demux.stdout))
-        except ValidationError:
-            response = None
+    response = _parse(demux.stdout)
     if demux.stderr_tail:
         log.debug(
             "sandbox container %s stderr (tail): %s",

@@ -56,8 +56,12 @@ class WarmPool(Generic[K, C]):
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
 
-    def want(self, key: K) -> None:
-        """Keep containers ready for `key` (most recently wanted); drop the least recent keys."""
+    def want(self, key: K, *, refill: bool = True) -> None:
+        """Keep containers ready for `key` (most recently wanted); drop the least recent keys.
+
+        With `refill=False` the key is only registered: the caller is about to run a job and a
+        container starting now would compete with it for CPU; it calls `want` again afterwards.
+        """
         evicted: list[C] = []
         with self._cond:
             if self._closed:
@@ -67,19 +71,22 @@ class WarmPool(Generic[K, C]):
             while len(self._ready) > self.max_keys:
                 _, items = self._ready.popitem(last=False)
                 evicted.extend(items)
-            self._ensure_thread()
-            self._cond.notify_all()
+            if refill:
+                self._ensure_thread()
+                self._cond.notify_all()
         for item in evicted:
             self._stop(item)
 
     def take(self, key: K) -> C | None:
-        """A ready container for `key`, or None (the caller then starts one itself)."""
-        self.want(key)
+        """A ready container for `key`, or None (the caller then starts one itself).
+
+        Does not trigger a refill: call `want(key)` once the job is done.
+        """
+        self.want(key, refill=False)
         while True:
             with self._cond:
                 items = self._ready.get(key)
                 item = items.popleft() if items else None
-                self._cond.notify_all()
             if item is None:
                 return None
             if self._alive(item):

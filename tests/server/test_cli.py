@@ -1,0 +1,224 @@
+"""The admin CLI: init, registration, dataset checks, review, serve refusal, and the demo."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from safeaccess.client.keys import public_key_text
+from safeaccess.server.cli import main
+from safeaccess.server.config import DataDir
+from safeaccess.server.db import StepRow
+from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.states import StepState
+from safeaccess.server.store import StepOutcome, Store
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    assert main(["init", "--data-dir", str(root), "--server-id", "sac-test"]) == 0
+    return root
+
+
+def _files(tmp_path: Path, frame: pd.DataFrame) -> tuple[Path, Path]:
+    csv = tmp_path / "census.csv"
+    frame.to_csv(csv, index=False)
+    meta = tmp_path / "census.json"
+    meta.write_text(census_metadata("census").model_dump_json())
+    return csv, meta
+
+
+def test_init_writes_config_and_a_private_key(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = DataDir(root)
+    config = yaml.safe_load(data.config_path.read_text())
+    assert config["server_id"] == "sac-test"
+    assert config["sandbox"]["backend"] == "process"
+    assert stat.S_IMODE(data.key_path.stat().st_mode) == 0o600
+    assert isinstance(data.load_signing_key(), Ed25519PrivateKey)
+    assert main(["init", "--data-dir", str(root)]) == 2
+    assert "already initialised" in capsys.readouterr().err
+
+
+def test_register_project_researcher_and_dataset_versions(root: Path, tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    pub = tmp_path / "ada.pub"
+    pub.write_text(public_key_text(key.public_key()))
+    frame = generate_census(500, seed=3)
+    csv, meta = _files(tmp_path, frame)
+    d = ["--data-dir", str(root)]
+    assert main(["project", "add", "p1", *d]) == 0
+    assert main(["project", "add", "p1", *d]) == 2  # exists
+    assert main(["researcher", "add", "ada", "--public-key", str(pub), "--project", "p1", *d]) == 0
+    assert (
+        main(["researcher", "add", "bob", "--public-key", str(pub), "--project", "nope", *d]) == 2
+    )
+    args = ["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta), *d]
+    assert main([*args, "--project", "p1"]) == 0
+    assert main([*args, "--project", "p1"]) == 0
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        assert store.get_researcher("bob") is None
+        v1 = store.find_dataset("census", 1)
+        v2 = store.find_dataset("census")
+        assert v1 is not None and v2 is not None and v2.version == 2
+        stored = pd.read_parquet(root / v1.path)
+        # Row order (record ids) and values survive the CSV -> Parquet conversion.
+        assert stored["person_id"].tolist() == frame["person_id"].tolist()
+        assert stored["income"].tolist() == pytest.approx(frame["income"].tolist())
+        assert not (root / v1.path).stat().st_mode & 0o222  # read-only
+        assert [d.name for d in store.datasets_for("ada")] == ["census", "census"]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda f: f.assign(extra=1), "no metadata: extra"),
+        (lambda f: f.drop(columns=["income"]), "absent from the data: income"),
+        (lambda f: f.assign(region="Atlantis"), "region"),
+        (lambda f: f.assign(age=f["age"] + 100), "outside the declared bounds"),
+        (lambda f: f.assign(age=f["age"] + 0.5), "fractional"),
+    ],
+)
+def test_data_that_disagrees_with_its_metadata_is_refused(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], change: object, message: str
+) -> None:
+    frame = change(generate_census(200, seed=1))  # type: ignore[operator]
+    csv, meta = _files(tmp_path, frame)
+    d = ["--data-dir", str(root)]
+    assert main(["project", "add", "p1", *d]) == 0
+    args = ["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta)]
+    assert main([*args, "--project", "p1", *d]) == 2
+    assert message in capsys.readouterr().err
+    assert not list((root / "datasets").glob("census/*.parquet"))
+
+
+def test_review_list_and_approve_from_the_cli(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    store.add_project("p1")
+    store.add_researcher("ada", "PEM", "fp", ["p1"])
+    store.add_dataset(
+        name="d",
+        version=1,
+        project="p1",
+        path="x",
+        sha256="0",
+        rows=1,
+        metadata={},
+        rules_path=None,
+    )
+    seq, _ = store.create_sequence(
+        sequence_id="e" * 32,
+        researcher="ada",
+        project="p1",
+        dataset_id=1,
+        header=b"h",
+        header_hash="hh",
+        nonce="n",
+        signature=b"s",
+        endorsements=[],
+        verifier_state={},
+        first_step=StepRow(index=1, trace_hash="t", body=b"{}", body_hash="b", last=False),
+        event_data={},
+    )
+    store.settle_step(
+        seq.id,
+        1,
+        StepOutcome(
+            state=StepState.REVIEW,
+            decision={
+                "verdict": "review",
+                "ruleset": "default@1",
+                "ruleset_hash": "0",
+                "findings": [
+                    {
+                        "check": "script",
+                        "verdict": "review",
+                        "item": None,
+                        "message": "a person checks scripts",
+                    }
+                ],
+            },
+        ),
+        {},
+    )
+    store.close()
+    d = ["--data-dir", str(root)]
+    capsys.readouterr()
+    assert main(["review", "list", *d]) == 0
+    listing = capsys.readouterr().out
+    assert seq.id in listing and "a person checks scripts" in listing
+    assert main(["review", "approve", seq.id, "1", "--reviewer", "carol", *d]) == 0
+    assert "now released" in capsys.readouterr().out
+    assert main(["review", "reject", seq.id, "1", "--reviewer", "carol", *d]) == 2
+    assert main(["review", "list", *d]) == 0
+    assert "no steps wait" in capsys.readouterr().out
+
+
+def test_serve_refuses_an_unusable_sandbox(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SAFEACCESS_SANDBOX_BACKEND", "teleport")
+    assert main(["serve", "--data-dir", str(root), "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "sandbox backend is unusable" in err and "teleport" in err
+
+
+def test_serve_without_init_says_how_to_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--data-dir", str(tmp_path / "none")]) == 2
+    assert "safeaccess-server init" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_releases_then_withholds(tmp_path: Path) -> None:
+    lines: list[str] = []
+    from safeaccess.server.demo import run_demo
+
+    assert run_demo(tmp_path / "demo", rows=4000, out=lines.append) == 0
+    text = "\n".join(lines)
+    assert text.count("decision: RELEASED") == 3
+    assert text.count("decision: WITHHELD") == 1
+    assert "never revealed" in text and "aborted" in text
+    assert "Traveller" not in text.split("decision: WITHHELD", 1)[1]
+
+
+def test_metadata_yaml_is_accepted(root: Path, tmp_path: Path) -> None:
+    frame = generate_census(100, seed=2)
+    csv, _ = _files(tmp_path, frame)
+    meta = tmp_path / "census.yaml"
+    meta.write_text(yaml.safe_dump(json.loads(census_metadata("census").model_dump_json())))
+    d = ["--data-dir", str(root)]
+    assert main(["project", "add", "p1", *d]) == 0
+    assert (
+        main(
+            [
+                "dataset",
+                "add",
+                "census",
+                "--data",
+                str(csv),
+                "--metadata",
+                str(meta),
+                "--project",
+                "p1",
+                *d,
+            ]
+        )
+        == 0
+    )

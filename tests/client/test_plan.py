@@ -117,6 +117,17 @@ def test_bad_input_changes_nothing() -> None:
     assert plan.bodies() == before
 
 
+def test_grammar_is_checked_without_metadata() -> None:
+    plan = Plan("census")
+    with pytest.raises(AnalysisInvalid) as info:
+        plan.ols("income ~ foo(age)", where="age >>= 3")
+    assert [p.field for p in info.value.problems] == ["where", "formula"]
+    assert "unknown function 'foo'" in info.value.problems[1].message
+    assert len(plan) == 0
+    plan.frequency_table("nonexistent_column")  # columns need the metadata
+    assert len(plan) == 1
+
+
 def test_validate_reports_positions() -> None:
     plan = Plan("census").frequency_table("sex").ols("income ~ agee").histogram("sex", bins=3)
     with pytest.raises(AnalysisInvalid) as info:

@@ -20,6 +20,7 @@ from safeaccess.client.validation import (
     MAX_SCRIPT_BYTES,
     AnalysisInvalid,
     Problem,
+    check_grammar,
     validate,
 )
 
@@ -189,3 +190,10 @@ def test_bodies_and_dicts_are_accepted_and_schema_errors_reported() -> None:
 def test_duplicate_problems_are_reported_once() -> None:
     problems = _problems(Regression(formula="income ~ agee * C(sex) + agee:C(region)"))
     assert len([p for p in problems if "agee" in p.message]) == 1
+
+
+def test_check_grammar_needs_no_metadata() -> None:
+    check_grammar(Regression(formula="anything ~ at + all", where="whatever = 1"))
+    with pytest.raises(AnalysisInvalid) as info:
+        check_grammar(Regression(formula="y ~ x ~ z", where="a = = 1"))
+    assert [p.field for p in info.value.problems] == ["where", "formula"]

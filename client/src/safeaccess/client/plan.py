@@ -6,9 +6,9 @@
     plan.validate(metadata)
     sealed = plan.seal(key, researcher="alice", project="p1", server="tre.example")
 
-Each method checks its own arguments at once (the analysis schema and, when the plan knows the
-dataset's metadata, the columns and types), so a mistake is reported where it is made and never
-enters the plan.
+Each method checks its own arguments at once (the analysis schema, the filter and formula grammar
+and, when the plan knows the dataset's metadata, the columns and types), so a mistake is reported
+where it is made and never enters the plan.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from safeaccess.client.analyses import (
     to_body,
 )
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.client.validation import AnalysisInvalid, Problem, validate
+from safeaccess.client.validation import AnalysisInvalid, Problem, check_grammar, validate
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -79,9 +79,12 @@ class Plan:
         return [to_body(a) for a in self._analyses]
 
     def add(self, analysis: Analysis) -> Plan:
-        """Append an analysis model (checked against the metadata when the plan has it)."""
+        """Append an analysis model, checked against the metadata when the plan has it and
+        against the filter and formula grammar always."""
         if self.metadata is not None:
             validate(analysis, self.metadata)
+        else:
+            check_grammar(analysis)
         self._analyses.append(analysis)
         return self
 

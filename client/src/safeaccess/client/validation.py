@@ -112,6 +112,27 @@ def validate(
         raise AnalysisInvalid(checker.problems)
 
 
+def check_grammar(analysis: Analysis) -> None:
+    """Raise `AnalysisInvalid` if the analysis' filter or formula is not in the grammar.
+
+    The part of `validate` that needs no metadata, for checking a plan before the dataset's
+    metadata is at hand.
+    """
+    problems: list[Problem] = []
+    if analysis.where is not None:
+        try:
+            parse_filter(analysis.where)
+        except GrammarError as exc:
+            problems.append(Problem("where", str(exc)))
+    if isinstance(analysis, Regression):
+        try:
+            parse_formula(analysis.formula)
+        except GrammarError as exc:
+            problems.append(Problem("formula", str(exc)))
+    if problems:
+        raise AnalysisInvalid(problems)
+
+
 def _numeric_levels(col: Column) -> bool:
     return bool(col.levels) and all(
         isinstance(v, int) and not isinstance(v, bool) for v in col.levels or []
@@ -465,6 +486,7 @@ __all__ = [
     "MAX_SCRIPT_BYTES",
     "AnalysisInvalid",
     "Problem",
+    "check_grammar",
     "is_grouping",
     "is_numeric",
     "validate",

@@ -65,7 +65,7 @@ class TermInfo:
     name: str
     categorical: bool
     binary: bool
-    nonzero: int
+    nonzero: int = 0
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,6 @@ def census_metadata(name: str = "census") -> DatasetMetadata:
                 contributor=True,
                 description="Employer of employed people (contributor unit for dominance checks)",
             ),
-            Column(
-                name="income", type="continuous", bounds=(0, 2_000_000), unit="EUR per year"
-            ),
+            Column(name="income", type="continuous", bounds=(0, 2_000_000), unit="EUR per year"),
         ],
     )

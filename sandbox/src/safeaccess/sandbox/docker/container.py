@@ -87,14 +87,21 @@ class DatasetKey:
         )
 
     def sandbox_groups(self) -> list[int]:
-        """Extra group the sandbox user needs to read the file; refuse modes it cannot read."""
+        """Supplementary group the sandbox user needs to read the file, if any.
+
+        The server stores datasets group-readable (0440), so the unprivileged sandbox user gets
+        the file's group as a supplementary group. That may be group 0 when the server runs as
+        root: inside the container it confers nothing else (no capabilities, read-only root file
+        system whose files are all world-readable anyway, a private /tmp), which is the same
+        arbitrary-uid + gid-0 arrangement OpenShift uses for its pods.
+        """
         if self.world_readable:
             return []
-        if self.group_readable and self.gid != 0:
+        if self.group_readable:
             return [self.gid]
         raise SandboxError(
-            f"dataset {self.path} is not readable by the unprivileged sandbox user: make it "
-            "world-readable (chmod o+r) or readable by a non-root group (chgrp + chmod g+r)"
+            f"dataset {self.path} is readable by its owner only, so the unprivileged sandbox user "
+            "cannot read it: make it group-readable (chmod g+r, as the server stores datasets)"
         )
 
 

@@ -1,0 +1,192 @@
+"""`safeaccess-server sandbox ...`: build the Docker sandbox image, check the configured backend.
+
+    safeaccess-server sandbox build-image [--host URL] [--data-dir DIR | --config FILE] [--rebuild]
+    safeaccess-server sandbox check [--data-dir DIR | --config FILE]
+
+`build-image` assembles the sandbox image from this machine's Python installation (no registry
+needed), prints its id (``sha256:...``) on stdout and, given a data directory or configuration
+file, records it as `sandbox.docker.image` there. Also runnable as
+``python -m safeaccess.server.cli_sandbox build-image``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from safeaccess.sandbox.backend import SandboxError
+from safeaccess.sandbox.factory import DockerOptions, SandboxConfig, make_backend
+from safeaccess.server.config import CONFIG_FILE, ServerConfig, default_data_dir
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `sandbox` command group to the `safeaccess-server` parser."""
+    sandbox = subparsers.add_parser("sandbox", help="the Docker sandbox: build its image, check it")
+    add_actions(sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="ACTION"))
+
+
+def add_actions(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `build-image` and `check` to a sub-command group."""
+    where = argparse.ArgumentParser(add_help=False)
+    group = where.add_mutually_exclusive_group()
+    group.add_argument(
+        "--data-dir", type=Path, default=None, help=f"data directory whose {CONFIG_FILE} to use"
+    )
+    group.add_argument("--config", type=Path, default=None, help="server configuration file")
+
+    build = actions.add_parser(
+        "build-image",
+        parents=[where],
+        help="build the sandbox image from the local Python installation and print its id",
+        description="Build the sandbox image from this machine's Python installation (runner, "
+        "analysis libraries, the shared libraries they need; no server code, data, keys or "
+        "tests). Prints the image id. With --data-dir or --config, also writes it to "
+        "sandbox.docker.image in that configuration (YAML comments are not kept).",
+    )
+    build.add_argument(
+        "--host",
+        default=None,
+        help="Docker Engine address (default: the configuration's sandbox.docker.host, else "
+        "$DOCKER_HOST, else unix:///var/run/docker.sock)",
+    )
+    build.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="import a new image even if one built from the same files exists",
+    )
+    build.set_defaults(handler=build_image_command)
+
+    check = actions.add_parser(
+        "check",
+        parents=[where],
+        help="check that the configured sandbox backend can isolate jobs here",
+    )
+    check.set_defaults(handler=check_command)
+
+
+def _config_path(args: argparse.Namespace) -> Path | None:
+    if args.config is not None:
+        return Path(args.config)
+    if args.data_dir is not None:
+        return Path(args.data_dir) / CONFIG_FILE
+    return None
+
+
+def _load_raw(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise SandboxError(f"cannot read configuration {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise SandboxError(f"configuration {path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SandboxError(f"configuration {path} must be a YAML mapping")
+    return raw
+
+
+def _sandbox_config(path: Path | None) -> SandboxConfig:
+    if path is None:
+        path = default_data_dir() / CONFIG_FILE
+        if not path.is_file():
+            return SandboxConfig()
+    try:
+        return ServerConfig.model_validate(_load_raw(path)).sandbox
+    except ValidationError as exc:
+        raise SandboxError(f"configuration {path} is not valid: {exc}") from exc
+
+
+def write_image_id(path: Path, image_id: str) -> None:
+    """Set `sandbox.docker.image` in the YAML configuration at `path`, atomically.
+
+    The result is validated as a server configuration before it replaces the file, so a bad file
+    is left untouched.
+    """
+    raw = _load_raw(path)
+    sandbox = raw.setdefault("sandbox", {})
+    if not isinstance(sandbox, dict):
+        raise SandboxError(f"'sandbox' in {path} must be a mapping")
+    docker_section = sandbox.setdefault("docker", {})
+    if not isinstance(docker_section, dict):
+        raise SandboxError(f"'sandbox.docker' in {path} must be a mapping")
+    docker_section["image"] = image_id
+    try:
+        ServerConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise SandboxError(f"configuration {path} would not be valid: {exc}") from exc
+    mode = path.stat().st_mode & 0o777
+    fd, tmp = tempfile.mkstemp(prefix=".config-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            yaml.safe_dump(raw, out, sort_keys=False)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_image_command(args: argparse.Namespace) -> int:
+    """Handler of `sandbox build-image`."""
+    from safeaccess.sandbox.docker import build_image, connect, engine_address
+
+    try:
+        path = _config_path(args)
+        config = _sandbox_config(path)
+        options = DockerOptions(host=args.host or config.docker.host)
+        host = engine_address(options)
+        print(f"building the sandbox image on {host} ...", file=sys.stderr)
+        try:
+            client = connect(host)
+            client.ping()
+        except Exception as exc:
+            raise SandboxError(f"cannot reach the Docker Engine at {host}: {exc}") from exc
+        built = build_image(client, reuse=not args.rebuild)
+        how = "reused an identical image" if built.reused else f"imported {built.files} files"
+        print(f"{how}: {built.image_id}", file=sys.stderr)
+        if path is not None:
+            write_image_id(path, built.image_id)
+            print(f"wrote sandbox.docker.image to {path}", file=sys.stderr)
+    except SandboxError as exc:
+        print(f"safeaccess-server: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(built.image_id)
+    return EXIT_OK
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """Handler of `sandbox check`: build the configured backend exactly as the server does."""
+    try:
+        config = _sandbox_config(_config_path(args))
+        backend = make_backend(config)
+    except SandboxError as exc:
+        print(f"safeaccess-server: sandbox unusable: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    backend.close()
+    print(f"sandbox backend '{backend.name}' is usable")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry: ``python -m safeaccess.server.cli_sandbox build-image ...``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m safeaccess.server.cli_sandbox", description=__doc__.split("\n")[0]
+    )
+    add_actions(parser.add_subparsers(dest="sandbox_command", required=True, metavar="ACTION"))
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

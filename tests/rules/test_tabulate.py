@@ -108,6 +108,8 @@ def test_bad_input_is_refused() -> None:
         build_table([np.arange(3)], statistic="mean")
     with pytest.raises(TabulationError):
         build_table([np.arange(3)], values=np.arange(3))
+    with pytest.raises(TabulationError, match="cells"):
+        build_table([np.arange(2000)], [np.arange(2000)], max_cells=1_000_000)
 
 
 @settings(max_examples=40, deadline=None)

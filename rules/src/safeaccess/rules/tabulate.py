@@ -192,6 +192,7 @@ def build_table(
     contributor: Any = None,
     source: Literal["frequency_table", "magnitude_table", "histogram", "contingency"] | None = None,
     query_set: bool = False,
+    max_cells: int = 1_000_000,
 ) -> TableOutput:
     """Tabulate `rows` x `cols` (lists of equal-length arrays) into a checked-ready TableOutput.
 
@@ -199,6 +200,7 @@ def build_table(
     left out and counted in `facts.cells.missing`). `contributor` (e.g. an employer id) makes the
     threshold count distinct units and the top contributions per-unit totals. With `query_set`
     the facts carry, per record, the index of its body cell (-1 when a key is missing).
+    Tables of more than `max_cells` cells are refused before any memory is allocated for them.
     """
     if not rows:
         raise TabulationError("a table needs at least one row variable")
@@ -206,6 +208,11 @@ def build_table(
     rcode, rlabels, rvalid = _combine(list(rows), n)
     ccode, clabels, cvalid = _combine(list(cols), n)
     nr, nc = len(rlabels), len(clabels)
+    if nr * nc > max_cells:
+        raise TabulationError(
+            f"the table would have {nr * nc:,} cells (more than {max_cells:,}); "
+            "use fewer or coarser variables"
+        )
     valid = rvalid & cvalid
     cell_all = rcode * nc + ccode
     all_valid = bool(valid.all())

@@ -377,7 +377,17 @@ def _finish(container: Container, demux: _Demux, limits: Limits, deadline: float
             "and was stopped",
         )
     if response is not None and response.error is not None:
-        raise AnalysisFailed(response.error.code, response.error.message)
+        code = response.error.code
+        if code == "limit_memory":
+            raise LimitExceeded(
+                "memory", f"the analysis exceeded the memory limit of {limits.memory_mb} MB"
+            )
+        if code == "limit_processes":
+            raise LimitExceeded(
+                "processes",
+                f"the analysis exceeded the limit of {limits.max_processes} processes and threads",
+            )
+        raise AnalysisFailed(code, response.error.message)
     # The runner's stderr can carry data values: keep it in the controller's log, not the message.
     raise SandboxError(
         f"the analysis process ended (exit status {exit_code}) without a valid result; "

@@ -1,0 +1,48 @@
+"""Shared fixtures: a reachable Docker Engine and the sandbox image, built once per session.
+
+Tests that need Docker take the `docker_client` or `sandbox_image` fixture and carry
+`@pytest.mark.docker`. Without an engine they are skipped, unless SAFEACCESS_REQUIRE_DOCKER=1
+(as in CI), in which case they fail: a missing engine must not pass silently there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+REQUIRE_DOCKER = "SAFEACCESS_REQUIRE_DOCKER"
+
+
+def _no_docker(reason: str) -> None:
+    if os.environ.get(REQUIRE_DOCKER) == "1":
+        pytest.fail(f"{REQUIRE_DOCKER}=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A client for the engine the Docker backend would use (DOCKER_HOST, else the local socket)."""
+    try:
+        from safeaccess.sandbox.docker import connect, engine_address
+        from safeaccess.sandbox.factory import DockerOptions
+    except ImportError as exc:
+        _no_docker(f"the Docker backend cannot be imported: {exc}")
+    host = engine_address(DockerOptions())
+    try:
+        client = connect(host)
+        client.ping()
+    except Exception as exc:
+        _no_docker(f"no Docker Engine answers at {host}: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: Any) -> str:
+    """Id of the sandbox image built from this installation (reused when nothing changed)."""
+    from safeaccess.sandbox.docker import build_image
+
+    return build_image(docker_client).image_id

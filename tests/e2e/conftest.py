@@ -24,6 +24,10 @@ def centre(tmp_path_factory: pytest.TempPathFactory) -> Centre:
     root = tmp_path_factory.mktemp("centre") / "data"
     config = initialise(root, server_id="test-centre")
     data = DataDir(root)
+    ca_key = Ed25519PrivateKey.generate()
+    (root / "ethics-board.pub").write_text(public_key_text(ca_key.public_key()))
+    config = config.model_copy(update={"trusted_cas": {"ethics-board": "ethics-board.pub"}})
+    data.save_config(config)
     keys = {name: Ed25519PrivateKey.generate() for name in ("ada", "bob", "carol")}
     census = generate_census(ROWS, seed=SEED)
     store = Store(data.database_url(config))
@@ -51,7 +55,7 @@ def centre(tmp_path_factory: pytest.TempPathFactory) -> Centre:
         )
     finally:
         store.close()
-    return Centre(root=root, server_id=config.server_id, keys=keys, census=census)
+    return Centre(root=root, server_id=config.server_id, keys=keys, census=census, ca_key=ca_key)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ class Centre:
     server_id: str
     keys: dict[str, Ed25519PrivateKey]
     census: pd.DataFrame
+    ca_key: Ed25519PrivateKey
 
     def seal(
         self,
@@ -70,3 +71,9 @@ def open_body(sealed: SealedSequence) -> bytes:
             "body": base64.b64encode(body).decode(),
         }
     ).encode()
+
+
+def open_body_with_endorsements(sealed: SealedSequence) -> bytes:
+    data = json.loads(open_body(sealed))
+    data["endorsements"] = [e.model_dump(mode="json") for e in sealed.endorsements]
+    return json.dumps(data).encode()

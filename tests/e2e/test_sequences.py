@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from e2e_helpers import Centre, open_body, reveal_body, signed
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from e2e_helpers import Centre, open_body, open_body_with_endorsements, reveal_body, signed
 from sqlalchemy import func, select
 
-from safeaccess.client.analyses import FrequencyTable, Script
+from safeaccess.client.analyses import FrequencyTable, Mitigations, Script
+from safeaccess.client.protocol import endorse
 from safeaccess.client.session import ServerError, connect
 from safeaccess.server import review
 from safeaccess.server.db import EventRow
@@ -217,3 +219,56 @@ def test_malformed_and_oversized_bodies_are_refused(
 def test_reveal_body_helper_matches_session_encoding(centre: Centre) -> None:
     sealed = centre.seal([SAFE])
     assert b'"trace"' in reveal_body(sealed, 1)
+
+
+def test_requested_suppression_is_applied_before_the_check(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    _, srv = server
+    suppressed = FrequencyTable(
+        rows=["ethnicity"], cols=["region"], mitigations=Mitigations(suppress=True)
+    )
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        results = session.run(centre.seal([suppressed]))
+    result = results[0]
+    assert result.released, result.describe()
+    out = result.output
+    assert out is not None and out["suppressed"] is not None
+    counts = Counter(zip(centre.census["ethnicity"], centre.census["region"], strict=True))
+    small = 0
+    for i, row in enumerate(out["row_labels"]):
+        for j, col in enumerate(out["col_labels"]):
+            n = counts.get((row[0], col[0]), 0)
+            if n < 10:  # every small (or empty) cell is hidden
+                small += 1
+                assert out["suppressed"][i][j] and out["values"][i][j] is None
+    assert small > 0
+
+
+def test_endorsements_by_trusted_cas_only(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    service, srv = server
+    sealed = centre.seal([SAFE])
+    good = sealed.with_endorsement(
+        endorse(sealed, centre.ca_key, ca="ethics-board", claims={"fair": True})
+    )
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        result = session.run(good)[0]
+    assert result.released
+    opened = [e for e in service.store.events(result.sequence_id) if e.kind == "sequence_opened"]
+    assert opened[0].data["endorsed_by"] == ["ethics-board"]
+
+    other = centre.seal([SAFE])
+    rogue = other.with_endorsement(endorse(other, Ed25519PrivateKey.generate(), ca="rogue"))
+    forged = other.with_endorsement(endorse(other, Ed25519PrivateKey.generate(), ca="ethics-board"))
+    for sealed_bad, code in ((rogue, "untrusted_ca"), (forged, "endorsement")):
+        response = signed(
+            srv.url,
+            centre.keys["ada"],
+            "ada",
+            "POST",
+            "/v1/sequences",
+            open_body_with_endorsements(sealed_bad),
+        )
+        assert response.status_code == 422 and response.json()["error"]["code"] == code

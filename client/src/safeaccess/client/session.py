@@ -273,5 +273,10 @@ def connect(
 ) -> Session:
     """A session with the server at `url`, signing as `researcher` with `key` (a private key,
     or a PEM file path or bytes)."""
-    private = key if isinstance(key, Ed25519PrivateKey) else load_private_key(key)
+    if isinstance(key, Ed25519PrivateKey):
+        private = key
+    elif isinstance(key, bytes):
+        private = load_private_key(key)
+    else:
+        private = load_private_key(Path(key).expanduser())
     return Session(url, private, researcher, **options)

@@ -59,7 +59,7 @@ from safeaccess.server.store import Store
 def _protocol_code(exc: ProtocolError) -> str:
     """TamperedTraceError -> 'tampered_trace': a stable machine-readable code per error class."""
     name = type(exc).__name__.removesuffix("Error")
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() or "protocol_error"
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower() or "protocol_error"
 
 
 def _rejected(exc: ProtocolError) -> ProtocolRejected:

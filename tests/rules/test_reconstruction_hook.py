@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 import types
 from collections.abc import Sequence
@@ -22,7 +22,16 @@ from safeaccess.rules.outputs import (
 )
 from safeaccess.rules.ruleset import RuleSet
 
-HAVE_MODULE = importlib.util.find_spec("safeaccess.rules.reconstruction") is not None
+
+def _have_module() -> bool:
+    try:
+        module = importlib.import_module("safeaccess.rules.reconstruction")
+    except ImportError:
+        return False
+    return hasattr(module, "reconstruction_findings")
+
+
+HAVE_MODULE = _have_module()
 
 
 def _likert(n: int, mean: float, sd: float) -> SummaryOutput:

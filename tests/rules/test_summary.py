@@ -113,3 +113,23 @@ def test_missing_facts_for_a_variable_go_to_review() -> None:
     out = out.model_copy(update={"facts": SummaryFacts(groups=[], n_total=30)})
     d = check(out, NO_RECON)
     assert d.verdict == "review" and d.findings[0].check == "facts_missing"
+
+
+def test_dominance_facts_by_hand() -> None:
+    from safeaccess.rules.facts import dominance_facts
+    from safeaccess.rules.outputs import SummaryVariableFacts
+
+    # values 5, 1, 9, 9, nan, -2: top 9, 9, 5; total 22; two at the max; one missing; a negative
+    f = dominance_facts([5, 1, 9, 9, None, -2])
+    assert f == {
+        "missing": 1,
+        "negative": True,
+        "total": 22.0,
+        "n_at_min": 1,
+        "n_at_max": 2,
+        "top": [9.0, 9.0, 5.0],
+    }
+    # per contributor unit: a = 5 + 9 = 14, b = 1 + 9 = 10, c = -2
+    g = dominance_facts([5, 1, 9, 9, -2], contributor=["a", "b", "a", "b", "c"])
+    assert g["top"] == [14.0, 10.0, -2.0] and g["contributors"] == 3
+    SummaryVariableFacts(n=5, n_distinct=4, **g)  # the keys are fields of the facts model

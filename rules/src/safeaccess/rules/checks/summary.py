@@ -13,6 +13,7 @@ statistics (Derrick et al., PSD 2022) is checked by `safeaccess.rules.reconstruc
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 
 from safeaccess.rules.decision import Finding, Verdict
@@ -173,8 +174,11 @@ def summary_findings(
 def reconstruction(output: SummaryOutput, rs: RuleSet, history: Sequence[Output]) -> list[Finding]:
     """Exact reconstruction risk (Derrick et al.), from `safeaccess.rules.reconstruction`."""
     try:
-        from safeaccess.rules.reconstruction import reconstruction_findings
+        module = importlib.import_module("safeaccess.rules.reconstruction")
     except ImportError:
+        module = None
+    reconstruction_findings = getattr(module, "reconstruction_findings", None)
+    if reconstruction_findings is None:
         return [
             Finding(
                 check="reconstruction",

@@ -222,3 +222,24 @@ def test_metadata_yaml_is_accepted(root: Path, tmp_path: Path) -> None:
         )
         == 0
     )
+
+
+def test_dataset_project_defaults_to_the_only_project(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv, meta = _files(tmp_path, generate_census(100, seed=4))
+    d = ["--data-dir", str(root)]
+    args = ["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta), *d]
+    assert main(args) == 2
+    assert "none yet" in capsys.readouterr().err
+    assert main(["project", "add", "only", *d]) == 0
+    assert main(args) == 0
+    assert main(["project", "add", "second", *d]) == 0
+    assert main(args) == 2
+    assert "only, second" in capsys.readouterr().err
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        assert store.find_dataset("census").project == "only"  # type: ignore[union-attr]
+    finally:
+        store.close()

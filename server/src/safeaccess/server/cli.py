@@ -74,7 +74,15 @@ def _dataset_add(args: argparse.Namespace) -> int:
     try:
         project = args.project
         if project is None:
-            raise ConfigError("give the dataset's project with --project P")
+            # Without --project the choice is obvious only when the centre has one project.
+            names = store.project_names()
+            if len(names) != 1:
+                raise ConfigError(
+                    "give the dataset's project with --project P (projects: "
+                    + (", ".join(names) or "none yet; add one with 'project add'")
+                    + ")"
+                )
+            project = names[0]
         row = register_dataset(
             data,
             store,
@@ -219,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     dadd.add_argument("name", metavar="NAME")
     dadd.add_argument("--data", type=Path, required=True, help="CSV or Parquet file")
     dadd.add_argument("--metadata", type=Path, required=True, help="metadata (JSON or YAML)")
-    dadd.add_argument("--project", default=None, help="project the dataset belongs to")
+    dadd.add_argument(
+        "--project", default=None, help="project the dataset belongs to (default: the only one)"
+    )
     dadd.add_argument("--rules", type=Path, default=None, help="rule-set overrides (YAML)")
     dadd.set_defaults(handler=_dataset_add)
     dlist = dataset.add_parser("list", parents=[common], help="list dataset versions")

@@ -130,6 +130,10 @@ class Store:
         except IntegrityError as exc:
             raise Conflict(f"project {name!r} already exists") from exc
 
+    def project_names(self) -> list[str]:
+        with self.transaction() as s:
+            return list(s.scalars(select(ProjectRow.name).order_by(ProjectRow.name)))
+
     def project_exists(self, name: str) -> bool:
         with self.transaction() as s:
             return s.get(ProjectRow, name) is not None

@@ -1,0 +1,490 @@
+"""Which samples are consistent with released statistics, counted without enumerating them.
+
+The unknown sample is a vector of counts c_v >= 0 over the scale values v, summing to n. A
+released mean pins sum(v c_v) to a few integers S; a released SD (or variance) then pins
+sum(v^2 c_v) to a short interval of integers Q for each S; released medians, quantiles, minima
+and maxima pin order statistics, i.e. bounds on the cumulative counts F(v) = sum_{u<=v} c_u.
+
+A memoised dynamic programme walks the values from the lowest up with state
+(value, items left, sum left, sum of squares left), pruning every state whose remaining items
+cannot reach the remaining sums: the sum must lie between r*min and r*max of the values left, and
+the sum of squares between the most concentrated (values at floor/ceil of the mean) and the most
+spread (all at the two ends) arrangement. The last three values are solved in closed form (three
+equations, three unknowns). The same walk returns, for each value, the least and greatest count
+it takes over all consistent samples. Counts are exact Python integers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import combinations_with_replacement
+
+from safeaccess.rules.reconstruction._exact import (
+    Admissible,
+    Number,
+    QuantileWeights,
+    ReconstructionError,
+)
+
+DEFAULT_MAX_STATES = 2_000_000
+MAX_SCENARIOS = 20_000
+
+
+class BudgetExceeded(ReconstructionError):
+    """The question could not be answered within the allowed states or time."""
+
+
+@dataclass(frozen=True)
+class OrderConstraint:
+    """A released median, quantile, minimum or maximum: sum(w * x_(i)) lies in `admissible`."""
+
+    name: str
+    weights: QuantileWeights
+    admissible: Admissible
+
+
+@dataclass(frozen=True)
+class SampleConstraints:
+    """Everything released about one sample of n values on the integer scale low..high."""
+
+    low: int
+    high: int
+    n: int
+    means: tuple[Admissible, ...] = ()
+    sds: tuple[Admissible, ...] = ()
+    variances: tuple[Admissible, ...] = ()
+    order: tuple[OrderConstraint, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.high < self.low:
+            raise ReconstructionError(f"scale ({self.low}, {self.high}) is empty")
+        if self.n < 1:
+            raise ReconstructionError(f"the sample needs at least one value, got n={self.n}")
+        if self.n < 2 and (self.sds or self.variances):
+            raise ReconstructionError("an SD or variance needs n >= 2")
+        for oc in self.order:
+            if any(not 1 <= i <= self.n for i, _ in oc.weights):
+                raise ReconstructionError(f"{oc.name} refers to an order statistic beyond n")
+
+    def merged(self, other: SampleConstraints) -> SampleConstraints:
+        """Both sets of statistics, released about the same sample."""
+        if (self.low, self.high, self.n) != (other.low, other.high, other.n):
+            raise ReconstructionError("statistics about different samples cannot be combined")
+        return SampleConstraints(
+            self.low,
+            self.high,
+            self.n,
+            self.means + other.means,
+            self.sds + other.sds,
+            self.variances + other.variances,
+            self.order + other.order,
+        )
+
+    def is_empty(self) -> bool:
+        return not (self.means or self.sds or self.variances or self.order)
+
+    def admits(self, counts: Mapping[int, int]) -> bool:
+        """Would a sample with these value counts produce the released statistics?"""
+        if sum(counts.values()) != self.n or any(
+            c < 0 or (c > 0 and not self.low <= v <= self.high) for v, c in counts.items()
+        ):
+            return False
+        s = sum(v * c for v, c in counts.items())
+        q = sum(v * v * c for v, c in counts.items())
+        if not all(a.contains(Fraction(s, self.n)) for a in self.means):
+            return False
+        if self.sds or self.variances:
+            var = Fraction(self.n * q - s * s, self.n * (self.n - 1))
+            if not all(a.contains_sqrt(var) for a in self.sds):
+                return False
+            if not all(a.contains(var) for a in self.variances):
+                return False
+        ordered = [v for v in sorted(counts) for _ in range(counts[v])]
+        return all(
+            oc.admissible.contains(sum((w * ordered[i - 1] for i, w in oc.weights), Fraction(0)))
+            for oc in self.order
+        )
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """How many samples fit, and the least and greatest count of each value among them."""
+
+    count: int
+    bounds: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def pinned(self) -> dict[int, int]:
+        """Values whose count is the same in every consistent sample."""
+        return {v: lo for v, (lo, hi) in self.bounds.items() if lo == hi}
+
+
+@dataclass
+class _Frame:
+    """Bounds on cumulative counts F(v) and on counts c_v, by shifted value index."""
+
+    f_lo: list[int]
+    f_hi: list[int]
+    c_lo: list[int]
+    c_hi: list[int]
+    memo: dict[tuple[int, int, int, int], object] = field(default_factory=dict)
+
+
+_Node = tuple[int, tuple[int, ...], tuple[int, ...]]
+
+
+class _Solver:
+    def __init__(
+        self,
+        cons: SampleConstraints,
+        max_states: int | None,
+        time_budget: float | None,
+        count_bounds: Mapping[int, tuple[int, int]] | None = None,
+    ) -> None:
+        self.cons = cons
+        self.k = cons.high - cons.low + 1
+        self.n = cons.n
+        self.track_t = bool(cons.means or cons.sds or cons.variances)
+        self.track_u = bool(cons.sds or cons.variances)
+        self.max_states = DEFAULT_MAX_STATES if max_states is None else max_states
+        self.deadline = None if time_budget is None else time.monotonic() + time_budget
+        self.states = 0
+        self.targets = self._targets()
+        self.frames = self._frames(count_bounds or {})
+
+    # -- setting up -------------------------------------------------------------------------
+
+    def _targets(self) -> list[tuple[int, int]]:
+        """Admissible (sum, sum of squares) pairs, in values shifted to start at 0."""
+        c, n, low = self.cons, self.n, self.cons.low
+        if not self.track_t:
+            return [(0, 0)]
+        s_lo, s_hi = n * c.low, n * c.high
+        if c.means:
+            s_lo = max(s_lo, math.ceil(n * max(a.lo for a in c.means)))
+            s_hi = min(s_hi, math.floor(n * min(a.hi for a in c.means)))
+        v_lo, v_hi = Fraction(0), None
+        for a in c.sds:
+            if a.hi < 0:
+                return []
+            v_lo = max(v_lo, max(a.lo, Fraction(0)) ** 2)
+            v_hi = a.hi**2 if v_hi is None else min(v_hi, a.hi**2)
+        for a in c.variances:
+            v_lo = max(v_lo, a.lo)
+            v_hi = a.hi if v_hi is None else min(v_hi, a.hi)
+        out: list[tuple[int, int]] = []
+        for s in range(s_lo, s_hi + 1):
+            if not all(a.contains(Fraction(s, n)) for a in c.means):
+                continue
+            t = s - n * low
+            if not self.track_u:
+                out.append((t, 0))
+                continue
+            assert v_hi is not None
+            q_lo = math.ceil((n * (n - 1) * v_lo + s * s) / n)
+            q_hi = math.floor((n * (n - 1) * v_hi + s * s) / n)
+            for q in range(q_lo, q_hi + 1):
+                var = Fraction(n * q - s * s, n * (n - 1))
+                if all(a.contains_sqrt(var) for a in c.sds) and all(
+                    a.contains(var) for a in c.variances
+                ):
+                    out.append((t, q - 2 * low * s + n * low * low))
+        return out
+
+    def _frames(self, count_bounds: Mapping[int, tuple[int, int]]) -> list[_Frame]:
+        k, n, low = self.k, self.n, self.cons.low
+        c_lo, c_hi = [0] * k, [n] * k
+        for v, (lo, hi) in count_bounds.items():
+            if not self.cons.low <= v <= self.cons.high:
+                raise ReconstructionError(f"value {v} is not on the scale")
+            c_lo[v - low], c_hi[v - low] = max(0, lo), min(n, hi)
+        frames: list[_Frame] = []
+        for assignment in self._scenarios():
+            f_lo, f_hi = [0] * k, [n] * k
+            f_lo[k - 1] = n
+            for pos, v in assignment.items():
+                if v >= 1:
+                    f_hi[v - 1] = min(f_hi[v - 1], pos - 1)
+                f_lo[v] = max(f_lo[v], pos)
+            for v in range(1, k):
+                f_lo[v] = max(f_lo[v], f_lo[v - 1])
+            for v in range(k - 2, -1, -1):
+                f_hi[v] = min(f_hi[v], f_hi[v + 1])
+            if all(lo <= hi for lo, hi in zip(f_lo, f_hi, strict=True)):
+                frames.append(_Frame(f_lo, f_hi, list(c_lo), list(c_hi)))
+        return frames
+
+    def _scenarios(self) -> list[dict[int, int]]:
+        """All assignments of (shifted) values to the constrained order statistics.
+
+        Each released order statistic admits a few value tuples at its positions; the
+        scenarios are their consistent combinations. Distinct scenarios differ at some
+        position, so they describe disjoint sets of samples and their counts add up.
+        """
+        low, k = self.cons.low, self.k
+        per_constraint: list[list[dict[int, int]]] = []
+        for oc in self.cons.order:
+            positions = [i for i, _ in oc.weights]
+            options = []
+            for values in combinations_with_replacement(range(k), len(positions)):
+                stat = sum(
+                    (w * (v + low) for (_, w), v in zip(oc.weights, values, strict=True)),
+                    Fraction(0),
+                )
+                if oc.admissible.contains(stat):
+                    options.append(dict(zip(positions, values, strict=True)))
+            per_constraint.append(options)
+        scenarios: list[dict[int, int]] = [{}]
+        for options in sorted(per_constraint, key=len):
+            nxt = []
+            for base in scenarios:
+                for opt in options:
+                    if all(base.get(p, v) == v for p, v in opt.items()):
+                        nxt.append({**base, **opt})
+                        if len(nxt) > MAX_SCENARIOS:
+                            raise BudgetExceeded(
+                                "the released quantiles admit too many combinations of order "
+                                "statistics to check exactly"
+                            )
+            scenarios = nxt
+        return [s for s in scenarios if _monotone(s)]
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        self.states += 1
+        if self.states > self.max_states:
+            raise BudgetExceeded(f"more than {self.max_states} states needed")
+        if self.deadline is not None and self.states % 2048 == 0:
+            if time.monotonic() > self.deadline:
+                raise BudgetExceeded("time budget exhausted")
+
+    def _viable(self, a: int, r: int, t: int, u: int) -> bool:
+        b = self.k - 1
+        if self.track_t and not r * a <= t <= r * b:
+            return False
+        if self.track_u and r > 0:
+            if u > (a + b) * t - r * a * b:
+                return False
+            f, e = divmod(t, r)
+            if u < r * f * f + e * (2 * f + 1):
+                return False
+        return True
+
+    def _children(
+        self, fr: _Frame, a: int, r: int, t: int, u: int
+    ) -> Iterator[tuple[int, int, int, int]]:
+        """Counts c of value a that leave a viable state for the values above a."""
+        n, b = self.n, self.k - 1
+        done = n - r
+        lo = max(0, fr.f_lo[a] - done, fr.c_lo[a])
+        hi = min(r, fr.f_hi[a] - done, fr.c_hi[a])
+        wt = a if self.track_t else 0
+        wu = a * a if self.track_u else 0
+        if self.track_t:
+            lo = max(lo, r * (a + 1) - t)
+            hi = min(hi, (r * b - t) // (b - a))
+        if wu:
+            hi = min(hi, u // wu)
+        for c in range(lo, hi + 1):
+            r2, t2, u2 = r - c, t - wt * c, u - wu * c
+            if self._viable(a + 1, r2, t2, u2):
+                yield c, r2, t2, u2
+
+    def _last(self, fr: _Frame, a: int, r: int, t: int, u: int) -> tuple[int, ...] | None:
+        """Counts of the values a.. (the last one or three) when they are forced, else None."""
+        b = self.k - 1
+        done = self.n - r
+        if a == b:
+            ok = (
+                fr.c_lo[b] <= r <= fr.c_hi[b]
+                and (not self.track_t or t == r * b)
+                and (not self.track_u or u == r * b * b)
+            )
+            return (r,) if ok else None
+        # three values a, a+1, a+2 with both sums known: y + 2z = T', y + 4z = U'
+        tp = t - a * r
+        up = u - 2 * a * t + a * a * r
+        if (up - tp) % 2:
+            return None
+        z = (up - tp) // 2
+        y = tp - 2 * z
+        x = r - y - z
+        counts = (x, y, z)
+        if min(counts) < 0:
+            return None
+        cum = done
+        for i, c in enumerate(counts):
+            cum += c
+            v = a + i
+            if not (fr.c_lo[v] <= c <= fr.c_hi[v] and fr.f_lo[v] <= cum <= fr.f_hi[v]):
+                return None
+        return counts
+
+    def _closed(self, a: int) -> bool:
+        return a == self.k - 1 or (self.track_u and a == self.k - 3)
+
+    def count(self, fr: _Frame, a: int, r: int, t: int, u: int) -> int:
+        if self._closed(a):
+            return 1 if self._last(fr, a, r, t, u) is not None else 0
+        key = (a, r, t, u)
+        hit = fr.memo.get(key)
+        if hit is not None:
+            return hit  # type: ignore[return-value]
+        self._tick()
+        total = 0
+        for _c, r2, t2, u2 in self._children(fr, a, r, t, u):
+            total += self.count(fr, a + 1, r2, t2, u2)
+        fr.memo[key] = total
+        return total
+
+    def bounds(self, fr: _Frame, a: int, r: int, t: int, u: int) -> _Node | None:
+        if self._closed(a):
+            forced = self._last(fr, a, r, t, u)
+            return None if forced is None else (1, forced, forced)
+        key = (a, r, t, u)
+        if key in fr.memo:
+            return fr.memo[key]  # type: ignore[return-value]
+        self._tick()
+        total = 0
+        lows: tuple[int, ...] | None = None
+        highs: tuple[int, ...] = ()
+        for c, r2, t2, u2 in self._children(fr, a, r, t, u):
+            child = self.bounds(fr, a + 1, r2, t2, u2)
+            if child is None:
+                continue
+            cnt, clo, chi = child
+            total += cnt
+            if lows is None:
+                lows, highs = (c, *clo), (c, *chi)
+            else:
+                lows = (min(lows[0], c), *map(min, lows[1:], clo))
+                highs = (max(highs[0], c), *map(max, highs[1:], chi))
+        node = None if lows is None else (total, lows, highs)
+        fr.memo[key] = node
+        return node
+
+    def exists(self, fr: _Frame, a: int, r: int, t: int, u: int) -> bool:
+        if self._closed(a):
+            return self._last(fr, a, r, t, u) is not None
+        key = (a, r, t, u)
+        if key in fr.memo:
+            return bool(fr.memo[key])
+        self._tick()
+        found = any(self.exists(fr, a + 1, *child[1:]) for child in self._children(fr, a, r, t, u))
+        fr.memo[key] = found
+        return found
+
+    def roots(self) -> Iterator[tuple[_Frame, int, int]]:
+        for fr in self.frames:
+            for t, u in self.targets:
+                if self._viable(0, self.n, t, u):
+                    yield fr, t, u
+
+
+def _monotone(assignment: dict[int, int]) -> bool:
+    values = [assignment[p] for p in sorted(assignment)]
+    return all(x <= y for x, y in zip(values, values[1:], strict=False))
+
+
+def analyse(
+    cons: SampleConstraints,
+    *,
+    max_states: int | None = None,
+    time_budget: float | None = None,
+) -> MatchResult:
+    """Count the samples consistent with `cons` and bound each value's count among them.
+
+    Raises `BudgetExceeded` when more than `max_states` DP states or `time_budget` seconds
+    would be needed.
+    """
+    solver = _Solver(cons, max_states, time_budget)
+    total = 0
+    lows: list[int] | None = None
+    highs: list[int] = []
+    for fr, t, u in solver.roots():
+        node = solver.bounds(fr, 0, cons.n, t, u)
+        if node is None:
+            continue
+        cnt, lo, hi = node
+        total += cnt
+        if lows is None:
+            lows, highs = list(lo), list(hi)
+        else:
+            lows = [min(x, y) for x, y in zip(lows, lo, strict=True)]
+            highs = [max(x, y) for x, y in zip(highs, hi, strict=True)]
+    if lows is None:
+        return MatchResult(0, {})
+    values = range(cons.low, cons.high + 1)
+    return MatchResult(total, {v: (lo, hi) for v, lo, hi in zip(values, lows, highs, strict=True)})
+
+
+def count_consistent(
+    cons: SampleConstraints, *, max_states: int | None = None, time_budget: float | None = None
+) -> int:
+    """Number of samples (multisets) consistent with `cons`, without the per-value bounds."""
+    solver = _Solver(cons, max_states, time_budget)
+    return sum(solver.count(fr, 0, cons.n, t, u) for fr, t, u in solver.roots())
+
+
+def exists_consistent(
+    cons: SampleConstraints,
+    count_bounds: Mapping[int, tuple[int, int]],
+    *,
+    max_states: int | None = None,
+    time_budget: float | None = None,
+) -> bool:
+    """Is some sample consistent with `cons` whose count of each value v in `count_bounds`
+    lies in the inclusive range given there? Stops at the first one found."""
+    solver = _Solver(cons, max_states, time_budget, count_bounds)
+    return any(solver.exists(fr, 0, cons.n, t, u) for fr, t, u in solver.roots())
+
+
+def _mean_sd_constraints(
+    k: int, n: int, mean: Number, sd: Number, precision: int | None
+) -> SampleConstraints:
+    if k < 1:
+        raise ReconstructionError(f"the scale needs at least one point, got k={k}")
+    return SampleConstraints(
+        low=1,
+        high=k,
+        n=n,
+        means=(Admissible.released(mean, precision, ties="half_even"),),
+        sds=(Admissible.released(sd, precision, ties="half_even"),),
+    )
+
+
+def count_matching_samples(
+    k: int,
+    n: int,
+    mean: Number,
+    sd: Number,
+    precision: int | None,
+    *,
+    max_states: int | None = None,
+) -> int:
+    """How many multisets of n values on 1..k have this mean and SD (n - 1 divisor).
+
+    With `precision` the released values are taken as rounded half-to-even to that many
+    decimals from the exact statistics; with None they are taken as unrounded (a float within
+    1e-9 relative of the exact value). Raises `BudgetExceeded` beyond `max_states` DP states.
+    """
+    return count_consistent(_mean_sd_constraints(k, n, mean, sd, precision), max_states=max_states)
+
+
+def matching_frequency_bounds(
+    k: int,
+    n: int,
+    mean: Number,
+    sd: Number,
+    precision: int | None,
+    *,
+    max_states: int | None = None,
+) -> dict[int, tuple[int, int]]:
+    """For each value v on 1..k, the least and greatest number of times v occurs among the
+    multisets consistent with the released mean and SD; empty when none is consistent."""
+    cons = _mean_sd_constraints(k, n, mean, sd, precision)
+    return analyse(cons, max_states=max_states).bounds

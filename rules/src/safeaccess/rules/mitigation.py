@@ -13,7 +13,8 @@ Suppression (`suppress=True`):
    recovered by subtraction from a true total published elsewhere (the grand total, a one-way
    table). This is the ehrQL / tau-Argus lesson: primary suppression alone leaks;
 3. margins are recomputed from the released body cells only (as ACRO does since its issue #198),
-   so they add up to what is shown and reveal nothing about suppressed cells.
+   so they add up to what is shown and reveal nothing about suppressed cells; a recomputed
+   margin that fails a check itself is suppressed as well.
 
 The facts of recomputed margins are derived from the released cells: counts and totals add up
 exactly; the largest contributions of a margin are the largest among its cells' (exact when each
@@ -194,7 +195,19 @@ def _suppress(output: TableOutput, rs: RuleSet) -> TableOutput:
             "query_set": _drop_records(output.facts.query_set, sup_body),
         }
     )
-    return output.model_copy(update={"values": values, "suppressed": sup.tolist(), "facts": facts})
+    out = output.model_copy(update={"values": values, "suppressed": sup.tolist(), "facts": facts})
+    # a recomputed margin can itself fail (e.g. dominance of a different mix of cells): hide it
+    failing = [
+        (loc.row, loc.col)
+        for loc in table_findings(out, rs)
+        if loc.finding.verdict == "withhold" and loc.row is not None and loc.col is not None
+    ]
+    if failing:
+        for i, j in failing:
+            sup[i, j] = True
+            values[i][j] = None
+        out = out.model_copy(update={"values": values, "suppressed": sup.tolist()})
+    return out
 
 
 def _recompute(

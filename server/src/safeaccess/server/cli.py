@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
+from safeaccess.server import cli_sandbox
 from safeaccess.server.config import DataDir, default_data_dir, initialise
 from safeaccess.server.errors import ConfigError, ServiceError
 from safeaccess.server.store import Store
@@ -262,19 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows", type=int, default=20_000, help="people in the generated census")
     demo.set_defaults(handler=_demo)
 
-    _register_sandbox_commands(sub)
+    # The docker engineer's `sandbox build-image` / `sandbox check` commands.
+    cli_sandbox.register(sub)
     return parser
-
-
-def _register_sandbox_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    # The docker engineer's `sandbox ...` commands live in their own module.
-    try:
-        module = importlib.import_module("safeaccess.server.cli_sandbox")
-    except ModuleNotFoundError as exc:
-        if exc.name != "safeaccess.server.cli_sandbox":
-            raise
-        return
-    module.register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

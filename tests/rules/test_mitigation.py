@@ -109,3 +109,25 @@ def test_refusals() -> None:
         mitigate(once, round_to=5)
     table = _worked_example()
     assert mitigate(table) is table  # nothing requested: unchanged
+
+
+def test_a_recomputed_margin_that_fails_is_hidden_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # exact margins of released cells pass whenever the cells pass (a union is no more dominated
+    # than its parts); the safety net matters for approximate margin facts (units spanning
+    # cells). Simulate a check that rejects the recomputed grand total.
+    import safeaccess.rules.mitigation as mitigation
+    from safeaccess.rules.checks._common import Located
+    from safeaccess.rules.checks.tables import table_findings
+    from safeaccess.rules.decision import Finding
+
+    def strict(output: TableOutput, rs: object) -> list[Located]:
+        found = table_findings(output, rs)  # type: ignore[arg-type]
+        if output.suppressed is not None:  # after suppression: fail the grand total
+            found.append(Located(3, 3, Finding(check="x", verdict="withhold", message="x")))
+        return found
+
+    monkeypatch.setattr(mitigation, "table_findings", strict)
+    out = mitigate(_worked_example(), suppress=True)
+    assert isinstance(out, TableOutput) and out.suppressed is not None
+    assert out.suppressed[3][3] is True and out.values[3][3] is None
+    assert out.values[3][0] == 50.0  # the other margins stay

@@ -147,7 +147,7 @@ def test_images_must_be_pinned(image: str | None) -> None:
 def test_unreachable_engine_is_reported(tmp_path: Path) -> None:
     sock = tmp_path / "no-engine.sock"
     backend = DockerBackend(DockerOptions(image=IMAGE, host=f"unix://{sock}"))
-    with pytest.raises(SandboxUnavailable, match="does not answer|cannot reach"):
+    with pytest.raises(SandboxUnavailable, match=r"does not answer|cannot reach"):
         backend.check_available()
 
 

@@ -165,8 +165,10 @@ class DockerBackend:
             return 0
         for container in found:
             owner = (container.labels or {}).get(LABEL_OWNER, "")
-            owner_host, _, pid = owner.rpartition("/")
-            if owner_host != host or not pid.isdigit() or owner == self._owner:
+            owner_host, pid, _token = (
+                owner.rsplit("/", 2) if owner.count("/") >= 2 else ("", "", "")
+            )
+            if owner_host != host or not pid.isdigit():
                 continue
             if _pid_alive(int(pid)):
                 continue

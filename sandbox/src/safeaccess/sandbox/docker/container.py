@@ -21,6 +21,7 @@ import select
 import socket
 import stat
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -396,5 +397,5 @@ def _finish(container: Container, demux: _Demux, limits: Limits, deadline: float
 
 
 def owner_label() -> str:
-    """Who started a container: host name and process id, to reap orphans after a crash."""
-    return f"{socket.gethostname()}/{os.getpid()}"
+    """Who started a container: host, process id and a per-backend token (to reap orphans)."""
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"

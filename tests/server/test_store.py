@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import create_engine, func, select
 
-from safeaccess.server.db import EventRow, StepRow
+from safeaccess.server.db import Base, EventRow, StepRow
 from safeaccess.server.errors import Conflict, NotFound
 from safeaccess.server.states import IllegalTransition, StepState
 from safeaccess.server.store import StepOutcome, Store
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """The same tests on the embedded SQLite and on a real PostgreSQL (fresh schema each)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+        engine = create_engine(url)
+        Base.metadata.drop_all(engine)
+        engine.dispose()
+    s = Store(url)
     s.add_project("p")
     s.add_researcher("ada", "PEM", "fp-ada", ["p"])
     s.add_dataset(

@@ -76,3 +76,10 @@ def test_package_level_check_works_for_any_output() -> None:
     out = SummaryOutput(by=[], statistics=[], groups=[], facts=SummaryFacts(groups=[], n_total=0))
     d = rules.check(out, rules.DEFAULT_RULESET.with_overrides({"reconstruction": False}))
     assert d.verdict == "release" and d.ruleset == "default+overrides@1"
+
+
+def test_every_package_export_resolves() -> None:
+    for name in rules.__all__:
+        assert getattr(rules, name) is not None
+    with pytest.raises(AttributeError):
+        _ = rules.no_such_name  # type: ignore[attr-defined]

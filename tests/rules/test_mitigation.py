@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _rules_kit import count_table, magnitude_table
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safeaccess.rules.engine import check, mitigate
 from safeaccess.rules.mitigation import MitigationError
@@ -131,3 +133,37 @@ def test_a_recomputed_margin_that_fails_is_hidden_too(monkeypatch: pytest.Monkey
     assert isinstance(out, TableOutput) and out.suppressed is not None
     assert out.suppressed[3][3] is True and out.values[3][3] is None
     assert out.values[3][0] == 50.0  # the other margins stay
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda r: st.integers(1, 5).flatmap(
+            lambda c: st.lists(
+                st.lists(st.integers(0, 40), min_size=c, max_size=c), min_size=r, max_size=r
+            )
+        )
+    )
+)
+def test_suppression_properties(counts: list[list[int]]) -> None:
+    rows = [f"r{i}" for i in range(len(counts))]
+    cols = [f"c{j}" for j in range(len(counts[0]))]
+    table = count_table(counts, rows, cols, margins=True)
+    out = mitigate(table, suppress=True)
+    assert isinstance(out, TableOutput)
+    body = np.array(counts)
+    sup = np.array(out.suppressed if out.suppressed is not None else [[False]])[:-1, :-1]
+    # no line of two or more cells leaves a single hidden cell to recover by subtraction
+    if body.shape[1] > 1:
+        assert 1 not in sup.sum(axis=1)
+    if body.shape[0] > 1:
+        assert 1 not in sup.sum(axis=0)
+    # released margins are the sums of the released cells
+    shown = np.where(sup, 0, body)
+    for i in range(body.shape[0]):
+        if out.values[i][-1] is not None:
+            assert out.values[i][-1] == shown[i].sum()
+    if out.values[-1][-1] is not None:
+        assert out.values[-1][-1] == shown.sum()
+    # what is left is safe
+    assert check(out).verdict == "release"

@@ -41,6 +41,13 @@ class ServerConfig(BaseModel):
         description="SQLAlchemy URL, e.g. postgresql+psycopg://...; default: SQLite in the data dir.",
     )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    max_concurrent_jobs: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Sandbox jobs run at once; further steps wait (bounds memory: each job may "
+        "use sandbox.limits.memory_mb).",
+    )
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     clock_skew_seconds: int = Field(default=300, ge=5, le=3600)
     trusted_cas: dict[str, str] = Field(

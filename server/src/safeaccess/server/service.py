@@ -99,6 +99,7 @@ class Service:
                 self.trusted_cas[ca] = load_public_key(self.data.root / path)
             except KeyFileError as exc:
                 raise ConfigError(f"trusted CA {ca!r}: {exc}") from exc
+        self._jobs = threading.BoundedSemaphore(self.config.max_concurrent_jobs)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
@@ -354,16 +355,17 @@ class Service:
                 seq.researcher, seq.dataset_id, exclude_sequence_step=(seq.id, step.index)
             )
         )
-        outcome = run_step(
-            job_id=f"{seq.id}-{step.index}",
-            body=step.body,
-            metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
-            dataset_path=self.data.root / dataset.path,
-            backend=self.backend,
-            limits=self.config.sandbox.limits,
-            ruleset=ruleset,
-            history=history,
-        )
+        with self._jobs:
+            outcome = run_step(
+                job_id=f"{seq.id}-{step.index}",
+                body=step.body,
+                metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
+                dataset_path=self.data.root / dataset.path,
+                backend=self.backend,
+                limits=self.config.sandbox.limits,
+                ruleset=ruleset,
+                history=history,
+            )
         decision = outcome.decision or {}
         seq, step = self.store.settle_step(
             seq.id,

@@ -169,3 +169,27 @@ def test_regression_dof_parity(session: object, n: int) -> None:
     verdict = check(ours).verdict
     assert {"fail": "withhold", "pass": "release"}[record.status] == verdict
     assert (verdict == "withhold") == (n - 3 < 10)  # 12 records, 3 parameters: 9 df
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_pivot_table_parity(session: object, seed: int) -> None:
+    from safeaccess.rules.researcher import pivot_table
+
+    df = _data(seed)
+    session.pivot_table(df, values="turnover", index="region", columns="size", aggfunc="mean")  # type: ignore[attr-defined]
+    theirs = _acro_cells(session, ("NKCheck", "PPercentCheck", "MinimumThresholdCheck"))
+    res = pivot_table(df, values="turnover", index="region", columns="size", aggfunc="mean")
+    ours = _ours(res.output)
+    assert ours.get("nk_dominance", set()) == theirs["NKCheck"]
+    assert ours.get("p_ratio", set()) | ours.get("all_zero", set()) == theirs["PPercentCheck"]
+    assert (
+        ours.get("threshold", set()) | ours.get("zeros", set()) == (theirs["MinimumThresholdCheck"])
+    )
+    # the same per-cell picture in the researcher's status frame
+    failing = {
+        (i, j)
+        for i in range(res.cell_status.shape[0])
+        for j in range(res.cell_status.shape[1])
+        if res.cell_status.iat[i, j] != "ok"
+    }
+    assert failing == set().union(*theirs.values())

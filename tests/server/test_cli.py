@@ -243,3 +243,13 @@ def test_dataset_project_defaults_to_the_only_project(
         assert store.find_dataset("census").project == "only"  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+def test_levels_survive_gaps_that_make_a_csv_column_float(root: Path, tmp_path: Path) -> None:
+    frame = generate_census(200, seed=5)
+    frame["health"] = frame["health"].astype("float64")
+    frame.loc[3, "health"] = float("nan")  # read back from CSV as 1.0, 2.0, ... and NaN
+    csv, meta = _files(tmp_path, frame)
+    d = ["--data-dir", str(root)]
+    assert main(["project", "add", "p1", *d]) == 0
+    assert main(["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta), *d]) == 0

@@ -115,7 +115,8 @@ class Session:
         return response.json()
 
     def _retrying(self, call: Callable[[], Any]) -> Any:
-        """Call, retrying transport failures and 503s (safe: the calls are idempotent)."""
+        """Call, retrying transport failures, 503s and lost races with a concurrent request on
+        the same sequence (safe: these calls are idempotent)."""
         for attempt in range(self.retries + 1):
             try:
                 return call()
@@ -123,7 +124,8 @@ class Session:
                 if attempt == self.retries:
                     raise
             except ServerError as exc:
-                if exc.status != 503 or attempt == self.retries:
+                transient = exc.status == 503 or exc.code == "concurrent_update"
+                if not transient or attempt == self.retries:
                     raise
             time.sleep(self.retry_wait * (attempt + 1))
         raise AssertionError("unreachable")

@@ -50,6 +50,13 @@ def read_table(path: Path) -> pd.DataFrame:
     raise InvalidRequest(f"{path}: data must be a .csv or .parquet file")
 
 
+def _level_key(value: object) -> str:
+    """Compare levels as text, with 3.0 read from a CSV column with gaps equal to level 3."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[str]:
     """Every way the data disagrees with its metadata (empty list: they agree)."""
     problems: list[str] = []
@@ -65,8 +72,8 @@ def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> li
             continue
         values = frame[column.name].dropna()
         if column.levels is not None:
-            allowed = {str(level) for level in column.levels}
-            unknown = sorted({str(v) for v in values.unique()} - allowed)
+            allowed = {_level_key(level) for level in column.levels}
+            unknown = sorted({_level_key(v) for v in values.unique()} - allowed)
             if unknown:
                 problems.append(
                     f"{column.name}: {len(unknown)} value(s) not among its declared levels"

@@ -73,6 +73,10 @@ def test_override_without_name_is_not_labelled_as_the_base() -> None:
     assert rs.name == "default+overrides"
 
 
+def test_numeric_version_is_read_as_text() -> None:
+    assert load_ruleset("version: 2\n").version == "2"
+
+
 def test_path_given_as_string(tmp_path: Path) -> None:
     f = tmp_path / "site.yaml"
     f.write_text("name: site\nversion: '7'\ndof: 20\n")
@@ -89,6 +93,8 @@ def test_path_given_as_string(tmp_path: Path) -> None:
         ("threshold: 5\ndof: 3\nthreshold: 6\n", "threshold", 3),  # duplicate
         ("nk_n: 4\n", "nk_n", 1),  # facts keep only the three largest
         ("missing_values: drop\n", "missing_values", 1),
+        ("dof: 5\nthreshold: yes\n", "threshold", 2),  # YAML yes is a boolean, not a count
+        ("zeros_disclosive: 0\n", "zeros_disclosive", 1),  # strict: say true or false
     ],
 )
 def test_invalid_files_name_key_and_line(text: str, key: str, line: int) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class RuleSetError(ValueError):
@@ -43,7 +43,8 @@ class RuleSetError(ValueError):
 class RuleSet(BaseModel):
     """All parameters of the output checks. Frozen: derive variants with `with_overrides`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a YAML `threshold: yes` must not quietly become 1, nor `zeros_disclosive: 0` False
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(default="default", min_length=1)
     version: str = Field(default="1", min_length=1)
@@ -81,6 +82,12 @@ class RuleSet(BaseModel):
     reconstruction: bool = Field(
         default=True, description="Run exact reconstruction-risk checks on summary statistics."
     )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: object) -> object:
+        # `version: 2` in YAML is an int; a version is a label, so accept it as text
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     def content_hash(self) -> str:
         """SHA-256 (hex) of the canonical JSON of every parameter, name and version included."""

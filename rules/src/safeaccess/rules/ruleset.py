@@ -82,6 +82,15 @@ class RuleSet(BaseModel):
     reconstruction: bool = Field(
         default=True, description="Run exact reconstruction-risk checks on summary statistics."
     )
+    reconstruction_max_states: int = Field(
+        default=200_000,
+        ge=1,
+        description="Search states the reconstruction check may explore before it sends the "
+        "output to review instead of guessing.",
+    )
+    reconstruction_time_budget: float = Field(
+        default=2.0, gt=0.0, description="Seconds the reconstruction check may spend per output."
+    )
 
     @field_validator("version", mode="before")
     @classmethod

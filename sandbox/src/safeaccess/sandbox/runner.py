@@ -182,6 +182,13 @@ def _serve(raw: bytes) -> RunnerResponse:
 
 def main() -> int:
     """Entry point: stdin request -> stdout response."""
+    # Import what every job needs *before* waiting for the request, so that a sandbox started
+    # ahead of time (the process backend's warm sandbox) has done this work when the job comes.
+    import pyarrow.dataset
+    import pyarrow.parquet  # noqa: F401
+
+    from safeaccess.sandbox.compute import _common, tables  # noqa: F401
+
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
     # Keep our own handle on stdout and point fd 1 at /dev/null, so that nothing else the process
     # prints (a library, or a script writing to fd 1 directly) can mix into the response.
@@ -199,4 +206,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # The response is written and flushed; skip interpreter teardown (finalising pandas and
+    # friends takes longer than many analyses) so the sandbox is gone as soon as possible.
+    os._exit(status)

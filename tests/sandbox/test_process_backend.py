@@ -1,0 +1,119 @@
+"""ProcessBackend behaviour: results, error mapping, warm sandboxes and dataset versions."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from safeaccess.rules.outputs import TableOutput
+from safeaccess.sandbox.backend import (
+    AnalysisFailed,
+    Backend,
+    Job,
+    Limits,
+    SandboxError,
+    SandboxUnavailable,
+)
+from safeaccess.sandbox.factory import SandboxConfig, make_backend
+from safeaccess.sandbox.process import ProcessBackend
+
+METADATA = {"name": "b", "columns": [{"name": "g", "type": "categorical"}]}
+
+
+@pytest.fixture()
+def backend() -> Iterator[ProcessBackend]:
+    b = ProcessBackend(Limits(wall_seconds=60))
+    try:
+        b.check_available()
+    except SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap sandbox unavailable here: {exc}")
+    yield b
+    b.close()
+
+
+def _write(path: Path, values: list[str]) -> None:
+    tmp = path.with_suffix(".tmp")
+    pd.DataFrame({"g": values}).to_parquet(tmp)
+    os.replace(tmp, path)  # a new file version, as a dataset upload would do
+
+
+def _table(backend: ProcessBackend, path: Path) -> list[list[float | None]]:
+    result = backend.run(
+        Job(
+            job_id="b",
+            analysis={"kind": "frequency_table", "rows": ["g"]},
+            metadata=METADATA,
+            dataset=path,
+        )
+    )
+    assert result.backend == "process" and result.wall_seconds > 0
+    assert isinstance(result.output, TableOutput)
+    return result.output.values
+
+
+def test_factory_builds_the_process_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFEACCESS_SANDBOX_BACKEND", "process")
+    try:
+        built = make_backend(SandboxConfig())
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    assert isinstance(built, ProcessBackend) and isinstance(built, Backend)
+    built.close()
+
+
+def test_warm_sandbox_serves_the_next_job_and_sees_a_replaced_dataset(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
+    path = tmp_path / "d.parquet"
+    _write(path, ["a", "a", "b"])
+    assert _table(backend, path) == [[2.0], [1.0]]
+    assert len(backend._warm) == 1  # a sandbox for the same dataset is waiting
+    time.sleep(0.2)
+    assert _table(backend, path) == [[2.0], [1.0]]
+    _write(path, ["a", "b", "b", "b"])  # new version: the waiting sandbox has the old file bound
+    assert _table(backend, path) == [[1.0], [3.0]]
+
+
+def test_close_stops_warm_sandboxes(backend: ProcessBackend, tmp_path: Path) -> None:
+    path = tmp_path / "d.parquet"
+    _write(path, ["a"])
+    _table(backend, path)
+    waiting = [proc for procs in backend._warm.values() for proc, _ in procs]
+    assert waiting
+    backend.close()
+    assert all(proc.poll() is not None for proc in waiting)
+    assert backend._warm == {}
+
+
+def test_analysis_errors_are_typed_with_the_runner_code(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
+    path = tmp_path / "d.parquet"
+    _write(path, ["a", "b"])
+    job = Job(
+        job_id="bad",
+        analysis={"kind": "frequency_table", "rows": ["g"], "where": "g = = 'a'"},
+        metadata=METADATA,
+        dataset=path,
+    )
+    with pytest.raises(AnalysisFailed) as info:
+        backend.run(job)
+    assert info.value.runner_code == "bad_filter"
+
+
+def test_missing_dataset_is_refused_before_starting(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
+    job = Job(
+        job_id="missing",
+        analysis={"kind": "frequency_table", "rows": ["g"]},
+        metadata=METADATA,
+        dataset=tmp_path / "absent.parquet",
+    )
+    with pytest.raises(SandboxError, match="does not exist"):
+        backend.run(job)

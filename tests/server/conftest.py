@@ -39,21 +39,14 @@ def postgres_url() -> Iterator[str]:
         prefix = ["runuser", "-u", "postgres", "--"]
     data = os.path.join(folder, "data")
     port = _free_port()
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
-    subprocess.run([*prefix, initdb, "-D", data, "-A", "trust", "-U", "sa", "--no-sync"], **quiet)
-    subprocess.run(
-        [
-            *prefix,
-            pg_ctl,
-            "-D",
-            data,
-            "-w",
-            "-o",
-            f"-k {folder} -p {port} -c listen_addresses='' -c fsync=off",
-            "start",
-        ],
-        **quiet,
-    )
+
+    def quiet(*command: str) -> None:
+        subprocess.run(
+            [*prefix, *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
+        )
+
+    quiet(initdb, "-D", data, "-A", "trust", "-U", "sa", "--no-sync")
+    quiet(pg_ctl, "-D", data, "-w", "-o", f"-k {folder} -p {port} -c listen_addresses=''", "start")
     try:
         yield f"postgresql+psycopg://sa@/postgres?host={folder}&port={port}"
     finally:

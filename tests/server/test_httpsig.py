@@ -14,6 +14,7 @@ from safeaccess.client.httpsig import (
     NonceReplayed,
     SignatureMalformed,
     SignatureMissing,
+    SignatureParams,
     SignatureStale,
     UnknownKey,
     content_digest,
@@ -36,7 +37,9 @@ class Nonces:
         return True
 
 
-def _verify(headers: dict[str, str], body: bytes = b"{}", *, now: float = NOW, **kw: object):
+def _verify(
+    headers: dict[str, str], body: bytes = b"{}", *, now: float = NOW, **kw: object
+) -> SignatureParams:
     nonces = kw.pop("nonces", Nonces())
     return verify_request(
         kw.pop("method", "POST"),  # type: ignore[arg-type]
@@ -120,7 +123,7 @@ def test_a_recomputed_digest_does_not_help_a_tamperer() -> None:
 )
 def test_method_path_and_query_are_covered(field: str, value: str) -> None:
     with pytest.raises(BadSignature):
-        _verify(_sign(), **{field: value})
+        _verify(_sign(), **{field: value})  # type: ignore[arg-type]
 
 
 def test_unknown_signer_and_other_key_are_refused() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select
 
-from safeaccess.server.db import Base, EventRow, StepRow
+from safeaccess.server.db import Base, EventRow, SequenceRow, StepRow
 from safeaccess.server.errors import Conflict, NotFound
 from safeaccess.server.states import IllegalTransition, StepState
 from safeaccess.server.store import StepOutcome, Store
@@ -38,10 +38,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         metadata={"name": "d"},
         rules_path=None,
     )
-    return s
+    yield s
+    s.close()
 
 
-def _open(store: Store, seq_id: str = "a" * 32, header: bytes = b"h1", last: bool = False):
+def _open(
+    store: Store, seq_id: str = "a" * 32, header: bytes = b"h1", last: bool = False
+) -> tuple[SequenceRow, StepRow]:
     step = StepRow(index=1, trace_hash="t1", body=b"b1", body_hash="bh1", last=last)
     return store.create_sequence(
         sequence_id=seq_id,

@@ -1,0 +1,94 @@
+"""The researcher's side over real HTTP: result frames for several output kinds, the catalogue,
+and the `safeaccess run` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from e2e_helpers import Centre
+
+from safeaccess.client.analyses import Correlation, FrequencyTable, MagnitudeTable
+from safeaccess.client.cli import main as client_main
+from safeaccess.client.keys import load_private_key
+from safeaccess.client.session import WrongServer, connect
+from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.service import Service
+
+
+def test_frames_for_tables_with_margins_correlations_and_means(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    _, srv = server
+    census = centre.census
+    sealed = centre.seal(
+        [
+            FrequencyTable(rows=["region"], cols=["sex"], margins=True),
+            Correlation(variables=["age", "income"]),
+            MagnitudeTable(value="income", agg="mean", rows=["sex"], where="age >= 18"),
+        ]
+    )
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        results = session.run(sealed)
+    assert [r.status for r in results] == ["released"] * 3, [r.describe() for r in results]
+
+    table = results[0].frame()
+    assert table.loc["All", "All"] == len(census)
+    assert table.loc["North", "F"] == int(((census.region == "North") & (census.sex == "F")).sum())
+
+    corr = results[1].frame()
+    both = census[["age", "income"]].dropna()
+    expected = np.corrcoef(both["age"].to_numpy(float), both["income"].to_numpy(float))[0, 1]
+    assert corr.loc["age", "income"] == pytest.approx(expected, rel=1e-9)
+
+    means = results[2].frame()
+    adults = census[census.age >= 18]
+    for sex in ("F", "M"):
+        values = adults.loc[adults.sex == sex, "income"].dropna().to_numpy(float)
+        assert means.loc[sex].iloc[0] == pytest.approx(values.sum() / len(values), rel=1e-9)
+
+
+def test_run_refuses_a_sequence_for_another_server_before_revealing(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    service, srv = server
+    before = len(service.store.list_sequences("ada"))
+    with connect(srv.url, centre.keys["ada"], "ada") as session, pytest.raises(WrongServer):
+        session.run(centre.seal([FrequencyTable(rows=["sex"])], server="elsewhere"))
+    assert len(service.store.list_sequences("ada")) == before
+
+
+def test_safeaccess_run_command(
+    centre: Centre,
+    server: tuple[Service, EmbeddedServer],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    _, srv = server
+    key_file = tmp_path / "ada.key"
+    key_file.write_bytes(
+        centre.keys["ada"].private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    assert load_private_key(key_file) is not None
+    sealed_file = tmp_path / "seq.json"
+    sealed_file.write_text(
+        centre.seal(
+            [FrequencyTable(rows=["sex"]), FrequencyTable(rows=["ethnicity"], cols=["region"])]
+        ).to_json()
+    )
+    args = [str(sealed_file), "--server", srv.url, "--key", str(key_file), "--researcher", "ada"]
+    assert client_main(["run", *args]) == 1
+    out = capsys.readouterr().out
+    assert "step 1 (frequency_table): RELEASED" in out
+    assert "step 2 (frequency_table): WITHHELD" in out and "threshold" in out
+    assert "stopped at step 2 (withheld)" in out
+    # Running the same file again resumes the (aborted) sequence rather than opening it twice.
+    assert client_main(["run", *args]) == 1
+    assert "stopped at step 2 (withheld)" in capsys.readouterr().out

@@ -23,6 +23,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
+    pytest.importorskip("psycopg", reason="the PostgreSQL driver (dev extra) is not installed")
     if os.environ.get(ENV_URL):
         yield os.environ[ENV_URL]
         return

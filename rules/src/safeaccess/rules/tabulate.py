@@ -8,8 +8,8 @@ so both sides agree cell for cell.
 Why not `pd.crosstab`: it builds one groupby per statistic and is several times slower than
 integer codes plus `np.bincount`; a checked table needs five statistics per cell. Keys are
 factorised once (hash-based), the cell of each record is a mixed-radix code, every per-cell sum is
-a `bincount`, and the largest contributions per cell come from three `np.maximum.at` passes (no
-sort of the records).
+a `bincount`, and the largest contributions per cell come from `top3`: a cheap bound per cell
+leaves only a few candidate records to sort (no sort of all records).
 
 Layout follows `pd.crosstab(..., dropna=False)`: rows and columns are the Cartesian product of the
 sorted observed levels of each variable (all categories for a pandas Categorical); records with a
@@ -119,9 +119,10 @@ def top3(group: np.ndarray, v: np.ndarray, ngroups: int) -> np.ndarray:
 
 
 def _top3_passes(group: np.ndarray, v: np.ndarray, ngroups: int) -> np.ndarray:
-    """Exact top three per group by three passes of `np.maximum.at` over the full arrays (masking each pass's maxima to -inf, no
-    compaction): m1, m2, m3 are the three largest distinct values and t1, t2 how many records tie
-    at m1 and m2; the top three values follow from them.
+    """Exact top three per group by three passes of `np.maximum.at`.
+
+    Each pass masks the previous maxima to -inf (no compaction): m1, m2, m3 are the three largest
+    distinct values and t1, t2 how many records tie at m1 and m2; the top three follow from them.
     """
     out = np.zeros((ngroups, 3), dtype=float)
     if ngroups == 0 or len(v) == 0:

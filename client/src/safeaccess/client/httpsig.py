@@ -81,6 +81,11 @@ class SignatureParams:
     nonce: str
 
 
+def valid_keyid(name: str) -> bool:
+    """Whether `name` can sign requests (researcher names are the key ids)."""
+    return bool(_KEYID.match(name))
+
+
 def content_digest(body: bytes) -> str:
     """The RFC 9530 `Content-Digest` value (sha-256) of a body."""
     return "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode("ascii") + ":"

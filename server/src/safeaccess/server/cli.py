@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
 from safeaccess.server import cli_sandbox
 from safeaccess.server.config import DataDir, default_data_dir, initialise
@@ -56,6 +57,11 @@ def _project_add(args: argparse.Namespace) -> int:
 
 
 def _researcher_add(args: argparse.Namespace) -> int:
+    if not valid_keyid(args.name):
+        raise ConfigError(
+            f"researcher name {args.name!r}: use up to 128 letters, digits and _ . @ - "
+            "(it is the key id her requests are signed with)"
+        )
     key = load_public_key(args.public_key)
     store = _store(_data(args))
     try:

@@ -32,6 +32,7 @@ import os
 import resource
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import threading
@@ -112,7 +113,8 @@ def _package_roots() -> list[str]:
 def _python_paths() -> list[str]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths.add(str(Path(sys.executable).resolve().parent.parent))
-    paths.update(p for p in sys.path if p and Path(p).is_dir() and "site-packages" in p)
+    # The interpreter's own site directories (not the user's: the runner starts with -I).
+    paths.update(p for p in site.getsitepackages() if Path(p).is_dir())
     paths.update(_package_roots())
     return sorted(paths)
 

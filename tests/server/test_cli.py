@@ -140,6 +140,7 @@ def test_review_list_and_approve_from_the_cli(
         1,
         StepOutcome(
             state=StepState.REVIEW,
+            public_output={"type": "script", "stdout": "hello from the script", "result": 1},
             decision={
                 "verdict": "review",
                 "ruleset": "default@1",
@@ -162,6 +163,9 @@ def test_review_list_and_approve_from_the_cli(
     assert main(["review", "list", *d]) == 0
     listing = capsys.readouterr().out
     assert seq.id in listing and "a person checks scripts" in listing
+    assert main(["review", "show", seq.id, "1", *d]) == 0
+    shown = capsys.readouterr().out
+    assert "a person checks scripts" in shown and "hello from the script" in shown
     assert main(["review", "approve", seq.id, "1", "--reviewer", "carol", *d]) == 0
     assert "now released" in capsys.readouterr().out
     assert main(["review", "reject", seq.id, "1", "--reviewer", "carol", *d]) == 2

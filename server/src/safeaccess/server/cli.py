@@ -139,6 +139,41 @@ def _review_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _review_show(args: argparse.Namespace) -> int:
+    import json
+
+    from safeaccess.client.results import StepResult, format_output
+    from safeaccess.rules.decision import Decision
+
+    store = _store(_data(args))
+    try:
+        seq = store.get_sequence(args.sequence)
+        step = store.get_step(args.sequence, args.step)
+    finally:
+        store.close()
+    if seq is None or step is None:
+        raise ConfigError(f"step {args.step} of sequence {args.sequence} does not exist")
+    print(f"sequence {seq.id} step {step.index} by {seq.researcher} ({seq.project}): {step.state}")
+    print("analysis:", step.body.decode("utf-8", "replace"))
+    if step.decision:
+        decision = Decision.model_validate(step.decision)
+        print(f"rules {decision.ruleset} ({decision.ruleset_hash[:12]}): {decision.verdict}")
+        for f in decision.findings:
+            print(f"  {f.check} ({f.verdict}){' [' + f.item + ']' if f.item else ''}: {f.message}")
+    if step.public_output is not None:
+        # Shown exactly as the researcher would receive it if released.
+        view = {
+            "sequence_id": seq.id,
+            "index": step.index,
+            "state": "released",
+            "last": step.last,
+            "output": step.public_output,
+        }
+        print("output:")
+        print(format_output(StepResult.from_json(view)) or json.dumps(step.public_output))
+    return EXIT_OK
+
+
 def _review_decide(args: argparse.Namespace) -> int:
     from safeaccess.server.review import decide
 
@@ -246,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rlist = review.add_parser("list", parents=[common], help="steps waiting for review")
     rlist.set_defaults(handler=_review_list)
+    rshow = review.add_parser(
+        "show", parents=[common], help="a step's analysis, findings and output, as released"
+    )
+    rshow.add_argument("sequence", metavar="SEQUENCE_ID")
+    rshow.add_argument("step", metavar="STEP", type=int)
+    rshow.set_defaults(handler=_review_show)
     for action, text in (
         ("approve", "release the step"),
         ("reject", "withhold the step (aborts the sequence)"),

@@ -212,6 +212,8 @@ def test_malformed_and_oversized_bodies_are_refused(
     huge = signed(srv.url, key, "ada", "POST", "/v1/sequences", big)
     assert huge.status_code == 413 and huge.json()["error"]["code"] == "payload_too_large"
     assert _events(service) == events
+    missing = __import__("httpx").get(srv.url + "/v1/no-such-thing")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     schema = __import__("httpx").get(srv.url + "/v1/openapi.json").json()
     assert "/v1/sequences/{sequence_id}/steps/{index}" in schema["paths"]
 

@@ -8,6 +8,7 @@ the sequence row's version in the database (so two replicas cannot both advance 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import uuid
@@ -54,6 +55,8 @@ from safeaccess.server.schemas import (
 )
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
 from safeaccess.server.store import Store
+
+log = logging.getLogger("safeaccess.server")
 
 
 def _protocol_code(exc: ProtocolError) -> str:
@@ -384,6 +387,15 @@ class Service:
                 "decision_sha256": json_hash(decision) if decision else None,
                 "error_code": outcome.error_code,
             },
+        )
+        log.info(
+            "sequence %s step %d (%s) by %s: %s%s",
+            seq.id,
+            step.index,
+            outcome.kind,
+            seq.researcher,
+            outcome.state.value,
+            f" ({outcome.error_code})" if outcome.error_code else "",
         )
         return self._view(seq, step)
 

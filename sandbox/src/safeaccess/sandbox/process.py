@@ -357,7 +357,8 @@ class ProcessBackend:
         if not dataset.is_file():
             raise SandboxError(f"dataset file for job {job.job_id} does not exist or is not a file")
         dataset = dataset.resolve()
-        limits = job.limits
+        # A job's own limits win; a job built without them gets the backend's configured ones.
+        limits = job.limits if "limits" in job.model_fields_set else self.limits
         request = (
             RunnerRequest(analysis=job.analysis, metadata=job.metadata, dataset_path=DATASET_PATH)
             .model_dump_json()
@@ -370,21 +371,24 @@ class ProcessBackend:
         wall = time.monotonic() - started
         if self.warm_per_dataset:
             self._refill(key, dataset, limits)
-        return self._result(job, outcome, wall)
+        return self._result(job, limits, outcome, wall)
 
     def _spawn(self, dataset: Path, limits: Limits) -> subprocess.Popen[bytes]:
         """Start a sandbox for `dataset`; its runner imports its libraries, then waits on stdin."""
         uid = _next_uid() if self.as_root else None
         nproc = limits.max_processes if uid is not None else self._nproc(None)
-        return subprocess.Popen(  # fixed argv, no shell
-            self.command(dataset, limits, uid),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=_rlimits(limits, nproc),
-            close_fds=True,
-        )
+        try:
+            return subprocess.Popen(  # fixed argv, no shell
+                self.command(dataset, limits, uid),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_rlimits(limits, nproc),
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise SandboxUnavailable(f"the sandbox could not be started: {exc}") from exc
 
     # -- warm sandboxes ------------------------------------------------------------------------
     # Most of a job's time is the runner importing pandas & co. (~0.5 s). After a job, one fresh
@@ -418,8 +422,7 @@ class ProcessBackend:
                 return
             self._warm[key] = [(self._spawn(dataset, limits), time.monotonic())]
 
-    def _result(self, job: Job, outcome: _Outcome, wall: float) -> RunResult:
-        limits = job.limits
+    def _result(self, job: Job, limits: Limits, outcome: _Outcome, wall: float) -> RunResult:
         if outcome.killed_for is not None:
             raise outcome.killed_for
         response: RunnerResponse | None = None

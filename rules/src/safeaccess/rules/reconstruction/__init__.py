@@ -12,6 +12,7 @@ from safeaccess.rules.reconstruction._exact import (
     round_half_even,
     round_sqrt_half_even,
 )
+from safeaccess.rules.reconstruction.check import reconstruction_findings
 from safeaccess.rules.reconstruction.matching import (
     BudgetExceeded,
     MatchResult,
@@ -39,6 +40,7 @@ __all__ = [
     "exists_consistent",
     "matching_frequency_bounds",
     "quantile_weights",
+    "reconstruction_findings",
     "round_half_even",
     "round_sqrt_half_even",
     "sample_space_size",

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import combinations_with_replacement
+from itertools import accumulate, combinations_with_replacement, pairwise
 
 from safeaccess.rules.reconstruction._exact import (
     Admissible,
@@ -89,25 +90,37 @@ class SampleConstraints:
 
     def admits(self, counts: Mapping[int, int]) -> bool:
         """Would a sample with these value counts produce the released statistics?"""
-        if sum(counts.values()) != self.n or any(
-            c < 0 or (c > 0 and not self.low <= v <= self.high) for v, c in counts.items()
-        ):
+        if any(c < 0 or (c > 0 and not self.low <= v <= self.high) for v, c in counts.items()):
             return False
-        s = sum(v * c for v, c in counts.items())
-        q = sum(v * v * c for v, c in counts.items())
-        if not all(a.contains(Fraction(s, self.n)) for a in self.means):
+        return self.admits_vector([counts.get(v, 0) for v in range(self.low, self.high + 1)])
+
+    def admits_vector(self, counts: Sequence[int]) -> bool:
+        """`admits` for counts listed by value, lowest first (all >= 0)."""
+        n = self.n
+        if sum(counts) != n:
             return False
-        if self.sds or self.variances:
-            var = Fraction(self.n * q - s * s, self.n * (self.n - 1))
-            if not all(a.contains_sqrt(var) for a in self.sds):
+        values = range(self.low, self.high + 1)
+        if self.means or self.sds or self.variances:
+            s = sum(v * c for v, c in zip(values, counts, strict=True))
+            if not all(a.contains(Fraction(s, n)) for a in self.means):
                 return False
-            if not all(a.contains(var) for a in self.variances):
-                return False
-        ordered = [v for v in sorted(counts) for _ in range(counts[v])]
-        return all(
-            oc.admissible.contains(sum((w * ordered[i - 1] for i, w in oc.weights), Fraction(0)))
-            for oc in self.order
-        )
+            if self.sds or self.variances:
+                q = sum(v * v * c for v, c in zip(values, counts, strict=True))
+                var = Fraction(n * q - s * s, n * (n - 1))
+                if not all(a.contains_sqrt(var) for a in self.sds):
+                    return False
+                if not all(a.contains(var) for a in self.variances):
+                    return False
+        if self.order:
+            cumulative = list(accumulate(counts))
+            for oc in self.order:
+                stat = sum(
+                    (w * (self.low + bisect_left(cumulative, i)) for i, w in oc.weights),
+                    Fraction(0),
+                )
+                if not oc.admissible.contains(stat):
+                    return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -143,8 +156,11 @@ class _Solver:
         max_states: int | None,
         time_budget: float | None,
         count_bounds: Mapping[int, tuple[int, int]] | None = None,
+        hint: Mapping[int, int] | None = None,
     ) -> None:
         self.cons = cons
+        # Preferred count of each shifted value: searches try counts nearest to it first.
+        self.hint = [(hint or {}).get(v, 0) for v in range(cons.low, cons.high + 1)]
         self.k = cons.high - cons.low + 1
         self.n = cons.n
         self.track_t = bool(cons.means or cons.sds or cons.variances)
@@ -258,9 +274,12 @@ class _Solver:
         self.states += 1
         if self.states > self.max_states:
             raise BudgetExceeded(f"more than {self.max_states} states needed")
-        if self.deadline is not None and self.states % 2048 == 0:
-            if time.monotonic() > self.deadline:
-                raise BudgetExceeded("time budget exhausted")
+        if (
+            self.deadline is not None
+            and self.states % 2048 == 0
+            and time.monotonic() > self.deadline
+        ):
+            raise BudgetExceeded("time budget exhausted")
 
     def _viable(self, a: int, r: int, t: int, u: int) -> bool:
         b = self.k - 1
@@ -324,12 +343,60 @@ class _Solver:
                 return None
         return counts
 
+    def _four(
+        self, fr: _Frame, a: int, r: int, t: int, u: int
+    ) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:
+        """The last four values a..a+3 with both sums known: one free count w = c_{a+3}.
+
+        Solving y + 2z + 3w = T', y + 4z + 9w = U' gives x = X0 - w, y = Y0 + 3w,
+        z = Z0 - 3w; every count and cumulative count is linear in w, so the consistent w form
+        an interval. Returns (w_lo, w_hi, counts at w_lo, counts at w_hi) or None.
+        """
+        tp = t - a * r
+        up = u - 2 * a * t + a * a * r
+        if (up - tp) % 2:
+            return None
+        x0 = r - (3 * tp - up) // 2
+        y0 = 2 * tp - up
+        z0 = (up - tp) // 2
+        done = self.n - r
+        lo, hi = 0, r
+        # (offset, slope, lower, upper) for: c_a, c_a+1, c_a+2, c_a+3, F(a), F(a+1), F(a+2)
+        rows = (
+            (x0, -1, fr.c_lo[a], fr.c_hi[a]),
+            (y0, 3, fr.c_lo[a + 1], fr.c_hi[a + 1]),
+            (z0, -3, fr.c_lo[a + 2], fr.c_hi[a + 2]),
+            (0, 1, fr.c_lo[a + 3], fr.c_hi[a + 3]),
+            (done + x0, -1, fr.f_lo[a], fr.f_hi[a]),
+            (done + x0 + y0, 2, fr.f_lo[a + 1], fr.f_hi[a + 1]),
+            (done + r, -1, fr.f_lo[a + 2], fr.f_hi[a + 2]),
+        )
+        for off, slope, low, high in rows:
+            # low <= off + slope * w <= high
+            if slope > 0:
+                lo = max(lo, -((off - low) // slope))
+                hi = min(hi, (high - off) // slope)
+            else:
+                lo = max(lo, -((high - off) // -slope))
+                hi = min(hi, (off - low) // -slope)
+        if lo > hi:
+            return None
+        return (
+            lo,
+            hi,
+            (x0 - lo, y0 + 3 * lo, z0 - 3 * lo, lo),
+            (x0 - hi, y0 + 3 * hi, z0 - 3 * hi, hi),
+        )
+
     def _closed(self, a: int) -> bool:
         return a == self.k - 1 or (self.track_u and a == self.k - 3)
 
     def count(self, fr: _Frame, a: int, r: int, t: int, u: int) -> int:
         if self._closed(a):
             return 1 if self._last(fr, a, r, t, u) is not None else 0
+        if self.track_u and a == self.k - 4:
+            four = self._four(fr, a, r, t, u)
+            return 0 if four is None else four[1] - four[0] + 1
         key = (a, r, t, u)
         hit = fr.memo.get(key)
         if hit is not None:
@@ -345,6 +412,16 @@ class _Solver:
         if self._closed(a):
             forced = self._last(fr, a, r, t, u)
             return None if forced is None else (1, forced, forced)
+        if self.track_u and a == self.k - 4:
+            four = self._four(fr, a, r, t, u)
+            if four is None:
+                return None
+            w_lo, w_hi, at_lo, at_hi = four
+            return (
+                w_hi - w_lo + 1,
+                tuple(map(min, at_lo, at_hi)),
+                tuple(map(max, at_lo, at_hi)),
+            )
         key = (a, r, t, u)
         if key in fr.memo:
             return fr.memo[key]  # type: ignore[return-value]
@@ -370,11 +447,15 @@ class _Solver:
     def exists(self, fr: _Frame, a: int, r: int, t: int, u: int) -> bool:
         if self._closed(a):
             return self._last(fr, a, r, t, u) is not None
+        if self.track_u and a == self.k - 4:
+            return self._four(fr, a, r, t, u) is not None
         key = (a, r, t, u)
         if key in fr.memo:
             return bool(fr.memo[key])
         self._tick()
-        found = any(self.exists(fr, a + 1, *child[1:]) for child in self._children(fr, a, r, t, u))
+        want = self.hint[a]
+        children = sorted(self._children(fr, a, r, t, u), key=lambda ch: abs(ch[0] - want))
+        found = any(self.exists(fr, a + 1, *child[1:]) for child in children)
         fr.memo[key] = found
         return found
 
@@ -387,7 +468,7 @@ class _Solver:
 
 def _monotone(assignment: dict[int, int]) -> bool:
     values = [assignment[p] for p in sorted(assignment)]
-    return all(x <= y for x, y in zip(values, values[1:], strict=False))
+    return all(x <= y for x, y in pairwise(values))
 
 
 def analyse(
@@ -436,10 +517,12 @@ def exists_consistent(
     *,
     max_states: int | None = None,
     time_budget: float | None = None,
+    hint: Mapping[int, int] | None = None,
 ) -> bool:
     """Is some sample consistent with `cons` whose count of each value v in `count_bounds`
-    lies in the inclusive range given there? Stops at the first one found."""
-    solver = _Solver(cons, max_states, time_budget, count_bounds)
+    lies in the inclusive range given there? Stops at the first one found; `hint` (value ->
+    count, e.g. the true sample) steers the search towards samples near it."""
+    solver = _Solver(cons, max_states, time_budget, count_bounds, hint)
     return any(solver.exists(fr, 0, cons.n, t, u) for fr, t, u in solver.roots())
 
 

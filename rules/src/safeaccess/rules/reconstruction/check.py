@@ -1,0 +1,360 @@
+"""The reconstruction-risk check on summary outputs, as the rules engine calls it.
+
+For every group x variable on an ordinal or small-integer scale (facts carry `scale`), the
+released statistics -- together with those released earlier in the sequence about the same
+records -- are turned into exact constraints on the unknown counts, and the consistent samples
+are analysed:
+
+- exactly one consistent sample: every value in the group can be worked out -> withhold;
+- some value's count is the same in every consistent sample and lies in 1..threshold-1: the
+  release implies a frequency cell below the threshold -> withhold;
+- the question cannot be settled within the budget -> review by an output checker.
+
+Settings read from the rule set (with these defaults when the rule set lacks them):
+`threshold` (10), `reconstruction` (True: run the check), `reconstruction_max_states`
+(200 000 states for the exact analysis of one group x variable), `reconstruction_search_states`
+(200 000 states for each fallback search) and `reconstruction_time_budget` (2.0 seconds for the
+exact analysis and again for each fallback search).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from safeaccess.rules.decision import Finding
+from safeaccess.rules.outputs import (
+    Label,
+    Output,
+    SummaryOutput,
+    SummaryVariableFacts,
+    VariableSummary,
+)
+from safeaccess.rules.reconstruction._exact import (
+    Admissible,
+    ReconstructionError,
+    median_weights,
+    quantile_weights,
+)
+from safeaccess.rules.reconstruction.matching import (
+    BudgetExceeded,
+    OrderConstraint,
+    SampleConstraints,
+    analyse,
+    exists_consistent,
+)
+from safeaccess.rules.reconstruction.search import local_alternatives
+
+if TYPE_CHECKING:
+    from safeaccess.rules.engine import RuleSet
+
+CHECK = "reconstruction"
+DEFAULT_MAX_STATES = 200_000
+DEFAULT_SEARCH_STATES = 200_000
+DEFAULT_TIME_BUDGET = 2.0
+
+# Statistics that constrain the sample here. Others (mode, skewness, kurtosis, iqr, count) are
+# not used, so the check may under-state the risk of releasing them alongside these.
+_USED = ("mean", "sd", "var", "median", "min", "max")
+
+
+@dataclass(frozen=True)
+class _Settings:
+    threshold: int
+    max_states: int
+    search_states: int
+    time_budget: float
+
+
+def reconstruction_findings(
+    output: SummaryOutput, ruleset: RuleSet | Any, history: Sequence[Output]
+) -> list[Finding]:
+    """Findings for groups x variables whose released statistics reveal values or small cells.
+
+    `history` holds outputs released earlier in the sequence; summary statistics in it about
+    the same records and variable are combined with the new ones.
+    """
+    if not getattr(ruleset, "reconstruction", True):
+        return []
+    settings = _Settings(
+        threshold=int(getattr(ruleset, "threshold", 10)),
+        max_states=int(getattr(ruleset, "reconstruction_max_states", DEFAULT_MAX_STATES)),
+        search_states=int(getattr(ruleset, "reconstruction_search_states", DEFAULT_SEARCH_STATES)),
+        time_budget=float(getattr(ruleset, "reconstruction_time_budget", DEFAULT_TIME_BUDGET)),
+    )
+    findings: list[Finding] = []
+    earlier = [h for h in history if isinstance(h, SummaryOutput)]
+    for gi, group in enumerate(output.groups):
+        gfacts = _group_facts(output, gi, group.labels)
+        if gfacts is None:
+            continue
+        for summary in group.variables:
+            vfacts = gfacts.get(summary.variable)
+            if vfacts is None or vfacts.scale is None:
+                continue
+            findings.extend(
+                _check_variable(output, gi, group.labels, summary, vfacts, earlier, settings)
+            )
+    return findings
+
+
+def _check_variable(
+    output: SummaryOutput,
+    gi: int,
+    labels: list[Label],
+    summary: VariableSummary,
+    vfacts: SummaryVariableFacts,
+    earlier: list[SummaryOutput],
+    settings: _Settings,
+) -> list[Finding]:
+    assert vfacts.scale is not None
+    low, high = vfacts.scale
+    n = vfacts.n
+    where = _group_name(output.by, labels)
+    item = f"{where}, {summary.variable}"
+    truth = _true_counts(vfacts, low, high)
+    cons = _constraints(summary.stats, low, high, n, output.round, output.quantile_type)
+    if cons is None:
+        return []
+    if truth is not None and not cons.admits(truth):
+        return [
+            Finding(
+                check=CHECK,
+                verdict="review",
+                item=item,
+                message=f"The released statistics of {summary.variable} in {where} could not be "
+                f"reproduced from the data on the scale {low}-{high}; an output checker needs to "
+                "confirm what they reveal.",
+            )
+        ]
+    combined_with_earlier = False
+    for prev in earlier:
+        for pj, pgroup in enumerate(prev.groups):
+            psum = next((v for v in pgroup.variables if v.variable == summary.variable), None)
+            pfacts_group = _group_facts(prev, pj, pgroup.labels)
+            pfacts = None if pfacts_group is None else pfacts_group.get(summary.variable)
+            if psum is None or pfacts is None or pfacts.scale != vfacts.scale or pfacts.n != n:
+                continue
+            if not _same_records(output, gi, labels, prev, pj, pgroup.labels):
+                continue
+            pcons = _constraints(psum.stats, low, high, n, prev.round, prev.quantile_type)
+            if pcons is None or (truth is not None and not pcons.admits(truth)):
+                continue  # nothing usable, or evidently a different sample
+            cons = cons.merged(pcons)
+            combined_with_earlier = True
+    stats = _describe(summary.stats)
+    context = (
+        " together with statistics released earlier in this sequence"
+        if combined_with_earlier
+        else ""
+    )
+    try:
+        verdict = _decide(cons, truth, settings)
+    except BudgetExceeded:
+        return [
+            Finding(
+                check=CHECK,
+                verdict="review",
+                item=item,
+                message=f"Could not settle within the time allowed whether the released {stats} of "
+                f"{summary.variable} in {where} (n={n}, scale {low}-{high}){context} reveal "
+                "individual values; an output checker needs to look.",
+            )
+        ]
+    if verdict.count == 0:
+        return [
+            Finding(
+                check=CHECK,
+                verdict="review",
+                item=item,
+                message=f"No sample on the scale {low}-{high} fits the released {stats} of "
+                f"{summary.variable} in {where}{context}; an output checker needs to look.",
+            )
+        ]
+    if verdict.count == 1:
+        return [
+            Finding(
+                check=CHECK,
+                verdict="withhold",
+                item=item,
+                message=f"The released {stats} of {summary.variable} in {where} (n={n}){context} "
+                "fit only one possible set of values, so every individual value can be worked "
+                "out. Release fewer statistics, round them more coarsely, or merge small groups.",
+            )
+        ]
+    out = []
+    for value, count in sorted(verdict.pinned_small.items()):
+        records = "record has" if count == 1 else "records have"
+        out.append(
+            Finding(
+                check=CHECK,
+                verdict="withhold",
+                item=f"{item}={value}",
+                message=f"The released {stats} of {summary.variable} in {where}{context} imply "
+                f"that exactly {count} {records} {summary.variable} = {value}, a cell below the "
+                f"threshold of {settings.threshold}. Release fewer statistics, round them more "
+                "coarsely, or merge categories or groups.",
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    count: int  # exact, or 2 meaning "at least two" on the search path
+    pinned_small: dict[int, int]
+
+
+def _decide(cons: SampleConstraints, truth: dict[int, int] | None, settings: _Settings) -> _Verdict:
+    """Exact analysis when it fits the budget; otherwise targeted searches around the truth."""
+    try:
+        result = analyse(cons, max_states=settings.max_states, time_budget=settings.time_budget)
+    except BudgetExceeded:
+        if truth is None:
+            raise
+        return _search(cons, truth, settings)
+    small = {v: c for v, c in result.pinned().items() if 0 < c < settings.threshold}
+    return _Verdict(result.count, small)
+
+
+def _search(cons: SampleConstraints, truth: dict[int, int], settings: _Settings) -> _Verdict:
+    """Decide with searches seeded by the true sample (which is always consistent).
+
+    A value's count is pinned iff no consistent sample has a different count for it. Only
+    values whose true count is below the threshold matter for cells; any other consistent
+    sample proves there are at least two. Nearby samples are tried first (cheap); what they
+    leave open goes to a bounded exhaustive search.
+    """
+    low, n = cons.low, cons.n
+    vector = [truth.get(v, 0) for v in range(low, cons.high + 1)]
+    small = {v: c for v, c in truth.items() if 0 < c < settings.threshold}
+    open_values = set(small)
+    another = False
+    for alt in local_alternatives(cons, vector):
+        another = True
+        open_values = {v for v in open_values if alt[v - low] == small[v]}
+        if not open_values:
+            break
+    kwargs: dict[str, Any] = {
+        "max_states": settings.search_states,
+        "time_budget": settings.time_budget,
+        "hint": truth,
+    }
+
+    def varies(v: int) -> bool:
+        c = truth.get(v, 0)
+        return (c > 0 and exists_consistent(cons, {v: (0, c - 1)}, **kwargs)) or (
+            c < n and exists_consistent(cons, {v: (c + 1, n)}, **kwargs)
+        )
+
+    pinned = {v: small[v] for v in sorted(open_values) if not varies(v)}
+    if another or len(pinned) < len(small):
+        return _Verdict(2, pinned)
+    for v in sorted(truth, key=lambda u: -truth[u]):
+        if v not in small and varies(v):
+            return _Verdict(2, pinned)
+    return _Verdict(1, pinned)
+
+
+def _constraints(
+    stats: dict[str, float | None],
+    low: int,
+    high: int,
+    n: int,
+    decimals: int | None,
+    qtype: int,
+) -> SampleConstraints | None:
+    """Exact constraints from released statistics; None if none of them constrains the sample."""
+    means: list[Admissible] = []
+    sds: list[Admissible] = []
+    variances: list[Admissible] = []
+    order: list[OrderConstraint] = []
+    for name, value in stats.items():
+        if value is None:
+            continue
+        try:
+            adm = Admissible.released(value, decimals)
+        except ReconstructionError:
+            # more decimals than declared: treat as unrounded rather than guess
+            adm = Admissible.released(value, None)
+        if name == "mean":
+            means.append(adm)
+        elif name == "sd" and n >= 2:
+            sds.append(adm)
+        elif name == "var" and n >= 2:
+            variances.append(adm)
+        elif name == "median":
+            order.append(OrderConstraint(name, median_weights(n), adm))
+        elif name == "min":
+            order.append(OrderConstraint(name, ((1, Fraction(1)),), adm))
+        elif name == "max":
+            order.append(OrderConstraint(name, ((n, Fraction(1)),), adm))
+        elif name.startswith("q"):
+            try:
+                p = Fraction(name[1:])
+            except ValueError:
+                continue
+            if 0 < p < 1:
+                order.append(OrderConstraint(name, quantile_weights(n, p, qtype), adm))
+    cons = SampleConstraints(low, high, n, tuple(means), tuple(sds), tuple(variances), tuple(order))
+    return None if cons.is_empty() else cons
+
+
+def _true_counts(vfacts: SummaryVariableFacts, low: int, high: int) -> dict[int, int] | None:
+    """The actual value counts from the facts, when present and on the scale."""
+    if not vfacts.value_counts:
+        return None
+    counts: dict[int, int] = {}
+    for key, c in vfacts.value_counts.items():
+        try:
+            v = Fraction(key)
+        except (ValueError, ZeroDivisionError):
+            return None
+        if v.denominator != 1 or not low <= v <= high:
+            return None
+        counts[int(v)] = counts.get(int(v), 0) + c
+    return counts if sum(counts.values()) == vfacts.n else None
+
+
+def _group_facts(
+    output: SummaryOutput, index: int, labels: list[Label]
+) -> dict[str, SummaryVariableFacts] | None:
+    groups = output.facts.groups
+    if index < len(groups) and groups[index].labels == labels:
+        return groups[index].variables
+    return next((g.variables for g in groups if g.labels == labels), None)
+
+
+def _same_records(
+    a: SummaryOutput, ai: int, alabels: list[Label], b: SummaryOutput, bi: int, blabels: list[Label]
+) -> bool:
+    """Do two groups rest on the same records? Query sets decide when both have them;
+    otherwise the same grouping variables and labels are taken to mean the same records."""
+    qa, qb = a.facts.query_set, b.facts.query_set
+    if qa is not None and qb is not None:
+        arr_a, arr_b = qa.to_array(), qb.to_array()
+        if arr_a.shape != arr_b.shape:
+            return False
+        return bool(np.array_equal(arr_a == ai, arr_b == bi))
+    return a.by == b.by and alabels == blabels
+
+
+def _group_name(by: list[str], labels: list[Label]) -> str:
+    if not by:
+        return "the whole sample"
+    return "group " + ", ".join(f"{b}={lab}" for b, lab in zip(by, labels, strict=False))
+
+
+def _describe(stats: dict[str, float | None]) -> str:
+    names = [
+        {"sd": "SD", "var": "variance"}.get(k, "quantile " + k[1:] if k.startswith("q") else k)
+        for k, v in stats.items()
+        if v is not None and (k in _USED or k.startswith("q"))
+    ]
+    if len(names) <= 1:
+        return "".join(names) or "statistics"
+    return ", ".join(names[:-1]) + " and " + names[-1]

@@ -22,6 +22,7 @@ import sys
 import threading
 
 RUNNER = "safeaccess.sandbox.runner"
+# Always imported before a job arrives (about 120 MB resident).
 PRELOAD = (
     RUNNER,
     "pandas",
@@ -29,15 +30,21 @@ PRELOAD = (
     # The runner imports these per analysis kind; a warm container has them ready.
     "safeaccess.sandbox.compute.tables",
     "safeaccess.sandbox.compute.summary",
+    "safeaccess.sandbox.compute.script",
+    "safeaccess.sandbox.filters",
+)
+# Also imported when the container's memory limit leaves room (about 100 MB more): the model
+# libraries. Below that, a job that needs them imports them itself.
+PRELOAD_MODELS = (
     "safeaccess.sandbox.compute.regression",
     "safeaccess.sandbox.compute.correlation",
     "safeaccess.sandbox.compute.tests",
-    "safeaccess.sandbox.compute.script",
-    "safeaccess.sandbox.filters",
     "safeaccess.sandbox.design",
     "statsmodels.api",
     "scipy.stats",
 )
+PRELOAD_MODELS_MIN_BYTES = 1024 * 1024 * 1024
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 LENGTH_BYTES = 8
 # Written on stdout once preloading is done: the backend hands out only containers that said it.
@@ -71,8 +78,25 @@ def read_request(fd: int = 0) -> bytes:
     return _read_exact(fd, length)
 
 
-def preload(modules: tuple[str, ...] = PRELOAD) -> None:
-    """Import what every job needs; a failure here resurfaces when the runner itself imports."""
+def memory_limit() -> int | None:
+    """This container's memory limit in bytes, from its cgroup (v2 or v1), if it has one."""
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path, encoding="ascii") as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return int(text)
+    return None
+
+
+def preload(modules: tuple[str, ...] | None = None) -> None:
+    """Import what jobs need; a failure here resurfaces when the runner itself imports."""
+    if modules is None:
+        limit = memory_limit()
+        roomy = limit is None or limit >= PRELOAD_MODELS_MIN_BYTES
+        modules = PRELOAD + PRELOAD_MODELS if roomy else PRELOAD
     for name in modules:
         try:
             importlib.import_module(name)

@@ -294,7 +294,7 @@ class JobContainer:
             try:
                 self._raw.sendall(len(request).to_bytes(8, "big") + request)
             except TimeoutError:
-                _kill(self.container)
+                self._stop_now()
                 raise LimitExceeded("wall", wall_message(limits)) from None
             except OSError as exc:
                 raise SandboxError(
@@ -305,10 +305,10 @@ class JobContainer:
                     if not self._read_into(demux, deadline):
                         break
                 except TimeoutError:
-                    _kill(self.container)
+                    self._stop_now()
                     raise LimitExceeded("wall", wall_message(limits)) from None
                 except LimitExceeded:
-                    _kill(self.container)
+                    self._stop_now()
                     raise
         finally:
             self.close()
@@ -318,6 +318,12 @@ class JobContainer:
             if response is not None and response.ok and response.output is not None:
                 return response  # complete: no need to wait for the container to exit
         return _finish(self.container, demux, limits, deadline)
+
+    def _stop_now(self) -> None:
+        # Close our end of the attach stream first: the engine may be blocked writing a flood of
+        # output to it, and would not finish the kill until that write fails.
+        self.close()
+        _kill(self.container)
 
     def close(self) -> None:
         """Close the attach stream (the container itself is removed by the backend)."""

@@ -13,12 +13,13 @@ are analysed:
 Settings read from the rule set (with these defaults when the rule set lacks them):
 `threshold` (10), `reconstruction` (True: run the check), `reconstruction_max_states`
 (200 000 states for the exact analysis of one group x variable), `reconstruction_search_states`
-(200 000 states for each fallback search) and `reconstruction_time_budget` (2.0 seconds for the
-exact analysis and again for each fallback search).
+(200 000 states for each fallback search) and `reconstruction_time_budget` (2.0 seconds in all
+for one group x variable: the exact analysis may use half of it, the searches the rest).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -211,23 +212,26 @@ class _Verdict:
 
 def _decide(cons: SampleConstraints, truth: dict[int, int] | None, settings: _Settings) -> _Verdict:
     """Exact analysis when it fits the budget; otherwise targeted searches around the truth."""
+    deadline = time.monotonic() + settings.time_budget
     try:
-        result = analyse(cons, max_states=settings.max_states, time_budget=settings.time_budget)
+        result = analyse(cons, max_states=settings.max_states, time_budget=settings.time_budget / 2)
     except BudgetExceeded:
         if truth is None:
             raise
-        return _search(cons, truth, settings)
+        return _search(cons, truth, settings, deadline)
     small = {v: c for v, c in result.pinned().items() if 0 < c < settings.threshold}
     return _Verdict(result.count, small)
 
 
-def _search(cons: SampleConstraints, truth: dict[int, int], settings: _Settings) -> _Verdict:
+def _search(
+    cons: SampleConstraints, truth: dict[int, int], settings: _Settings, deadline: float
+) -> _Verdict:
     """Decide with searches seeded by the true sample (which is always consistent).
 
     A value's count is pinned iff no consistent sample has a different count for it. Only
     values whose true count is below the threshold matter for cells; any other consistent
     sample proves there are at least two. Nearby samples are tried first (cheap); what they
-    leave open goes to a bounded exhaustive search.
+    leave open goes to bounded exhaustive searches sharing what is left of the time budget.
     """
     low, n = cons.low, cons.n
     vector = [truth.get(v, 0) for v in range(low, cons.high + 1)]
@@ -239,17 +243,18 @@ def _search(cons: SampleConstraints, truth: dict[int, int], settings: _Settings)
         open_values = {v for v in open_values if alt[v - low] == small[v]}
         if not open_values:
             break
-    kwargs: dict[str, Any] = {
-        "max_states": settings.search_states,
-        "time_budget": settings.time_budget,
-        "hint": truth,
-    }
+
+    def exists(bounds: dict[int, tuple[int, int]]) -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BudgetExceeded("time budget exhausted")
+        return exists_consistent(
+            cons, bounds, max_states=settings.search_states, time_budget=left, hint=truth
+        )
 
     def varies(v: int) -> bool:
         c = truth.get(v, 0)
-        return (c > 0 and exists_consistent(cons, {v: (0, c - 1)}, **kwargs)) or (
-            c < n and exists_consistent(cons, {v: (c + 1, n)}, **kwargs)
-        )
+        return (c > 0 and exists({v: (0, c - 1)})) or (c < n and exists({v: (c + 1, n)}))
 
     pinned = {v: small[v] for v in sorted(open_values) if not varies(v)}
     if another or len(pinned) < len(small):

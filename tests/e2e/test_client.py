@@ -92,3 +92,42 @@ def test_safeaccess_run_command(
     # Running the same file again resumes the (aborted) sequence rather than opening it twice.
     assert client_main(["run", *args]) == 1
     assert "stopped at step 2 (withheld)" in capsys.readouterr().out
+
+
+def test_receipts_bind_the_outcome_and_are_signed_by_the_centre(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    import dataclasses
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from safeaccess.client.results import ReceiptInvalid, verify_receipt
+
+    service, srv = server
+    server_key = service.signing_key.public_key()
+    sealed = centre.seal(
+        [FrequencyTable(rows=["sex"]), FrequencyTable(rows=["ethnicity"], cols=["region"])]
+    )
+    with connect(srv.url, centre.keys["ada"], "ada", server_key=server_key) as session:
+        released, withheld = session.run(sealed)  # run() checks every receipt itself
+    for result in (released, withheld):
+        verify_receipt(result, server_key, sealed)
+    assert withheld.receipt is not None and withheld.receipt["fields"]["state"] == "withheld"
+    assert withheld.receipt["fields"]["output_sha256"] is None
+
+    assert released.output is not None
+    altered = dict(released.output, values=[[1.0]] * len(released.output["values"]))
+    with pytest.raises(ReceiptInvalid, match="output_sha256"):
+        verify_receipt(dataclasses.replace(released, output=altered), server_key, sealed)
+    with pytest.raises(ReceiptInvalid, match="not signed"):
+        verify_receipt(released, Ed25519PrivateKey.generate().public_key(), sealed)
+    other = centre.seal([FrequencyTable(rows=["sex"])])
+    with pytest.raises(ReceiptInvalid, match=r"body_sha256|header_sha256|trace_sha256"):
+        verify_receipt(released, server_key, other)
+
+    impostor = Ed25519PrivateKey.generate().public_key()
+    with (
+        connect(srv.url, centre.keys["ada"], "ada", server_key=impostor) as session,
+        pytest.raises(WrongServer, match="different signing key"),
+    ):
+        session.run(centre.seal([FrequencyTable(rows=["sex"])]))

@@ -7,8 +7,18 @@ the client works without it.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+import rfc8785
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+if TYPE_CHECKING:
+    from safeaccess.client.protocol.sealed import SealedSequence
 
 StepStatus = Literal["running", "released", "withheld", "review", "failed"]
 
@@ -43,6 +53,7 @@ class StepResult:
     error_message: str | None = None
     ruleset: str | None = None
     sequence_state: str = ""
+    receipt: dict[str, Any] | None = field(default=None, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -67,6 +78,7 @@ class StepResult:
             error_message=error.get("message"),
             ruleset=data.get("ruleset"),
             sequence_state=data.get("sequence_state", ""),
+            receipt=data.get("receipt"),
             raw=data,
         )
 
@@ -128,6 +140,67 @@ class StepResult:
         if self.failed:
             lines.append(f"  - {self.error_code}: {self.error_message}")
         return "\n".join(lines)
+
+
+class ReceiptInvalid(Exception):
+    """A step's receipt is missing, forged, or does not match what was received or sealed."""
+
+    code = "receipt_invalid"
+
+
+FINAL_STATES = frozenset({"released", "withheld", "failed"})
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def verify_receipt(
+    result: StepResult, server_key: Ed25519PublicKey, sealed: SealedSequence | None = None
+) -> None:
+    """Check the centre's signed receipt for a step in a final state, or raise ReceiptInvalid.
+
+    The receipt must verify with `server_key` and state exactly this step's outcome: sequence,
+    index, state, the output received (by its canonical-JSON SHA-256) and, given the sealed
+    sequence, the header, trace and body that were revealed.
+    """
+    if result.status not in FINAL_STATES:
+        raise ReceiptInvalid(f"step {result.index} is {result.status}; it has no receipt yet")
+    receipt = result.receipt
+    if not isinstance(receipt, dict) or not isinstance(receipt.get("fields"), dict):
+        raise ReceiptInvalid(f"step {result.index} came without a receipt")
+    fields: dict[str, Any] = receipt["fields"]
+    try:
+        signature = base64.b64decode(str(receipt.get("signature", "")), validate=True)
+        server_key.verify(signature, rfc8785.dumps(fields))
+    except (binascii.Error, InvalidSignature, rfc8785.CanonicalizationError) as exc:
+        raise ReceiptInvalid(
+            f"the receipt of step {result.index} is not signed by the server's key"
+        ) from exc
+    expected: dict[str, Any] = {
+        "protocol": "safeaccess-receipt",
+        "sequence": result.sequence_id,
+        "step": result.index,
+        "state": result.status,
+        "last": result.last,
+        "output_sha256": (
+            _sha256(rfc8785.dumps(result.output)) if result.output is not None else None
+        ),
+    }
+    if sealed is not None:
+        trace, body = sealed.reveal_for(result.index)
+        expected.update(
+            header_sha256=_sha256(sealed.header),
+            trace_sha256=_sha256(trace),
+            body_sha256=_sha256(body),
+            server=sealed.header_fields.server,
+        )
+    wrong = sorted(k for k, v in expected.items() if fields.get(k) != v)
+    if wrong:
+        raise ReceiptInvalid(
+            f"the receipt of step {result.index} does not match what was received: "
+            + ", ".join(wrong)
+        )
 
 
 def _labels(labels: list[list[Any]], names: list[str], pd: Any) -> Any:

@@ -20,12 +20,12 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from safeaccess.client.httpsig import sign_request
-from safeaccess.client.keys import load_private_key
+from safeaccess.client.keys import load_private_key, public_key_from_raw, public_key_raw
 from safeaccess.client.protocol.sealed import SealedSequence
-from safeaccess.client.results import StepResult
+from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
 
 
 class SessionError(Exception):
@@ -46,6 +46,12 @@ class ServerError(SessionError):
 
 class WrongServer(SessionError):
     code = "wrong_server"
+
+
+class BadReceipt(SessionError):
+    """The server's receipt for a step did not verify; nothing more is revealed."""
+
+    code = "receipt_invalid"
 
 
 class _Signer(httpx.Auth):
@@ -81,8 +87,10 @@ class Session:
         timeout: float = 600.0,
         retries: int = 5,
         retry_wait: float = 1.0,
+        server_key: Ed25519PublicKey | None = None,
     ):
         self.url = url.rstrip("/")
+        self.server_key = server_key
         self.researcher = researcher
         self.retries = retries
         self.retry_wait = retry_wait
@@ -213,11 +221,21 @@ class Session:
         server is resumed, never opened twice.
         """
         fields = sealed.header_fields
-        server_id = self.health()["server_id"]
+        health = self.health()
+        server_id = health["server_id"]
         if fields.server != server_id:
             raise WrongServer(
                 f"this sequence is bound to server {fields.server!r}, but {self.url} is "
                 f"{server_id!r}; nothing was revealed"
+            )
+        announced = public_key_from_raw(base64.b64decode(health["server_public_key"]))
+        if self.server_key is None:
+            # Trust on first use within this session; pin it with connect(server_key=...).
+            self.server_key = announced
+        elif public_key_raw(self.server_key) != public_key_raw(announced):
+            raise WrongServer(
+                f"{self.url} announces a different signing key than the one pinned for it; "
+                "nothing was revealed"
             )
         results: list[StepResult] = []
         existing = self.find(sealed)
@@ -245,6 +263,11 @@ class Session:
                     timeout=review_timeout,
                     poll_interval=poll_interval,
                 )
+            if current.status in FINAL_STATES:
+                try:
+                    verify_receipt(current, self.server_key, sealed)
+                except ReceiptInvalid as exc:
+                    raise BadReceipt(str(exc)) from exc
             results.append(current)
             if on_step is not None:
                 on_step(current)
@@ -274,7 +297,9 @@ def connect(
     **options: Any,
 ) -> Session:
     """A session with the server at `url`, signing as `researcher` with `key` (a private key,
-    or a PEM file path or bytes)."""
+    or a PEM file path or bytes). Pass `server_key=` (the centre's Ed25519 public key, obtained
+    out of band) to pin it; otherwise the key the server announces is trusted for the session and
+    every step's receipt is checked against it."""
     if isinstance(key, Ed25519PrivateKey):
         private = key
     elif isinstance(key, bytes):

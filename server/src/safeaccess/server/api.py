@@ -183,6 +183,7 @@ def create_app(service: Service) -> FastAPI:
             status="ok",
             server_id=service.server_id,
             server_key=service.server_fingerprint,
+            server_public_key=service.server_public_key,
             sandbox=service.backend.name,
         )
 

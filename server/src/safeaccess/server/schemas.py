@@ -98,6 +98,11 @@ class StepView(BaseModel):
     ruleset_hash: str | None = None
     sequence_state: str
     updated_at: datetime
+    receipt: dict[str, Any] | None = Field(
+        default=None,
+        description="The centre's Ed25519-signed statement of this step's final outcome: "
+        "{fields, signature}; absent while the step is running or in review.",
+    )
 
 
 class SequenceView(BaseModel):
@@ -136,5 +141,8 @@ class Health(BaseModel):
     status: Literal["ok"]
     server_id: str
     server_key: str = Field(description="SHA-256 fingerprint of the server's Ed25519 key.")
+    server_public_key: str = Field(
+        description="The server's Ed25519 public key (32 raw bytes, base64): verifies receipts."
+    )
     sandbox: str
     api_version: Literal["v1"] = "v1"

@@ -7,6 +7,7 @@ the sequence row's version in the database (so two replicas cannot both advance 
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -19,7 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from safeaccess.client.httpsig import SignatureError, verify_request
-from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key
+from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_raw
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.protocol import (
     Endorsement,
@@ -45,6 +46,7 @@ from safeaccess.server.errors import (
 )
 from safeaccess.server.pipeline import json_hash, load_outputs, run_step, sha256_hex
 from safeaccess.server.reasons import researcher_reasons
+from safeaccess.server.receipts import sign_receipt
 from safeaccess.server.schemas import (
     DatasetView,
     ErrorInfo,
@@ -125,6 +127,11 @@ class Service:
     @property
     def server_fingerprint(self) -> str:
         return fingerprint(self.signing_key.public_key())
+
+    @property
+    def server_public_key(self) -> str:
+        """The server's public key, 32 raw bytes in base64."""
+        return base64.b64encode(public_key_raw(self.signing_key.public_key())).decode("ascii")
 
     # -- authentication -------------------------------------------------------------------------
 
@@ -430,6 +437,7 @@ class Service:
             ruleset_hash=decision.ruleset_hash if decision else None,
             sequence_state=seq.state,
             updated_at=step.updated_at,
+            receipt=sign_receipt(self.signing_key, self.server_id, seq, step),
         )
 
     def _sequence_view(self, seq: SequenceRow) -> SequenceView:

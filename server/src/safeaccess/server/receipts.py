@@ -1,0 +1,56 @@
+"""Signed step receipts: the centre's Ed25519 statement of what it decided for a step.
+
+A receipt binds the server id, the sequence (by the SHA-256 of its signed header), the step index,
+its final state, the hashes of the revealed trace and body, the hash of the released output and
+the rule set's hash. The researcher can check it against her own sealed sequence and the output
+she received (`safeaccess.client.results.verify_receipt`), and keep it as evidence; an auditor can
+check it with the centre's public key alone.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import rfc8785
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from safeaccess.server.db import SequenceRow, StepRow
+from safeaccess.server.pipeline import json_hash
+from safeaccess.server.states import StepState
+
+RECEIPT_PROTOCOL = "safeaccess-receipt"
+RECEIPT_VERSION = 1
+FINAL_STEP_STATES = frozenset({StepState.RELEASED, StepState.WITHHELD, StepState.FAILED})
+
+
+def receipt_fields(server_id: str, seq: SequenceRow, step: StepRow) -> dict[str, Any]:
+    """The signed statement for a step in a final state."""
+    released = step.state == StepState.RELEASED
+    return {
+        "protocol": RECEIPT_PROTOCOL,
+        "version": RECEIPT_VERSION,
+        "server": server_id,
+        "sequence": seq.id,
+        "header_sha256": seq.header_hash,
+        "step": step.index,
+        "last": step.last,
+        "state": step.state,
+        "trace_sha256": step.trace_hash,
+        "body_sha256": step.body_hash,
+        "output_sha256": (
+            json_hash(step.public_output) if released and step.public_output is not None else None
+        ),
+        "ruleset_sha256": step.ruleset_hash,
+    }
+
+
+def sign_receipt(
+    key: Ed25519PrivateKey, server_id: str, seq: SequenceRow, step: StepRow
+) -> dict[str, Any] | None:
+    """{"fields", "signature"} for a step in a final state; None while it can still change."""
+    if StepState(step.state) not in FINAL_STEP_STATES:
+        return None
+    fields = receipt_fields(server_id, seq, step)
+    signature = key.sign(rfc8785.dumps(fields))
+    return {"fields": fields, "signature": base64.b64encode(signature).decode("ascii")}

@@ -66,6 +66,7 @@ def test_safeaccess_run_command(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     _, srv = server
     key_file = tmp_path / "ada.key"
@@ -89,9 +90,18 @@ def test_safeaccess_run_command(
     assert "step 1 (frequency_table): RELEASED" in out
     assert "step 2 (frequency_table): WITHHELD" in out and "threshold" in out
     assert "stopped at step 2 (withheld)" in out
-    # Running the same file again resumes the (aborted) sequence rather than opening it twice.
-    assert client_main(["run", *args]) == 1
+    # Running the same file again resumes the (aborted) sequence rather than opening it twice,
+    # here with the centre's key pinned from a PEM file.
+    from safeaccess.client.keys import public_key_text
+
+    pem = tmp_path / "centre.pub"
+    pem.write_text(public_key_text(server[0].signing_key.public_key()))
+    assert client_main(["run", *args, "--server-key", str(pem)]) == 1
     assert "stopped at step 2 (withheld)" in capsys.readouterr().out
+    other = tmp_path / "other.pub"
+    other.write_text(public_key_text(Ed25519PrivateKey.generate().public_key()))
+    assert client_main(["run", *args, "--server-key", str(other)]) == 2
+    assert "different signing key" in capsys.readouterr().err
 
 
 def test_receipts_bind_the_outcome_and_are_signed_by_the_centre(

@@ -119,8 +119,9 @@ def _run(args: argparse.Namespace) -> int:
             print(format_output(result))
         print()
 
+    server_key = load_public_key(args.server_key) if args.server_key is not None else None
     try:
-        with connect(args.server, args.key, args.researcher) as session:
+        with connect(args.server, args.key, args.researcher, server_key=server_key) as session:
             results = session.run(sealed, review_timeout=args.review_timeout, on_step=show)
     except SessionError as exc:
         raise CommandError(str(exc)) from exc
@@ -140,6 +141,12 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument("--server", required=True, help="server URL, e.g. https://sac.example.org")
     run.add_argument("--key", required=True, type=Path, help="your private key file")
     run.add_argument("--researcher", required=True, help="your researcher name on the server")
+    run.add_argument(
+        "--server-key",
+        type=Path,
+        default=None,
+        help="the centre's public key (PEM) to pin; receipts must verify with it",
+    )
     run.add_argument(
         "--review-timeout",
         type=float,

@@ -141,6 +141,9 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
                 out(f"      because {reason}")
             if result.failed:
                 out(f"      {result.error_code}: {result.error_message}")
+            if result.receipt is not None:
+                # run() has already checked it against the sealed sequence and the output.
+                out("    receipt: signed by the centre, verified against the sealed sequence")
             if result.released:
                 out("    released output:")
                 out("\n".join("      " + line for line in format_output(result).splitlines()))

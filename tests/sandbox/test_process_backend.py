@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,13 @@ def _write(path: Path, values: list[str]) -> None:
     os.replace(tmp, path)  # a new file version, as a dataset upload would do
 
 
+def _wait_for_warm(backend: ProcessBackend) -> None:
+    deadline = time.monotonic() + 10
+    while not backend._warm and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(backend._warm) == 1
+
+
 def _table(backend: ProcessBackend, path: Path) -> list[list[float | None]]:
     result = backend.run(
         Job(
@@ -72,17 +80,34 @@ def test_warm_sandbox_serves_the_next_job_and_sees_a_replaced_dataset(
     path = tmp_path / "d.parquet"
     _write(path, ["a", "a", "b"])
     assert _table(backend, path) == [[2.0], [1.0]]
-    assert len(backend._warm) == 1  # a sandbox for the same dataset is waiting
-    time.sleep(0.2)
+    _wait_for_warm(backend)  # a sandbox for the same dataset is waiting
     assert _table(backend, path) == [[2.0], [1.0]]
     _write(path, ["a", "b", "b", "b"])  # new version: the waiting sandbox has the old file bound
     assert _table(backend, path) == [[1.0], [3.0]]
+
+
+def test_warm_sandbox_outlives_the_thread_that_ran_the_job(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
+    # Linux's parent-death signal follows the thread that forked; warm sandboxes must not die
+    # with a short-lived request thread.
+    path = tmp_path / "d.parquet"
+    _write(path, ["a", "b", "b"])
+    thread = threading.Thread(target=_table, args=(backend, path))
+    thread.start()
+    thread.join()
+    _wait_for_warm(backend)
+    time.sleep(0.5)
+    ((proc, _),) = next(iter(backend._warm.values()))
+    assert proc.poll() is None
+    assert _table(backend, path) == [[1.0], [2.0]]
 
 
 def test_close_stops_warm_sandboxes(backend: ProcessBackend, tmp_path: Path) -> None:
     path = tmp_path / "d.parquet"
     _write(path, ["a"])
     _table(backend, path)
+    _wait_for_warm(backend)
     waiting = [proc for procs in backend._warm.values() for proc, _ in procs]
     assert waiting
     backend.close()

@@ -10,7 +10,8 @@ Each job runs `python -m safeaccess.sandbox.runner` under bubblewrap with:
   private tmpfs at /tmp, a fresh /proc and a minimal /dev; no home, no server code, keys, database
   or data directory; the root is remounted read-only;
 - an empty environment except for a fixed list of variables;
-- rlimits on address space (memory), CPU seconds, file size, process count and core dumps;
+- rlimits on data memory and address space, CPU seconds, file size, process count and core
+  dumps;
 - a wall-clock deadline after which the whole sandbox is killed, and a cap on the bytes read from
   its stdout.
 
@@ -38,6 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -74,6 +76,7 @@ EXPECTED_TYPE = {
 }
 _MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"Cannot allocate memory", b"out of memory")
 
+ADDRESS_SPACE_HEADROOM = 1024 * 1024 * 1024
 # A warm sandbox older than this is replaced rather than used (bounded staleness of the libraries'
 # state and of the dataset file it has bound).
 WARM_MAX_AGE = 600.0
@@ -174,8 +177,9 @@ def _pool_key(dataset: Path, limits: Limits) -> tuple[object, ...]:
 
 def _discard(proc: subprocess.Popen[bytes]) -> None:
     """Kill an unused warm sandbox and reap it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:  # never signal a reaped pid: it may belong to another process now
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             with contextlib.suppress(OSError):
@@ -192,11 +196,16 @@ def _next_uid() -> int:
 
 def _rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
     memory = limits.memory_mb * 1024 * 1024
+    # The memory limit is on data (heap, anonymous mappings, thread stacks): what a job
+    # allocates. Address space is capped too, with room for the libraries' code mappings and
+    # reservations, which are not memory a job uses (pandas + pyarrow map ~0.5 GB of them).
+    address_space = memory + ADDRESS_SPACE_HEADROOM
     fsize = limits.tmp_mb * 1024 * 1024
 
     def apply() -> None:
         # Runs in the child between fork and exec: only setrlimit calls, nothing that allocates.
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
@@ -230,6 +239,7 @@ class ProcessBackend:
         self.max_warm = max(1, max_warm)
         self._warm: dict[tuple[object, ...], list[tuple[subprocess.Popen[bytes], float]]] = {}
         self._closed = False
+        self._spawner: ThreadPoolExecutor | None = None
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -303,6 +313,9 @@ class ProcessBackend:
             "OPENBLAS_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
             "ARROW_IO_THREADS": "1",
+            # The system allocator: mimalloc (pyarrow's default) reserves ~1 GB of address space
+            # up front, which would count against the memory limit.
+            "ARROW_DEFAULT_MEMORY_POOL": "system",
         }
         if uid is not None:
             env["SAFEACCESS_SANDBOX_UID"] = str(uid)
@@ -370,7 +383,7 @@ class ProcessBackend:
         outcome = _Supervisor(proc, limits).supervise(request)
         wall = time.monotonic() - started
         if self.warm_per_dataset:
-            self._refill(key, dataset, limits)
+            self._start_refill(key, dataset, limits)
         return self._result(job, limits, outcome, wall)
 
     def _spawn(self, dataset: Path, limits: Limits) -> subprocess.Popen[bytes]:
@@ -409,6 +422,17 @@ class ProcessBackend:
                 _discard(proc)
             return chosen
 
+    def _start_refill(self, key: tuple[object, ...], dataset: Path, limits: Limits) -> None:
+        # bwrap --die-with-parent ties a sandbox's life to the *thread* that started it (Linux's
+        # parent-death signal follows the thread), so warm sandboxes, which outlive the job's
+        # thread, are started from the backend's own long-lived thread.
+        with self._lock:
+            if self._closed:
+                return
+            if self._spawner is None:
+                self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-warm")
+            self._spawner.submit(self._refill, key, dataset, limits)
+
     def _refill(self, key: tuple[object, ...], dataset: Path, limits: Limits) -> None:
         with self._lock:
             if self._closed or self._warm.get(key):
@@ -418,9 +442,13 @@ class ProcessBackend:
                 oldest = next(iter(self._warm))
                 for proc, _ in self._warm.pop(oldest):
                     _discard(proc)
-            if not dataset.is_file() or _pool_key(dataset, limits) != key:
-                return
-            self._warm[key] = [(self._spawn(dataset, limits), time.monotonic())]
+            try:
+                if _pool_key(dataset, limits) != key:
+                    return
+                proc = self._spawn(dataset, limits)
+            except (OSError, SandboxError):
+                return  # the next job starts cold and reports the problem itself
+            self._warm[key] = [(proc, time.monotonic())]
 
     def _result(self, job: Job, limits: Limits, outcome: _Outcome, wall: float) -> RunResult:
         if outcome.killed_for is not None:
@@ -479,6 +507,10 @@ class ProcessBackend:
         """Stop the warm sandboxes; later jobs start cold."""
         with self._lock:
             self._closed = True
+            spawner, self._spawner = self._spawner, None
+        if spawner is not None:
+            spawner.shutdown(wait=True)
+        with self._lock:
             for waiting in self._warm.values():
                 for proc, _ in waiting:
                     _discard(proc)

@@ -240,7 +240,7 @@ def test_search_path_agrees_with_the_exact_path() -> None:
     mean, sd = _mean_sd(PINNED)
     out = _summary(PINNED, {"mean": mean, "sd": sd})
     exact = reconstruction_findings(out, RULES, [])
-    tight = SimpleNamespace(threshold=10, reconstruction_max_states=0)
+    tight = SimpleNamespace(threshold=10, reconstruction_max_steps=0)
     assert reconstruction_findings(out, tight, []) == exact
     umean, usd = _mean_sd(UNIQUE)
     unique_out = _summary(UNIQUE, {"mean": umean, "sd": usd})
@@ -252,7 +252,7 @@ def test_search_path_agrees_with_the_exact_path() -> None:
 def test_budget_exhausted_without_counts_goes_to_review() -> None:
     mean, sd = _mean_sd(PINNED)
     out = _summary(PINNED, {"mean": mean, "sd": sd}, value_counts=False)
-    tight = SimpleNamespace(threshold=10, reconstruction_max_states=0)
+    tight = SimpleNamespace(threshold=10, reconstruction_max_steps=0)
     findings = reconstruction_findings(out, tight, [])
     assert [f.verdict for f in findings] == ["review"]
     assert "output checker" in findings[0].message

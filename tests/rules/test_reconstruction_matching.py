@@ -229,7 +229,7 @@ def test_large_sample_is_counted_exactly() -> None:
 
 def test_budget_is_enforced() -> None:
     with pytest.raises(BudgetExceeded):
-        count_matching_samples(10, 200, "5.60", "2.40", 2, max_states=1000)
+        count_matching_samples(10, 200, "5.60", "2.40", 2, max_steps=1000)
 
 
 def test_bad_input_is_rejected() -> None:

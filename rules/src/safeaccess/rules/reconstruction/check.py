@@ -11,9 +11,9 @@ are analysed:
 - the question cannot be settled within the budget -> review by an output checker.
 
 Settings read from the rule set (with these defaults when the rule set lacks them):
-`threshold` (10), `reconstruction` (True: run the check), `reconstruction_max_states`
-(200 000 states for the exact analysis of one group x variable), `reconstruction_search_states`
-(200 000 states for each fallback search) and `reconstruction_time_budget` (2.0 seconds in all
+`threshold` (10), `reconstruction` (True: run the check), `reconstruction_max_steps`
+(200 000 DP steps for the exact analysis of one group x variable), `reconstruction_search_steps`
+(200 000 DP steps for each fallback search) and `reconstruction_time_budget` (2.0 seconds in all
 for one group x variable: the exact analysis may use half of it, the searches the rest).
 """
 
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from safeaccess.rules.engine import RuleSet
 
 CHECK = "reconstruction"
-DEFAULT_MAX_STATES = 200_000
-DEFAULT_SEARCH_STATES = 200_000
+DEFAULT_MAX_STEPS = 200_000
+DEFAULT_SEARCH_STEPS = 200_000
 DEFAULT_TIME_BUDGET = 2.0
 
 # Statistics that constrain the sample here. Others (mode, skewness, kurtosis, iqr, count) are
@@ -66,8 +66,8 @@ _USED = ("mean", "sd", "var", "median", "min", "max")
 @dataclass(frozen=True)
 class _Settings:
     threshold: int
-    max_states: int
-    search_states: int
+    max_steps: int
+    search_steps: int
     time_budget: float
 
 
@@ -83,8 +83,8 @@ def reconstruction_findings(
         return []
     settings = _Settings(
         threshold=int(getattr(ruleset, "threshold", 10)),
-        max_states=int(getattr(ruleset, "reconstruction_max_states", DEFAULT_MAX_STATES)),
-        search_states=int(getattr(ruleset, "reconstruction_search_states", DEFAULT_SEARCH_STATES)),
+        max_steps=int(getattr(ruleset, "reconstruction_max_steps", DEFAULT_MAX_STEPS)),
+        search_steps=int(getattr(ruleset, "reconstruction_search_steps", DEFAULT_SEARCH_STEPS)),
         time_budget=float(getattr(ruleset, "reconstruction_time_budget", DEFAULT_TIME_BUDGET)),
     )
     findings: list[Finding] = []
@@ -214,7 +214,7 @@ def _decide(cons: SampleConstraints, truth: dict[int, int] | None, settings: _Se
     """Exact analysis when it fits the budget; otherwise targeted searches around the truth."""
     deadline = time.monotonic() + settings.time_budget
     try:
-        result = analyse(cons, max_states=settings.max_states, time_budget=settings.time_budget / 2)
+        result = analyse(cons, max_steps=settings.max_steps, time_budget=settings.time_budget / 2)
     except BudgetExceeded:
         if truth is None:
             raise
@@ -249,7 +249,7 @@ def _search(
         if left <= 0:
             raise BudgetExceeded("time budget exhausted")
         return exists_consistent(
-            cons, bounds, max_states=settings.search_states, time_budget=left, hint=truth
+            cons, bounds, max_steps=settings.search_steps, time_budget=left, hint=truth
         )
 
     def varies(v: int) -> bool:

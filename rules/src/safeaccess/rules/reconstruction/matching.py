@@ -31,12 +31,12 @@ from safeaccess.rules.reconstruction._exact import (
     ReconstructionError,
 )
 
-DEFAULT_MAX_STATES = 2_000_000
+DEFAULT_MAX_STEPS = 5_000_000
 MAX_SCENARIOS = 20_000
 
 
 class BudgetExceeded(ReconstructionError):
-    """The question could not be answered within the allowed states or time."""
+    """The question could not be answered within the allowed DP steps or time."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class _Solver:
     def __init__(
         self,
         cons: SampleConstraints,
-        max_states: int | None,
+        max_steps: int | None,
         time_budget: float | None,
         count_bounds: Mapping[int, tuple[int, int]] | None = None,
         hint: Mapping[int, int] | None = None,
@@ -165,9 +165,9 @@ class _Solver:
         self.n = cons.n
         self.track_t = bool(cons.means or cons.sds or cons.variances)
         self.track_u = bool(cons.sds or cons.variances)
-        self.max_states = DEFAULT_MAX_STATES if max_states is None else max_states
+        self.max_steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
         self.deadline = None if time_budget is None else time.monotonic() + time_budget
-        self.states = 0
+        self.steps = 0
         self.targets = self._targets()
         self.frames = self._frames(count_bounds or {})
 
@@ -271,12 +271,12 @@ class _Solver:
     # -- the walk ---------------------------------------------------------------------------
 
     def _tick(self) -> None:
-        self.states += 1
-        if self.states > self.max_states:
-            raise BudgetExceeded(f"more than {self.max_states} states needed")
+        self.steps += 1
+        if self.steps > self.max_steps:
+            raise BudgetExceeded(f"more than {self.max_steps} steps needed")
         if (
             self.deadline is not None
-            and self.states % 2048 == 0
+            and self.steps % 2048 == 0
             and time.monotonic() > self.deadline
         ):
             raise BudgetExceeded("time budget exhausted")
@@ -309,6 +309,7 @@ class _Solver:
         if wu:
             hi = min(hi, u // wu)
         for c in range(lo, hi + 1):
+            self._tick()
             r2, t2, u2 = r - c, t - wt * c, u - wu * c
             if self._viable(a + 1, r2, t2, u2):
                 yield c, r2, t2, u2
@@ -401,7 +402,6 @@ class _Solver:
         hit = fr.memo.get(key)
         if hit is not None:
             return hit  # type: ignore[return-value]
-        self._tick()
         total = 0
         for _c, r2, t2, u2 in self._children(fr, a, r, t, u):
             total += self.count(fr, a + 1, r2, t2, u2)
@@ -425,7 +425,6 @@ class _Solver:
         key = (a, r, t, u)
         if key in fr.memo:
             return fr.memo[key]  # type: ignore[return-value]
-        self._tick()
         total = 0
         lows: tuple[int, ...] | None = None
         highs: tuple[int, ...] = ()
@@ -452,7 +451,6 @@ class _Solver:
         key = (a, r, t, u)
         if key in fr.memo:
             return bool(fr.memo[key])
-        self._tick()
         want = self.hint[a]
         children = sorted(self._children(fr, a, r, t, u), key=lambda ch: abs(ch[0] - want))
         found = any(self.exists(fr, a + 1, *child[1:]) for child in children)
@@ -474,15 +472,15 @@ def _monotone(assignment: dict[int, int]) -> bool:
 def analyse(
     cons: SampleConstraints,
     *,
-    max_states: int | None = None,
+    max_steps: int | None = None,
     time_budget: float | None = None,
 ) -> MatchResult:
     """Count the samples consistent with `cons` and bound each value's count among them.
 
-    Raises `BudgetExceeded` when more than `max_states` DP states or `time_budget` seconds
+    Raises `BudgetExceeded` when more than `max_steps` DP steps (one step: one candidate count of one value in one state) or `time_budget` seconds
     would be needed.
     """
-    solver = _Solver(cons, max_states, time_budget)
+    solver = _Solver(cons, max_steps, time_budget)
     total = 0
     lows: list[int] | None = None
     highs: list[int] = []
@@ -504,10 +502,10 @@ def analyse(
 
 
 def count_consistent(
-    cons: SampleConstraints, *, max_states: int | None = None, time_budget: float | None = None
+    cons: SampleConstraints, *, max_steps: int | None = None, time_budget: float | None = None
 ) -> int:
     """Number of samples (multisets) consistent with `cons`, without the per-value bounds."""
-    solver = _Solver(cons, max_states, time_budget)
+    solver = _Solver(cons, max_steps, time_budget)
     return sum(solver.count(fr, 0, cons.n, t, u) for fr, t, u in solver.roots())
 
 
@@ -515,14 +513,14 @@ def exists_consistent(
     cons: SampleConstraints,
     count_bounds: Mapping[int, tuple[int, int]],
     *,
-    max_states: int | None = None,
+    max_steps: int | None = None,
     time_budget: float | None = None,
     hint: Mapping[int, int] | None = None,
 ) -> bool:
     """Is some sample consistent with `cons` whose count of each value v in `count_bounds`
     lies in the inclusive range given there? Stops at the first one found; `hint` (value ->
     count, e.g. the true sample) steers the search towards samples near it."""
-    solver = _Solver(cons, max_states, time_budget, count_bounds, hint)
+    solver = _Solver(cons, max_steps, time_budget, count_bounds, hint)
     return any(solver.exists(fr, 0, cons.n, t, u) for fr, t, u in solver.roots())
 
 
@@ -547,15 +545,15 @@ def count_matching_samples(
     sd: Number,
     precision: int | None,
     *,
-    max_states: int | None = None,
+    max_steps: int | None = None,
 ) -> int:
     """How many multisets of n values on 1..k have this mean and SD (n - 1 divisor).
 
     With `precision` the released values are taken as rounded half-to-even to that many
     decimals from the exact statistics; with None they are taken as unrounded (a float within
-    1e-9 relative of the exact value). Raises `BudgetExceeded` beyond `max_states` DP states.
+    1e-9 relative of the exact value). Raises `BudgetExceeded` beyond `max_steps` DP steps (one step: one candidate count of one value in one state).
     """
-    return count_consistent(_mean_sd_constraints(k, n, mean, sd, precision), max_states=max_states)
+    return count_consistent(_mean_sd_constraints(k, n, mean, sd, precision), max_steps=max_steps)
 
 
 def matching_frequency_bounds(
@@ -565,9 +563,9 @@ def matching_frequency_bounds(
     sd: Number,
     precision: int | None,
     *,
-    max_states: int | None = None,
+    max_steps: int | None = None,
 ) -> dict[int, tuple[int, int]]:
     """For each value v on 1..k, the least and greatest number of times v occurs among the
     multisets consistent with the released mean and SD; empty when none is consistent."""
     cons = _mean_sd_constraints(k, n, mean, sd, precision)
-    return analyse(cons, max_states=max_states).bounds
+    return analyse(cons, max_steps=max_steps).bounds

@@ -1,0 +1,148 @@
+"""Reconstruction-risk timings: Derrick et al.'s k = 5 table, counts of samples consistent with
+a released mean and SD, and the output check on large groups.
+
+Run: python benchmarks/reconstruction.py [--budget SECONDS]
+Prints one line per measurement. Counts that need more DP steps than the budget allows are
+reported as "over budget" with the time it took to give up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from fractions import Fraction
+from types import SimpleNamespace
+
+import numpy as np
+
+from safeaccess.rules.outputs import (
+    SummaryFacts,
+    SummaryGroup,
+    SummaryGroupFacts,
+    SummaryOutput,
+    SummaryVariableFacts,
+    VariableSummary,
+)
+from safeaccess.rules.reconstruction import (
+    BudgetExceeded,
+    count_matching_samples,
+    count_unique_samples,
+    reconstruction_findings,
+    round_half_even,
+    round_sqrt_half_even,
+)
+from safeaccess.rules.reconstruction.matching import _mean_sd_constraints, count_consistent
+
+
+def _typical_sample(k: int, n: int, seed: int) -> list[int]:
+    """A unimodal Likert-like sample: binomial around the scale's middle."""
+    rng = np.random.default_rng(seed)
+    return [int(v) + 1 for v in rng.binomial(k - 1, 0.55, size=n)]
+
+
+def _released(x: list[int], d: int) -> tuple[str, str]:
+    n, s, q = len(x), sum(x), sum(v * v for v in x)
+    mean = round_half_even(Fraction(s, n), d)
+    sd = round_sqrt_half_even(Fraction(n * q - s * s, n * (n - 1)), d)
+    return f"{float(mean):.{d}f}", f"{float(sd):.{d}f}"
+
+
+def table_k5() -> None:
+    t0 = time.perf_counter()
+    for n in range(3, 13):
+        count_unique_samples(5, n, "mean_sd")
+        for d in (2, 1):
+            count_unique_samples(5, n, "mean_sd", precision=d)
+        for qtype in (6, 7, 2):
+            count_unique_samples(5, n, "median_quartiles", quantile_type=qtype)
+        count_unique_samples(5, n, "median_min_max")
+    print(f"k=5 table, n=3..12, all 8 columns: {time.perf_counter() - t0:.2f} s")
+
+
+def matching_counts(budget_steps: int) -> None:
+    for k in (7, 10):
+        for n in (10, 100, 1000):
+            x = _typical_sample(k, n, seed=n + k)
+            mean, sd = _released(x, 2)
+            cons = _mean_sd_constraints(k, n, mean, sd, 2)
+            t0 = time.perf_counter()
+            try:
+                count = count_consistent(cons, max_steps=budget_steps)
+                result = f"{count} samples"
+            except BudgetExceeded:
+                result = f"over budget ({budget_steps} steps)"
+            elapsed = time.perf_counter() - t0
+            print(
+                f"count_matching_samples k={k:2d} n={n:4d} mean={mean} sd={sd}: "
+                f"{result}, {elapsed:.3f} s"
+            )
+    # the public wrapper, for the record
+    t0 = time.perf_counter()
+    count_matching_samples(7, 100, *_released(_typical_sample(7, 100, 1), 2), 2)
+    print(
+        f"count_matching_samples(7, 100, ...) via the public API: {time.perf_counter() - t0:.3f} s"
+    )
+
+
+def _output(x: list[int], k: int, d: int) -> SummaryOutput:
+    mean, sd = _released(x, d)
+    counts = Counter(x)
+    n = len(x)
+    return SummaryOutput(
+        by=[],
+        statistics=["mean", "sd"],
+        round=d,
+        groups=[
+            SummaryGroup(
+                labels=[],
+                variables=[
+                    VariableSummary(
+                        variable="score", n=n, stats={"mean": float(mean), "sd": float(sd)}
+                    )
+                ],
+            )
+        ],
+        facts=SummaryFacts(
+            groups=[
+                SummaryGroupFacts(
+                    labels=[],
+                    n=n,
+                    variables={
+                        "score": SummaryVariableFacts(
+                            n=n,
+                            n_distinct=len(counts),
+                            scale=(1, k),
+                            value_counts={str(v): counts.get(v, 0) for v in range(1, k + 1)},
+                        )
+                    },
+                )
+            ],
+            n_total=n,
+        ),
+    )
+
+
+def check_timings() -> None:
+    rules = SimpleNamespace(threshold=10)
+    for k in (5, 7, 10):
+        for n in (10, 30, 100, 1000, 10000):
+            out = _output(_typical_sample(k, n, seed=3 * n + k), k, 2)
+            t0 = time.perf_counter()
+            findings = reconstruction_findings(out, rules, [])
+            elapsed = time.perf_counter() - t0
+            verdicts = ",".join(f.verdict for f in findings) or "release"
+            print(f"check k={k:2d} n={n:5d}: {verdicts:<20} {elapsed:.3f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--budget", type=int, default=5_000_000, help="max DP steps per count")
+    args = parser.parse_args()
+    table_k5()
+    matching_counts(args.budget)
+    check_timings()
+
+
+if __name__ == "__main__":
+    main()

@@ -142,3 +142,28 @@ def test_missing_dataset_is_refused_before_starting(
     )
     with pytest.raises(SandboxError, match="does not exist"):
         backend.run(job)
+
+
+def test_warm_sandbox_preloads_the_libraries_of_the_last_kind(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
+    path = tmp_path / "r.parquet"
+    pd.DataFrame({"g": ["a", "b"] * 10, "x": [float(i) for i in range(20)]}).to_parquet(path)
+    metadata = {
+        "name": "r",
+        "columns": [{"name": "g", "type": "categorical"}, {"name": "x", "type": "continuous"}],
+    }
+    probe = {"kind": "script", "code": "import sys\nresult = 'statsmodels' in sys.modules"}
+
+    def run(analysis: dict) -> object:
+        return backend.run(Job(job_id="p", analysis=analysis, metadata=metadata, dataset=path))
+
+    run({"kind": "frequency_table", "rows": ["g"]})
+    _wait_for_warm(backend)
+    time.sleep(1.0)
+    assert run(probe).output.result is False  # type: ignore[attr-defined]
+    _wait_for_warm(backend)
+    run({"kind": "regression", "formula": "x ~ g"})
+    _wait_for_warm(backend)
+    time.sleep(3.0)  # let it import statsmodels
+    assert run(probe).output.result is True  # type: ignore[attr-defined]

@@ -252,8 +252,14 @@ class ProcessBackend:
             self._binds = bind_arguments()
         return self._binds
 
-    def command(self, dataset: Path, limits: Limits, uid: int | None) -> list[str]:
-        """The bwrap command line for one job (the runner reads its request on stdin)."""
+    def command(
+        self, dataset: Path, limits: Limits, uid: int | None, preload: str = ""
+    ) -> list[str]:
+        """The bwrap command line for one job (the runner reads its request on stdin).
+
+        `preload` names an analysis kind whose libraries the runner imports before it waits for
+        the request (used for warm sandboxes).
+        """
         if self._bwrap is None:
             raise SandboxUnavailable(
                 "bubblewrap (bwrap) is not installed; install the 'bubblewrap' system package or "
@@ -317,6 +323,8 @@ class ProcessBackend:
             # up front, which would count against the memory limit.
             "ARROW_DEFAULT_MEMORY_POOL": "system",
         }
+        if preload:
+            env["SAFEACCESS_RUNNER_PRELOAD"] = preload
         if uid is not None:
             env["SAFEACCESS_SANDBOX_UID"] = str(uid)
             env["SAFEACCESS_SANDBOX_GID"] = str(uid)
@@ -383,16 +391,18 @@ class ProcessBackend:
         outcome = _Supervisor(proc, limits).supervise(request)
         wall = time.monotonic() - started
         if self.warm_per_dataset:
-            self._start_refill(key, dataset, limits)
+            # Researchers tend to run several analyses of one kind in a row: preload the
+            # libraries of this job's kind (statsmodels for a regression) in the next sandbox.
+            self._start_refill(key, dataset, limits, str(job.analysis.get("kind", "")))
         return self._result(job, limits, outcome, wall)
 
-    def _spawn(self, dataset: Path, limits: Limits) -> subprocess.Popen[bytes]:
+    def _spawn(self, dataset: Path, limits: Limits, preload: str = "") -> subprocess.Popen[bytes]:
         """Start a sandbox for `dataset`; its runner imports its libraries, then waits on stdin."""
         uid = _next_uid() if self.as_root else None
         nproc = limits.max_processes if uid is not None else self._nproc(None)
         try:
             return subprocess.Popen(  # fixed argv, no shell
-                self.command(dataset, limits, uid),
+                self.command(dataset, limits, uid, preload),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -422,7 +432,9 @@ class ProcessBackend:
                 _discard(proc)
             return chosen
 
-    def _start_refill(self, key: tuple[object, ...], dataset: Path, limits: Limits) -> None:
+    def _start_refill(
+        self, key: tuple[object, ...], dataset: Path, limits: Limits, preload: str
+    ) -> None:
         # bwrap --die-with-parent ties a sandbox's life to the *thread* that started it (Linux's
         # parent-death signal follows the thread), so warm sandboxes, which outlive the job's
         # thread, are started from the backend's own long-lived thread.
@@ -431,9 +443,11 @@ class ProcessBackend:
                 return
             if self._spawner is None:
                 self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-warm")
-            self._spawner.submit(self._refill, key, dataset, limits)
+            self._spawner.submit(self._refill, key, dataset, limits, preload)
 
-    def _refill(self, key: tuple[object, ...], dataset: Path, limits: Limits) -> None:
+    def _refill(
+        self, key: tuple[object, ...], dataset: Path, limits: Limits, preload: str = ""
+    ) -> None:
         with self._lock:
             if self._closed or self._warm.get(key):
                 return
@@ -445,7 +459,7 @@ class ProcessBackend:
             try:
                 if _pool_key(dataset, limits) != key:
                     return
-                proc = self._spawn(dataset, limits)
+                proc = self._spawn(dataset, limits, preload)
             except (OSError, SandboxError):
                 return  # the next job starts cold and reports the problem itself
             self._warm[key] = [(proc, time.monotonic())]

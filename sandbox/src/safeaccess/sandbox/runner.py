@@ -34,10 +34,24 @@ from safeaccess.sandbox.compute._common import AnalysisError
 
 ENV_UID = "SAFEACCESS_SANDBOX_UID"
 ENV_GID = "SAFEACCESS_SANDBOX_GID"
+ENV_PRELOAD = "SAFEACCESS_RUNNER_PRELOAD"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 # Runner error codes that report a resource limit rather than a problem with the analysis.
 LIMIT_CODES = {"limit_memory": "memory", "limit_processes": "processes"}
+
+ANALYSIS_KINDS = frozenset(
+    {
+        "frequency_table",
+        "magnitude_table",
+        "histogram",
+        "summary",
+        "regression",
+        "correlation",
+        "test",
+        "script",
+    }
+)
 
 Compute = Callable[[Any, pd.DataFrame, DatasetMetadata, int], Output]
 
@@ -73,6 +87,17 @@ def _compute_for(kind: str) -> Compute:
 
         return script
     raise AnalysisError("bad_analysis", f"analysis kind {kind!r} is not supported by this runner")
+
+
+def preload(kind: str) -> None:
+    """Import the libraries an analysis kind needs (ahead of the request, in a warm sandbox)."""
+    if kind not in ANALYSIS_KINDS:
+        return
+    _compute_for(kind)
+    if kind == "regression":
+        import statsmodels.api  # noqa: F401
+    elif kind == "test":
+        import scipy.stats  # noqa: F401
 
 
 def apply_filter(analysis: Analysis, frame: pd.DataFrame) -> pd.DataFrame:
@@ -189,6 +214,7 @@ def main() -> int:
 
     from safeaccess.sandbox.compute import _common, tables  # noqa: F401
 
+    preload(os.environ.pop(ENV_PRELOAD, ""))
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
     # Keep our own handle on stdout and point fd 1 at /dev/null, so that nothing else the process
     # prints (a library, or a script writing to fd 1 directly) can mix into the response.

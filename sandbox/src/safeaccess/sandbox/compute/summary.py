@@ -189,12 +189,16 @@ def summary(
     groups = combine([code_variable(frame, v, metadata) for v in analysis.by], len(frame))
     out_groups: list[SummaryGroup] = []
     fact_groups: list[SummaryGroupFacts] = []
+    # Sort records by group once and slice, rather than scanning every record for every group.
+    order = np.argsort(groups.codes, kind="stable")
+    sorted_codes = groups.codes[order]
+    bounds = np.searchsorted(sorted_codes, np.arange(len(groups.labels) + 1), side="left")
     for g, labels in enumerate(groups.labels):
-        in_group = groups.codes == g
+        members = order[bounds[g] : bounds[g + 1]]
         summaries: list[VariableSummary] = []
         var_facts: dict[str, SummaryVariableFacts] = {}
         for v in analysis.variables:
-            raw = columns[v][in_group]
+            raw = columns[v][members]
             values = raw[~np.isnan(raw)]
             summaries.append(
                 VariableSummary(variable=v, n=values.size, stats=_statistics(analysis, values))
@@ -202,7 +206,7 @@ def summary(
             var_facts[v] = _facts(values, scales[v])
         out_groups.append(SummaryGroup(labels=labels, variables=summaries))
         fact_groups.append(
-            SummaryGroupFacts(labels=labels, n=int(in_group.sum()), variables=var_facts)
+            SummaryGroupFacts(labels=labels, n=int(members.size), variables=var_facts)
         )
     return SummaryOutput(
         by=list(analysis.by),

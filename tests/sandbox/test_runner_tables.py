@@ -169,3 +169,14 @@ def test_histogram_declared_edges_and_groups() -> None:
     assert out.values == [[2.0, 2.0], [1.0, 1.0]]
     qs = out.facts.query_set.to_array()  # type: ignore[union-attr]
     assert qs[6] == -1 and qs[7] == -1  # ages 80 and 90 are outside the declared edges
+
+
+def test_categorical_dtype_levels_order_and_unused_categories() -> None:
+    frame = pd.DataFrame({"d": pd.Categorical(["p", "q", "p", "p"], categories=["q", "p", "r"])})
+    meta = DatasetMetadata.model_validate(
+        {"name": "c", "columns": [{"name": "d", "type": "categorical"}]}
+    )
+    out = execute(parse_analysis({"kind": "frequency_table", "rows": ["d"]}), frame, meta)
+    assert isinstance(out, TableOutput)
+    assert out.row_labels == [["q"], ["p"], ["r"]]
+    assert out.values == [[1.0], [3.0], [0.0]]

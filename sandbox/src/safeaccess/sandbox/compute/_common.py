@@ -89,8 +89,9 @@ class Coded:
 def code_variable(frame: pd.DataFrame, name: str, metadata: DatasetMetadata) -> Coded:
     """Code a grouping variable by its levels.
 
-    Declared levels (metadata) come first, in declared order, and are kept even when no record has
-    them: empty cells matter for disclosure checks. Values not declared follow in sorted order.
+    Declared levels (metadata, else the categories of a pandas Categorical) come first, in
+    declared order, and are kept even when no record has them: empty cells matter for disclosure
+    checks. Values not declared follow in sorted order.
     Missing values get code -1 (the record is in no cell).
     """
     column = frame[name]
@@ -98,11 +99,17 @@ def code_variable(frame: pd.DataFrame, name: str, metadata: DatasetMetadata) -> 
     declared = metadata.column(name)
     levels: list[Label] = []
     index: dict[Any, int] = {}
+    schema_levels: list[Any] = []
     if declared is not None and declared.levels:
-        for level in declared.levels:
-            if level not in index:
-                index[level] = len(levels)
-                levels.append(level)
+        schema_levels = list(declared.levels)
+    elif isinstance(column.dtype, pd.CategoricalDtype):
+        # A Parquet/pandas categorical carries its own ordered level list: use it, unused
+        # categories included, as the design matrices do.
+        schema_levels = [to_label(c) for c in column.cat.categories]
+    for level in schema_levels:
+        if level not in index:
+            index[level] = len(levels)
+            levels.append(level)
     extra = []
     for value in present:
         label = to_label(value)

@@ -77,6 +77,7 @@ EXPECTED_TYPE = {
 _MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"Cannot allocate memory", b"out of memory")
 
 ADDRESS_SPACE_HEADROOM = 1024 * 1024 * 1024
+PRELOAD_MIN_CPU = 10
 # A warm sandbox older than this is replaced rather than used (bounded staleness of the libraries'
 # state and of the dataset file it has bound).
 WARM_MAX_AGE = 600.0
@@ -393,7 +394,12 @@ class ProcessBackend:
         if self.warm_per_dataset:
             # Researchers tend to run several analyses of one kind in a row: preload the
             # libraries of this job's kind (statsmodels for a regression) in the next sandbox.
-            self._start_refill(key, dataset, limits, str(job.analysis.get("kind", "")))
+            # Preloading costs CPU seconds that count against the next job's limit, so only
+            # where that limit leaves ample room.
+            kind = (
+                str(job.analysis.get("kind", "")) if limits.cpu_seconds >= PRELOAD_MIN_CPU else ""
+            )
+            self._start_refill(key, dataset, limits, kind)
         return self._result(job, limits, outcome, wall)
 
     def _spawn(self, dataset: Path, limits: Limits, preload: str = "") -> subprocess.Popen[bytes]:

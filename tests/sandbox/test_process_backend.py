@@ -167,3 +167,17 @@ def test_warm_sandbox_preloads_the_libraries_of_the_last_kind(
     _wait_for_warm(backend)
     time.sleep(3.0)  # let it import statsmodels
     assert run(probe).output.result is True  # type: ignore[attr-defined]
+
+
+def test_user_namespace_variant_runs_jobs(
+    backend: ProcessBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The command line used by a non-root server (bubblewrap in a user namespace, no uid switch)
+    # must build a working sandbox too; here it is exercised by pretending not to be root.
+    monkeypatch.setattr(ProcessBackend, "as_root", property(lambda self: False))
+    plain = ProcessBackend(Limits(wall_seconds=60), warm_per_dataset=False)
+    args = plain.command(tmp_path / "d.parquet", plain.limits, None)
+    assert "--unshare-user" in args and "CAP_SETUID" not in args
+    path = tmp_path / "d.parquet"
+    _write(path, ["a", "b", "b"])
+    assert _table(plain, path) == [[1.0], [2.0]]

@@ -352,7 +352,7 @@ class ProcessBackend:
                     args,
                     capture_output=True,
                     timeout=30,
-                    preexec_fn=_rlimits(self.limits, self._nproc(None)),
+                    preexec_fn=_rlimits(self.limits, self._nproc(self.limits)),
                     check=False,
                 )
             except (OSError, subprocess.TimeoutExpired) as exc:
@@ -365,10 +365,11 @@ class ProcessBackend:
                 )
             self._checked = True
 
-    def _nproc(self, uid: int | None) -> int:
-        if uid is not None or self.as_root:
-            return self.limits.max_processes
-        return _user_task_count(os.getuid()) + self.limits.max_processes
+    def _nproc(self, limits: Limits) -> int:
+        """RLIMIT_NPROC for a job: its allowance, on top of the user's tasks when not root."""
+        if self.as_root:
+            return limits.max_processes  # the runner switches to a fresh uid with no tasks
+        return _user_task_count(os.getuid()) + limits.max_processes
 
     # -- running -----------------------------------------------------------------------------
 
@@ -405,7 +406,7 @@ class ProcessBackend:
     def _spawn(self, dataset: Path, limits: Limits, preload: str = "") -> subprocess.Popen[bytes]:
         """Start a sandbox for `dataset`; its runner imports its libraries, then waits on stdin."""
         uid = _next_uid() if self.as_root else None
-        nproc = limits.max_processes if uid is not None else self._nproc(None)
+        nproc = self._nproc(limits)
         try:
             return subprocess.Popen(  # fixed argv, no shell
                 self.command(dataset, limits, uid, preload),

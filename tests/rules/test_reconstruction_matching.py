@@ -229,7 +229,49 @@ def test_large_sample_is_counted_exactly() -> None:
 
 def test_budget_is_enforced() -> None:
     with pytest.raises(BudgetExceeded):
-        count_matching_samples(10, 200, "5.60", "2.40", 2, max_steps=1000)
+        matching_frequency_bounds(10, 200, "5.60", "2.40", 2, max_steps=1000)
+    # spread too wide for the pivot method: the general programme runs and hits the budget
+    with pytest.raises(BudgetExceeded):
+        count_matching_samples(10, 300, "5.44", "2.85", 2, max_steps=1000)
+
+
+def _dp_and_pivot(k: int, x: list[int], d: int) -> tuple[int | None, int | None]:
+    from safeaccess.rules.reconstruction.matching import _mean_sd_constraints, _Solver
+    from safeaccess.rules.reconstruction.pivot import count_targets
+
+    n = len(x)
+    mean, sd = _released_mean_sd(tuple(sorted(x)), d)
+    solver = _Solver(_mean_sd_constraints(k, n, mean, sd, d), 300_000, None)
+    try:
+        dp = sum(solver.count(fr, 0, n, t, u) for fr, t, u in solver.roots())
+    except BudgetExceeded:
+        dp = None
+    pairs = [(t + n, u + 2 * (t + n) - n) for t, u in solver.targets]  # back to values 1..k
+    return dp, count_targets(1, k, n, pairs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(4, 9),
+    st.integers(2, 120),
+    st.floats(0.3, 3.0),
+    st.integers(0, 2),
+    st.randoms(use_true_random=False),
+)
+def test_pivot_method_agrees_with_the_dynamic_programme(
+    k: int, n: int, spread: float, d: int, rnd: object
+) -> None:
+    centre = rnd.uniform(1, k)  # type: ignore[attr-defined]
+    x = [min(k, max(1, round(rnd.gauss(centre, spread)))) for _ in range(n)]  # type: ignore[attr-defined]
+    dp, pivot = _dp_and_pivot(k, x, d)
+    if dp is not None and pivot is not None:
+        assert pivot == dp
+
+
+def test_pivot_method_on_a_thousand_records() -> None:
+    # k = 7, n = 1000, mean 4.29, SD 1.22 (2 dp). The expected count was computed once by the
+    # general dynamic programme in this package (about ten minutes), an independent method.
+    assert count_matching_samples(7, 1000, "4.29", "1.22", 2) == 9869814256
 
 
 def test_bad_input_is_rejected() -> None:

@@ -30,6 +30,7 @@ from safeaccess.rules.reconstruction._exact import (
     QuantileWeights,
     ReconstructionError,
 )
+from safeaccess.rules.reconstruction.pivot import count_targets
 
 DEFAULT_MAX_STEPS = 5_000_000
 MAX_SCENARIOS = 20_000
@@ -504,8 +505,22 @@ def analyse(
 def count_consistent(
     cons: SampleConstraints, *, max_steps: int | None = None, time_budget: float | None = None
 ) -> int:
-    """Number of samples (multisets) consistent with `cons`, without the per-value bounds."""
+    """Number of samples (multisets) consistent with `cons`, without the per-value bounds.
+
+    A released mean and SD (or variance) alone are counted by the pivot method when it applies
+    (large n, moderate spread: see `pivot.py`), otherwise by the dynamic programme.
+    """
     solver = _Solver(cons, max_steps, time_budget)
+    if solver.track_u and not cons.order:
+        low, n = cons.low, cons.n
+        # back from values shifted to start at 0: S = T + n low, Q = U + 2 low S - n low^2
+        pairs = []
+        for t, u in solver.targets:
+            s = t + n * low
+            pairs.append((s, u + 2 * low * s - n * low * low))
+        fast = count_targets(low, cons.high, n, pairs)
+        if fast is not None:
+            return fast
     return sum(solver.count(fr, 0, cons.n, t, u) for fr, t, u in solver.roots())
 
 

@@ -37,7 +37,7 @@ _WRAP = 2**64  # uint64 arithmetic is arithmetic modulo 2^64
 _PRIMES = (2147483647, 2147483629, 2147483587, 2147483579, 2147483563, 2147483549)
 
 MAX_TABLE_CELLS = 4_000_000  # per table and modulus: (G + 1) x (range of l)
-MAX_EXCESS = 400  # largest G - n - 2 for the both-pivots-negative term
+MAX_EXCESS_CELLS = 8_000_000  # (E + 1)(E/2 + 1)(3E + 1) for excess E = G - n - 2
 
 
 def count_targets(low: int, high: int, n: int, targets: Sequence[tuple[int, int]]) -> int | None:
@@ -147,7 +147,7 @@ def _both_pivots_negative(
     excess_max = max(g - n - 2 for g, _, _ in jobs)
     if excess_max < 0:
         return 0
-    if excess_max > MAX_EXCESS:
+    if (excess_max + 1) * (excess_max // 2 + 1) * (3 * excess_max + 1) > MAX_EXCESS_CELLS:
         return None
     costly = [v for v in far if g_of[v] > 1]
     # costly records by (excess, count, l1): each has excess g - 1 >= 2 and -e <= l1 <= 1.5 e

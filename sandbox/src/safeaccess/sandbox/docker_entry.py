@@ -44,6 +44,9 @@ PRELOAD_MODELS = (
     "scipy.stats",
 )
 PRELOAD_MODELS_MIN_BYTES = 1024 * 1024 * 1024
+# Set to "0" by the backend for a container started for a job already waiting (cold start): there
+# preloading libraries the job may not need would only delay it.
+ENV_PRELOAD = "SAFEACCESS_SANDBOX_PRELOAD"
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 LENGTH_BYTES = 8
@@ -93,6 +96,8 @@ def memory_limit() -> int | None:
 
 def preload(modules: tuple[str, ...] | None = None) -> None:
     """Import what jobs need; a failure here resurfaces when the runner itself imports."""
+    if modules is None and os.environ.get(ENV_PRELOAD) == "0":
+        modules = ()
     if modules is None:
         limit = memory_limit()
         roomy = limit is None or limit >= PRELOAD_MODELS_MIN_BYTES

@@ -178,7 +178,9 @@ class DockerBackend:
 
     # -- containers ---------------------------------------------------------------------------
 
-    def _start_container(self, key: PoolKey, ready_timeout: float) -> JobContainer:
+    def _start_container(
+        self, key: PoolKey, ready_timeout: float, *, preload: bool = True
+    ) -> JobContainer:
         """Create and start a job container, attach to it and wait until it is ready."""
         dataset, limits = key
         kwargs = container_kwargs(
@@ -188,6 +190,7 @@ class DockerBackend:
             cpus=self.cpus,
             labels={LABEL_ROLE: ROLE, LABEL_OWNER: self._owner},
             name=f"safeaccess-job-{uuid.uuid4().hex[:16]}",
+            preload=preload,
         )
         try:
             container = self.client.containers.create(**kwargs)
@@ -199,8 +202,7 @@ class DockerBackend:
             ) from exc
         job = JobContainer(container, self.client.api)
         try:
-            container.start()
-            job.attach(ready_timeout)
+            job.start(ready_timeout)
         except docker.errors.APIError as exc:
             self._discard(job)
             raise SandboxError(
@@ -268,7 +270,7 @@ class DockerBackend:
         if job_container is None:
             remaining = started + job.limits.wall_seconds - time.monotonic()
             try:
-                job_container = self._start_container(key, remaining)
+                job_container = self._start_container(key, remaining, preload=False)
             except SandboxError:
                 if time.monotonic() >= started + job.limits.wall_seconds:
                     raise LimitExceeded("wall", wall_message(job.limits)) from None

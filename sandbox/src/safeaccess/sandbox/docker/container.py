@@ -40,7 +40,7 @@ from safeaccess.sandbox.backend import (
     SandboxError,
 )
 from safeaccess.sandbox.docker.image import SANDBOX_TMP, SANDBOX_USER
-from safeaccess.sandbox.docker_entry import DONE_MARKER, READY_MARKER
+from safeaccess.sandbox.docker_entry import DONE_MARKER, ENV_PRELOAD, READY_MARKER
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,13 @@ def container_kwargs(
     cpus: float,
     labels: dict[str, str],
     name: str,
+    preload: bool = True,
 ) -> dict[str, Any]:
-    """Arguments for `client.containers.create` of one hardened job container."""
+    """Arguments for `client.containers.create` of one hardened job container.
+
+    `preload` (for warm-pool containers) makes the entry point import the analysis libraries
+    before it reports ready; a container started for a waiting job skips that.
+    """
     threads = str(max(1, int(cpus)))
     memory = f"{limits.memory_mb}m"
     return {
@@ -133,6 +138,7 @@ def container_kwargs(
             "OMP_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
+            ENV_PRELOAD: "1" if preload else "0",
         },
         "network_mode": "none",
         "read_only": True,
@@ -231,8 +237,13 @@ class JobContainer:
         self._buffer = bytearray()
         self.stderr_tail = bytearray()
 
-    def attach(self, timeout: float) -> None:
-        """Attach to stdin/stdout/stderr and wait until the entry point reports it is ready."""
+    def start(self, timeout: float) -> None:
+        """Attach to stdin/stdout/stderr, start the container, wait until it reports ready.
+
+        Attaching comes first (as `docker start --attach` does): an attach stream only carries
+        output written after it was opened, and the ready marker can be written within
+        milliseconds of the start.
+        """
         try:
             self._sock = self._api.attach_socket(
                 self.container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -240,6 +251,7 @@ class JobContainer:
         except docker.errors.APIError as exc:
             raise SandboxError(f"could not attach to the sandbox container: {exc}") from exc
         self._raw = _raw_socket(self._sock)
+        self.container.start()
         demux = _Demux(len(READY_MARKER))
         deadline = time.monotonic() + timeout
         try:

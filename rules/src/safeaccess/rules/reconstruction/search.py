@@ -10,13 +10,16 @@ at once, and each one found proves that some counts are not pinned down.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import combinations
+from itertools import combinations, islice
 
 from safeaccess.rules.reconstruction.matching import SampleConstraints
 
 Move = tuple[tuple[int, int], ...]
 
 _KERNEL_PATTERNS = ((1, -3, 3, -1), (1, -2, 0, 2, -1))
+# Moves tried at most: single and kernel moves come first, then pairs of transfers; on a
+# 21-point scale all pairs would be ~88 000 candidates, so stop well before that.
+MAX_MOVES = 20_000
 
 
 def _moves(k: int) -> Iterator[Move]:
@@ -34,7 +37,7 @@ def local_alternatives(cons: SampleConstraints, truth: Sequence[int]) -> Iterato
     """Consistent samples (counts by value, lowest first) a few record moves from `truth`."""
     k = len(truth)
     seen = {tuple(truth)}
-    for move in _moves(k):
+    for move in islice(_moves(k), MAX_MOVES):
         candidate = list(truth)
         for index, delta in move:
             candidate[index] += delta

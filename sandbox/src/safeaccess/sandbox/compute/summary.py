@@ -22,6 +22,7 @@ import pandas as pd
 
 from safeaccess.client.analyses import Summary
 from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.rules.facts import dominance_facts
 from safeaccess.rules.outputs import (
     SummaryFacts,
     SummaryGroup,
@@ -161,7 +162,10 @@ def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None
     return out
 
 
-def _facts(values: np.ndarray, scale: tuple[int, int] | None) -> SummaryVariableFacts:
+def _facts(
+    raw: np.ndarray, scale: tuple[int, int] | None, contributor: np.ndarray | None
+) -> SummaryVariableFacts:
+    values = raw[~np.isnan(raw)]
     n = values.size
     uniq, counts = np.unique(values, return_counts=True)
     value_counts: dict[str, int] | None = None
@@ -176,6 +180,9 @@ def _facts(values: np.ndarray, scale: tuple[int, int] | None) -> SummaryVariable
         value_counts=value_counts,
         mode_share=float(counts.max() / n) if n else None,
         variance_zero=bool(n > 0 and uniq.size == 1),
+        # Dominance and extremes (top contributions, records at min/max), computed by the rules'
+        # own helper so researcher-side checks and the server agree.
+        **dominance_facts(raw, contributor),
     )
 
 
@@ -186,6 +193,8 @@ def summary(
     require_columns(frame, [*analysis.variables, *analysis.by])
     columns = {v: numeric_values(frame, v) for v in analysis.variables}
     scales = {v: _scale(v, metadata) for v in analysis.variables}
+    unit = metadata.contributor_column
+    units = frame[unit].to_numpy() if unit is not None and unit in frame.columns else None
     groups = combine([code_variable(frame, v, metadata) for v in analysis.by], len(frame))
     out_groups: list[SummaryGroup] = []
     fact_groups: list[SummaryGroupFacts] = []
@@ -203,7 +212,7 @@ def summary(
             summaries.append(
                 VariableSummary(variable=v, n=values.size, stats=_statistics(analysis, values))
             )
-            var_facts[v] = _facts(values, scales[v])
+            var_facts[v] = _facts(raw, scales[v], None if units is None else units[members])
         out_groups.append(SummaryGroup(labels=labels, variables=summaries))
         fact_groups.append(
             SummaryGroupFacts(labels=labels, n=int(members.size), variables=var_facts)

@@ -287,5 +287,7 @@ def histogram(
             cells=CellFacts(counts=grid.tolist()),
             query_set=query_set(names, frame, cell, n_records),
             n_total=int((cell >= 0).sum()),
+            # Edges computed from the data reveal its minimum and maximum; declared ones do not.
+            bin_edges_from_data=analysis.edges is None,
         ),
     )

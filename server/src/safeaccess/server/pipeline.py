@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import rfc8785
 from pydantic import TypeAdapter, ValidationError
@@ -133,7 +133,7 @@ def run_step(
         return _failed("mitigation_failed", str(exc), kind)
     # The engine takes the YAML rule set (`safeaccess.rules.ruleset.RuleSet`) once the full
     # catalogue lands; until then it reads the same fields (name, version, threshold, dof).
-    decision = check(output, cast(Any, ruleset), history=history)
+    decision = check(output, ruleset, history=history)
     full = output.model_dump(mode="json")
     released = public(output)
     return StepOutcome(

@@ -89,6 +89,7 @@ def reconstruction_findings(
     )
     findings: list[Finding] = []
     earlier = [h for h in history if isinstance(h, SummaryOutput)]
+    query_sets = _QuerySets()
     for gi, group in enumerate(output.groups):
         gfacts = _group_facts(output, gi, group.labels)
         if gfacts is None:
@@ -98,7 +99,9 @@ def reconstruction_findings(
             if vfacts is None or vfacts.scale is None:
                 continue
             findings.extend(
-                _check_variable(output, gi, group.labels, summary, vfacts, earlier, settings)
+                _check_variable(
+                    output, gi, group.labels, summary, vfacts, earlier, settings, query_sets
+                )
             )
     return findings
 
@@ -111,6 +114,7 @@ def _check_variable(
     vfacts: SummaryVariableFacts,
     earlier: list[SummaryOutput],
     settings: _Settings,
+    query_sets: _QuerySets,
 ) -> list[Finding]:
     assert vfacts.scale is not None
     low, high = vfacts.scale
@@ -140,7 +144,7 @@ def _check_variable(
             pfacts = None if pfacts_group is None else pfacts_group.get(summary.variable)
             if psum is None or pfacts is None or pfacts.scale != vfacts.scale or pfacts.n != n:
                 continue
-            if not _same_records(output, gi, labels, prev, pj, pgroup.labels):
+            if not _same_records(output, gi, labels, prev, pj, pgroup.labels, query_sets):
                 continue
             pcons = _constraints(psum.stats, low, high, n, prev.round, prev.quantile_type)
             if pcons is None or (truth is not None and not pcons.admits(truth)):
@@ -334,14 +338,33 @@ def _group_facts(
     return next((g.variables for g in groups if g.labels == labels), None)
 
 
+class _QuerySets:
+    """Decoded query-set arrays, once per output for the duration of one check."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[int, np.ndarray | None] = {}
+
+    def get(self, output: SummaryOutput) -> np.ndarray | None:
+        key = id(output)
+        if key not in self._arrays:
+            qs = output.facts.query_set
+            self._arrays[key] = None if qs is None else qs.to_array()
+        return self._arrays[key]
+
+
 def _same_records(
-    a: SummaryOutput, ai: int, alabels: list[Label], b: SummaryOutput, bi: int, blabels: list[Label]
+    a: SummaryOutput,
+    ai: int,
+    alabels: list[Label],
+    b: SummaryOutput,
+    bi: int,
+    blabels: list[Label],
+    query_sets: _QuerySets,
 ) -> bool:
     """Do two groups rest on the same records? Query sets decide when both have them;
     otherwise the same grouping variables and labels are taken to mean the same records."""
-    qa, qb = a.facts.query_set, b.facts.query_set
-    if qa is not None and qb is not None:
-        arr_a, arr_b = qa.to_array(), qb.to_array()
+    arr_a, arr_b = query_sets.get(a), query_sets.get(b)
+    if arr_a is not None and arr_b is not None:
         if arr_a.shape != arr_b.shape:
             return False
         return bool(np.array_equal(arr_a == ai, arr_b == bi))

@@ -107,8 +107,6 @@ def preload(modules: tuple[str, ...] | None = None) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: S112 - the runner reports the real error with its own import
             continue
-    # runpy executes the runner afresh as __main__; its dependencies stay imported.
-    sys.modules.pop(RUNNER, None)
 
 
 def _feed_stdin(payload: bytes) -> None:
@@ -134,6 +132,25 @@ def _write_all(fd: int, payload: bytes) -> None:
         view = view[written:]
 
 
+def run_runner() -> int:
+    """Run the runner once, as `python -m safeaccess.sandbox.runner` would; return its status.
+
+    Its `main()` is called directly when it has one, so that control comes back here to mark the
+    end of the response (the runner's own `__main__` block may end the process at once).
+    """
+    try:
+        module = importlib.import_module(RUNNER)
+        runner_main = getattr(module, "main", None)
+        if callable(runner_main):
+            status = runner_main()
+            return status if isinstance(status, int) else 0
+        sys.modules.pop(RUNNER, None)  # let runpy execute it afresh as __main__
+        runpy.run_module(RUNNER, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
 def main() -> None:
     preload()
     _write_all(1, READY_MARKER)
@@ -145,11 +162,7 @@ def main() -> None:
     _feed_stdin(payload)
     sys.argv = [RUNNER]
     response_out = os.dup(1)  # the runner redirects fd 1; keep a way to mark the end
-    code = 0
-    try:
-        runpy.run_module(RUNNER, run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    code = run_runner()
     # The runner has written and closed its response. Skip interpreter teardown (tens of ms with
     # pandas loaded): the container is discarded after this one job anyway.
     if code == 0:

@@ -322,3 +322,16 @@ def test_local_alternatives_are_consistent_and_different() -> None:
     found = [tuple(a) for a in local_alternatives(cons, truth)]
     assert found and len(set(found)) == len(found)
     assert set(found) <= brute - {tuple(truth)}
+
+
+def test_unusable_facts_do_not_crash_the_engine() -> None:
+    mean, sd = _mean_sd(SAFE)
+    empty = _summary(SAFE, {"mean": mean, "sd": sd})
+    empty.facts.groups[0].variables["score"].n = 0
+    assert reconstruction_findings(empty, RULES, []) == []
+    odd = _summary(SAFE, {"q0.25": 1.0, "qx": 2.0, "q1.5": 3.0})  # bad keys are ignored
+    plain = _summary(SAFE, {"q0.25": 1.0})
+    assert reconstruction_findings(odd, RULES, []) == reconstruction_findings(plain, RULES, [])
+    weird = _summary(SAFE, {"median": float("inf")})
+    findings = reconstruction_findings(weird, RULES, [])
+    assert [f.verdict for f in findings] == ["review"]

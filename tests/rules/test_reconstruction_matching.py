@@ -196,8 +196,11 @@ def test_mixed_statistics_match_brute_force(
     cons = SampleConstraints(1, k, n, means, sds, variances, tuple(order))
     result = analyse(cons)
     assert result.count == len(found)
+    assert count_consistent(cons) == len(found)
     assert result.bounds == frequency_bounds(found, 1, k)
     assert all(cons.admits(Counter(y)) for y in found)
+    # searches: is there a fitting sample with at most one record at the top value?
+    assert exists_consistent(cons, {k: (0, 1)}) == any(y.count(k) <= 1 for y in found)
 
 
 def test_searches_find_alternatives_and_respect_bounds() -> None:

@@ -121,8 +121,21 @@ def _check_variable(
     n = vfacts.n
     where = _group_name(output.by, labels)
     item = f"{where}, {summary.variable}"
+    if n < 1 or high < low:
+        return []  # nothing released about any record, or no usable scale
     truth = _true_counts(vfacts, low, high)
-    cons = _constraints(summary.stats, low, high, n, output.round, output.quantile_type)
+    try:
+        cons = _constraints(summary.stats, low, high, n, output.round, output.quantile_type)
+    except ReconstructionError as exc:
+        return [
+            Finding(
+                check=CHECK,
+                verdict="review",
+                item=item,
+                message=f"The released statistics of {summary.variable} in {where} could not be "
+                f"checked for reconstruction ({exc}); an output checker needs to look.",
+            )
+        ]
     if cons is None:
         return []
     if truth is not None and not cons.admits(truth):
@@ -146,7 +159,10 @@ def _check_variable(
                 continue
             if not _same_records(output, gi, labels, prev, pj, pgroup.labels, query_sets):
                 continue
-            pcons = _constraints(psum.stats, low, high, n, prev.round, prev.quantile_type)
+            try:
+                pcons = _constraints(psum.stats, low, high, n, prev.round, prev.quantile_type)
+            except ReconstructionError:
+                continue  # an earlier release we cannot interpret adds nothing we can use
             if pcons is None or (truth is not None and not pcons.admits(truth)):
                 continue  # nothing usable, or evidently a different sample
             cons = cons.merged(pcons)

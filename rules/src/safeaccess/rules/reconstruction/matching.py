@@ -9,9 +9,11 @@ A memoised dynamic programme walks the values from the lowest up with state
 (value, items left, sum left, sum of squares left), pruning every state whose remaining items
 cannot reach the remaining sums: the sum must lie between r*min and r*max of the values left, and
 the sum of squares between the most concentrated (values at floor/ceil of the mean) and the most
-spread (all at the two ends) arrangement. The last three values are solved in closed form (three
-equations, three unknowns). The same walk returns, for each value, the least and greatest count
-it takes over all consistent samples. Counts are exact Python integers.
+spread (all at the two ends) arrangement. With both sums known, the last four values are solved
+in closed form (three equations leave one free count, whose admissible values form an interval).
+The same walk returns, for each value, the least and greatest count it takes over all consistent
+samples. Counts are exact Python integers. A mean and SD alone are first offered to the faster
+pivot method (`pivot.py`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class SampleConstraints:
         )
 
     def is_empty(self) -> bool:
+        """True when nothing released constrains the sample."""
         return not (self.means or self.sds or self.variances or self.order)
 
     def admits(self, counts: Mapping[int, int]) -> bool:

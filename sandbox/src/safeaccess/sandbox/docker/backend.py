@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -96,6 +97,8 @@ class DockerBackend:
         # Removing a finished container takes tens of ms; do it off the job's critical path.
         self._reaper = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandbox-reaper")
         self._closed = False
+        # Warm containers must not outlive the process, even if nobody calls close().
+        self._release = weakref.finalize(self, _release, self._pool, self._reaper)
 
     # -- engine and image ---------------------------------------------------------------------
 
@@ -295,11 +298,15 @@ class DockerBackend:
         if self._closed:
             return
         self._closed = True
-        if self._pool is not None:
-            self._pool.close()
-        self._reaper.shutdown(wait=True)
+        self._release()
         if self._client is not None:
             self._client.close()
+
+
+def _release(pool: WarmPool[PoolKey, JobContainer] | None, reaper: ThreadPoolExecutor) -> None:
+    if pool is not None:
+        pool.close()
+    reaper.shutdown(wait=True)
 
 
 def _pid_alive(pid: int) -> bool:

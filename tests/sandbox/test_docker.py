@@ -300,3 +300,13 @@ def test_write_image_id_leaves_an_invalid_config_untouched(tmp_path: Path) -> No
     with pytest.raises(SandboxError, match="would not be valid"):
         write_image_id(config, IMAGE)
     assert config.read_text() == text
+
+
+def test_example_configuration_is_valid() -> None:
+    from safeaccess.server.config import ServerConfig
+
+    path = Path(__file__).resolve().parents[2] / "deploy" / "config.example.yaml"
+    config = ServerConfig.model_validate(yaml.safe_load(path.read_text()))
+    assert config.sandbox.backend == "docker"
+    assert config.sandbox.docker.image is not None
+    assert config.sandbox.docker.image.startswith("sha256:")

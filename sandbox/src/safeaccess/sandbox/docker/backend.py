@@ -278,8 +278,14 @@ class DockerBackend:
                 if time.monotonic() >= started + job.limits.wall_seconds:
                     raise LimitExceeded("wall", wall_message(job.limits)) from None
                 raise
+            except Exception as exc:  # the engine connection failed (requests/urllib3 errors)
+                raise SandboxError(f"the Docker Engine failed to start the job: {exc}") from exc
         try:
             response = job_container.run(request, job.limits, started)
+        except SandboxError:
+            raise
+        except Exception as exc:  # the engine connection failed mid-job
+            raise SandboxError(f"the Docker Engine failed during the job: {exc}") from exc
         finally:
             self._discard_later(job_container)
             if self._pool is not None:

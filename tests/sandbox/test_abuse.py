@@ -204,9 +204,7 @@ result = {
     _all_failed(_result(_hostile(backend, data_dir, frame, _job(data_dir, code))))
 
 
-def test_host_files_are_out_of_reach(
-    backend: Backend, data_dir: Path, frame: pd.DataFrame
-) -> None:
+def test_host_files_are_out_of_reach(backend: Backend, data_dir: Path, frame: pd.DataFrame) -> None:
     targets = {
         "shadow": "/etc/shadow",
         "other_dataset": str(data_dir / "other.parquet"),
@@ -215,10 +213,13 @@ def test_host_files_are_out_of_reach(
         "this_test": str(Path(__file__).resolve()),
         "root_home": "/root/.bash_history",
     }
-    code = f"targets = {targets!r}\n" + """
+    code = (
+        f"targets = {targets!r}\n"
+        + """
 result = {name: attempt(lambda p=p: open(p, "rb").read(64)) for name, p in targets.items()}
 result["list_data_dir"] = attempt(lambda: os.listdir(os.path.dirname(targets["key"])))
 """
+    )
     _all_failed(_result(_hostile(backend, data_dir, frame, _job(data_dir, code))))
 
 
@@ -226,7 +227,9 @@ def test_dataset_and_root_are_read_only(
     backend: Backend, data_dir: Path, frame: pd.DataFrame
 ) -> None:
     dataset = str(data_dir / "dataset.parquet")
-    code = f"host_dataset = {dataset!r}\n" + """
+    code = (
+        f"host_dataset = {dataset!r}\n"
+        + """
 import glob
 def write(path):
     with open(path, "ab") as fh:
@@ -243,6 +246,7 @@ result.update({
 control = attempt(lambda: write("/tmp/allowed") or open("/tmp/allowed", "rb").read())
 result["control_tmp"] = control
 """
+    )
     outcome = _hostile(backend, data_dir, frame, _job(data_dir, code))
     result = _result(outcome)
     assert result.pop("control_tmp") == "ok:b'tampered'"  # the private tmp is writable
@@ -285,9 +289,7 @@ while True:
     assert time.monotonic() - start < 6 + 30
 
 
-def test_unbounded_memory_is_stopped(
-    backend: Backend, data_dir: Path, frame: pd.DataFrame
-) -> None:
+def test_unbounded_memory_is_stopped(backend: Backend, data_dir: Path, frame: pd.DataFrame) -> None:
     code = "blocks = []\nwhile True:\n    blocks.append(bytearray(32 << 20))\n"
     limits = LIMITS.model_copy(update={"memory_mb": 256})
     outcome = _hostile(backend, data_dir, frame, _job(data_dir, code, limits))
@@ -336,7 +338,9 @@ for _ in range(4096):
 def test_host_environment_and_processes_are_invisible(
     backend: Backend, data_dir: Path, frame: pd.DataFrame
 ) -> None:
-    code = f"secret = {SECRET!r}\n" + """
+    code = (
+        f"secret = {SECRET!r}\n"
+        + """
 found = []
 pids = [p for p in os.listdir("/proc") if p.isdigit()]
 for pid in pids:
@@ -351,13 +355,16 @@ if any(secret in v for v in os.environ.values()):
 result = {"found": "ok:" + ",".join(found) if found else "fail:none",
           "many_processes": "ok" if len(pids) > 20 else "fail:few"}
 """
+    )
     _all_failed(_result(_hostile(backend, data_dir, frame, _job(data_dir, code))))
 
 
 def test_ptrace_cannot_reach_host_processes(
     backend: Backend, data_dir: Path, frame: pd.DataFrame
 ) -> None:
-    code = f"host_pid = {os.getpid()}\n" + """
+    code = (
+        f"host_pid = {os.getpid()}\n"
+        + """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
@@ -371,6 +378,7 @@ def vm_read(pid):
 result = {"attach_host": attempt(lambda: attach(host_pid)),
           "mem_host": attempt(lambda: vm_read(host_pid))}
 """
+    )
     _all_failed(_result(_hostile(backend, data_dir, frame, _job(data_dir, code))))
 
 
@@ -384,7 +392,9 @@ def test_symlinks_in_tmp_do_not_escape(
         "shadow": "/etc/shadow",
         "host_root": "/proc/1/root/etc/shadow",
     }
-    code = f"targets = {targets!r}\nhost_dataset = {str(data_dir / 'dataset.parquet')!r}\n" + """
+    code = (
+        f"targets = {targets!r}\nhost_dataset = {str(data_dir / 'dataset.parquet')!r}\n"
+        + """
 import glob
 result = {}
 for name, target in targets.items():
@@ -397,6 +407,7 @@ for i, mounted in enumerate(glob.glob("/data/*.parquet") + [host_dataset]):
     result[f"write_through_{i}"] = attempt(lambda link=link: open(link, "ab").write(b"x"))
     result[f"hardlink_{i}"] = attempt(lambda m=mounted, i=i: os.link(m, f"/tmp/hard-{i}"))
 """
+    )
     _all_failed(_result(_hostile(backend, data_dir, frame, _job(data_dir, code))))
 
 
@@ -420,7 +431,9 @@ def test_forged_runner_response_is_refused(
     from safeaccess.sandbox.docker_entry import DONE_MARKER
 
     payload = json.dumps(fake).encode() + DONE_MARKER
-    code = f"payload = {payload!r}\n" + """
+    code = (
+        f"payload = {payload!r}\n"
+        + """
 for fd in range(0, 20):
     try:
         os.write(fd, payload)
@@ -428,5 +441,6 @@ for fd in range(0, 20):
         pass
 os._exit(0)
 """
+    )
     outcome = _hostile(backend, data_dir, frame, _job(data_dir, code))
     assert isinstance(outcome, SandboxError), f"a forged table was accepted: {outcome!r}"

@@ -277,3 +277,28 @@ def test_orphans_of_a_dead_process_are_reaped(
     finally:
         with __import__("contextlib").suppress(Exception):
             orphan.remove(force=True)
+
+
+def test_image_carries_no_server_code_or_host_tools(backend: DockerBackend, dataset: Path) -> None:
+    code = """
+import importlib, os
+def importable(name):
+    try:
+        importlib.import_module(name)
+        return True
+    except ImportError:
+        return False
+result = {name: importable(name) for name in
+          ("safeaccess.server", "docker", "fastapi", "sqlalchemy", "pip", "safeaccess.sandbox.runner")}
+result["shells"] = [p for p in ("/bin/sh", "/bin/bash", "/usr/bin/sh") if os.path.exists(p)]
+"""
+    r = backend.run(_script(dataset, code)).output.result  # type: ignore[union-attr]
+    assert r == {
+        "safeaccess.server": False,
+        "docker": False,
+        "fastapi": False,
+        "sqlalchemy": False,
+        "pip": False,
+        "safeaccess.sandbox.runner": True,
+        "shells": [],
+    }

@@ -89,7 +89,7 @@ class DockerBackend:
         if self.options.pool_size > 0:
             self._pool = WarmPool(
                 start=lambda key: self._start_container(key, POOL_READY_SECONDS),
-                stop=self._discard,
+                stop=self._discard_later,  # evictions must not delay the job that caused them
                 alive=self._alive,
                 size=self.options.pool_size,
                 max_keys=pool_datasets,
@@ -238,8 +238,11 @@ class DockerBackend:
     def _discard_later(self, job: JobContainer) -> None:
         if self._closed:
             self._discard(job)
-        else:
+            return
+        try:
             self._reaper.submit(self._discard, job)
+        except RuntimeError:  # the executor is shut down (interpreter exit): remove it here
+            self._discard(job)
 
     # -- jobs ---------------------------------------------------------------------------------
 

@@ -310,3 +310,39 @@ def test_example_configuration_is_valid() -> None:
     assert config.sandbox.backend == "docker"
     assert config.sandbox.docker.image is not None
     assert config.sandbox.docker.image.startswith("sha256:")
+
+
+def test_prune_keeps_the_current_and_in_use_images() -> None:
+    import docker.errors
+
+    from safeaccess.sandbox.docker.image import LABEL_FINGERPRINT, prune_images
+
+    class Image:
+        def __init__(self, image_id: str, labels: dict[str, str]):
+            self.id = image_id
+            self.labels = labels
+
+    class Images:
+        def __init__(self) -> None:
+            self.removed: list[str] = []
+            self.items = [
+                Image("sha256:current", {LABEL_FINGERPRINT: "a"}),
+                Image("sha256:old", {LABEL_FINGERPRINT: "b"}),
+                Image("sha256:in-use", {LABEL_FINGERPRINT: "c"}),
+                Image("sha256:production", {}),  # built from the Dockerfile: not ours to prune
+            ]
+
+        def list(self, filters: dict[str, str]) -> list[Image]:
+            return self.items
+
+        def remove(self, image_id: str) -> None:
+            if image_id == "sha256:in-use":
+                raise docker.errors.APIError("conflict: image is being used by a container")
+            self.removed.append(image_id)
+
+    class Client:
+        images = Images()
+
+    client = Client()
+    assert prune_images(client, keep="sha256:current") == ["sha256:old"]  # type: ignore[arg-type]
+    assert client.images.removed == ["sha256:old"]

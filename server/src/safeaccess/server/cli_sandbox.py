@@ -65,6 +65,11 @@ def add_actions(actions: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="import a new image even if one built from the same files exists",
     )
+    build.add_argument(
+        "--prune",
+        action="store_true",
+        help="remove older sandbox images made by this command (those no container uses)",
+    )
     build.set_defaults(handler=build_image_command)
 
     check = actions.add_parser(
@@ -139,6 +144,7 @@ def write_image_id(path: Path, image_id: str) -> None:
 def build_image_command(args: argparse.Namespace) -> int:
     """Handler of `sandbox build-image`."""
     from safeaccess.sandbox.docker import build_image, connect, engine_address
+    from safeaccess.sandbox.docker.image import prune_images
 
     try:
         path = _config_path(args)
@@ -154,6 +160,9 @@ def build_image_command(args: argparse.Namespace) -> int:
         built = build_image(client, reuse=not args.rebuild)
         how = "reused an identical image" if built.reused else f"imported {built.files} files"
         print(f"{how}: {built.image_id}", file=sys.stderr)
+        if args.prune:
+            removed = prune_images(client, keep=built.image_id)
+            print(f"removed {len(removed)} older sandbox image(s)", file=sys.stderr)
         if path is not None:
             write_image_id(path, built.image_id)
             print(f"wrote sandbox.docker.image to {path}", file=sys.stderr)

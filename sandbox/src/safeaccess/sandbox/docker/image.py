@@ -37,6 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 import docker
+import docker.errors
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -442,3 +443,21 @@ def _imported_id(result: object) -> str | None:
         if isinstance(status, str) and status.startswith("sha256:"):
             return status
     return None
+
+
+def prune_images(client: docker.DockerClient, keep: str) -> list[str]:
+    """Remove other sandbox images built by `build_image`; return the ids removed.
+
+    Images still used by a container (a running job, a warm pool) are left alone: the engine
+    refuses to remove them and that refusal is not an error here.
+    """
+    removed: list[str] = []
+    for image in client.images.list(filters={"label": f"{LABEL_KIND}=sandbox"}):
+        if image.id == keep or LABEL_FINGERPRINT not in (image.labels or {}):
+            continue
+        try:
+            client.images.remove(image.id)
+        except docker.errors.APIError:
+            continue
+        removed.append(str(image.id))
+    return removed

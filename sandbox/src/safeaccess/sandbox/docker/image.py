@@ -78,6 +78,9 @@ class Entry:
     source: Path | None = None
     data: bytes | None = None
     mode: int = 0o644
+    # For .pyc entries: compile afresh rather than reuse the installed .pyc (our own sources,
+    # whose installed .pyc files name host paths in tracebacks).
+    fresh_pyc: bool = False
 
 
 @dataclass
@@ -132,7 +135,9 @@ def _walk(root: Path, exclude_top: frozenset[str], exclude_any: frozenset[str]) 
             yield here / name
 
 
-def _pyc_entry(source: Path, image_source: PurePosixPath, workdir: Path) -> tuple[Path, str]:
+def _pyc_entry(
+    source: Path, image_source: PurePosixPath, workdir: Path, fresh: bool = False
+) -> tuple[Path, str]:
     """A valid timestamp .pyc for `source`: the installed one when current, else compiled now.
 
     The root file system is read-only, so without these the interpreter would recompile every
@@ -140,7 +145,7 @@ def _pyc_entry(source: Path, image_source: PurePosixPath, workdir: Path) -> tupl
     """
     st = source.stat()
     cached = Path(importlib.util.cache_from_source(str(source)))
-    if cached.is_file():
+    if cached.is_file() and not fresh:
         with cached.open("rb") as fh:
             header = fh.read(16)
         if (
@@ -162,12 +167,16 @@ def _pyc_entry(source: Path, image_source: PurePosixPath, workdir: Path) -> tupl
     return target, Path(importlib.util.cache_from_source(str(source))).name
 
 
-def _add_python_source(rootfs: RootFs, image_path: PurePosixPath, source: Path) -> None:
+def _add_python_source(
+    rootfs: RootFs, image_path: PurePosixPath, source: Path, fresh_pyc: bool = False
+) -> None:
     rootfs.add_file(image_path, source, 0o644)
     if source.suffix == ".py":
         # The .pyc is produced lazily in _write_tar; remember the pairing by a marker entry.
         pyc = image_path.parent / "__pycache__" / (image_path.stem + ".pyc-pending")
-        rootfs.entries.setdefault(pyc, Entry(path=pyc, source=source, mode=0o644))
+        rootfs.entries.setdefault(
+            pyc, Entry(path=pyc, source=source, mode=0o644, fresh_pyc=fresh_pyc)
+        )
 
 
 def _closure(root: str) -> list[metadata.Distribution]:
@@ -216,13 +225,13 @@ def _add_distribution(rootfs: RootFs, dist: metadata.Distribution, site: PurePos
     for root in roots:
         for path in _walk(root, frozenset(), PACKAGE_EXCLUDE_DIRS):
             rel = PurePosixPath(path.relative_to(root).as_posix())
-            _add_python_source(rootfs, site / rel, path)
+            _add_python_source(rootfs, site / rel, path, fresh_pyc=True)
     for file in dist.files or []:
         rel = PurePosixPath(str(file))
         if ".." in rel.parts or any(p in PACKAGE_EXCLUDE_DIRS for p in rel.parts):
             continue  # console scripts outside site-packages, test suites, host .pyc files
-        if roots and rel.suffix == ".pth":
-            continue  # the editable .pth names a host path; its sources were copied above
+        if (roots and rel.suffix == ".pth") or rel.name == "direct_url.json":
+            continue  # these name host paths (editable sources were copied above)
         source = base / Path(*rel.parts)
         if source.is_file():
             _add_python_source(rootfs, site / rel, source)
@@ -367,7 +376,7 @@ def write_tar(rootfs: RootFs, out: BinaryIO, workdir: Path) -> int:
             assert entry.source is not None
             stem = entry.path.name[: -len(".pyc-pending")]
             pyc_source, pyc_name = _pyc_entry(
-                entry.source, entry.path.parent.parent / f"{stem}.py", workdir
+                entry.source, entry.path.parent.parent / f"{stem}.py", workdir, entry.fresh_pyc
             )
             if pyc_source.is_file():
                 resolved.append((entry.path.parent / pyc_name, pyc_source, None, 0o644))

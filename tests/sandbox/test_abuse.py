@@ -99,7 +99,9 @@ def _snapshot(root: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module", params=["process", "docker"])
+@pytest.fixture(
+    scope="module", params=["process", pytest.param("docker", marks=pytest.mark.docker)]
+)
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     b: Backend
     if request.param == "process":

@@ -257,3 +257,20 @@ def test_levels_survive_gaps_that_make_a_csv_column_float(root: Path, tmp_path: 
     d = ["--data-dir", str(root)]
     assert main(["project", "add", "p1", *d]) == 0
     assert main(["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta), *d]) == 0
+
+
+@pytest.mark.docker
+def test_demo_switches_to_docker_with_one_variable(
+    tmp_path: Path, sandbox_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The demo builds (here: reuses) the sandbox image itself and records its id in the config.
+    from safeaccess.server.config import DataDir
+    from safeaccess.server.demo import run_demo
+
+    monkeypatch.setenv("SAFEACCESS_SANDBOX_BACKEND", "docker")
+    lines: list[str] = []
+    assert run_demo(tmp_path / "demo", rows=4000, out=lines.append) == 0
+    text = "\n".join(lines)
+    assert "(sandbox: docker)" in text
+    assert text.count("decision: RELEASED") == 3 and text.count("decision: WITHHELD") == 1
+    assert DataDir(tmp_path / "demo").load_config().sandbox.docker.image == sandbox_image

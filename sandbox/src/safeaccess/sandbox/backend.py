@@ -103,6 +103,31 @@ class AnalysisFailed(SandboxError):
         self.runner_code = runner_code
 
 
+# The output type each analysis kind must produce; anything else is a forged or broken response
+# (a `script` job controls the runner process and could print a fake "table").
+EXPECTED_TYPE = {
+    "frequency_table": "table",
+    "magnitude_table": "table",
+    "histogram": "table",
+    "summary": "summary",
+    "regression": "regression",
+    "correlation": "correlation",
+    "test": "test",
+    "script": "script",
+}
+
+
+def expected_output(job: Job, output: Output | None) -> Output:
+    """The runner's output if its type is the one the job's analysis kind produces, else refuse."""
+    kind = str(job.analysis.get("kind", ""))
+    if output is None or EXPECTED_TYPE.get(kind) != output.type:
+        raise SandboxError(
+            f"job {job.job_id}: the sandbox returned a {getattr(output, 'type', 'missing')} "
+            f"output for a {kind} analysis; refusing it"
+        )
+    return output
+
+
 @runtime_checkable
 class Backend(Protocol):
     name: str

@@ -54,6 +54,7 @@ from safeaccess.sandbox.backend import (
     RunResult,
     SandboxError,
     SandboxUnavailable,
+    expected_output,
 )
 
 DATASET_PATH = "/data/dataset.parquet"
@@ -63,17 +64,6 @@ STDERR_KEEP = 64 * 1024
 # Fresh uids for sandboxed jobs when the server runs as root: far above any real account.
 UID_BASE = 0x7000_0000
 SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache")
-# The output type each analysis kind must produce; anything else is a forged or broken response.
-EXPECTED_TYPE = {
-    "frequency_table": "table",
-    "magnitude_table": "table",
-    "histogram": "table",
-    "summary": "summary",
-    "regression": "regression",
-    "correlation": "correlation",
-    "test": "test",
-    "script": "script",
-}
 _MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"Cannot allocate memory", b"out of memory")
 
 ADDRESS_SPACE_HEADROOM = 1024 * 1024 * 1024
@@ -493,13 +483,7 @@ class ProcessBackend:
                     "processes", f"the job exceeded its limit of {limits.max_processes} processes"
                 )
             raise AnalysisFailed(code, message)
-        output = response.output
-        kind = str(job.analysis.get("kind", ""))
-        if output is None or EXPECTED_TYPE.get(kind) != output.type:
-            raise SandboxError(
-                f"job {job.job_id}: the sandbox returned a {getattr(output, 'type', 'missing')} "
-                f"output for a {kind} analysis; refusing it"
-            )
+        output = expected_output(job, response.output)
         return RunResult(output=output, wall_seconds=wall, backend=self.name)
 
     def _crash(self, outcome: _Outcome, limits: Limits) -> SandboxError:

@@ -26,7 +26,10 @@ from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.plan import Plan
 from safeaccess.client.results import StepResult, format_output
 from safeaccess.client.session import connect
+from safeaccess.sandbox.backend import SandboxError
+from safeaccess.sandbox.factory import resolve_backend_name
 from safeaccess.server.api import create_app
+from safeaccess.server.cli_sandbox import write_image_id
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo_data import census_metadata, generate_census
@@ -96,6 +99,27 @@ def prepare(root: Path, *, rows: int, researcher_key: Ed25519PrivateKey) -> None
         store.close()
 
 
+def _docker_image_for_demo(root: Path, out: Callable[[str], None]) -> None:
+    """With SAFEACCESS_SANDBOX_BACKEND=docker, build (or reuse) the sandbox image from the local
+    installation and record its id, so that switching the demo to Docker takes one line."""
+    data = DataDir(root)
+    config = data.load_config()
+    try:
+        if resolve_backend_name(config.sandbox) != "docker" or config.sandbox.docker.image:
+            return
+        from safeaccess.sandbox.docker import build_image, connect, engine_address
+
+        client = connect(engine_address(config.sandbox.docker))
+        client.ping()
+        built = build_image(client)
+    except SandboxError as exc:
+        raise ConfigError(str(exc)) from exc
+    except Exception as exc:  # the Docker SDK raises its own and requests' errors
+        raise ConfigError(f"the Docker sandbox is unusable: {exc}") from exc
+    out(f"Sandbox image {built.image_id[:19]} ({'reused' if built.reused else 'built'})")
+    write_image_id(data.config_path, built.image_id)
+
+
 def run_demo(
     data_dir: Path | None, *, rows: int = 20_000, out: Callable[[str], None] = print
 ) -> int:
@@ -111,6 +135,7 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
     out(f"Preparing a safe access centre in {root} with {rows} generated census records ...")
     prepare(root, rows=rows, researcher_key=key)
     try:
+        _docker_image_for_demo(root, out)
         service = Service(root)
     except ConfigError as exc:
         out(f"cannot start the demo: {exc}")

@@ -25,6 +25,7 @@ from safeaccess.sandbox.backend import (
     RunResult,
     SandboxError,
     SandboxUnavailable,
+    expected_output,
 )
 from safeaccess.sandbox.docker.container import (
     DATASET_IN_SANDBOX,
@@ -39,7 +40,6 @@ from safeaccess.sandbox.docker.container import (
 from safeaccess.sandbox.docker.image import LABEL_KIND
 from safeaccess.sandbox.docker.pool import WarmPool
 from safeaccess.sandbox.factory import DockerOptions
-from safeaccess.sandbox.process import EXPECTED_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -293,13 +293,7 @@ class DockerBackend:
             self._discard_later(job_container)
             if self._pool is not None:
                 self._pool.want(key)  # refill now that this job no longer needs the CPU
-        output = response.output
-        kind = str(job.analysis.get("kind", ""))
-        if output is None or EXPECTED_TYPE.get(kind) != output.type:
-            raise SandboxError(
-                f"job {job.job_id}: the sandbox returned a {getattr(output, 'type', 'missing')} "
-                f"output for a {kind} analysis; refusing it"
-            )
+        output = expected_output(job, response.output)
         return RunResult(output=output, wall_seconds=time.monotonic() - started, backend=self.name)
 
     def close(self) -> None:

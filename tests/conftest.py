@@ -2,24 +2,41 @@
 
 Tests that need Docker take the `docker_client` or `sandbox_image` fixture and carry
 `@pytest.mark.docker`. Without an engine they are skipped, unless SAFEACCESS_REQUIRE_DOCKER=1
-(as in CI), in which case they fail: a missing engine must not pass silently there.
+(as in CI), in which case they fail: a missing engine must not pass silently there. Likewise
+tests of the process sandbox take `missing_isolation`: they skip where bubblewrap cannot isolate,
+unless SAFEACCESS_REQUIRE_SANDBOX=1 (as in CI).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
 
 import pytest
 
 REQUIRE_DOCKER = "SAFEACCESS_REQUIRE_DOCKER"
+REQUIRE_SANDBOX = "SAFEACCESS_REQUIRE_SANDBOX"
 
 
-def _no_docker(reason: str) -> None:
-    if os.environ.get(REQUIRE_DOCKER) == "1":
-        pytest.fail(f"{REQUIRE_DOCKER}=1 but {reason}", pytrace=False)
+def _skip_unless_required(variable: str, reason: str) -> NoReturn:
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{variable}=1 but {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def _no_docker(reason: str) -> NoReturn:
+    _skip_unless_required(REQUIRE_DOCKER, reason)
+
+
+@pytest.fixture(scope="session")
+def missing_isolation() -> Callable[[str], NoReturn]:
+    """Call with the reason when the process sandbox cannot isolate here: skips, or fails in CI."""
+
+    def missing(reason: str) -> NoReturn:
+        _skip_unless_required(REQUIRE_SANDBOX, f"process sandbox unavailable here: {reason}")
+
+    return missing
 
 
 @pytest.fixture(scope="session")

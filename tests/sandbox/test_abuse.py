@@ -111,7 +111,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         try:
             b.check_available()
         except SandboxUnavailable as exc:
-            pytest.skip(f"process sandbox unavailable here: {exc}")
+            request.getfixturevalue("missing_isolation")(str(exc))
     else:
         from safeaccess.sandbox.docker import DockerBackend
         from safeaccess.sandbox.factory import DockerOptions

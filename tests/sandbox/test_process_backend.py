@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pandas as pd
 import pytest
@@ -27,12 +28,12 @@ METADATA = {"name": "b", "columns": [{"name": "g", "type": "categorical"}]}
 
 
 @pytest.fixture()
-def backend() -> Iterator[ProcessBackend]:
+def backend(missing_isolation: Callable[[str], NoReturn]) -> Iterator[ProcessBackend]:
     b = ProcessBackend(Limits(wall_seconds=60))
     try:
         b.check_available()
     except SandboxUnavailable as exc:
-        pytest.skip(f"bubblewrap sandbox unavailable here: {exc}")
+        missing_isolation(str(exc))
     yield b
     b.close()
 
@@ -64,12 +65,14 @@ def _table(backend: ProcessBackend, path: Path) -> list[list[float | None]]:
     return result.output.values
 
 
-def test_factory_builds_the_process_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_factory_builds_the_process_backend(
+    monkeypatch: pytest.MonkeyPatch, missing_isolation: Callable[[str], NoReturn]
+) -> None:
     monkeypatch.setenv("SAFEACCESS_SANDBOX_BACKEND", "process")
     try:
         built = make_backend(SandboxConfig())
     except SandboxUnavailable as exc:
-        pytest.skip(str(exc))
+        missing_isolation(str(exc))
     assert isinstance(built, ProcessBackend) and isinstance(built, Backend)
     built.close()
 

@@ -275,18 +275,22 @@ class ProcessBackend:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
             args += ["--unshare-user"]
-        args += self._bind_args()
+        # The private /tmp comes before the binds: an installation that lives under /tmp on the
+        # host (a CI checkout, say) is then bound on top of it instead of being hidden by it.
         args += [
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
             "--size",
             str(limits.tmp_mb * 1024 * 1024),
             "--perms",
             "1777",
             "--tmpfs",
             SANDBOX_TMP,
+        ]
+        args += self._bind_args()
+        args += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
             "--dir",
             "/data",
             "--ro-bind",

@@ -93,6 +93,14 @@ class LimitExceeded(SandboxError):
         self.limit = limit
 
 
+class JobCrashed(SandboxError):
+    """The job's own process ended without a valid response, or answered with an output its
+    analysis kind cannot produce. A `script` controls that process, so for a script this is the
+    script's failure (recorded like any other), not an outage of the centre to be retried."""
+
+    code = "job_crashed"
+
+
 class AnalysisFailed(SandboxError):
     """The runner reported an error in the analysis itself (bad filter, singular model ...)."""
 
@@ -121,7 +129,7 @@ def expected_output(job: Job, output: Output | None) -> Output:
     """The runner's output if its type is the one the job's analysis kind produces, else refuse."""
     kind = str(job.analysis.get("kind", ""))
     if output is None or EXPECTED_TYPE.get(kind) != output.type:
-        raise SandboxError(
+        raise JobCrashed(
             f"job {job.job_id}: the sandbox returned a {getattr(output, 'type', 'missing')} "
             f"output for a {kind} analysis; refusing it"
         )

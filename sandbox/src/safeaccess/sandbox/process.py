@@ -47,6 +47,7 @@ from pydantic import ValidationError
 from safeaccess.sandbox.backend import (
     AnalysisFailed,
     Job,
+    JobCrashed,
     LimitExceeded,
     Limits,
     RunnerRequest,
@@ -512,7 +513,7 @@ class ProcessBackend:
                 "output", f"the job wrote a file larger than its limit of {limits.tmp_mb} MB"
             )
         status = f"signal {sig}" if sig else f"exit status {outcome.exit_code}"
-        return SandboxError(f"the sandboxed runner ended without a valid response ({status})")
+        return JobCrashed(f"the sandboxed runner ended without a valid response ({status})")
 
     def close(self) -> None:
         """Stop the warm sandboxes; later jobs start cold."""

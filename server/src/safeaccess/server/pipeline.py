@@ -28,6 +28,7 @@ from safeaccess.sandbox.backend import (
     AnalysisFailed,
     Backend,
     Job,
+    JobCrashed,
     LimitExceeded,
     Limits,
     SandboxError,
@@ -122,6 +123,16 @@ def run_step(
         return _failed(exc.runner_code, message, kind)
     except LimitExceeded as exc:
         return _failed("limit_exceeded", f"the analysis exceeded the {exc.limit} limit", kind)
+    except JobCrashed as exc:
+        if kind == "script":
+            # The script controls its process: a crash or a forged answer is its own doing. Were
+            # it a retryable outage, the researcher could re-run the script without limit and
+            # without review, reading data from whether (and when) it crashes.
+            return _failed("script_crashed", "the script ended without a valid result", kind)
+        raise Unavailable(
+            f"the sandbox could not run this step ({exc.code}); retry the same reveal later",
+            code="sandbox_unavailable",
+        ) from exc
     except SandboxError as exc:
         raise Unavailable(
             f"the sandbox could not run this step ({exc.code}); retry the same reveal later",

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from safeaccess.sandbox.backend import (
     AnalysisFailed,
+    JobCrashed,
     LimitExceeded,
     Limits,
     RunnerResponse,
@@ -408,7 +409,7 @@ def _finish(container: Container, demux: _Demux, limits: Limits, deadline: float
             )
         raise AnalysisFailed(code, response.error.message)
     # The runner's stderr can carry data values: keep it in the controller's log, not the message.
-    raise SandboxError(
+    raise JobCrashed(
         f"the analysis process ended (exit status {exit_code}) without a valid result; "
         "the controller's log has the details"
     )

@@ -38,7 +38,10 @@ def correlation(
     n = int(used.shape[0])
     if n < 3:
         raise AnalysisError(
-            "too_few_rows", f"{n} records have all the variables; a correlation needs at least 3"
+            # No count: this message is not output-checked, and n would be a count below any
+            # threshold (of the records the filter selects).
+            "too_few_rows",
+            "fewer than 3 records have all the variables; a correlation needs at least 3",
         )
     table = pd.DataFrame(used, columns=names)
     if analysis.method == "spearman":

@@ -143,7 +143,10 @@ def regression(
     if n <= k:
         raise AnalysisError(
             "too_few_rows",
-            f"{n} records for {k} parameters; the model needs more records than parameters",
+            # Neither n nor k is named: n is an unchecked count of a small query set, and k
+            # tells which categorical levels occur among those records.
+            "too few records for the model's parameters; the model needs more records than "
+            "parameters",
         )
     if np.linalg.matrix_rank(x) < k:
         raise AnalysisError(

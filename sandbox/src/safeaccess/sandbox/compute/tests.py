@@ -83,8 +83,10 @@ def _t_test(
     if len(groups.levels) != 2 and len(observed) != 2:
         raise AnalysisError(
             "bad_group",
-            f"t_two_sample needs a group variable with exactly two levels; {analysis.group} has "
-            f"{len(observed)} among the records used",
+            # How many levels occur among the records used is not said: one level would be a
+            # class disclosure about the selected records.
+            f"t_two_sample needs a group variable with exactly two levels among the records "
+            f"used; {analysis.group} does not have that",
         )
     pair = observed if len(groups.levels) != 2 else [0, 1]
     samples = [values[valid & (groups.codes == g)] for g in pair]

@@ -5,13 +5,23 @@ Each test is a concrete attack that once worked; it must keep failing.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 
+import pandas as pd
 from e2e_helpers import Centre, open_body, reveal_body, signed
 
-from safeaccess.client.analyses import FrequencyTable, Script
+from safeaccess.client.analyses import FrequencyTable, Script, Summary
+from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.session import connect
+from safeaccess.sandbox.backend import Backend, Job, RunResult
+from safeaccess.server.api import create_app
+from safeaccess.server.config import DataDir
+from safeaccess.server.datasets import register_dataset
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.service import Service
+from safeaccess.server.store import Store
 
 SAFE = FrequencyTable(rows=["region"], cols=["sex"])
 
@@ -87,3 +97,85 @@ def test_a_script_forging_another_output_type_fails_its_step(
     view = response.json()
     assert view["state"] == "failed" and view["sequence_state"] == "aborted"
     assert view["output"] is None
+
+
+# A 5-point score for site A (24 records) whose mean+SD alone and median alone pass every check,
+# but which together fit one set of values only (found by enumerating every count vector).
+SITE_A = [3] * 3 + [4] * 8 + [5] * 13
+MEAN_SD = Summary(variables=["score"], statistics=["mean", "sd"], by=["site"], round=2)
+MEDIAN = Summary(variables=["score"], statistics=["median"], by=["site"], round=2)
+
+
+class Rendezvous:
+    """The real sandbox, holding each job until a second one is running too (or a timeout):
+    two reveals then run their jobs side by side, as a researcher with two sequences can make
+    them do."""
+
+    def __init__(self, real: Backend):
+        self.real = real
+        self.name = real.name
+        self.enabled = False
+        self._barrier = threading.Barrier(2)
+
+    def check_available(self) -> None:
+        self.real.check_available()
+
+    def run(self, job: Job) -> RunResult:
+        if self.enabled:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                self._barrier.wait(timeout=5)
+        return self.real.run(job)
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_two_sequences_at_once_cannot_dodge_the_release_history(centre: Centre) -> None:
+    # The checks combine a new output with what was released to the researcher before; a step
+    # whose job ran while another of her sequences was still computing used to be checked
+    # without that other output, so two sequences revealed at once released a pair of summaries
+    # that one sequence could not.
+    data = DataDir(centre.root)
+    frame = pd.DataFrame(
+        {
+            "site": ["A"] * len(SITE_A) + ["B"] * 60,
+            "score": SITE_A + [1 + (i * 7) % 5 for i in range(60)],
+        }
+    )
+    meta = DatasetMetadata(
+        name="scores",
+        columns=[
+            Column(name="site", type="categorical", levels=["A", "B"]),
+            Column(name="score", type="ordinal", levels=[1, 2, 3, 4, 5], scale=(1, 5)),
+        ],
+    )
+    store = Store(data.database_url(data.load_config()))
+    try:
+        register_dataset(data, store, name="scores", frame=frame, metadata=meta, project="p1")
+    finally:
+        store.close()
+    probe = Service(centre.root)
+    sandbox = Rendezvous(probe.backend)
+    probe.store.close()
+    service = Service(centre.root, backend=sandbox)
+    with service, EmbeddedServer(create_app(service)) as srv:
+        # Control: one after the other (bob), the second summary is withheld.
+        with connect(srv.url, centre.keys["bob"], "bob") as session:
+            steps = session.run(centre.seal([MEAN_SD, MEDIAN], researcher="bob", dataset="scores"))
+        assert [s.status for s in steps] == ["released", "withheld"]
+
+        # Attack: the same two summaries as the first steps of two sequences, revealed at once.
+        sandbox.enabled = True
+        statuses: list[str] = []
+
+        def reveal(analysis: Summary) -> None:
+            with connect(srv.url, centre.keys["ada"], "ada") as session:
+                sealed = centre.seal([analysis, SAFE], dataset="scores")
+                statuses.append(session.run(sealed)[0].status)
+
+        threads = [threading.Thread(target=reveal, args=(a,)) for a in (MEAN_SD, MEDIAN)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(statuses) == ["released", "withheld"], statuses

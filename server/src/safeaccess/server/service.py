@@ -106,6 +106,7 @@ class Service:
                 raise ConfigError(f"trusted CA {ca!r}: {exc}") from exc
         self._jobs = threading.BoundedSemaphore(self.config.max_concurrent_jobs)
         self._locks: dict[str, threading.Lock] = {}
+        self._history_locks: dict[tuple[str, int], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         self._rulesets: dict[int, RuleSet] = {}
@@ -200,6 +201,13 @@ class Service:
     def _lock(self, sequence_id: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(sequence_id, threading.Lock())
+
+    def _history_lock(self, researcher: str, dataset_id: int) -> threading.Lock:
+        """Serialises a researcher's steps on one dataset from reading her release history to
+        recording the outcome: otherwise two of her sequences computing at once would each be
+        checked without the other's output, and release together what one would withhold."""
+        with self._locks_guard:
+            return self._history_locks.setdefault((researcher, dataset_id), threading.Lock())
 
     def _own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
         seq = self.store.get_sequence(sequence_id)
@@ -360,41 +368,44 @@ class Service:
 
     def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
         ruleset = self.ruleset_for(dataset)
-        history = load_outputs(
-            self.store.released_outputs(
-                seq.researcher, seq.dataset_id, exclude_sequence_step=(seq.id, step.index)
+        with self._history_lock(seq.researcher, seq.dataset_id):
+            history = load_outputs(
+                self.store.released_outputs(
+                    seq.researcher, seq.dataset_id, exclude_sequence_step=(seq.id, step.index)
+                )
             )
-        )
-        with self._jobs:
-            outcome = run_step(
-                job_id=f"{seq.id}-{step.index}",
-                body=step.body,
-                metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
-                dataset_path=self.data.root / dataset.path,
-                backend=self.backend,
-                limits=self.config.sandbox.limits,
-                ruleset=ruleset,
-                history=history,
+            with self._jobs:
+                outcome = run_step(
+                    job_id=f"{seq.id}-{step.index}",
+                    body=step.body,
+                    metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
+                    dataset_path=self.data.root / dataset.path,
+                    backend=self.backend,
+                    limits=self.config.sandbox.limits,
+                    ruleset=ruleset,
+                    history=history,
+                )
+            decision = outcome.decision or {}
+            seq, step = self.store.settle_step(
+                seq.id,
+                step.index,
+                outcome,
+                event_data={
+                    "trace_sha256": step.trace_hash,
+                    "body_sha256": step.body_hash,
+                    "output_sha256": outcome.output_hash,
+                    "public_output_sha256": (
+                        json_hash(outcome.public_output)
+                        if outcome.public_output is not None
+                        else None
+                    ),
+                    "ruleset": decision.get("ruleset"),
+                    "ruleset_sha256": outcome.ruleset_hash,
+                    "verdict": decision.get("verdict"),
+                    "decision_sha256": json_hash(decision) if decision else None,
+                    "error_code": outcome.error_code,
+                },
             )
-        decision = outcome.decision or {}
-        seq, step = self.store.settle_step(
-            seq.id,
-            step.index,
-            outcome,
-            event_data={
-                "trace_sha256": step.trace_hash,
-                "body_sha256": step.body_hash,
-                "output_sha256": outcome.output_hash,
-                "public_output_sha256": (
-                    json_hash(outcome.public_output) if outcome.public_output is not None else None
-                ),
-                "ruleset": decision.get("ruleset"),
-                "ruleset_sha256": outcome.ruleset_hash,
-                "verdict": decision.get("verdict"),
-                "decision_sha256": json_hash(decision) if decision else None,
-                "error_code": outcome.error_code,
-            },
-        )
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",
             seq.id,

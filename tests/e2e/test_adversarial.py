@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from pathlib import Path
 
 import pandas as pd
 from e2e_helpers import Centre, open_body, reveal_body, signed
@@ -179,3 +180,60 @@ def test_two_sequences_at_once_cannot_dodge_the_release_history(centre: Centre) 
         for t in threads:
             t.join()
     assert sorted(statuses) == ["released", "withheld"], statuses
+
+
+def test_an_output_waiting_for_review_counts_as_released_for_later_checks(
+    centre: Centre, tmp_path: Path
+) -> None:
+    # An output in review may still be released by a checker who sees only its own findings.
+    # Steps checked meanwhile used to ignore it, so: summary 1 goes to review (a missing-value
+    # note on another variable), summary 2 is released because summary 1 is not yet released,
+    # the checker approves summary 1 — and together they pin down site A's values.
+    data = DataDir(centre.root)
+    n = len(SITE_A) + 60
+    frame = pd.DataFrame(
+        {
+            "site": ["A"] * len(SITE_A) + ["B"] * 60,
+            "score": SITE_A + [1 + (i * 7) % 5 for i in range(60)],
+            "extra": [None if i % 9 == 0 else float(20 + (i * 13) % 31) for i in range(n)],
+        }
+    )
+    meta = DatasetMetadata(
+        name="scores_review",
+        columns=[
+            Column(name="site", type="categorical", levels=["A", "B"]),
+            Column(name="score", type="ordinal", levels=[1, 2, 3, 4, 5], scale=(1, 5)),
+            Column(name="extra", type="continuous"),
+        ],
+    )
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("missing_values: review\n")
+    store = Store(data.database_url(data.load_config()))
+    try:
+        register_dataset(
+            data,
+            store,
+            name="scores_review",
+            frame=frame,
+            metadata=meta,
+            project="p1",
+            rules_file=rules,
+        )
+    finally:
+        store.close()
+    with_extra = Summary(
+        variables=["score", "extra"], statistics=["mean", "sd"], by=["site"], round=2
+    )
+    with Service(centre.root) as service, EmbeddedServer(create_app(service)) as srv:
+        with connect(srv.url, centre.keys["ada"], "ada") as session:
+            first = session.run(centre.seal([with_extra, SAFE], dataset="scores_review"))
+            assert [s.status for s in first] == ["review"]
+        # Control: the median alone is released to a researcher without the pending summary.
+        with connect(srv.url, centre.keys["bob"], "bob") as session:
+            alone = session.run(
+                centre.seal([MEDIAN, SAFE], researcher="bob", dataset="scores_review")
+            )
+            assert alone[0].status == "released"
+        with connect(srv.url, centre.keys["ada"], "ada") as session:
+            second = session.run(centre.seal([MEDIAN, SAFE], dataset="scores_review"))
+        assert second[0].status == "withheld", second[0]

@@ -197,6 +197,14 @@ def test_history_holds_only_released_outputs_of_this_researcher_and_dataset(
     assert store.released_outputs("bob", 1, exclude_sequence_step=("x", 0)) == []
 
 
+def test_history_includes_outputs_waiting_for_review(store: Store) -> None:
+    seq, _ = _open(store)
+    store.settle_step(seq.id, 1, StepOutcome(state=StepState.REVIEW, output={"k": 3}), {})
+    assert store.released_outputs("ada", 1, exclude_sequence_step=("x", 0)) == [{"k": 3}]
+    store.decide_review(seq.id, 1, approve=False, reviewer="carol", note="", event_data={})
+    assert store.released_outputs("ada", 1, exclude_sequence_step=("x", 0)) == []
+
+
 def test_nonces_are_remembered_until_they_expire(store: Store) -> None:
     import time
 

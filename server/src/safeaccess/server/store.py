@@ -452,7 +452,9 @@ class Store:
     def released_outputs(
         self, researcher: str, dataset_id: int, *, exclude_sequence_step: tuple[str, int]
     ) -> list[dict[str, Any]]:
-        """Full outputs released earlier to this researcher on this dataset version, oldest first."""
+        """Full outputs released earlier to this researcher on this dataset version, oldest first,
+        and those waiting in review: a checker may release one later without seeing what was
+        released meanwhile, so later steps are checked as if it were released already."""
         with self.transaction() as s:
             query = (
                 select(StepRow.output, StepRow.sequence_id, StepRow.index)
@@ -460,7 +462,7 @@ class Store:
                 .where(
                     SequenceRow.researcher == researcher,
                     SequenceRow.dataset_id == dataset_id,
-                    StepRow.state == StepState.RELEASED.value,
+                    StepRow.state.in_((StepState.RELEASED.value, StepState.REVIEW.value)),
                 )
                 .order_by(StepRow.updated_at, StepRow.id)
             )

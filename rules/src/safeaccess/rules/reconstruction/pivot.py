@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-_WRAP = 2**64  # uint64 arithmetic is arithmetic modulo 2^64
+WRAP = 2**64  # uint64 arithmetic is arithmetic modulo 2^64
 # primes just below 2^31: the sum of two residues stays far below 2^63
 _PRIMES = (2147483647, 2147483629, 2147483587, 2147483579, 2147483563, 2147483549)
 
@@ -49,7 +49,7 @@ def count_targets(low: int, high: int, n: int, targets: Sequence[tuple[int, int]
     for s, q in targets:
         a = min(max(s // n, low), high - 1)
         by_pivot[a].append((s, q))
-    moduli = _moduli_for(math.comb(n + high - low, high - low))
+    moduli = moduli_for(math.comb(n + high - low, high - low))
     if moduli is None:
         return None
     total = 0
@@ -61,8 +61,8 @@ def count_targets(low: int, high: int, n: int, targets: Sequence[tuple[int, int]
     return total
 
 
-def _moduli_for(bound: int) -> tuple[int, ...] | None:
-    chosen, product = [_WRAP], _WRAP
+def moduli_for(bound: int) -> tuple[int, ...] | None:
+    chosen, product = [WRAP], WRAP
     for p in _PRIMES:
         if product > bound:
             break
@@ -107,7 +107,7 @@ def _count_pivot(
             r -= int(table[g, :stop].sum())
         residues.append(r % modulus)
         del table
-    return (_crt(residues, moduli) + both) % math.prod(moduli)
+    return (crt(residues, moduli) + both) % math.prod(moduli)
 
 
 def _table(
@@ -124,7 +124,7 @@ def _table(
     spread[1] g, so only that band is touched."""
     below, above = spread
     offset = below * g_max
-    wrap = modulus == _WRAP
+    wrap = modulus == WRAP
     table = np.zeros((g_max + 1, width), dtype=np.uint64 if wrap else np.int64)
     table[0, offset] = 1
     for v in far:
@@ -188,7 +188,7 @@ def _both_pivots_negative(
     return total
 
 
-def _crt(residues: list[int], moduli: tuple[int, ...]) -> int:
+def crt(residues: list[int], moduli: tuple[int, ...]) -> int:
     value, modulus = 0, 1
     for r, p in zip(residues, moduli, strict=True):
         # value + modulus * t = r (mod p)

@@ -237,3 +237,34 @@ def test_an_output_waiting_for_review_counts_as_released_for_later_checks(
         with connect(srv.url, centre.keys["ada"], "ada") as session:
             second = session.run(centre.seal([MEDIAN, SAFE], dataset="scores_review"))
         assert second[0].status == "withheld", second[0]
+
+
+def test_a_script_cannot_choose_the_error_code_its_researcher_sees(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    # A failed script's message is withheld (it could quote data) but its error code used to be
+    # passed on, and a script can answer on the runner's response pipe itself: a forged error
+    # whose code carries data reached the researcher with no output check.
+    _, srv = server
+    code = """
+import json, os, stat
+secret = "leak" + str(int(df["income"].sum()))
+forged = json.dumps({"ok": False, "error": {"code": secret, "message": "x"}}).encode()
+for fd in range(3, 64):
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.write(fd, forged)
+    except OSError:
+        pass
+os._exit(0)
+"""
+    sealed = centre.seal([Script(code=code), SAFE])
+    response = signed(
+        srv.url, centre.keys["ada"], "ada", "POST", "/v1/sequences", open_body(sealed)
+    )
+    assert response.status_code == 201, response.text
+    view = response.json()
+    assert view["state"] == "failed"
+    secret = str(int(centre.census["income"].sum()))
+    assert secret not in response.text
+    assert view["error"]["code"] == "script_failed"

@@ -113,14 +113,12 @@ def run_step(
     try:
         result = backend.run(job)
     except AnalysisFailed as exc:
-        # Runner messages for declarative kinds come from our own code; a script's error text
-        # could quote data, so only its code is passed on.
-        message = (
-            "the script failed; an output checker can see the details"
-            if kind == "script"
-            else str(exc)
-        )
-        return _failed(exc.runner_code, message, kind)
+        # Runner messages and codes for declarative kinds come from our own code. A script
+        # controls the runner process and can answer on its response pipe itself, so neither its
+        # error text nor its error code may reach the researcher: both could carry data.
+        if kind == "script":
+            return _failed("script_failed", "the script failed", kind)
+        return _failed(exc.runner_code, str(exc), kind)
     except LimitExceeded as exc:
         return _failed("limit_exceeded", f"the analysis exceeded the {exc.limit} limit", kind)
     except JobCrashed as exc:

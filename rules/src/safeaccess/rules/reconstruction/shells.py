@@ -1,0 +1,260 @@
+"""Exact counts of samples with given (n, sum, sum of squares) by nested pivot shells.
+
+A generalisation of `pivot.py` whose cost grows with the square of the spread, not its cube,
+so that data spread over a whole 10-point scale are counted for n in the thousands.
+
+Counts vectors c over the values low..high with a *sign pattern*: values in a set Neg have
+c_v <= -1, all others ("Pos") c_v >= 0, and sum c = n, sum v c = S, sum v^2 c = Q. Ordinary
+samples are the pattern Neg = {} (level 0). At each level two Pos values x1 < x2 are pivots and
+q(v) = s (v - x1)(v - x2), with s = +1 when Neg lies between the pivots and Pos outside
+("inner" shell) and s = -1 when Pos lies between them and Neg outside ("outer" shell). Either
+way every non-pivot record adds a positive cost: q(v) > 0 on Pos, and on Neg, where c_v =
+-1 - d_v, each unit of d_v adds -q(v) > 0. So the vectors are multisets of positive-cost items
+with total cost exactly C (a function of n, S, Q), and the three equations fix the two pivot
+counts from the items' sums l1 = sum (v - x1) c and l2 = sum (x2 - v) c:
+
+    c_x2 = (A1 - l1) / (x2 - x1),   c_x1 = (A2 - l2) / (x2 - x1).
+
+Two knapsack tables by (cost, l1) and (cost, l2) give, by inclusion-exclusion,
+
+    N(level) = #{c_x2 >= 0} - #{c_x1 < 0} + N(next level),
+
+where the next level is the same pattern with both pivots moved into Neg: the count of vectors
+whose pivots are both negative. Its pivots are the next Pos values outwards (inner shells) or,
+once a scale end is reached, inwards from the ends (outer shells). Each level's total cost C
+drops by about n times the growth of q, so only a few levels are non-empty; the recursion ends
+when C < 0 or when fewer than two Pos values remain (no vector then: with none, sum c < 0; with
+one value w, sum (v - w)^2 c < 0 although it must equal n Var + n (mean - w)^2 >= 0).
+
+Tables are kept modulo 2^64 and, when the sample space is larger, primes below 2^31 (CRT), as
+in `pivot.py`. A row of cost g spans only the l between the extreme ratios l / cost of the
+items, so a table has about (ratio range) C^2 / 2 cells; above `MAX_CELLS` the method declines
+(returns None).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from safeaccess.rules.reconstruction.pivot import WRAP, crt, moduli_for
+
+MAX_CELLS = 30_000_000  # per table and modulus (uint64: 240 MB at the limit)
+MAX_LEVELS = 64
+
+
+@dataclass(frozen=True)
+class _Item:
+    cost: int  # after division by the level's common factor
+    l1: int
+    l2: int
+
+
+@dataclass(frozen=True)
+class _Level:
+    """One sign pattern and its pivots."""
+
+    neg: frozenset[int]
+    x1: int
+    x2: int
+    sign: int  # +1: Neg between the pivots; -1: Pos between them
+
+    def q(self, v: int) -> int:
+        return self.sign * (v - self.x1) * (v - self.x2)
+
+
+def count_targets_shells(
+    low: int, high: int, n: int, targets: Sequence[tuple[int, int]]
+) -> int | None:
+    """Number of multisets of n values on low..high whose (sum, sum of squares) is one of
+    `targets` (distinct pairs), or None when a table would exceed `MAX_CELLS`."""
+    if high - low < 1 or not targets:
+        return None
+    by_pivot: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for s, q in targets:
+        if n * q < s * s:
+            continue  # negative variance: no sample
+        by_pivot[min(max(s // n, low), high - 1)].append((s, q))
+    moduli = moduli_for(math.comb(n + high - low, high - low))
+    if moduli is None:
+        return None
+    total = 0
+    for a, jobs in by_pivot.items():
+        part = _count_from(low, high, n, a, jobs, moduli)
+        if part is None:
+            return None
+        total += part
+    return total
+
+
+def _count_from(
+    low: int,
+    high: int,
+    n: int,
+    a: int,
+    jobs: list[tuple[int, int]],
+    moduli: tuple[int, ...],
+) -> int | None:
+    """Exact count for the jobs sharing the first pivots a, a+1."""
+    level: _Level | None = _Level(frozenset(), a, a + 1, 1)
+    # N = sum over levels of (#{c_x2 >= 0} - #{c_x1 < 0}); each level's terms may exceed the
+    # sample space, their sum does not: add residues and recombine once
+    residues = [0] * len(moduli)
+    for _ in range(MAX_LEVELS):
+        if level is None:
+            return crt([r % m for r, m in zip(residues, moduli, strict=True)], moduli)
+        part = _level_residues(low, high, n, level, jobs, moduli)
+        if part is None:
+            return None
+        if part is _EMPTY:
+            level = None
+            continue
+        residues = [r + p for r, p in zip(residues, part, strict=True)]
+        level = _next_level(low, high, n, level, jobs)
+        if level is _DECLINE:
+            return None
+    return None
+
+
+# sentinels: every job's cost is negative at a level (so all deeper levels are empty too), and
+# a pattern whose emptiness could not be shown
+_EMPTY: list[int] = []
+_DECLINE = _Level(frozenset(), 0, 0, 0)
+
+
+def _next_level(
+    low: int, high: int, n: int, level: _Level, jobs: list[tuple[int, int]]
+) -> _Level | None:
+    """The pattern of vectors whose two pivots are both negative, with its pivots; None when
+    no such vector can exist, `_DECLINE` when that cannot be shown."""
+    neg = level.neg | {level.x1, level.x2}
+    pos = [v for v in range(low, high + 1) if v not in neg]
+    if len(pos) < 2:
+        if pos:
+            w = pos[0]
+            # one Pos value w: sum (v - w)^2 c_v < 0 on the Neg values, yet it equals Q - 2wS + w^2 n
+            if any(q - 2 * w * s + w * w * n < 0 for s, q in jobs):
+                return _DECLINE
+        return None
+    if level.sign == 1 and level.x1 > low and level.x2 < high:
+        return _Level(neg, level.x1 - 1, level.x2 + 1, 1)
+    # Pos is now one interval (a scale end was reached, or already an outer shell)
+    return _Level(neg, pos[0], pos[-1], -1)
+
+
+def _level_residues(
+    low: int,
+    high: int,
+    n: int,
+    level: _Level,
+    jobs: list[tuple[int, int]],
+    moduli: tuple[int, ...],
+) -> list[int] | None:
+    """Sum over the jobs of #{c_x2 >= 0} - #{c_x1 < 0} at this level, modulo each modulus
+    (`_EMPTY` when no job has a non-negative cost here; None when the tables are too big)."""
+    x1, x2 = level.x1, level.x2
+    raw = []
+    for v in range(low, high + 1):
+        if v in (x1, x2):
+            continue
+        if v in level.neg:
+            raw.append((-level.q(v), -(v - x1), -(x2 - v)))
+        else:
+            raw.append((level.q(v), v - x1, x2 - v))
+    assert all(c > 0 for c, _, _ in raw), "pivots chosen so that every item has positive cost"
+    unit = math.gcd(*(c for c, _, _ in raw)) if raw else 1
+    items = [_Item(c // unit, l1, l2) for c, l1, l2 in raw]
+    neg_q = sum(level.q(v) for v in level.neg)
+    neg_l1 = sum(v - x1 for v in level.neg)
+    neg_l2 = sum(x2 - v for v in level.neg)
+    span = x2 - x1
+    tasks = []  # (cost, A1, A2)
+    any_nonneg = False
+    for s, q in jobs:
+        cost = level.sign * (q - (x1 + x2) * s + x1 * x2 * n) + neg_q
+        if cost >= 0:
+            any_nonneg = True
+        if cost < 0 or cost % unit:
+            continue
+        tasks.append((cost // unit, s - x1 * n + neg_l1, x2 * n - s + neg_l2))
+    if not any_nonneg:
+        return _EMPTY
+    if not tasks:
+        return [0] * len(moduli)
+    c_max = max(c for c, _, _ in tasks)
+    one = _Table(items, c_max, lambda it: it.l1)
+    two = _Table(items, c_max, lambda it: it.l2)
+    if one.cells > MAX_CELLS or two.cells > MAX_CELLS:
+        return None
+    residues = []
+    for modulus in moduli:
+        r = 0
+        rows = one.build(modulus)
+        for c, a1, _ in tasks:  # c_x2 >= 0: l1 <= A1, l1 = A1 (mod span)
+            r += one.sum_upto(rows[c], c, a1, span)
+        del rows
+        rows = two.build(modulus)
+        for c, _, a2 in tasks:  # c_x1 < 0: l2 > A2, l2 = A2 (mod span)
+            r -= two.sum_above(rows[c], c, a2, span)
+        del rows
+        residues.append(r % modulus)
+    return residues
+
+
+class _Table:
+    """Knapsack counts by (cost, l) for one level, rows stored by cost over their l band."""
+
+    def __init__(self, items: list[_Item], c_max: int, key: object) -> None:
+        self.pairs = [(it.cost, key(it)) for it in items]  # type: ignore[operator]
+        self.c_max = c_max
+        self.down = max((Fraction(-lv, c) for c, lv in self.pairs if lv < 0), default=Fraction(0))
+        self.up = max((Fraction(lv, c) for c, lv in self.pairs if lv > 0), default=Fraction(0))
+        self.cells = sum(self.width(g) for g in range(c_max + 1))
+
+    def lo(self, g: int) -> int:
+        return -math.floor(self.down * g)
+
+    def width(self, g: int) -> int:
+        return math.floor(self.up * g) - self.lo(g) + 1
+
+    def build(self, modulus: int) -> list[np.ndarray]:
+        wrap = modulus == WRAP
+        dtype = np.uint64 if wrap else np.int64
+        rows = [np.zeros(self.width(g), dtype=dtype) for g in range(self.c_max + 1)]
+        rows[0][0] = 1
+        for cv, lv in self.pairs:
+            # ascending g: row g - cv already holds any number of copies of this item
+            for g in range(cv, self.c_max + 1):
+                src = rows[g - cv]
+                shift = self.lo(g - cv) + lv - self.lo(g)
+                dst = rows[g][shift : shift + src.size]
+                dst += src
+                if not wrap:
+                    dst %= modulus
+        return rows
+
+    def sum_upto(self, row: np.ndarray, g: int, bound: int, step: int) -> int:
+        """Sum of row entries at l <= bound with l = bound (mod step)."""
+        lo = self.lo(g)
+        if bound < lo:
+            return 0
+        first = lo + (bound - lo) % step
+        stop = min(bound, lo + row.size - 1)
+        if first > stop:
+            return 0
+        return int(row[first - lo : stop - lo + 1 : step].sum())
+
+    def sum_above(self, row: np.ndarray, g: int, bound: int, step: int) -> int:
+        """Sum of row entries at l > bound with l = bound (mod step)."""
+        lo = self.lo(g)
+        first = bound + step
+        if first < lo:
+            first = lo + (bound - lo) % step
+        if first - lo >= row.size:
+            return 0
+        return int(row[first - lo :: step].sum())

@@ -233,9 +233,17 @@ def test_large_sample_is_counted_exactly() -> None:
 def test_budget_is_enforced() -> None:
     with pytest.raises(BudgetExceeded):
         matching_frequency_bounds(10, 200, "5.60", "2.40", 2, max_steps=1000)
-    # spread too wide for the pivot method: the general programme runs and hits the budget
+    # a median brings order statistics in: only the general programme applies, and it stops
+    cons = SampleConstraints(
+        1,
+        10,
+        300,
+        means=(Admissible.released("5.44", 2),),
+        sds=(Admissible.released("2.85", 2),),
+        order=(OrderConstraint("median", median_weights(300), Admissible.released("5.5", 1)),),
+    )
     with pytest.raises(BudgetExceeded):
-        count_matching_samples(10, 300, "5.44", "2.85", 2, max_steps=1000)
+        count_consistent(cons, max_steps=1000)
 
 
 def _dp_and_pivot(k: int, x: list[int], d: int) -> tuple[int | None, int | None]:

@@ -13,7 +13,7 @@ spread (all at the two ends) arrangement. With both sums known, the last four va
 in closed form (three equations leave one free count, whose admissible values form an interval).
 The same walk returns, for each value, the least and greatest count it takes over all consistent
 samples. Counts are exact Python integers. A mean and SD alone are first offered to the faster
-pivot (`pivot.py`) and wedge (`wedge.py`) methods.
+shell (`shells.py`) and pivot (`pivot.py`) methods.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from safeaccess.rules.reconstruction._exact import (
     ReconstructionError,
 )
 from safeaccess.rules.reconstruction.pivot import count_targets
-from safeaccess.rules.reconstruction.wedge import count_targets_wedge
+from safeaccess.rules.reconstruction.shells import count_targets_shells
 
 DEFAULT_MAX_STEPS = 5_000_000
 MAX_SCENARIOS = 20_000
@@ -511,9 +511,9 @@ def count_consistent(
 ) -> int:
     """Number of samples (multisets) consistent with `cons`, without the per-value bounds.
 
-    A released mean and SD (or variance) alone are counted by the pivot method when it applies
-    (large n, moderate spread: see `pivot.py`), else by the wedge method (spread-out data of
-    moderate size: see `wedge.py`), otherwise by the dynamic programme.
+    A released mean and SD (or variance) alone are counted by nested pivot shells (`shells.py`:
+    time grows with the square of the spread, any n up to a few thousand on a 10-point scale),
+    else by the pivot method (`pivot.py`), otherwise by the dynamic programme.
     """
     solver = _Solver(cons, max_steps, time_budget)
     if solver.track_u and not cons.order:
@@ -523,7 +523,7 @@ def count_consistent(
         for t, u in solver.targets:
             s = t + n * low
             pairs.append((s, u + 2 * low * s - n * low * low))
-        for method in (count_targets, count_targets_wedge):
+        for method in (count_targets_shells, count_targets):
             fast = method(low, cons.high, n, pairs)
             if fast is not None:
                 return fast

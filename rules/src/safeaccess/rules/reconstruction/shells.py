@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -209,38 +209,40 @@ def _level_residues(
 class _Table:
     """Knapsack counts by (cost, l) for one level, rows stored by cost over their l band."""
 
-    def __init__(self, items: list[_Item], c_max: int, key: object) -> None:
-        self.pairs = [(it.cost, key(it)) for it in items]  # type: ignore[operator]
+    def __init__(self, items: list[_Item], c_max: int, key: Callable[[_Item], int]) -> None:
+        self.pairs = [(it.cost, key(it)) for it in items]
         self.c_max = c_max
-        self.down = max((Fraction(-lv, c) for c, lv in self.pairs if lv < 0), default=Fraction(0))
-        self.up = max((Fraction(lv, c) for c, lv in self.pairs if lv > 0), default=Fraction(0))
-        self.cells = sum(self.width(g) for g in range(c_max + 1))
-
-    def lo(self, g: int) -> int:
-        return -math.floor(self.down * g)
-
-    def width(self, g: int) -> int:
-        return math.floor(self.up * g) - self.lo(g) + 1
+        down = max((Fraction(-lv, c) for c, lv in self.pairs if lv < 0), default=Fraction(0))
+        up = max((Fraction(lv, c) for c, lv in self.pairs if lv > 0), default=Fraction(0))
+        g = np.arange(c_max + 1, dtype=np.int64)
+        # row g spans l in [lo[g], hi[g]]: the items' extreme ratios l / cost times g
+        self.lo = -((down.numerator * g) // down.denominator)
+        hi = (up.numerator * g) // up.denominator
+        widths = hi - self.lo + 1
+        self.start = np.concatenate(([0], np.cumsum(widths)))
+        self.cells = int(self.start[-1])
 
     def build(self, modulus: int) -> list[np.ndarray]:
+        """Rows by cost, modulo `modulus`, as views into one flat buffer."""
         wrap = modulus == WRAP
-        dtype = np.uint64 if wrap else np.int64
-        rows = [np.zeros(self.width(g), dtype=dtype) for g in range(self.c_max + 1)]
+        flat = np.zeros(self.cells, dtype=np.uint64 if wrap else np.int64)
+        start, lo = self.start.tolist(), self.lo.tolist()
+        rows = [flat[start[g] : start[g + 1]] for g in range(self.c_max + 1)]
         rows[0][0] = 1
         for cv, lv in self.pairs:
             # ascending g: row g - cv already holds any number of copies of this item
             for g in range(cv, self.c_max + 1):
                 src = rows[g - cv]
-                shift = self.lo(g - cv) + lv - self.lo(g)
-                dst = rows[g][shift : shift + src.size]
-                dst += src
-                if not wrap:
-                    dst %= modulus
+                shift = lo[g - cv] + lv - lo[g]
+                rows[g][shift : shift + src.size] += src
+            if not wrap:
+                # residues below 2^31 grow at most (c_max + 1)-fold in one item's pass
+                flat %= modulus
         return rows
 
     def sum_upto(self, row: np.ndarray, g: int, bound: int, step: int) -> int:
         """Sum of row entries at l <= bound with l = bound (mod step)."""
-        lo = self.lo(g)
+        lo = int(self.lo[g])
         if bound < lo:
             return 0
         first = lo + (bound - lo) % step
@@ -251,7 +253,7 @@ class _Table:
 
     def sum_above(self, row: np.ndarray, g: int, bound: int, step: int) -> int:
         """Sum of row entries at l > bound with l = bound (mod step)."""
-        lo = self.lo(g)
+        lo = int(self.lo[g])
         first = bound + step
         if first < lo:
             first = lo + (bound - lo) % step

@@ -75,7 +75,7 @@ def test_uniform_sample_counted_by_both_methods() -> None:
     # evenly spread over 1..10: the DP needs ~6 million steps here, shells a few tables
     x = [int(v) for v in random.Random(7).choices(range(1, 11), k=60)]
     mean, sd = _released(x, 2)
-    solver, pairs = _targets(10, 60, mean, sd, 2)
+    solver, _ = _targets(10, 60, mean, sd, 2)
     solver.max_steps = 50_000_000
     dp = sum(solver.count(fr, 0, 60, t, u) for fr, t, u in solver.roots())
     assert dp > 1000

@@ -268,3 +268,28 @@ os._exit(0)
     secret = str(int(centre.census["income"].sum()))
     assert secret not in response.text
     assert view["error"]["code"] == "script_failed"
+
+
+def test_a_mean_over_everyone_but_one_person_is_not_released_after_the_mean_over_everyone(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    # Two means, each over thousands of records, passed every check; their difference is one
+    # person's income, exactly. The second must be withheld.
+    _, srv = server
+    census = centre.census
+    keys = ["region", "sex", "age", "ethnicity"]
+    sizes = census.groupby(keys, observed=True).size()
+    region, sex, age, ethnicity = sizes[sizes == 1].index[0]
+    person = (
+        f"region == '{region}' and sex == '{sex}' and age == {age} and ethnicity == '{ethnicity}'"
+    )
+    everyone = Summary(variables=["income"], statistics=["mean"])
+    all_but_one = Summary(variables=["income"], statistics=["mean"], where=f"not ({person})")
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        steps = session.run(centre.seal([everyone, all_but_one, SAFE]))
+    assert [s.status for s in steps] == ["released", "withheld"]
+    assert [r.check for r in steps[1].reasons] == ["differencing"]
+    # The same pair the other way round, in a new sequence: the second is withheld too.
+    with connect(srv.url, centre.keys["bob"], "bob") as session:
+        steps = session.run(centre.seal([all_but_one, everyone, SAFE], researcher="bob"))
+    assert [s.status for s in steps] == ["released", "withheld"]

@@ -15,8 +15,12 @@ from test_reconstruction_oracle import matching, mean_of, round_dec, round_sd, v
 
 from safeaccess.rules.reconstruction import BudgetExceeded, count_matching_samples
 from safeaccess.rules.reconstruction.matching import _mean_sd_constraints, _Solver
-from safeaccess.rules.reconstruction.pivot import moduli_for
-from safeaccess.rules.reconstruction.shells import _count_from, count_targets_shells
+from safeaccess.rules.reconstruction.shells import (
+    PRIMES,
+    _count_from,
+    count_targets_shells,
+    moduli_for,
+)
 
 
 def _released(x: list[int] | tuple[int, ...], d: int) -> tuple[Decimal, Decimal]:
@@ -110,3 +114,10 @@ def test_impossible_targets_count_zero() -> None:
     # mean 1.00 with a positive SD cannot happen on 1..5; variance < 0 targets are skipped
     assert count_matching_samples(5, 50, "1.00", "0.50", 2) == 0
     assert count_targets_shells(1, 5, 10, [(30, 80)]) == 0  # n Q < S^2
+
+
+def test_moduli_are_distinct_primes() -> None:
+    # trial division: independent of the code under test
+    assert len(set(PRIMES)) == len(PRIMES)
+    for p in PRIMES:
+        assert all(p % f for f in range(2, math.isqrt(p) + 1)), p

@@ -42,10 +42,25 @@ from fractions import Fraction
 
 import numpy as np
 
-from safeaccess.rules.reconstruction.pivot import WRAP, crt, moduli_for
+from safeaccess.rules.reconstruction.pivot import WRAP, crt
 
 MAX_CELLS = 30_000_000  # per table and modulus (uint64: 240 MB at the limit)
 MAX_LEVELS = 64
+# Primes just below 2^20: small residues let a table take several items between reductions
+# (a pass multiplies the largest entry by at most c_max + 1), and `%` is the costly step.
+PRIMES = (1048573, 1048571, 1048559, 1048549, 1048517, 1048507, 1048447, 1048433)
+_LIMIT = 2**62
+
+
+def moduli_for(bound: int) -> tuple[int, ...] | None:
+    """2^64 and as many of `PRIMES` as make the product exceed `bound` (None: not enough)."""
+    chosen, product = [WRAP], WRAP
+    for p in PRIMES:
+        if product > bound:
+            break
+        chosen.append(p)
+        product *= p
+    return tuple(chosen) if product > bound else None
 
 
 @dataclass(frozen=True)
@@ -187,8 +202,9 @@ def _level_residues(
     if not tasks:
         return [0] * len(moduli)
     c_max = max(c for c, _, _ in tasks)
-    one = _Table(items, c_max, lambda it: it.l1)
-    two = _Table(items, c_max, lambda it: it.l2)
+    # queries read l1 <= A1 (prefix) and l2 > A2 (suffix) of row C
+    one = _Table(items, c_max, lambda it: it.l1, prefix=[(c, a1) for c, a1, _ in tasks])
+    two = _Table(items, c_max, lambda it: it.l2, suffix=[(c, a2 + 1) for c, _, a2 in tasks])
     if one.cells > MAX_CELLS or two.cells > MAX_CELLS:
         return None
     residues = []
@@ -209,35 +225,65 @@ def _level_residues(
 class _Table:
     """Knapsack counts by (cost, l) for one level, rows stored by cost over their l band."""
 
-    def __init__(self, items: list[_Item], c_max: int, key: Callable[[_Item], int]) -> None:
+    def __init__(
+        self,
+        items: list[_Item],
+        c_max: int,
+        key: Callable[[_Item], int],
+        prefix: Sequence[tuple[int, int]] = (),
+        suffix: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """`prefix` (cost C, bound B): only l <= B of row C will be read; `suffix`: l >= B."""
         self.pairs = [(it.cost, key(it)) for it in items]
         self.c_max = c_max
         down = max((Fraction(-lv, c) for c, lv in self.pairs if lv < 0), default=Fraction(0))
         up = max((Fraction(lv, c) for c, lv in self.pairs if lv > 0), default=Fraction(0))
         g = np.arange(c_max + 1, dtype=np.int64)
-        # row g spans l in [lo[g], hi[g]]: the items' extreme ratios l / cost times g
-        self.lo = -((down.numerator * g) // down.denominator)
+        # row g spans l in [lo[g], hi[g]]: the items' extreme ratios l / cost times g ...
+        lo = -((down.numerator * g) // down.denominator)
         hi = (up.numerator * g) // up.denominator
-        widths = hi - self.lo + 1
-        self.start = np.concatenate(([0], np.cumsum(widths)))
+        # ... cut where no query can be reached: adding cost C - g moves l down by at most
+        # down (C - g) and up by at most up (C - g); cut entries only ever feed cut entries
+        if prefix:
+            reach = max(b + down * c for c, b in prefix)  # keep l <= reach - down g
+            den = reach.denominator * down.denominator
+            top = reach.numerator * down.denominator - down.numerator * reach.denominator * g
+            hi = np.minimum(hi, top // den)
+        if suffix:
+            reach = min(b - up * c for c, b in suffix)  # keep l >= reach + up g
+            den = reach.denominator * up.denominator
+            bottom = reach.numerator * up.denominator + up.numerator * reach.denominator * g
+            lo = np.maximum(lo, -((-bottom) // den))
+        self.lo = lo
+        self.hi = np.maximum(hi, lo - 1)  # empty rows have width 0
+        self.start = np.concatenate(([0], np.cumsum(self.hi - self.lo + 1)))
         self.cells = int(self.start[-1])
 
     def build(self, modulus: int) -> list[np.ndarray]:
         """Rows by cost, modulo `modulus`, as views into one flat buffer."""
         wrap = modulus == WRAP
         flat = np.zeros(self.cells, dtype=np.uint64 if wrap else np.int64)
-        start, lo = self.start.tolist(), self.lo.tolist()
+        start, lo, hi = self.start.tolist(), self.lo.tolist(), self.hi.tolist()
         rows = [flat[start[g] : start[g + 1]] for g in range(self.c_max + 1)]
-        rows[0][0] = 1
+        if lo[0] <= 0 <= hi[0]:
+            rows[0][-lo[0]] = 1
+        largest = 1  # bound on every entry (prime moduli only: uint64 wraps by itself)
         for cv, lv in self.pairs:
+            growth = self.c_max // cv + 1  # an entry gains at most this many earlier ones
+            if not wrap and largest * growth >= _LIMIT:
+                flat %= modulus
+                largest = modulus - 1
             # ascending g: row g - cv already holds any number of copies of this item
             for g in range(cv, self.c_max + 1):
-                src = rows[g - cv]
-                shift = lo[g - cv] + lv - lo[g]
-                rows[g][shift : shift + src.size] += src
-            if not wrap:
-                # residues below 2^31 grow at most (c_max + 1)-fold in one item's pass
-                flat %= modulus
+                s_lo = lo[g - cv] + lv  # the source row moved by this item
+                d_lo, d_hi = max(s_lo, lo[g]), min(hi[g - cv] + lv, hi[g])
+                if d_lo <= d_hi:
+                    rows[g][d_lo - lo[g] : d_hi - lo[g] + 1] += rows[g - cv][
+                        d_lo - s_lo : d_hi - s_lo + 1
+                    ]
+            largest *= growth
+        if not wrap:
+            flat %= modulus  # queries sum whole rows: entries must be small again
         return rows
 
     def sum_upto(self, row: np.ndarray, g: int, bound: int, step: int) -> int:

@@ -17,9 +17,10 @@ from safeaccess.rules.reconstruction import BudgetExceeded, count_matching_sampl
 from safeaccess.rules.reconstruction.matching import _mean_sd_constraints, _Solver
 from safeaccess.rules.reconstruction.shells import (
     PRIMES,
-    _count_from,
+    _bound,
+    _count_groups,
     count_targets_shells,
-    moduli_for,
+    multisets_by_sum,
 )
 
 
@@ -36,9 +37,7 @@ def _targets(k: int, n: int, mean: Decimal, sd: Decimal, d: int) -> tuple[_Solve
 
 
 def _with_first_pivot(k: int, n: int, a: int, pairs: list[tuple[int, int]]) -> int | None:
-    moduli = moduli_for(math.comb(n + k - 1, k - 1))
-    assert moduli is not None
-    return _count_from(1, k, n, a, [p for p in pairs if n * p[1] >= p[0] ** 2], moduli)
+    return _count_groups(1, k, n, {a: [p for p in pairs if n * p[1] >= p[0] ** 2]})
 
 
 @settings(max_examples=40, deadline=None)
@@ -121,3 +120,18 @@ def test_moduli_are_distinct_primes() -> None:
     assert len(set(PRIMES)) == len(PRIMES)
     for p in PRIMES:
         assert all(p % f for f in range(2, math.isqrt(p) + 1)), p
+
+
+def test_multisets_by_sum_against_a_direct_count() -> None:
+    # multisets of 30 values on 0..9 by sum, by a DP over values with Python integers
+    ways = [[1] + [0] * 270] + [[0] * 271 for _ in range(30)]  # ways[m][s]
+    for v in range(10):
+        for m in range(1, 31):
+            for s in range(v, 271):
+                ways[m][s] += ways[m - 1][s - v]
+    assert multisets_by_sum(30, 9) == ways[30]
+    assert sum(multisets_by_sum(1000, 9)) == math.comb(1009, 9)
+    # above 2^64 the bound on the answer is the multisets with the released sums, below it
+    # the whole sample space
+    assert _bound(1, 10, 1000, {5580}) == multisets_by_sum(1000, 9)[4580] < math.comb(1009, 9)
+    assert _bound(1, 10, 30, {150}) == math.comb(39, 9)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -95,51 +95,77 @@ def count_targets_shells(
         if n * q < s * s:
             continue  # negative variance: no sample
         by_pivot[min(max(s // n, low), high - 1)].append((s, q))
-    moduli = moduli_for(math.comb(n + high - low, high - low))
+    return _count_groups(low, high, n, by_pivot)
+
+
+def _count_groups(
+    low: int, high: int, n: int, by_pivot: Mapping[int, list[tuple[int, int]]]
+) -> int | None:
+    """The count for (sum, sum of squares) jobs grouped by their first pivot a (any a in
+    low..high-1 gives the same count; one near the mean gives the smallest tables)."""
+    plans = []  # every shell of every first pivot, sized before anything is built
+    for a, jobs in by_pivot.items():
+        shells = _plan(low, high, n, a, jobs)
+        if shells is None:
+            return None
+        plans.append(shells)
+    sums = {s for jobs in by_pivot.values() for s, _ in jobs}
+    moduli = moduli_for(_bound(low, high, n, sums))
     if moduli is None:
         return None
+    largest = max((t.cells for shells in plans for sh in shells for t in sh.tables), default=0)
+    scratch = np.empty(largest, dtype=np.uint64)  # one buffer: fresh pages are slow to touch
     total = 0
-    for a, jobs in by_pivot.items():
-        part = _count_from(low, high, n, a, jobs, moduli)
-        if part is None:
-            return None
-        total += part
+    for shells in plans:
+        # N = sum over shells of (#{c_x2 >= 0} - #{c_x1 < 0}); single shells' terms may
+        # exceed the sample space, their sum does not: add residues, recombine once
+        residues = [sum(sh.residue(m, scratch) for sh in shells) % m for m in moduli]
+        total += crt(residues, moduli)
     return total
 
 
-def _count_from(
-    low: int,
-    high: int,
-    n: int,
-    a: int,
-    jobs: list[tuple[int, int]],
-    moduli: tuple[int, ...],
-) -> int | None:
-    """Exact count for the jobs sharing the first pivots a, a+1."""
+def _bound(low: int, high: int, n: int, sums: set[int]) -> int:
+    """An upper bound on the answer: the multisets whose sum is one of `sums` (exactly, from
+    the Gaussian binomial [n + k - 1 choose k - 1]_q), when the sample space is above 2^64."""
+    k1 = high - low
+    space = math.comb(n + k1, k1)
+    if space < WRAP:
+        return space
+    poly = multisets_by_sum(n, k1)
+    return sum(poly[s - n * low] for s in sums if 0 <= s - n * low <= n * k1)
+
+
+def multisets_by_sum(n: int, k1: int) -> list[int]:
+    """Number of multisets of n values on 0..k1 by their sum: the coefficients of the Gaussian
+    binomial [n + k1 choose k1]_q = prod_{i=1}^{k1} (1 - q^(n+i)) / (1 - q^i)."""
+    poly = [1] + [0] * (n * k1)
+    for i in range(1, k1 + 1):
+        # every partial product is itself a Gaussian binomial, so all stay integers >= 0
+        for j in range(n * k1, n + i - 1, -1):
+            poly[j] -= poly[j - n - i]
+        for j in range(i, n * k1 + 1):
+            poly[j] += poly[j - i]
+    return poly
+
+
+def _plan(low: int, high: int, n: int, a: int, jobs: list[tuple[int, int]]) -> list[_Shell] | None:
+    """The non-empty shells for the jobs sharing the first pivots a, a+1 (None: too big)."""
     level: _Level | None = _Level(frozenset(), a, a + 1, 1)
-    # N = sum over levels of (#{c_x2 >= 0} - #{c_x1 < 0}); each level's terms may exceed the
-    # sample space, their sum does not: add residues and recombine once
-    residues = [0] * len(moduli)
+    shells: list[_Shell] = []
     for _ in range(MAX_LEVELS):
         if level is None:
-            return crt([r % m for r, m in zip(residues, moduli, strict=True)], moduli)
-        part = _level_residues(low, high, n, level, jobs, moduli)
-        if part is None:
-            return None
-        if part is _EMPTY:
-            level = None
-            continue
-        residues = [r + p for r, p in zip(residues, part, strict=True)]
+            return shells
+        shell = _Shell.of(low, high, n, level, jobs)
+        if isinstance(shell, _Empty):
+            return shells
+        if shell is not None:
+            if max(t.cells for t in shell.tables) > MAX_CELLS:
+                return None
+            shells.append(shell)
         level = _next_level(low, high, n, level, jobs)
         if level is _DECLINE:
             return None
     return None
-
-
-# sentinels: every job's cost is negative at a level (so all deeper levels are empty too), and
-# a pattern whose emptiness could not be shown
-_EMPTY: list[int] = []
-_DECLINE = _Level(frozenset(), 0, 0, 0)
 
 
 def _next_level(
@@ -162,64 +188,73 @@ def _next_level(
     return _Level(neg, pos[0], pos[-1], -1)
 
 
-def _level_residues(
-    low: int,
-    high: int,
-    n: int,
-    level: _Level,
-    jobs: list[tuple[int, int]],
-    moduli: tuple[int, ...],
-) -> list[int] | None:
-    """Sum over the jobs of #{c_x2 >= 0} - #{c_x1 < 0} at this level, modulo each modulus
-    (`_EMPTY` when no job has a non-negative cost here; None when the tables are too big)."""
-    x1, x2 = level.x1, level.x2
-    raw = []
-    for v in range(low, high + 1):
-        if v in (x1, x2):
-            continue
-        if v in level.neg:
-            raw.append((-level.q(v), -(v - x1), -(x2 - v)))
-        else:
-            raw.append((level.q(v), v - x1, x2 - v))
-    assert all(c > 0 for c, _, _ in raw), "pivots chosen so that every item has positive cost"
-    unit = math.gcd(*(c for c, _, _ in raw)) if raw else 1
-    items = [_Item(c // unit, l1, l2) for c, l1, l2 in raw]
-    neg_q = sum(level.q(v) for v in level.neg)
-    neg_l1 = sum(v - x1 for v in level.neg)
-    neg_l2 = sum(x2 - v for v in level.neg)
-    span = x2 - x1
-    tasks = []  # (cost, A1, A2)
-    any_nonneg = False
-    for s, q in jobs:
-        cost = level.sign * (q - (x1 + x2) * s + x1 * x2 * n) + neg_q
-        if cost >= 0:
-            any_nonneg = True
-        if cost < 0 or cost % unit:
-            continue
-        tasks.append((cost // unit, s - x1 * n + neg_l1, x2 * n - s + neg_l2))
-    if not any_nonneg:
-        return _EMPTY
-    if not tasks:
-        return [0] * len(moduli)
-    c_max = max(c for c, _, _ in tasks)
-    # queries read l1 <= A1 (prefix) and l2 > A2 (suffix) of row C
-    one = _Table(items, c_max, lambda it: it.l1, prefix=[(c, a1) for c, a1, _ in tasks])
-    two = _Table(items, c_max, lambda it: it.l2, suffix=[(c, a2 + 1) for c, _, a2 in tasks])
-    if one.cells > MAX_CELLS or two.cells > MAX_CELLS:
-        return None
-    residues = []
-    for modulus in moduli:
+@dataclass
+class _Shell:
+    """One level's queries (cost C, A1, A2) and its two tables."""
+
+    tasks: list[tuple[int, int, int]]
+    span: int
+    tables: tuple[_Table, _Table]
+
+    @classmethod
+    def of(
+        cls, low: int, high: int, n: int, level: _Level, jobs: list[tuple[int, int]]
+    ) -> _Shell | _Empty | None:
+        """The shell at `level` (None: no job has a usable cost here, but deeper ones may;
+        `_EMPTY`: every job's cost is negative, so this and all deeper shells are empty)."""
+        x1, x2 = level.x1, level.x2
+        raw = []
+        for v in range(low, high + 1):
+            if v in (x1, x2):
+                continue
+            if v in level.neg:
+                raw.append((-level.q(v), -(v - x1), -(x2 - v)))
+            else:
+                raw.append((level.q(v), v - x1, x2 - v))
+        if any(c <= 0 for c, _, _ in raw):
+            raise AssertionError("pivots are chosen so that every item has a positive cost")
+        unit = math.gcd(*(c for c, _, _ in raw)) if raw else 1
+        items = [_Item(c // unit, l1, l2) for c, l1, l2 in raw]
+        neg_q = sum(level.q(v) for v in level.neg)
+        neg_l1 = sum(v - x1 for v in level.neg)
+        neg_l2 = sum(x2 - v for v in level.neg)
+        tasks = []  # (cost, A1, A2)
+        any_nonneg = False
+        for s, q in jobs:
+            cost = level.sign * (q - (x1 + x2) * s + x1 * x2 * n) + neg_q
+            any_nonneg = any_nonneg or cost >= 0
+            if cost >= 0 and cost % unit == 0:
+                tasks.append((cost // unit, s - x1 * n + neg_l1, x2 * n - s + neg_l2))
+        if not any_nonneg:
+            return _EMPTY
+        if not tasks:
+            return None
+        c_max = max(c for c, _, _ in tasks)
+        # queries read l1 <= A1 (prefix) and l2 > A2 (suffix) of row C
+        one = _Table(items, c_max, lambda it: it.l1, prefix=[(c, a1) for c, a1, _ in tasks])
+        two = _Table(items, c_max, lambda it: it.l2, suffix=[(c, a2 + 1) for c, _, a2 in tasks])
+        return cls(tasks, x2 - x1, (one, two))
+
+    def residue(self, modulus: int, scratch: np.ndarray) -> int:
+        """Sum over the tasks of #{c_x2 >= 0} - #{c_x1 < 0}, modulo `modulus`."""
+        one, two = self.tables
         r = 0
-        rows = one.build(modulus)
-        for c, a1, _ in tasks:  # c_x2 >= 0: l1 <= A1, l1 = A1 (mod span)
-            r += one.sum_upto(rows[c], c, a1, span)
-        del rows
-        rows = two.build(modulus)
-        for c, _, a2 in tasks:  # c_x1 < 0: l2 > A2, l2 = A2 (mod span)
-            r -= two.sum_above(rows[c], c, a2, span)
-        del rows
-        residues.append(r % modulus)
-    return residues
+        rows = one.build(modulus, scratch)
+        for c, a1, _ in self.tasks:  # c_x2 >= 0: l1 <= A1, l1 = A1 (mod span)
+            r += one.sum_upto(rows[c], c, a1, self.span)
+        rows = two.build(modulus, scratch)
+        for c, _, a2 in self.tasks:  # c_x1 < 0: l2 > A2, l2 = A2 (mod span)
+            r -= two.sum_above(rows[c], c, a2, self.span)
+        return r % modulus
+
+
+class _Empty:
+    """Marker type of `_EMPTY`."""
+
+
+_EMPTY = _Empty()
+# marker: a pattern whose emptiness could not be shown
+_DECLINE = _Level(frozenset(), 0, 0, 0)
 
 
 class _Table:
@@ -259,10 +294,13 @@ class _Table:
         self.start = np.concatenate(([0], np.cumsum(self.hi - self.lo + 1)))
         self.cells = int(self.start[-1])
 
-    def build(self, modulus: int) -> list[np.ndarray]:
-        """Rows by cost, modulo `modulus`, as views into one flat buffer."""
+    def build(self, modulus: int, scratch: np.ndarray) -> list[np.ndarray]:
+        """Rows by cost, modulo `modulus`, as views into `scratch` (uint64, overwritten)."""
         wrap = modulus == WRAP
-        flat = np.zeros(self.cells, dtype=np.uint64 if wrap else np.int64)
+        flat = scratch[: self.cells]
+        if not wrap:
+            flat = flat.view(np.int64)
+        flat.fill(0)
         start, lo, hi = self.start.tolist(), self.lo.tolist(), self.hi.tolist()
         rows = [flat[start[g] : start[g + 1]] for g in range(self.c_max + 1)]
         if lo[0] <= 0 <= hi[0]:

@@ -10,10 +10,12 @@ import json
 import threading
 from pathlib import Path
 
+import httpx
 import pandas as pd
 from e2e_helpers import Centre, open_body, reveal_body, signed
 
 from safeaccess.client.analyses import FrequencyTable, Script, Summary
+from safeaccess.client.httpsig import sign_request
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import Backend, Job, RunResult
@@ -293,3 +295,23 @@ def test_a_mean_over_everyone_but_one_person_is_not_released_after_the_mean_over
     with connect(srv.url, centre.keys["bob"], "bob") as session:
         steps = session.run(centre.seal([all_but_one, everyone, SAFE], researcher="bob"))
     assert [s.status for s in steps] == ["released", "withheld"]
+
+
+def test_requests_are_bound_to_this_server(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    # A signed request copied to another centre (where the researcher has the same key) used to
+    # be accepted there, disclosing her sequences and outputs at that centre.
+    _, srv = server
+    key = centre.keys["ada"]
+    for_other = sign_request("GET", "/v1/sequences", "", b"", key, "ada", server="other-centre")
+    refused = httpx.get(srv.url + "/v1/sequences", headers=for_other, timeout=60)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "wrong_server"
+    # The client tags what it sends with the server's id, so its requests are bound too.
+    seen: list[str] = []
+    with connect(srv.url, key, "ada") as session:
+        session._http.event_hooks["request"].append(
+            lambda request: seen.append(request.headers.get("Signature-Input", ""))
+        )
+        session.sequences()
+    assert any(f';tag="{centre.server_id}"' in s for s in seen), seen

@@ -17,6 +17,7 @@ from safeaccess.client.httpsig import (
     SignatureParams,
     SignatureStale,
     UnknownKey,
+    WrongAudience,
     content_digest,
     sign_request,
     verify_request,
@@ -51,6 +52,7 @@ def _verify(
         remember_nonce=nonces,  # type: ignore[arg-type]
         now=now,
         max_skew=300,
+        server=kw.pop("server", None),  # type: ignore[arg-type]
     )
 
 
@@ -166,3 +168,19 @@ def test_missing_and_malformed_headers() -> None:
     headers["Signature-Input"] = headers["Signature-Input"].replace("ed25519", "hmac-sha256")
     with pytest.raises(SignatureMalformed):
         _verify(headers)
+
+
+def test_a_request_tagged_for_another_server_is_refused() -> None:
+    # A centre that receives a researcher's signed request must not be able to replay it at
+    # another centre where she uses the same key.
+    tagged = _sign(server="centre-a")
+    assert _verify(tagged, server="centre-a").tag == "centre-a"
+    with pytest.raises(WrongAudience):
+        _verify(tagged, server="centre-b")
+    # The tag is signed: rewriting it breaks the signature.
+    rewritten = dict(tagged)
+    rewritten["Signature-Input"] = tagged["Signature-Input"].replace('"centre-a"', '"centre-b"')
+    with pytest.raises(BadSignature):
+        _verify(rewritten, server="centre-b")
+    # Untagged requests (older clients) are still accepted.
+    assert _verify(_sign(), server="centre-b").tag is None

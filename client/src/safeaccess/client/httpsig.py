@@ -2,8 +2,10 @@
 
 Every request the researcher sends is signed with her Ed25519 key. The signature covers the
 method, the path, the query, a SHA-256 digest of the body (RFC 9530 `Content-Digest`), a creation
-timestamp and a random nonce. The server rejects stale timestamps and nonces it has seen within the
-skew window, so a captured request cannot be replayed; no password or shared secret exists.
+timestamp, a random nonce and (as the RFC 9421 `tag` parameter) the id of the server it is meant
+for. The server rejects stale timestamps, nonces it has seen within the skew window and requests
+tagged for another server, so a captured request cannot be replayed, here or at another centre
+where the researcher uses the same key; no password or shared secret exists.
 
 The signature base follows RFC 9421 section 2.5 (one `"name": value` line per component, then the
 `"@signature-params"` line), so standard tooling can reproduce it. Both the signer (client) and the
@@ -30,6 +32,7 @@ DEFAULT_MAX_SKEW = 300
 
 _KEYID = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 _NONCE = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
+_TAG = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _INPUT = re.compile(
     r"^sa=(?P<value>\((?P<components>[^()]*)\)(?P<params>(?:;[a-z]+=(?:\"[^\"]*\"|\d+))*))$"
 )
@@ -72,6 +75,10 @@ class BadSignature(SignatureError):
     code = "signature_invalid"
 
 
+class WrongAudience(SignatureError):
+    code = "wrong_server"
+
+
 @dataclass(frozen=True)
 class SignatureParams:
     """The parameters bound into a verified signature."""
@@ -79,6 +86,7 @@ class SignatureParams:
     keyid: str
     created: int
     nonce: str
+    tag: str | None = None
 
 
 def valid_keyid(name: str) -> bool:
@@ -109,9 +117,10 @@ def signature_base(method: str, path: str, query: str, digest: str, params_value
     return "\n".join(lines).encode("utf-8")
 
 
-def _params_value(keyid: str, created: int, nonce: str) -> str:
+def _params_value(keyid: str, created: int, nonce: str, tag: str | None = None) -> str:
     components = " ".join(f'"{c}"' for c in COMPONENTS)
-    return f'({components});created={created};nonce="{nonce}";keyid="{keyid}";alg="{ALGORITHM}"'
+    value = f'({components});created={created};nonce="{nonce}";keyid="{keyid}";alg="{ALGORITHM}"'
+    return value + (f';tag="{tag}"' if tag is not None else "")
 
 
 def sign_request(
@@ -124,16 +133,20 @@ def sign_request(
     *,
     created: int | None = None,
     nonce: str | None = None,
+    server: str | None = None,
 ) -> dict[str, str]:
-    """Headers (`Content-Digest`, `Signature-Input`, `Signature`) that authenticate one request."""
+    """Headers (`Content-Digest`, `Signature-Input`, `Signature`) that authenticate one request;
+    `server` (the server id) binds the request to that server, which every other server refuses."""
     if not _KEYID.match(keyid):
         raise ValueError(f"key id {keyid!r} may only use letters, digits and _ . @ -")
+    if server is not None and not _TAG.match(server):
+        raise ValueError(f"server id {server!r} may only use letters, digits and _ . : -")
     nonce = nonce if nonce is not None else secrets.token_urlsafe(24)
     if not _NONCE.match(nonce):
         raise ValueError("nonce must be 16-128 URL-safe base64 characters")
     created = int(time.time()) if created is None else created
     digest = content_digest(body)
-    params = _params_value(keyid, created, nonce)
+    params = _params_value(keyid, created, nonce, server)
     signature = private_key.sign(signature_base(method, path, query, digest, params))
     return {
         "Content-Digest": digest,
@@ -174,8 +187,11 @@ def _parse_input(raw: str) -> tuple[str, SignatureParams]:
         raise SignatureMalformed("'created' must be a Unix timestamp")
     if not _KEYID.match(params["keyid"]) or not _NONCE.match(params["nonce"]):
         raise SignatureMalformed("'keyid' or 'nonce' has characters that are not allowed")
+    tag = params.get("tag")
+    if tag is not None and not _TAG.match(tag):
+        raise SignatureMalformed("'tag' (the server id) has characters that are not allowed")
     return match.group("value"), SignatureParams(
-        keyid=params["keyid"], created=int(params["created"]), nonce=params["nonce"]
+        keyid=params["keyid"], created=int(params["created"]), nonce=params["nonce"], tag=tag
     )
 
 
@@ -190,13 +206,15 @@ def verify_request(
     remember_nonce: Callable[[str, str, int], bool],
     now: float | None = None,
     max_skew: int = DEFAULT_MAX_SKEW,
+    server: str | None = None,
 ) -> SignatureParams:
     """Verify a signed request and return its parameters, or raise a SignatureError subclass.
 
     `resolve_key(keyid)` returns the public key of a known signer or None. `remember_nonce(keyid,
     nonce, expires_at)` records a nonce and returns False when it was already recorded; it is
     called only after the signature verifies, so forged requests cannot fill the nonce store or
-    burn a legitimate client's nonces.
+    burn a legitimate client's nonces. With `server` (this server's id), a request tagged for
+    another server is refused; an untagged one is accepted (clients before the tag).
     """
     raw_input = _header(headers, "Signature-Input")
     raw_signature = _header(headers, "Signature")
@@ -233,6 +251,10 @@ def verify_request(
         raise BadSignature(
             f"the request signature does not verify with {params.keyid}'s registered key"
         ) from exc
+    if server is not None and params.tag is not None and params.tag != server:
+        raise WrongAudience(
+            f"the request was signed for server {params.tag!r}; this server is {server!r}"
+        )
     if not remember_nonce(params.keyid, params.nonce, params.created + max_skew + 1):
         raise NonceReplayed("this request was already received once (nonce replayed)")
     return params

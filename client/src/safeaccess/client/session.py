@@ -12,6 +12,7 @@ re-sends the same reveal, and `run` on a sequence already opened resumes where i
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Generator
@@ -55,13 +56,24 @@ class BadReceipt(SessionError):
 
 
 class _Signer(httpx.Auth):
-    requires_request_body = True
+    """Signs every request, tagged with the server's id (learnt from /v1/health before the first
+    signed request) so that no other centre accepts a copy of it."""
 
-    def __init__(self, key: Ed25519PrivateKey, researcher: str):
+    requires_request_body = True
+    requires_response_body = True
+
+    def __init__(self, key: Ed25519PrivateKey, researcher: str, health_url: str):
         self._key = key
         self._researcher = researcher
+        self._health_url = health_url
+        self.server: str | None = None
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if self.server is None and str(request.url) != self._health_url:
+            health = yield httpx.Request("GET", self._health_url)
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                if health.status_code == 200:
+                    self.server = str(health.json()["server_id"])
         request.headers.update(
             sign_request(
                 request.method,
@@ -70,6 +82,7 @@ class _Signer(httpx.Auth):
                 request.content,
                 self._key,
                 self._researcher,
+                server=self.server,
             )
         )
         yield request
@@ -94,7 +107,11 @@ class Session:
         self.researcher = researcher
         self.retries = retries
         self.retry_wait = retry_wait
-        self._http = httpx.Client(base_url=self.url, auth=_Signer(key, researcher), timeout=timeout)
+        self._http = httpx.Client(
+            base_url=self.url,
+            auth=_Signer(key, researcher, self.url + "/v1/health"),
+            timeout=timeout,
+        )
 
     def close(self) -> None:
         self._http.close()

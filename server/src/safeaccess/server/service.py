@@ -161,6 +161,7 @@ class Service:
                 resolve_key=self._researcher_key,
                 remember_nonce=self.store.remember_nonce,
                 max_skew=self.config.clock_skew_seconds,
+                server=self.server_id,
             )
         except SignatureError as exc:
             raise Unauthenticated(str(exc), code=exc.code) from exc

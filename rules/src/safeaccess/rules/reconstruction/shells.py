@@ -26,10 +26,12 @@ drops by about n times the growth of q, so only a few levels are non-empty; the 
 when C < 0 or when fewer than two Pos values remain (no vector then: with none, sum c < 0; with
 one value w, sum (v - w)^2 c < 0 although it must equal n Var + n (mean - w)^2 >= 0).
 
-Tables are kept modulo 2^64 and, when the sample space is larger, primes below 2^31 (CRT), as
-in `pivot.py`. A row of cost g spans only the l between the extreme ratios l / cost of the
-items, so a table has about (ratio range) C^2 / 2 cells; above `MAX_CELLS` the method declines
-(returns None).
+Tables are kept modulo 2^64 and, when the answer could be larger, primes just below 2^20
+(CRT). The answer is at most the number of multisets whose sum is admissible (a Gaussian
+binomial coefficient, computed exactly); single shells' terms are not, so residues are summed
+over the shells and recombined once. A row of cost g spans only the l between the extreme
+ratios l / cost of the items, cut further where no query can be reached, so a table has at
+most about (ratio range) C^2 / 2 cells; above `MAX_CELLS` the method declines (returns None).
 """
 
 from __future__ import annotations

@@ -13,8 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_reconstruction_oracle import matching, mean_of, round_dec, round_sd, variance_of
 
-from safeaccess.rules.reconstruction import BudgetExceeded, count_matching_samples
-from safeaccess.rules.reconstruction.matching import _mean_sd_constraints, _Solver
+from safeaccess.rules.reconstruction import BudgetExceeded, analyse, count_matching_samples
+from safeaccess.rules.reconstruction.matching import (
+    _bounds_by_counting,
+    _mean_sd_constraints,
+    _Solver,
+)
 from safeaccess.rules.reconstruction.shells import (
     PRIMES,
     _bound,
@@ -135,3 +139,22 @@ def test_multisets_by_sum_against_a_direct_count() -> None:
     # the whole sample space
     assert _bound(1, 10, 1000, {5580}) == multisets_by_sum(1000, 9)[4580] < math.comb(1009, 9)
     assert _bound(1, 10, 30, {150}) == math.comb(39, 9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.integers(3, 8), st.integers(2, 40), st.floats(0.5, 4.0), st.randoms(use_true_random=False)
+)
+def test_frequency_bounds_by_counting_agree_with_the_dynamic_programme(
+    k: int, n: int, spread: float, rnd: random.Random
+) -> None:
+    centre = rnd.uniform(1, k)
+    x = [min(k, max(1, round(rnd.gauss(centre, spread)))) for _ in range(n)]
+    mean, sd = _released(x, 2)
+    cons = _mean_sd_constraints(k, n, mean, sd, 2)
+    try:
+        expected = analyse(cons, max_steps=400_000).bounds
+    except BudgetExceeded:
+        return
+    assert all(lo <= x.count(v) <= hi for v, (lo, hi) in expected.items())
+    assert _bounds_by_counting(cons) == expected

@@ -516,18 +516,87 @@ def count_consistent(
     else by the pivot method (`pivot.py`), otherwise by the dynamic programme.
     """
     solver = _Solver(cons, max_steps, time_budget)
-    if solver.track_u and not cons.order:
-        low, n = cons.low, cons.n
-        # back from values shifted to start at 0: S = T + n low, Q = U + 2 low S - n low^2
-        pairs = []
-        for t, u in solver.targets:
-            s = t + n * low
-            pairs.append((s, u + 2 * low * s - n * low * low))
+    pairs = _moment_targets(cons, solver)
+    if pairs is not None:
         for method in (count_targets_shells, count_targets):
-            fast = method(low, cons.high, n, pairs)
+            fast = method(cons.low, cons.high, cons.n, pairs)
             if fast is not None:
                 return fast
     return sum(solver.count(fr, 0, cons.n, t, u) for fr, t, u in solver.roots())
+
+
+def _moment_targets(cons: SampleConstraints, solver: _Solver) -> list[tuple[int, int]] | None:
+    """The admissible (sum, sum of squares) pairs when only moments were released, else None."""
+    if not solver.track_u or cons.order:
+        return None
+    low, n = cons.low, cons.n
+    # back from values shifted to start at 0: S = T + n low, Q = U + 2 low S - n low^2
+    pairs = []
+    for t, u in solver.targets:
+        s = t + n * low
+        pairs.append((s, u + 2 * low * s - n * low * low))
+    return pairs
+
+
+# the counting route to frequency bounds makes about 2 k log2(n) counts; it is tried only when
+# one count is quick enough for all of them to fit in this many seconds
+BOUNDS_BY_COUNTING_SECONDS = 3.0
+
+
+def _bounds_by_counting(cons: SampleConstraints) -> dict[int, tuple[int, int]] | None:
+    """Per-value least and greatest counts for moments-only constraints, from exact counts:
+    the samples with c_v >= t are the samples of n - t values whose sums are S - v t and
+    Q - v^2 t; the count is non-increasing in t, so binary searches find where it drops below
+    the total (least c_v) and to zero (greatest c_v). None when the counts are unavailable or
+    would take too long (the dynamic programme then runs)."""
+    solver = _Solver(cons, None, None)
+    pairs = _moment_targets(cons, solver)
+    if pairs is None:
+        return None
+    n, low, high = cons.n, cons.low, cons.high
+    memo: dict[tuple[int, int], int | None] = {}
+
+    def at_least(v: int, t: int) -> int | None:
+        """Consistent samples with at least t records of value v."""
+        if (v, t) not in memo:
+            shifted = [(s - v * t, q - v * v * t) for s, q in pairs]
+            if t == n:
+                memo[v, t] = int((0, 0) in shifted)
+            else:
+                memo[v, t] = count_targets_shells(low, high, n - t, shifted)
+        return memo[v, t]
+
+    started = time.monotonic()
+    total = at_least(low, 0)
+    if total is None:
+        return None
+    if total == 0:
+        return {}
+    calls = 2 * (high - low + 1) * max(1, n.bit_length())
+    if (time.monotonic() - started) * calls > BOUNDS_BY_COUNTING_SECONDS:
+        return None
+    bounds: dict[int, tuple[int, int]] = {}
+    for v in range(low, high + 1):
+        memo[v, 0] = total
+        # greatest t with at_least(v, t) > 0
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            found = at_least(v, mid)
+            if found is None:
+                return None
+            lo, hi = (mid, hi) if found > 0 else (lo, mid - 1)
+        greatest = lo
+        # least t with at_least(v, t + 1) < total: some sample has c_v <= t
+        lo, hi = 0, greatest
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = at_least(v, mid + 1)
+            if found is None:
+                return None
+            lo, hi = (lo, mid) if found < total else (mid + 1, hi)
+        bounds[v] = (lo, greatest)
+    return bounds
 
 
 def exists_consistent(
@@ -589,4 +658,7 @@ def matching_frequency_bounds(
     """For each value v on 1..k, the least and greatest number of times v occurs among the
     multisets consistent with the released mean and SD; empty when none is consistent."""
     cons = _mean_sd_constraints(k, n, mean, sd, precision)
+    fast = _bounds_by_counting(cons)
+    if fast is not None:
+        return fast
     return analyse(cons, max_steps=max_steps).bounds

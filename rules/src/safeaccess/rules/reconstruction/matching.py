@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import accumulate, combinations_with_replacement, pairwise
@@ -538,9 +538,14 @@ def _moment_targets(cons: SampleConstraints, solver: _Solver) -> list[tuple[int,
     return pairs
 
 
-# the counting route to frequency bounds makes about 2 k log2(n) counts; it is tried only when
-# one count is quick enough for all of them to fit in this many seconds
+# the counting route to frequency bounds makes up to 2 k log2(n) counts; it is tried when the
+# first count suggests they fit in about this many seconds, and abandoned (for the dynamic
+# programme) when they do not fit in twice that
 BOUNDS_BY_COUNTING_SECONDS = 3.0
+
+
+class _TooSlow(Exception):
+    """The counting route to frequency bounds ran out of its time."""
 
 
 def _bounds_by_counting(cons: SampleConstraints) -> dict[int, tuple[int, int]] | None:
@@ -558,6 +563,8 @@ def _bounds_by_counting(cons: SampleConstraints) -> dict[int, tuple[int, int]] |
 
     def at_least(v: int, t: int) -> int | None:
         """Consistent samples with at least t records of value v."""
+        if time.monotonic() > deadline:
+            raise _TooSlow
         if (v, t) not in memo:
             shifted = [(s - v * t, q - v * v * t) for s, q in pairs]
             if t == n:
@@ -567,6 +574,7 @@ def _bounds_by_counting(cons: SampleConstraints) -> dict[int, tuple[int, int]] |
         return memo[v, t]
 
     started = time.monotonic()
+    deadline = started + 2 * BOUNDS_BY_COUNTING_SECONDS
     total = at_least(low, 0)
     if total is None:
         return None
@@ -575,6 +583,21 @@ def _bounds_by_counting(cons: SampleConstraints) -> dict[int, tuple[int, int]] |
     calls = 2 * (high - low + 1) * max(1, n.bit_length())
     if (time.monotonic() - started) * calls > BOUNDS_BY_COUNTING_SECONDS:
         return None
+    try:
+        return _search_bounds(low, high, n, total, memo, at_least)
+    except _TooSlow:
+        return None
+
+
+def _search_bounds(
+    low: int,
+    high: int,
+    n: int,
+    total: int,
+    memo: dict[tuple[int, int], int | None],
+    at_least: Callable[[int, int], int | None],
+) -> dict[int, tuple[int, int]] | None:
+    """The binary searches of `_bounds_by_counting`."""
     bounds: dict[int, tuple[int, int]] = {}
     for v in range(low, high + 1):
         memo[v, 0] = total
@@ -656,7 +679,11 @@ def matching_frequency_bounds(
     max_steps: int | None = None,
 ) -> dict[int, tuple[int, int]]:
     """For each value v on 1..k, the least and greatest number of times v occurs among the
-    multisets consistent with the released mean and SD; empty when none is consistent."""
+    multisets consistent with the released mean and SD; empty when none is consistent.
+
+    Found by binary searches over exact counts (`shells.py`) when those take a few seconds at
+    most, otherwise by the dynamic programme, which raises `BudgetExceeded` beyond `max_steps`.
+    """
     cons = _mean_sd_constraints(k, n, mean, sd, precision)
     fast = _bounds_by_counting(cons)
     if fast is not None:

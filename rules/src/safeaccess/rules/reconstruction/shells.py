@@ -36,6 +36,7 @@ most about (ratio range) C^2 / 2 cells; above `MAX_CELLS` the method declines (r
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -137,7 +138,8 @@ def _bound(low: int, high: int, n: int, sums: set[int]) -> int:
     return sum(poly[s - n * low] for s in sums if 0 <= s - n * low <= n * k1)
 
 
-def multisets_by_sum(n: int, k1: int) -> list[int]:
+@functools.lru_cache(maxsize=32)
+def multisets_by_sum(n: int, k1: int) -> tuple[int, ...]:
     """Number of multisets of n values on 0..k1 by their sum: the coefficients of the Gaussian
     binomial [n + k1 choose k1]_q = prod_{i=1}^{k1} (1 - q^(n+i)) / (1 - q^i)."""
     poly = [1] + [0] * (n * k1)
@@ -147,7 +149,7 @@ def multisets_by_sum(n: int, k1: int) -> list[int]:
             poly[j] -= poly[j - n - i]
         for j in range(i, n * k1 + 1):
             poly[j] += poly[j - i]
-    return poly
+    return tuple(poly)
 
 
 def _plan(low: int, high: int, n: int, a: int, jobs: list[tuple[int, int]]) -> list[_Shell] | None:

@@ -11,9 +11,23 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_reconstruction_oracle import matching, mean_of, round_dec, round_sd, variance_of
+from test_reconstruction_oracle import (
+    frequency_bounds,
+    matching,
+    mean_of,
+    round_dec,
+    round_sd,
+    variance_of,
+)
 
-from safeaccess.rules.reconstruction import BudgetExceeded, analyse, count_matching_samples
+from safeaccess.rules.reconstruction import (
+    Admissible,
+    BudgetExceeded,
+    SampleConstraints,
+    analyse,
+    count_consistent,
+    count_matching_samples,
+)
 from safeaccess.rules.reconstruction.matching import (
     _bounds_by_counting,
     _mean_sd_constraints,
@@ -158,3 +172,22 @@ def test_frequency_bounds_by_counting_agree_with_the_dynamic_programme(
         return
     assert all(lo <= x.count(v) <= hi for v, (lo, hi) in expected.items())
     assert _bounds_by_counting(cons) == expected
+
+
+@pytest.mark.parametrize(("low", "high"), [(0, 4), (-2, 3), (3, 9)])
+def test_scales_not_starting_at_one(low: int, high: int) -> None:
+    rnd = random.Random(low * 100 + high)
+    n = 7
+    x = [rnd.randint(low, high) for _ in range(n)]
+    mean, sd = _released(x, 1)
+    cons = SampleConstraints(
+        low,
+        high,
+        n,
+        means=(Admissible.released(mean, 1, ties="half_even"),),
+        sds=(Admissible.released(sd, 1, ties="half_even"),),
+    )
+    found = matching(low, high, n, lambda y: _released(y, 1) == (mean, sd))
+    assert tuple(sorted(x)) in found
+    assert count_consistent(cons) == len(found)
+    assert _bounds_by_counting(cons) == frequency_bounds(found, low, high)

@@ -23,6 +23,7 @@ from safeaccess.rules.checks.summary import summary_findings
 from safeaccess.rules.checks.survival import survival_findings
 from safeaccess.rules.checks.tables import table_findings as _table_findings
 from safeaccess.rules.decision import Decision, Finding, combine
+from safeaccess.rules.differencing import differencing_findings
 from safeaccess.rules.mitigation import MitigationError, mitigate, mitigation_notes
 from safeaccess.rules.outputs import (
     CorrelationOutput,
@@ -91,6 +92,8 @@ def check(
     """Check one typed output against a rule set and decide release / withhold / review."""
     rs = ruleset or DEFAULT_RULESET
     findings = _findings(output, rs, history)
+    if history:
+        findings += differencing_findings(output, history, rs.threshold)
     return Decision(
         verdict=combine(findings),
         findings=findings,

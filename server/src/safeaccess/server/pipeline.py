@@ -20,7 +20,6 @@ from pydantic import TypeAdapter, ValidationError
 from safeaccess.client.analyses import Analysis, parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
-from safeaccess.rules.decision import combine
 from safeaccess.rules.engine import check
 from safeaccess.rules.mitigation import MitigationError, mitigate
 from safeaccess.rules.outputs import Output, public
@@ -34,7 +33,6 @@ from safeaccess.sandbox.backend import (
     Limits,
     SandboxError,
 )
-from safeaccess.server.differencing import differencing_findings
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.states import StepState
 from safeaccess.server.store import StepOutcome
@@ -142,13 +140,8 @@ def run_step(
         output = _mitigate(result.output, analysis, ruleset)
     except MitigationError as exc:
         return _failed("mitigation_failed", str(exc), kind)
-    # The engine takes the YAML rule set (`safeaccess.rules.ruleset.RuleSet`) once the full
-    # catalogue lands; until then it reads the same fields (name, version, threshold, dof).
+    # The history makes the engine check differencing and reconstruction across releases.
     decision = check(output, ruleset, history=history)
-    differencing = differencing_findings(output, history, ruleset.threshold)
-    if differencing:
-        findings = [*decision.findings, *differencing]
-        decision = decision.model_copy(update={"findings": findings, "verdict": combine(findings)})
     full = output.model_dump(mode="json")
     released = public(output)
     return StepOutcome(

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from safeaccess.rules.differencing import differencing_findings
 from safeaccess.rules.outputs import QuerySet
-from safeaccess.server.differencing import differencing_findings
 
 N = 100
 
@@ -60,3 +60,38 @@ def test_outputs_without_query_sets_or_of_another_version_are_skipped() -> None:
     no_facts: Any = SimpleNamespace(facts=SimpleNamespace(query_set=None))
     assert differencing_findings(new, [other_version, no_facts], threshold=10) == []
     assert differencing_findings(no_facts, [new], threshold=10) == []
+
+
+def test_the_engine_applies_differencing_against_the_history() -> None:
+    # Two regressions (each passes its own df check) on everyone and on everyone but three people.
+    from safeaccess.rules.engine import check
+    from safeaccess.rules.outputs import RegressionFacts, RegressionOutput
+
+    def regression(members: range) -> RegressionOutput:
+        index = np.full(N, -1)
+        index[list(members)] = 0
+        n = len(members)
+        return RegressionOutput(
+            family="ols",
+            formula="y ~ x",
+            n=n,
+            df_resid=n - 2,
+            df_model=1,
+            coefficients=[],
+            facts=RegressionFacts(
+                n=n,
+                df_resid=n - 2,
+                df_model=1,
+                categorical_only=False,
+                saturated=False,
+                regressors=[],
+                query_set=QuerySet.from_array(["all"], index),
+            ),
+        )
+
+    everyone, but_three = regression(range(N)), regression(range(3, N))
+    assert check(everyone).verdict == "release"
+    assert check(but_three).verdict == "release"
+    decision = check(but_three, history=[everyone])
+    assert decision.verdict == "withhold"
+    assert [f.check for f in decision.findings] == ["differencing"]

@@ -9,8 +9,9 @@ the records in one but not the other (both ways round, together) must be none or
 threshold.
 
 This is the pairwise part of query-set-size control; it does not audit combinations of three or
-more releases (the atom partition of the architecture). It runs in the server because it needs
-the release history, which only the server holds.
+more releases (the atom partition of the architecture). The engine runs it on every output with
+the release history the caller passes (the server passes what it already gave the researcher on
+the same dataset).
 """
 
 from __future__ import annotations

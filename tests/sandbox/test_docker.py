@@ -274,15 +274,15 @@ def test_image_plan_has_runtime_and_runner_but_no_server_tests_or_keys() -> None
     assert b":10001:10001:" in passwd and b"root" not in passwd
 
 
-def test_write_image_id_updates_only_that_key(tmp_path: Path) -> None:
-    from safeaccess.server.cli_sandbox import write_image_id
+def test_set_sandbox_image_updates_only_that_key(tmp_path: Path) -> None:
+    from safeaccess.server.config import set_sandbox_image
 
     config = tmp_path / "config.yaml"
     config.write_text(
         "server_id: centre-1\nsandbox:\n  backend: docker\n  docker:\n    pool_size: 2\n"
     )
     config.chmod(0o600)
-    write_image_id(config, IMAGE)
+    set_sandbox_image(config, IMAGE)
     raw = yaml.safe_load(config.read_text())
     assert raw == {
         "server_id": "centre-1",
@@ -291,14 +291,16 @@ def test_write_image_id_updates_only_that_key(tmp_path: Path) -> None:
     assert config.stat().st_mode & 0o777 == 0o600
 
 
-def test_write_image_id_leaves_an_invalid_config_untouched(tmp_path: Path) -> None:
-    from safeaccess.server.cli_sandbox import write_image_id
+def test_set_sandbox_image_leaves_an_invalid_config_untouched(tmp_path: Path) -> None:
+    from safeaccess.server.config import set_sandbox_image
 
     config = tmp_path / "config.yaml"
     text = "server_id: centre-1\nsandbox:\n  docker:\n    pool_size: -1\n"
     config.write_text(text)
-    with pytest.raises(SandboxError, match="would not be valid"):
-        write_image_id(config, IMAGE)
+    from safeaccess.server.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="would not be valid"):
+        set_sandbox_image(config, IMAGE)
     assert config.read_text() == text
 
 

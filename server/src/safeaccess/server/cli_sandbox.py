@@ -12,19 +12,14 @@ file, records it as `sandbox.docker.image` there. Also runnable as
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import yaml
-from pydantic import ValidationError
 
 from safeaccess.sandbox.backend import SandboxError
 from safeaccess.sandbox.factory import DockerOptions, SandboxConfig, make_backend
-from safeaccess.server.config import CONFIG_FILE, ServerConfig, default_data_dir
+from safeaccess.server.config import CONFIG_FILE, default_data_dir, read_config, set_sandbox_image
+from safeaccess.server.errors import ConfigError
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -88,57 +83,12 @@ def _config_path(args: argparse.Namespace) -> Path | None:
     return None
 
 
-def _load_raw(path: Path) -> dict[str, Any]:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise SandboxError(f"cannot read configuration {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise SandboxError(f"configuration {path} is not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise SandboxError(f"configuration {path} must be a YAML mapping")
-    return raw
-
-
 def _sandbox_config(path: Path | None) -> SandboxConfig:
     if path is None:
         path = default_data_dir() / CONFIG_FILE
         if not path.is_file():
             return SandboxConfig()
-    try:
-        return ServerConfig.model_validate(_load_raw(path)).sandbox
-    except ValidationError as exc:
-        raise SandboxError(f"configuration {path} is not valid: {exc}") from exc
-
-
-def write_image_id(path: Path, image_id: str) -> None:
-    """Set `sandbox.docker.image` in the YAML configuration at `path`, atomically.
-
-    The result is validated as a server configuration before it replaces the file, so a bad file
-    is left untouched.
-    """
-    raw = _load_raw(path)
-    sandbox = raw.setdefault("sandbox", {})
-    if not isinstance(sandbox, dict):
-        raise SandboxError(f"'sandbox' in {path} must be a mapping")
-    docker_section = sandbox.setdefault("docker", {})
-    if not isinstance(docker_section, dict):
-        raise SandboxError(f"'sandbox.docker' in {path} must be a mapping")
-    docker_section["image"] = image_id
-    try:
-        ServerConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise SandboxError(f"configuration {path} would not be valid: {exc}") from exc
-    mode = path.stat().st_mode & 0o777
-    fd, tmp = tempfile.mkstemp(prefix=".config-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            yaml.safe_dump(raw, out, sort_keys=False)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return read_config(path).sandbox
 
 
 def build_image_command(args: argparse.Namespace) -> int:
@@ -164,9 +114,9 @@ def build_image_command(args: argparse.Namespace) -> int:
             removed = prune_images(client, keep=built.image_id)
             print(f"removed {len(removed)} older sandbox image(s)", file=sys.stderr)
         if path is not None:
-            write_image_id(path, built.image_id)
+            set_sandbox_image(path, built.image_id)
             print(f"wrote sandbox.docker.image to {path}", file=sys.stderr)
-    except SandboxError as exc:
+    except (SandboxError, ConfigError) as exc:
         print(f"safeaccess-server: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     print(built.image_id)
@@ -178,7 +128,7 @@ def check_command(args: argparse.Namespace) -> int:
     try:
         config = _sandbox_config(_config_path(args))
         backend = make_backend(config)
-    except SandboxError as exc:
+    except (SandboxError, ConfigError) as exc:
         print(f"safeaccess-server: sandbox unusable: {exc}", file=sys.stderr)
         return EXIT_ERROR
     backend.close()

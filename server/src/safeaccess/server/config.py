@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography.hazmat.primitives import serialization
@@ -90,11 +92,7 @@ class DataDir:
                 f"{self.config_path} does not exist; run 'safeaccess-server init --data-dir "
                 f"{self.root}' first"
             )
-        try:
-            raw = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
-            return ServerConfig.model_validate(raw)
-        except (yaml.YAMLError, ValidationError) as exc:
-            raise ConfigError(f"{self.config_path} is not a valid configuration: {exc}") from exc
+        return read_config(self.config_path)
 
     def save_config(self, config: ServerConfig) -> None:
         text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
@@ -111,6 +109,56 @@ class DataDir:
         if not isinstance(key, Ed25519PrivateKey):
             raise ConfigError(f"{path} is not an Ed25519 private key")
         return key
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"configuration {path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"configuration {path} must be a YAML mapping")
+    return raw
+
+
+def read_config(path: Path) -> ServerConfig:
+    """Read and validate a configuration file, or raise ConfigError saying what is wrong."""
+    try:
+        return ServerConfig.model_validate(_read_mapping(path))
+    except ValidationError as exc:
+        raise ConfigError(f"{path} is not a valid configuration: {exc}") from exc
+
+
+def set_sandbox_image(path: Path, image_id: str) -> None:
+    """Set `sandbox.docker.image` in the configuration at `path`, atomically, changing nothing else.
+
+    The result is validated as a server configuration before it replaces the file, so a bad file
+    is left untouched; the file keeps its mode.
+    """
+    raw = _read_mapping(path)
+    sandbox = raw.setdefault("sandbox", {})
+    if not isinstance(sandbox, dict):
+        raise ConfigError(f"'sandbox' in {path} must be a mapping")
+    docker_section = sandbox.setdefault("docker", {})
+    if not isinstance(docker_section, dict):
+        raise ConfigError(f"'sandbox.docker' in {path} must be a mapping")
+    docker_section["image"] = image_id
+    try:
+        ServerConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"configuration {path} would not be valid: {exc}") from exc
+    mode = path.stat().st_mode & 0o777
+    fd, tmp = tempfile.mkstemp(prefix=".config-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            yaml.safe_dump(raw, out, sort_keys=False)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def initialise(root: Path, *, server_id: str | None = None) -> ServerConfig:

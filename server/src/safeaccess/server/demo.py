@@ -29,8 +29,7 @@ from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import SandboxError
 from safeaccess.sandbox.factory import resolve_backend_name
 from safeaccess.server.api import create_app
-from safeaccess.server.cli_sandbox import write_image_id
-from safeaccess.server.config import DataDir, initialise
+from safeaccess.server.config import DataDir, initialise, set_sandbox_image
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo_data import census_metadata, generate_census
 from safeaccess.server.embedded import EmbeddedServer
@@ -117,7 +116,7 @@ def _docker_image_for_demo(root: Path, out: Callable[[str], None]) -> None:
     except Exception as exc:  # the Docker SDK raises its own and requests' errors
         raise ConfigError(f"the Docker sandbox is unusable: {exc}") from exc
     out(f"Sandbox image {built.image_id[:19]} ({'reused' if built.reused else 'built'})")
-    write_image_id(data.config_path, built.image_id)
+    set_sandbox_image(data.config_path, built.image_id)
 
 
 def run_demo(

@@ -4,7 +4,8 @@ Tests that need Docker take the `docker_client` or `sandbox_image` fixture and c
 `@pytest.mark.docker`. Without an engine they are skipped, unless SAFEACCESS_REQUIRE_DOCKER=1
 (as in CI), in which case they fail: a missing engine must not pass silently there. Likewise
 tests of the process sandbox take `missing_isolation`: they skip where bubblewrap cannot isolate,
-unless SAFEACCESS_REQUIRE_SANDBOX=1 (as in CI).
+unless SAFEACCESS_REQUIRE_SANDBOX=1 (as in CI); PostgreSQL store tests take `missing_postgres`
+(SAFEACCESS_REQUIRE_POSTGRES=1 in CI).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 REQUIRE_DOCKER = "SAFEACCESS_REQUIRE_DOCKER"
 REQUIRE_SANDBOX = "SAFEACCESS_REQUIRE_SANDBOX"
+REQUIRE_POSTGRES = "SAFEACCESS_REQUIRE_POSTGRES"
 
 
 def _skip_unless_required(variable: str, reason: str) -> NoReturn:
@@ -35,6 +37,16 @@ def missing_isolation() -> Callable[[str], NoReturn]:
 
     def missing(reason: str) -> NoReturn:
         _skip_unless_required(REQUIRE_SANDBOX, f"process sandbox unavailable here: {reason}")
+
+    return missing
+
+
+@pytest.fixture(scope="session")
+def missing_postgres() -> Callable[[str], NoReturn]:
+    """Call with the reason when no PostgreSQL can be had here: skips, or fails in CI."""
+
+    def missing(reason: str) -> NoReturn:
+        _skip_unless_required(REQUIRE_POSTGRES, reason)
 
     return missing
 

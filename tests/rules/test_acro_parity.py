@@ -18,6 +18,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+import acro  # test-only dependency (root dev extra): the peer we check parity against
 import numpy as np
 import pandas as pd
 import pytest
@@ -33,7 +34,6 @@ from safeaccess.rules.outputs import (
 )
 from safeaccess.rules.tabulate import build_table
 
-acro = pytest.importorskip("acro")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # ACRO's own pandas calls
 
 Cells = set[tuple[int, int]]

@@ -8,7 +8,8 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 import pytest
 
@@ -22,14 +23,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    pytest.importorskip("psycopg", reason="the PostgreSQL driver (dev extra) is not installed")
+def postgres_url(missing_postgres: Callable[[str], NoReturn]) -> Iterator[str]:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing_postgres("the PostgreSQL driver psycopg (dev extra) is not installed")
     if os.environ.get(ENV_URL):
         yield os.environ[ENV_URL]
         return
     initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
     if initdb is None or pg_ctl is None:
-        pytest.skip(f"no PostgreSQL: set {ENV_URL} or install initdb/pg_ctl")
+        missing_postgres(f"no PostgreSQL: set {ENV_URL} or install initdb/pg_ctl")
     prefix: list[str] = []
     folder = tempfile.mkdtemp(prefix="safeaccess-pg-")
     if os.geteuid() == 0:  # initdb refuses to run as root

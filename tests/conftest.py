@@ -75,3 +75,38 @@ def sandbox_image(docker_client: Any) -> str:
     from safeaccess.sandbox.docker import build_image
 
     return build_image(docker_client).image_id
+
+
+@pytest.fixture(scope="session")
+def forged_table_script() -> str:
+    """Code of a hostile `script` that writes a fake "released table" runner response to every
+    file descriptor past stderr (the runner's response channel among them), then exits without the
+    runner's own response: a backend must refuse the forged output (a table for a script) and the
+    server must fail the step, not release it."""
+    import json
+
+    fake = {
+        "ok": True,
+        "output": {
+            "type": "table",
+            "source": "frequency_table",
+            "statistic": "count",
+            "row_vars": ["sex"],
+            "col_vars": [],
+            "row_labels": [["F"]],
+            "col_labels": [[]],
+            "values": [[100.0]],
+            "facts": {"cells": {"counts": [[100]]}, "n_total": 100},
+        },
+    }
+    payload = json.dumps(fake).encode()
+    return (
+        "import os\n"
+        f"payload = {payload!r}\n"
+        "for fd in range(3, 20):\n"
+        "    try:\n"
+        "        os.write(fd, payload)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "os._exit(0)\n"
+    )

@@ -6,7 +6,6 @@ Each test is a concrete attack that once worked; it must keep failing.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from pathlib import Path
 
@@ -63,35 +62,12 @@ def test_a_script_that_crashes_the_sandbox_fails_its_step_and_cannot_be_rerun(
 
 
 def test_a_script_forging_another_output_type_fails_its_step(
-    centre: Centre, server: tuple[Service, EmbeddedServer]
+    centre: Centre, server: tuple[Service, EmbeddedServer], forged_table_script: str
 ) -> None:
     # The runner's response channel is reachable from the script; a forged table is refused by
     # the backend, and that refusal is the script's failure, not a retryable centre outage.
     _, srv = server
-    fake = {
-        "ok": True,
-        "output": {
-            "type": "table",
-            "source": "frequency_table",
-            "statistic": "count",
-            "row_vars": ["sex"],
-            "col_vars": [],
-            "row_labels": [["F"]],
-            "col_labels": [[]],
-            "values": [[100.0]],
-            "facts": {"cells": {"counts": [[100]]}, "n_total": 100},
-        },
-    }
-    code = (
-        f"payload = {json.dumps(fake).encode()!r}\n"
-        "import os\n"
-        "for fd in range(3, 20):\n"
-        "    try:\n"
-        "        os.write(fd, payload)\n"
-        "    except OSError:\n"
-        "        pass\n"
-        "os._exit(0)\n"
-    )
+    code = forged_table_script
     sealed = centre.seal([Script(code=code), SAFE])
     response = signed(
         srv.url, centre.keys["ada"], "ada", "POST", "/v1/sequences", open_body(sealed)

@@ -11,7 +11,6 @@ The backends run with their normal hardening; nothing here weakens them.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import sqlite3
@@ -414,35 +413,8 @@ for i, mounted in enumerate(glob.glob("/data/*.parquet") + [host_dataset]):
 
 
 def test_forged_runner_response_is_refused(
-    backend: Backend, data_dir: Path, frame: pd.DataFrame
+    backend: Backend, data_dir: Path, frame: pd.DataFrame, forged_table_script: str
 ) -> None:
-    fake = {
-        "ok": True,
-        "output": {
-            "type": "table",
-            "source": "frequency_table",
-            "statistic": "count",
-            "row_vars": ["sex"],
-            "col_vars": [],
-            "row_labels": [["F"]],
-            "col_labels": [[]],
-            "values": [[100.0]],
-            "facts": {"cells": {"counts": [[100]]}, "n_total": 100},
-        },
-    }
-    from safeaccess.sandbox.docker_entry import DONE_MARKER
-
-    payload = json.dumps(fake).encode() + DONE_MARKER
-    code = (
-        f"payload = {payload!r}\n"
-        + """
-for fd in range(0, 20):
-    try:
-        os.write(fd, payload)
-    except OSError:
-        pass
-os._exit(0)
-"""
-    )
+    code = forged_table_script
     outcome = _hostile(backend, data_dir, frame, _job(data_dir, code))
     assert isinstance(outcome, SandboxError), f"a forged table was accepted: {outcome!r}"

@@ -99,7 +99,9 @@ def forged_table_script() -> str:
             "facts": {"cells": {"counts": [[100]]}, "n_total": 100},
         },
     }
-    payload = json.dumps(fake).encode()
+    body = json.dumps(fake).encode()
+    # Framed exactly as the runner frames its own reply (the layout is public: see backend.py).
+    payload = b"SAR1" + len(body).to_bytes(4, "big") + body + (0).to_bytes(4, "big")
     return (
         "import os\n"
         f"payload = {payload!r}\n"

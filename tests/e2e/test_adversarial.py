@@ -227,7 +227,8 @@ def test_a_script_cannot_choose_the_error_code_its_researcher_sees(
     code = """
 import json, os, stat
 secret = "leak" + str(int(df["income"].sum()))
-forged = json.dumps({"ok": False, "error": {"code": secret, "message": "x"}}).encode()
+body = json.dumps({"ok": False, "error": {"code": secret, "message": "x"}}).encode()
+forged = b"SAR1" + len(body).to_bytes(4, "big") + body + (0).to_bytes(4, "big")
 for fd in range(3, 64):
     try:
         if stat.S_ISFIFO(os.fstat(fd).st_mode):

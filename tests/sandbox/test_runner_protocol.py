@@ -13,7 +13,7 @@ import pytest
 from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import ScriptOutput
-from safeaccess.sandbox.backend import RunnerRequest, RunnerResponse
+from safeaccess.sandbox.backend import RunnerRequest, RunnerResponse, decode_reply
 from safeaccess.sandbox.compute.script import MAX_STDOUT_CHARS
 from safeaccess.sandbox.runner import execute
 
@@ -46,7 +46,9 @@ def call_runner(payload: bytes) -> RunnerResponse:
         timeout=120,
         check=True,
     )
-    return RunnerResponse.model_validate_json(done.stdout)
+    reply = decode_reply(done.stdout)
+    assert reply is not None, done.stdout[:200]
+    return reply.response
 
 
 def request(analysis: dict, dataset: Path) -> bytes:

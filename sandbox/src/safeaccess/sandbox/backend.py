@@ -7,9 +7,12 @@ output. The runner inside the sandbox is `python -m safeaccess.sandbox.runner`: 
 
 from __future__ import annotations
 
+import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from safeaccess.rules.outputs import Output
@@ -61,6 +64,62 @@ class RunnerResponse(BaseModel):
     ok: bool
     output: Output | None = None
     error: RunnerError | None = None
+
+
+# The runner's reply on stdout: one frame holding the JSON response, then zero or more binary
+# arrays (per-record query sets, little-endian int32) that must not travel as JSON: at 10 M
+# records one array is 40 MB raw. Only `encode_reply` / `decode_reply` know this layout.
+REPLY_MAGIC = b"SAR1"
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+
+
+@dataclass
+class RunnerReply:
+    """A decoded runner reply: the JSON response plus its side-channel arrays, in order."""
+
+    response: RunnerResponse
+    arrays: list[np.ndarray] = field(default_factory=list)
+
+
+def encode_reply(response: RunnerResponse, arrays: list[np.ndarray] | tuple[()] = ()) -> bytes:
+    """The bytes the runner writes on stdout for `response` and its binary arrays."""
+    body = response.model_dump_json().encode("utf-8")
+    parts = [REPLY_MAGIC, _U32.pack(len(body)), body, _U32.pack(len(arrays))]
+    for array in arrays:
+        raw = np.ascontiguousarray(array, dtype="<i4").tobytes()
+        parts.append(_U64.pack(len(raw)))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+def decode_reply(data: bytes | bytearray | memoryview) -> RunnerReply | None:
+    """Parse a runner's stdout; None when it is not one complete, valid reply (a crash or a
+    forgery: the caller decides which)."""
+    view = memoryview(data)
+    try:
+        if bytes(view[:4]) != REPLY_MAGIC:
+            return None
+        (size,) = _U32.unpack_from(view, 4)
+        offset = 8 + size
+        if offset + 4 > len(view):
+            return None
+        response = RunnerResponse.model_validate_json(bytes(view[8:offset]))
+        (count,) = _U32.unpack_from(view, offset)
+        offset += 4
+        arrays = []
+        for _ in range(count):
+            (nbytes,) = _U64.unpack_from(view, offset)
+            offset += 8
+            if nbytes % 4 or offset + nbytes > len(view):
+                return None
+            arrays.append(np.frombuffer(view[offset : offset + nbytes], dtype="<i4"))
+            offset += nbytes
+        if offset != len(view):
+            return None
+    except (struct.error, ValueError):
+        return None
+    return RunnerReply(response=response, arrays=arrays)
 
 
 class RunResult(BaseModel):

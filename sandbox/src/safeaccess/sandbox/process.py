@@ -42,8 +42,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from safeaccess.sandbox.backend import (
     AnalysisFailed,
     Job,
@@ -55,6 +53,7 @@ from safeaccess.sandbox.backend import (
     RunResult,
     SandboxError,
     SandboxUnavailable,
+    decode_reply,
     expected_output,
 )
 
@@ -471,10 +470,8 @@ class ProcessBackend:
     def _result(self, job: Job, limits: Limits, outcome: _Outcome, wall: float) -> RunResult:
         if outcome.killed_for is not None:
             raise outcome.killed_for
-        response: RunnerResponse | None = None
-        if outcome.stdout:
-            with contextlib.suppress(ValidationError):
-                response = RunnerResponse.model_validate_json(outcome.stdout)
+        reply = decode_reply(outcome.stdout) if outcome.stdout else None
+        response: RunnerResponse | None = reply.response if reply is not None else None
         if response is None:
             raise self._crash(outcome, limits)
         if not response.ok:

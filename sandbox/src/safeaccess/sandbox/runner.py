@@ -1,7 +1,7 @@
 """The analysis runner: `python -m safeaccess.sandbox.runner` inside a sandbox.
 
-Protocol: one `RunnerRequest` as JSON on stdin, one `RunnerResponse` as JSON on stdout (never
-pickle), exit status 0 whenever a response was written. It depends only on stdin, stdout and the
+Protocol: one `RunnerRequest` as JSON on stdin, one reply on stdout framed by
+`backend.encode_reply` (the `RunnerResponse` as JSON plus binary side arrays; never pickle), exit status 0 whenever a response was written. It depends only on stdin, stdout and the
 dataset path in the request, so the process and Docker backends run it the same way.
 
 `execute(analysis, frame, metadata)` is the pure core: filter, then compute one analysis.
@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from safeaccess.client.analyses import Analysis, parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Output
-from safeaccess.sandbox.backend import RunnerError, RunnerRequest, RunnerResponse
+from safeaccess.sandbox.backend import RunnerError, RunnerRequest, RunnerResponse, encode_reply
 from safeaccess.sandbox.compute._common import AnalysisError
 
 ENV_UID = "SAFEACCESS_SANDBOX_UID"
@@ -226,8 +226,8 @@ def main() -> int:
         response = _error("bad_request", "the request is too large")
     else:
         response = _serve(raw)
-    with os.fdopen(response_fd, "w", encoding="utf-8") as out:
-        out.write(response.model_dump_json())
+    with os.fdopen(response_fd, "wb") as out:
+        out.write(encode_reply(response))
     return 0
 
 

@@ -30,7 +30,6 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 from docker.types import LogConfig, Mount, Ulimit
-from pydantic import ValidationError
 
 from safeaccess.sandbox.backend import (
     AnalysisFailed,
@@ -39,6 +38,7 @@ from safeaccess.sandbox.backend import (
     Limits,
     RunnerResponse,
     SandboxError,
+    decode_reply,
 )
 from safeaccess.sandbox.docker.image import SANDBOX_TMP, SANDBOX_USER
 from safeaccess.sandbox.docker_entry import DONE_MARKER, ENV_PRELOAD, READY_MARKER
@@ -358,10 +358,8 @@ def wall_message(limits: Limits) -> str:
 def _parse(stdout: bytearray) -> RunnerResponse | None:
     if not stdout:
         return None
-    try:
-        return RunnerResponse.model_validate_json(bytes(stdout))
-    except ValidationError:
-        return None
+    reply = decode_reply(bytes(stdout))
+    return reply.response if reply is not None else None
 
 
 def _finish(container: Container, demux: _Demux, limits: Limits, deadline: float) -> RunnerResponse:

@@ -82,7 +82,7 @@ def test_too_many_small_atoms_for_the_triple_search_falls_back() -> None:
 def test_facts_are_json_and_name_what_was_decided() -> None:
     outputs = _two_margins()
     state = AuditState.empty(N)
-    for arrays in outputs + [[np.zeros(N, dtype=np.int32)]]:
+    for arrays in [*outputs, [np.zeros(N, dtype=np.int32)]]:
         result = admit(state, arrays, AuditPolicy(k=10))
         facts = json.loads(json.dumps(result.facts))
         for key in (

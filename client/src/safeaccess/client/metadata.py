@@ -49,6 +49,12 @@ class DatasetMetadata(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     columns: list[Column] = Field(min_length=1)
+    record_key: str | None = Field(
+        default=None,
+        description="The identifier column that names the same person (record) in every version "
+        "of the dataset, e.g. 'person_id'. The server maps it to stable record ids for auditing "
+        "query sets across versions; like every identifier it never reaches an analysis.",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> DatasetMetadata:
@@ -56,7 +62,22 @@ class DatasetMetadata(BaseModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate column names: {', '.join(dupes)}")
+        if self.record_key is not None:
+            key = self.column(self.record_key)
+            if key is None or key.type != "identifier":
+                raise ValueError(
+                    f"record_key {self.record_key!r} must name a column of type 'identifier'"
+                )
+            if key.contributor:
+                raise ValueError(
+                    f"record_key {self.record_key!r} cannot also be the contributor column"
+                )
         return self
+
+    @property
+    def identifier_columns(self) -> list[str]:
+        """Columns of type 'identifier': never visible to analyses or scripts."""
+        return [c.name for c in self.columns if c.type == "identifier"]
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)

@@ -242,8 +242,8 @@ TRACKERS: dict[str, tuple[list[str | None], list[int], float]] = {
     # A double tracker, T inside U: q(C or T) - q(T) + q(U) - q(U and not C) = 2 q(C).
     "double": (
         [
-            f"{TARGET} or (sex == 'F' and region == 'South')",
-            "sex == 'F' and region == 'South'",
+            f"{TARGET} or (sex == 'F' and region != 'North')",
+            "sex == 'F' and region != 'North'",
             "region == 'North'",
             f"region == 'North' and not ({TARGET})",
         ],

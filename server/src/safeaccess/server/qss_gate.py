@@ -25,10 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safeaccess.rules.qss import Admission, AuditMode, AuditPolicy, AuditState, admit
 
 from safeaccess.rules.decision import Decision, Finding, combine
 from safeaccess.rules.outputs import Output, ScriptOutput, TableOutput, query_set_of
+from safeaccess.rules.qss import (
+    Admission,
+    AuditMode,
+    AuditPolicy,
+    AuditState,
+    QuerySetError,
+    StateFormatError,
+    admit,
+)
 from safeaccess.server.qss_settings import QssSettings, scope_folder
 from safeaccess.server.store import QssCommit, QssPointer
 
@@ -69,7 +77,10 @@ class StateFiles:
                 raw = self._path(scope, pointer.digest).read_bytes()
                 if hashlib.sha256(raw).hexdigest() != pointer.digest:
                     raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
-                cached = AuditState.from_bytes(raw)
+                try:
+                    cached = AuditState.from_bytes(raw)
+                except StateFormatError as exc:
+                    raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
                 self._remember(pointer.digest, cached)
             state = cached
         if state.n_records < n_records:
@@ -182,7 +193,10 @@ def gate(
     stable = stable_query_set(output, ids, state.n_records)
     if stable is None:
         return Gate(decision, {**base, "admitted": False, "skipped": "no query set (script)"})
-    admission = admit(state, [stable], policy)
+    try:
+        admission = admit(state, [stable], policy)
+    except QuerySetError as exc:
+        raise AuditUnavailable(str(exc)) from exc
     facts = {**base, "admitted": bool(admission.admitted), **_json_facts(admission)}
     if admission.admitted:
         return Gate(decision, facts, admission.state)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 from itertools import combinations
+from math import lcm
 
 import numpy as np
 
@@ -78,3 +79,51 @@ def determined_small_unions(
             if space.contains(indicator):
                 found.append((total, size))
     return found
+
+
+def null_rows(
+    sets: Sequence[frozenset[int]], atoms: Sequence[frozenset[int]]
+) -> list[tuple[Fraction, ...]]:
+    """Row a of an exact basis of the null space of the query sets over atoms: a set S of atoms is
+    determined exactly when its rows sum to zero."""
+    space = RowSpace(sets, atoms)
+    pivot_cols = {col for col, _ in space.pivots}
+    free = [j for j in range(space.m) if j not in pivot_cols]
+    rows: list[tuple[Fraction, ...]] = [tuple(Fraction(0) for _ in free) for _ in range(space.m)]
+    for i, f in enumerate(free):
+        rows[f] = tuple(Fraction(1 if t == i else 0) for t in range(len(free)))
+    for col, pivot in space.pivots:
+        rows[col] = tuple(-pivot[f] for f in free)
+    # scale each basis vector to integers (sums vanish exactly when they did): faster hashing
+    scales = [lcm(*(row[t].denominator for row in rows)) for t in range(len(free))]
+    return [tuple(Fraction(int(x * c)) for x, c in zip(row, scales, strict=True)) for row in rows]
+
+
+def smallest_determined_up_to_three(n: int, sets: Sequence[frozenset[int]], k: int) -> int | None:
+    """Records in the smallest determined union of at most three atoms below k (None if none),
+    by exact hashing of null-space rows (fast enough for a few hundred atoms)."""
+    atoms = atoms_of(n, sets)
+    rows = [tuple(int(x) for x in row) for row in null_rows(sets, atoms)]
+    size = [len(a) for a in atoms]
+    zero = tuple(0 for _ in rows[0]) if rows else ()
+    best: int | None = None
+    small = [i for i in range(len(atoms)) if size[i] < k]
+    by_row: dict[tuple[int, ...], list[int]] = {}
+    for i in small:
+        if rows[i] == zero:
+            best = size[i] if best is None else min(best, size[i])
+        by_row.setdefault(rows[i], []).append(i)
+    for a_pos, a in enumerate(small):
+        neg = tuple(-x for x in rows[a])
+        for b in by_row.get(neg, []):
+            if b != a and size[a] + size[b] < k:
+                best = size[a] + size[b] if best is None else min(best, size[a] + size[b])
+        for b in small[a_pos + 1 :]:
+            if size[a] + size[b] >= k - 1:
+                continue
+            target = tuple(-x - y for x, y in zip(rows[a], rows[b], strict=True))
+            for c in by_row.get(target, []):
+                if c not in (a, b) and size[a] + size[b] + size[c] < k:
+                    total = size[a] + size[b] + size[c]
+                    best = total if best is None else min(best, total)
+    return best

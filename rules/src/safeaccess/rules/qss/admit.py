@@ -62,12 +62,18 @@ def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> lis
             )
         if not np.issubdtype(array.dtype, np.integer):
             raise QuerySetError(f"query set {i}: expected integer cell indices, got {array.dtype}")
-        if array.size and (int(array.min()) < -1 or int(array.max()) >= np.iinfo(np.int32).max):
+        if array.dtype != np.int32:
+            if array.size and (int(array.min()) < -1 or int(array.max()) > 2**31 - 2):
+                raise QuerySetError(
+                    f"query set {i}: cell indices must be -1 (outside) or 0..2**31-2, found "
+                    f"{int(array.min())}..{int(array.max())}"
+                )
+            array = array.astype(np.int32)
+        elif array.size and int(array.min()) < -1:
             raise QuerySetError(
-                f"query set {i}: cell indices must be -1 (outside) or 0..2**31-2, found "
-                f"{int(array.min())}..{int(array.max())}"
+                f"query set {i}: cell indices must be -1 (outside) or >= 0, found {int(array.min())}"
             )
-        arrays.append(array.astype(np.int32, copy=False))
+        arrays.append(array)
     return arrays
 
 

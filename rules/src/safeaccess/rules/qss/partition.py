@@ -11,6 +11,7 @@ never rewritten and nothing of size n_records is sorted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,10 +52,14 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
             n_before=m,
             n_cells=0,
         )
-    inner = cells[inside].astype(np.int64)
+    inner = cells[inside]
     n_cells = int(inner.max()) + 1
-    key = atom_of[inside].astype(np.int64) * n_cells + inner
     slots = m * n_cells
+    # int32 keys when they fit: half the memory traffic on the hot path (10 M records)
+    key_type = np.dtype(np.int32 if slots < np.iinfo(np.int32).max else np.int64)
+    key: npt.NDArray[np.signedinteger[Any]] = atom_of[inside].astype(key_type, copy=False)
+    key = key * n_cells
+    key += inner.astype(key_type, copy=False)
     inverse: Int64Array | None = None
     if slots <= max(_DENSE_KEY_SLOTS, 4 * int(inside.size)):
         counts = np.bincount(key, minlength=slots)

@@ -17,8 +17,7 @@ import numpy.typing as npt
 
 Int64Array = npt.NDArray[np.int64]
 
-_BUCKET_BITS = 22
-_BLOCK_PAIRS = 1 << 22
+_BUCKET_BITS = 23
 
 
 @dataclass(frozen=True)
@@ -89,50 +88,52 @@ def smallest_pair(
 def smallest_triple(
     lanes: list[LaneVectors], candidates: Int64Array, sizes: Int64Array, k: int
 ) -> Isolated | None:
-    """The smallest determined union of three candidate atoms with fewer than k records."""
+    """The smallest determined union of three candidate atoms with fewer than k records.
+
+    For each atom a (candidates sorted by size, so the partners b that leave room for a third
+    atom form a contiguous range), the sums g_a + g_b of negated first-vector entries are looked
+    up in a bitmap of the candidates' entries (both representatives mod p); the rare hits are
+    checked exactly on both vectors."""
     s = int(candidates.size)
     if s < 3:
         return None
     best: Isolated | None = None
-    cand_sizes = sizes[candidates]
+    order = np.argsort(sizes[candidates], kind="stable")
+    cand = candidates[order]
+    cand_sizes = sizes[cand]
+    # partners b of a need size_a + size_b <= k - 2 (the third atom holds at least one record)
+    limit = np.searchsorted(cand_sizes, (k - 2) - cand_sizes, side="right")
     mask = (1 << _BUCKET_BITS) - 1
     for lane in lanes:
-        keys = lane.keys(candidates)
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
+        p = lane.p
+        first = lane.first[cand]
+        negated = ((p - first) % p).astype(np.uint32)
         bitmap = np.zeros(1 << _BUCKET_BITS, dtype=bool)
-        bitmap[sorted_keys & mask] = True
-        block = max(1, _BLOCK_PAIRS // s)
-        for start in range(0, s - 1, block):
-            a_local = np.arange(start, min(start + block, s - 1), dtype=np.int64)
-            # all pairs (a, b) with b > a in this block of a
-            counts = s - 1 - a_local
-            a_rep = np.repeat(a_local, counts)
-            b_rep = (
-                np.arange(a_rep.size, dtype=np.int64)
-                - np.repeat(np.cumsum(counts) - counts, counts)
-                + a_rep
-                + 1
-            )
-            room = cand_sizes[a_rep] + cand_sizes[b_rep] <= k - 2
-            a_rep, b_rep = a_rep[room], b_rep[room]
-            if a_rep.size == 0:
+        bitmap[first & mask] = True
+        bitmap[(first + p) & mask] = True
+        keys = lane.keys(cand)
+        key_order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[key_order]
+        for a in range(s - 2):
+            hi = int(limit[a])
+            if hi <= a + 1:
                 continue
-            targets = lane.negated_sum_keys(candidates[a_rep], candidates[b_rep])
-            hit = bitmap[targets & mask]
-            if not hit.any():
+            sums = negated[a + 1 : hi] + negated[a]
+            hits = np.flatnonzero(bitmap[sums & mask])
+            if hits.size == 0:
                 continue
-            a_rep, b_rep, targets = a_rep[hit], b_rep[hit], targets[hit]
-            lo = np.searchsorted(sorted_keys, targets, side="left")
-            hi = np.searchsorted(sorted_keys, targets, side="right")
-            for i in np.flatnonzero(hi > lo):
-                for pos in range(int(lo[i]), int(hi[i])):
-                    c = int(order[pos])
-                    a, b = int(a_rep[i]), int(b_rep[i])
-                    if c in (a, b):
+            b = hits + a + 1
+            target = lane.negated_sum_keys(cand[np.full(b.size, a)], cand[b])
+            lo_pos = np.searchsorted(sorted_keys, target, side="left")
+            hi_pos = np.searchsorted(sorted_keys, target, side="right")
+            for i in np.flatnonzero(hi_pos > lo_pos):
+                for pos in range(int(lo_pos[i]), int(hi_pos[i])):
+                    c = int(key_order[pos])
+                    bb = int(b[i])
+                    if c in (a, bb):
                         continue
-                    size = int(cand_sizes[a] + cand_sizes[b] + cand_sizes[c])
+                    size = int(cand_sizes[a] + cand_sizes[bb] + cand_sizes[c])
                     if size < k and (best is None or size < best.size):
-                        atoms = tuple(sorted(int(candidates[x]) for x in (a, b, c)))
+                        atoms = tuple(sorted(int(cand[x]) for x in (a, bb, c)))
                         best = Isolated(atoms=atoms, size=size)
     return best

@@ -427,9 +427,12 @@ class Service:
             analysis: dict[str, Any] | None = json.loads(step.body)
         except ValueError:
             analysis = None
+        dataset = self.store.get_dataset(seq.dataset_id)
         return StepView(
             sequence_id=seq.id,
             index=step.index,
+            dataset=dataset.name,
+            dataset_version=dataset.version,
             state=state.value,
             last=step.last,
             kind=step.kind,

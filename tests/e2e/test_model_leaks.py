@@ -87,6 +87,11 @@ def test_a_regression_on_two_ages_does_not_give_the_lone_persons_income(
         assert recovered != pytest.approx(_income(census, lone), rel=1e-6), "income recovered"
     assert result.withheld, result.describe()
     assert _true_causes(server[0], result) == {"leverage"}
+    # the audit event records what the decision rested on, not which record
+    (event,) = [e for e in server[0].store.events(result.sequence_id) if e.kind == "step_withheld"]
+    record = event.data["leverage"]
+    assert record["max"] == pytest.approx(1.0, abs=1e-9)
+    assert (record["over"], record["limit"]) == (1, pytest.approx(0.1))
 
 
 def test_a_quadratic_on_three_ages_does_not_give_two_incomes(

@@ -253,3 +253,15 @@ def test_a_two_sample_t_test_is_the_regression_on_its_group_indicator() -> None:
     assert out.facts.leverage is not None
     assert out.facts.leverage.max == pytest.approx(1 / 9, rel=1e-12)
     assert "leverage" in _checks(out)
+
+
+def test_hat_values_that_cannot_be_computed_count_as_exact_fits() -> None:
+    from safeaccess.sandbox.compute.leverage import hat_values
+
+    x = np.column_stack([np.ones(4), np.arange(4.0)])
+    h = hat_values(x, np.array([1.0, 1.0, 1.0, np.inf]))
+    assert np.all((h >= 0.0) & (h <= 1.0))
+    assert h.max() == 1.0
+    # and with finite weights they are the weighted hat values
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+    assert hat_values(x, w) == pytest.approx(_hats(x, w), rel=1e-12)

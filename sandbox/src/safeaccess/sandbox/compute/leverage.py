@@ -31,8 +31,12 @@ def hat_values(x: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     if weights is not None:
         w = np.clip(np.asarray(weights, dtype=np.float64), 0.0, None)
         design = design * np.sqrt(w)[:, None]
-    q, _ = np.linalg.qr(design, mode="reduced")
-    return np.clip(np.einsum("ij,ij->i", q, q), 0.0, 1.0)
+    with np.errstate(all="ignore"):
+        q, _ = np.linalg.qr(design, mode="reduced")
+        h = np.einsum("ij,ij->i", q, q)
+    # a weight that overflowed (a Poisson mean beyond float range) leaves no usable value:
+    # count such a record as fitted exactly rather than not at all
+    return np.clip(np.nan_to_num(h, nan=1.0, posinf=1.0), 0.0, 1.0)
 
 
 def glm_weights(family: str, x: np.ndarray, params: np.ndarray) -> np.ndarray | None:
@@ -47,7 +51,8 @@ def glm_weights(family: str, x: np.ndarray, params: np.ndarray) -> np.ndarray | 
         mu = 1.0 / (1.0 + np.exp(-eta))
         return mu * (1.0 - mu)
     if family == "poisson":
-        return np.exp(eta)
+        with np.errstate(over="ignore"):
+            return np.exp(eta)
     if family == "probit":
         from scipy.stats import norm
 

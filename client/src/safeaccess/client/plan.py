@@ -1,10 +1,12 @@
 """A fluent builder for the sequence of analyses a researcher binds herself to.
 
-    plan = Plan("census")
+    plan = Plan("census@2", metadata)          # version 2 of census, checked against its metadata
     plan.frequency_table(rows="region", cols="sex", where="age >= 18")
     plan.ols("log(income) ~ age + C(sex)", where="age >= 18")
-    plan.validate(metadata)
     sealed = plan.seal(key, researcher="alice", project="p1", server="tre.example")
+
+With a session the metadata and the sealing details come from the server:
+`plan = session.plan("census@2")`, `sealed = session.seal(plan)`.
 
 Each method checks its own arguments at once (the analysis schema, the filter and formula grammar
 and, when the plan knows the dataset's metadata, the columns and types), so a mistake is reported

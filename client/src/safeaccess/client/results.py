@@ -151,7 +151,7 @@ class StepResult:
         """A short human account of this step's outcome."""
         what = self.kind or "analysis"
         on = f" on {self.dataset_label}" if self.dataset_label else ""
-        head = f"step {self.index} ({what}{on}): {self.status.upper()}"
+        head = f"step {self.index} ({what}): {self.status.upper()}{on}"
         lines = [head]
         if self.withheld or self.in_review:
             lines += [f"  - {reason}" for reason in self.reasons]

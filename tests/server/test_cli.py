@@ -81,6 +81,21 @@ def test_register_project_researcher_and_dataset_versions(root: Path, tmp_path: 
         store.close()
 
 
+def test_metadata_naming_another_version_is_refused(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv, meta = _files(tmp_path, generate_census(200, seed=1))
+    d = ["--data-dir", str(root)]
+    assert main(["project", "add", "p1", *d]) == 0
+    args = ["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta)]
+    meta.write_text(census_metadata("census").model_copy(update={"version": 2}).model_dump_json())
+    assert main([*args, "--project", "p1", *d]) == 2
+    assert "describes census@2" in capsys.readouterr().err
+    assert not list((root / "datasets").glob("census/*.parquet"))
+    meta.write_text(census_metadata("census").model_copy(update={"version": 1}).model_dump_json())
+    assert main([*args, "--project", "p1", *d]) == 0
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

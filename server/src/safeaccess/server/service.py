@@ -44,6 +44,7 @@ from safeaccess.server.errors import (
     ProtocolRejected,
     Unauthenticated,
 )
+from safeaccess.server.leverage_record import leverage_record
 from safeaccess.server.pipeline import json_hash, load_outputs, run_step, sha256_hex
 from safeaccess.server.reasons import researcher_reasons
 from safeaccess.server.receipts import sign_receipt
@@ -405,6 +406,7 @@ class Service:
                     "verdict": decision.get("verdict"),
                     "decision_sha256": json_hash(decision) if decision else None,
                     "error_code": outcome.error_code,
+                    "leverage": leverage_record(outcome.output, ruleset),
                 },
             )
         log.info(
@@ -427,9 +429,12 @@ class Service:
             analysis: dict[str, Any] | None = json.loads(step.body)
         except ValueError:
             analysis = None
+        dataset = self.store.get_dataset(seq.dataset_id)
         return StepView(
             sequence_id=seq.id,
             index=step.index,
+            dataset=dataset.name,
+            dataset_version=dataset.version,
             state=state.value,
             last=step.last,
             kind=step.kind,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from safeaccess.server import api_audit
 from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
 from safeaccess.server.schemas import (
     Catalogue,
@@ -223,5 +224,6 @@ def create_app(service: Service) -> FastAPI:
             auth.researcher, sequence_id, index, parse_body(RevealRequest, auth.body)
         )
 
+    api_audit.register(app, service, Auth)
     app.add_middleware(BodyLimit, limit=service.config.max_body_bytes)
     return app

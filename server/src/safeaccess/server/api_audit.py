@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -37,8 +37,8 @@ AuditAuth = Annotated[Auditor, Depends(audited)]
 Size = Annotated[int, Query(ge=0, le=2**62)]
 
 
-def register(app: FastAPI, service: Service, researcher_auth: Any) -> None:
-    """Add the audit routes; `researcher_auth` is the API's researcher dependency type."""
+def register(app: FastAPI, service: Service) -> None:
+    """Add the auditors' routes."""
 
     @app.get("/v1/audit/checkpoint", response_class=PlainTextResponse, tags=["audit"])
     def checkpoint(_auth: AuditAuth) -> str:
@@ -64,12 +64,3 @@ def register(app: FastAPI, service: Service, researcher_auth: Any) -> None:
     def export(_auth: AuditAuth) -> StreamingResponse:
         """The whole log: a JSON header line with a signed checkpoint, then one record a line."""
         return StreamingResponse(service.audit.export(), media_type="application/x-ndjson")
-
-    @app.get("/v1/sequences/{sequence_id}/steps/{index}/proof", tags=["sequences"])
-    def step_proof(
-        sequence_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")],
-        index: Annotated[int, Path(ge=1, le=65535)],
-        auth: researcher_auth,
-    ) -> dict[str, Any]:
-        """Your step's outcome entry in the audit log, its inclusion proof and a checkpoint."""
-        return service.audit.step_proof(auth.researcher, sequence_id, index)

@@ -36,7 +36,7 @@ def _table_facts(output: dict[str, Any]) -> dict[str, Any]:
             share_row: list[list[float | None]] = []
             p_row: list[float | None] = []
             for contributions, cell_total in zip(top_row, total_row, strict=True):
-                padded = (list(contributions) + [0.0, 0.0, 0.0])[:3]
+                padded = [*contributions, 0.0, 0.0, 0.0][:3]
                 cumulative = [sum(padded[: i + 1]) for i in range(3)]
                 share_row.append([_share(c, cell_total) for c in cumulative])
                 first, second = padded[0], padded[1]

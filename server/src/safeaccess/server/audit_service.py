@@ -116,7 +116,7 @@ class AuditService:
         hashes let an offline verifier name an edited record."""
         checkpoint = self.checkpoint()
         size = int(checkpoint.split("\n")[1])
-        header = {
+        header: dict[str, Any] = {
             "format": EXPORT_FORMAT,
             "version": 1,
             "server_id": self.service.server_id,

@@ -17,8 +17,8 @@ from typing import Any
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from safeaccess.server.db import SequenceRow, StepRow
 from safeaccess.client.audit.records import commit
+from safeaccess.server.db import SequenceRow, StepRow
 from safeaccess.server.states import StepState
 
 RECEIPT_PROTOCOL = "safeaccess-receipt"
@@ -46,7 +46,7 @@ def receipt_fields(server_id: str, seq: SequenceRow, step: StepRow) -> dict[str,
         "trace_sha256": step.trace_hash,
         "body_sha256": step.body_hash,
         "output_commitment": (
-            commit(step.output_salt, step.public_output) if opening is not None else None
+            commit(opening, step.public_output) if opening is not None else None
         ),
         "output_opening": opening.hex() if opening is not None else None,
         "ruleset_sha256": step.ruleset_hash,

@@ -45,8 +45,10 @@ def _verify(args: argparse.Namespace) -> int:
             where = f"server {args.server}"
         print(f"verifying the audit log of {source.server_id} ({where})")
         if pinned is None:
-            print("  note: the centre's key was taken from the log source itself; pin it with "
-                  "--server-key to rule out a substituted key")
+            print(
+                "  note: the centre's key was taken from the log source itself; pin it with "
+                "--server-key to rule out a substituted key"
+            )
         report = verify_log(source, trusted=args.trusted_checkpoint, progress=_progress)
     except AuditFailure as exc:
         print(f"FAILED: {exc}")
@@ -60,8 +62,10 @@ def _verify(args: argparse.Namespace) -> int:
         print("  " + line)
     if args.save_checkpoint is not None:
         args.save_checkpoint.write_text(report.checkpoint, encoding="utf-8")
-        print(f"  checkpoint saved to {args.save_checkpoint}: pass it as --trusted-checkpoint "
-              "next time")
+        print(
+            f"  checkpoint saved to {args.save_checkpoint}: pass it as --trusted-checkpoint "
+            "next time"
+        )
     print(f"OK: the log verifies ({time.perf_counter() - started:.1f} s)")
     return EXIT_OK
 
@@ -143,8 +147,12 @@ def add_audit(subparsers: Any) -> None:
     export.set_defaults(handler=_export)
 
     receipt = sub.add_parser("receipt", help="check your step's receipt against the log")
-    receipt.add_argument("receipt", type=Path, metavar="RECEIPT.json",
-                         help="the step as received (with 'receipt' and 'output'), or a receipt")
+    receipt.add_argument(
+        "receipt",
+        type=Path,
+        metavar="RECEIPT.json",
+        help="the step as received (with 'receipt' and 'output'), or a receipt",
+    )
     receipt.add_argument("--server", required=True)
     receipt.add_argument("--key", type=Path, required=True, help="your private key")
     receipt.add_argument("--researcher", required=True)

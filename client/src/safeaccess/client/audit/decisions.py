@@ -52,7 +52,9 @@ def table_problems(facts: dict[str, Any], rules: dict[str, Any]) -> list[str]:
             continue
         behind = _at(units, r, c, count) if units is not None else count
         if isinstance(behind, int) and behind < threshold:
-            problems.append(f"cell ({r}, {c}) rests on {behind} units, below the threshold {threshold}")
+            problems.append(
+                f"cell ({r}, {c}) rests on {behind} units, below the threshold {threshold}"
+            )
     nk_n, nk_k = int(rules.get("nk_n", 2)), float(rules.get("nk_k", 0.9))
     p_ratio = float(rules.get("p_ratio", 0.1))
     for r, c, shares in _cells(facts.get("dominance_shares")):

@@ -8,6 +8,7 @@ so a feature adds facts to the log by adding a key, without touching this module
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,10 +57,14 @@ def settle_records(
     ruleset = None
     if isinstance(contents, dict) and outcome.ruleset_hash:
         decision = outcome.decision or {}
+        # The exact text the rules library hashes (RFC 8785 would write 2.0 as 2 and change
+        # the hash), so the auditor can check the hash and load the parameters from it.
         ruleset = {
             "sha256": outcome.ruleset_hash,
             "label": decision.get("ruleset"),
-            "contents": contents,
+            "contents": json.dumps(
+                contents, sort_keys=True, separators=(",", ":"), allow_nan=False
+            ),
         }
     checks: dict[str, Any] = {
         **event_data.get("checks", {}),

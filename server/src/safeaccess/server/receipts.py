@@ -45,9 +45,7 @@ def receipt_fields(server_id: str, seq: SequenceRow, step: StepRow) -> dict[str,
         "state": step.state,
         "trace_sha256": step.trace_hash,
         "body_sha256": step.body_hash,
-        "output_commitment": (
-            commit(opening, step.public_output) if opening is not None else None
-        ),
+        "output_commitment": (commit(opening, step.public_output) if opening is not None else None),
         "output_opening": opening.hex() if opening is not None else None,
         "ruleset_sha256": step.ruleset_hash,
         "log_index": step.log_index,

@@ -196,14 +196,17 @@ class _Replay:
         self.researcher_keys[str(rec.data["researcher"])] = key
 
     def _ruleset(self, rec: LogRecord) -> None:
-        contents = rec.data.get("contents")
-        if not isinstance(contents, dict):
+        text = rec.data.get("contents")
+        # The hash is the rules library's: SHA-256 of the sorted compact JSON of every
+        # parameter, logged as that very text.
+        if not isinstance(text, str):
             raise self._fail(rec, "the rule set's contents are missing")
-        # The hash is the rules library's: SHA-256 of sorted compact JSON of every parameter.
-        canonical = json.dumps(contents, sort_keys=True, separators=(",", ":"), allow_nan=False)
-        digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if digest != rec.data.get("sha256"):
             raise self._fail(rec, "the logged rule set does not hash to its logged hash")
+        contents = json.loads(text)
+        if not isinstance(contents, dict):
+            raise self._fail(rec, "the rule set's contents are not a mapping")
         self.rulesets[digest] = contents
 
     # -- sequences ------------------------------------------------------------------------------
@@ -409,7 +412,9 @@ def verify_log(
             progress(expected, size)
     if expected != size:
         raise AuditFailure(
-            f"the checkpoint covers {size} entries but only {expected} were served", expected
+            f"missing from the log: the checkpoint covers {size} entries but only {expected} "
+            "were served",
+            expected,
         )
     if root_of(leaves) != checkpoint.root:
         _name_bad_entry(source, leaves, checkpoint)

@@ -13,10 +13,11 @@ verification is `safeaccess.client.audit.merkle`, the code auditors run.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -26,6 +27,21 @@ from safeaccess.server.db import AuditHeadRow, AuditNodeRow, EventRow
 from safeaccess.server.errors import InvalidRequest
 
 HEAD_ID = 1
+_HEAD: Table = AuditHeadRow.__table__  # type: ignore[assignment]
+_NODES: Table = AuditNodeRow.__table__  # type: ignore[assignment]
+_EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
+# Built once: statement construction costs more than executing them on the append path.
+_RESERVE = (
+    update(_HEAD)
+    .where(_HEAD.c.id == HEAD_ID)
+    .values(size=_HEAD.c.size + bindparam("n"))
+    .returning(_HEAD.c.size)
+)
+_SELECT_NODES = select(_NODES.c.level, _NODES.c.idx, _NODES.c.hash).where(
+    tuple_(_NODES.c.level, _NODES.c.idx).in_(bindparam("keys", expanding=True))
+)
+_INSERT_EVENTS = insert(_EVENTS)
+_INSERT_NODES = insert(_NODES)
 
 
 def ensure_head(session: Session) -> None:
@@ -42,6 +58,18 @@ def _timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One record to append: its kind, actor, data and what it is about."""
+
+    kind: str
+    actor: str
+    data: dict[str, Any]
+    sequence_id: str | None = None
+    step_index: int | None = None
+    subject: str | None = None
+
+
 def append(
     session: Session,
     kind: str,
@@ -53,53 +81,91 @@ def append(
     subject: str | None = None,
 ) -> int:
     """Append one record in the caller's transaction; its index."""
-    session.flush()
-    session.execute(
-        update(AuditHeadRow).where(AuditHeadRow.id == HEAD_ID).values(size=AuditHeadRow.size + 1)
-    )
-    size = session.scalar(select(AuditHeadRow.size).where(AuditHeadRow.id == HEAD_ID))
-    if size is None:
+    return append_many(session, [Entry(kind, actor, data, sequence_id, step_index, subject)])[0]
+
+
+def append_many(session: Session, items: list[Entry]) -> list[int]:
+    """Append records in order, in the caller's transaction; their indexes.
+
+    Four statements whatever the number of records: reserve the indexes (the head row's update
+    also serialises appenders), fetch the stored left siblings the new leaves complete, insert
+    the records, insert the new nodes."""
+    if not items:
+        return []
+    # Core statements on the transaction's connection: the ORM's bookkeeping would cost more
+    # than the SQL itself on this per-step path.
+    conn = session.connection()
+    reserved = conn.execute(_RESERVE, {"n": len(items)}).scalar_one_or_none()
+    if reserved is None:
         raise RuntimeError("the audit log has no head row; the store did not initialise it")
-    index = int(size) - 1
+    first = int(reserved) - len(items)
     now = datetime.now(UTC)
-    record = encode_record(
-        {
-            "log": LOG_FORMAT,
-            "version": LOG_VERSION,
-            "index": index,
-            "time": _timestamp(now),
-            "kind": kind,
-            "actor": actor,
-            "sequence": sequence_id,
-            "step": step_index,
-            "data": data,
-        }
-    )
-    session.add(
-        EventRow(
-            log_index=index,
-            at=now,
-            kind=kind,
-            actor=actor,
-            sequence_id=sequence_id,
-            step_index=step_index,
-            subject=subject,
-            record=record,
+    stamp = _timestamp(now)
+    records = [
+        encode_record(
+            {
+                "log": LOG_FORMAT,
+                "version": LOG_VERSION,
+                "index": first + n,
+                "time": stamp,
+                "kind": item.kind,
+                "actor": item.actor,
+                "sequence": item.sequence_id,
+                "step": item.step_index,
+                "data": item.data,
+            }
         )
+        for n, item in enumerate(items)
+    ]
+    nodes = _new_nodes(conn, first, [leaf_hash(r) for r in records])
+    conn.execute(
+        _INSERT_EVENTS,
+        [
+            {
+                "log_index": first + n,
+                "at": now,
+                "kind": item.kind,
+                "actor": item.actor,
+                "sequence_id": item.sequence_id,
+                "step_index": item.step_index,
+                "subject": item.subject,
+                "record": record,
+            }
+            for n, (item, record) in enumerate(zip(items, records, strict=True))
+        ],
     )
-    current = leaf_hash(record)
-    nodes = [AuditNodeRow(level=0, idx=index, hash=current)]
-    level, idx = 0, index
-    while idx & 1:  # this leaf completes the perfect subtree whose left half is stored
-        left = session.get(AuditNodeRow, (level, idx - 1))
-        if left is None:
-            raise RuntimeError(f"audit node ({level}, {idx - 1}) is missing")
-        current = node_hash(left.hash, current)
-        level, idx = level + 1, idx >> 1
-        nodes.append(AuditNodeRow(level=level, idx=idx, hash=current))
-    session.add_all(nodes)
-    session.flush()
-    return index
+    conn.execute(
+        _INSERT_NODES,
+        [{"level": lv, "idx": i, "hash": h} for (lv, i), h in nodes.items()],
+    )
+    return [first + n for n in range(len(items))]
+
+
+def _new_nodes(conn: Connection, first: int, leaves: list[bytes]) -> dict[tuple[int, int], bytes]:
+    """The leaf and the perfect subtrees completed by appending `leaves` at index `first`."""
+    needed: list[tuple[int, int]] = []
+    for n in range(len(leaves)):
+        level, idx = 0, first + n
+        while idx & 1:
+            if (idx << level) <= first:  # the left sibling ends before this batch: stored
+                needed.append((level, idx - 1))
+            level, idx = level + 1, idx >> 1
+    known: dict[tuple[int, int], bytes] = {}
+    if needed:
+        rows = conn.execute(_SELECT_NODES, {"keys": needed})
+        known = {(int(lv), int(i)): bytes(h) for lv, i, h in rows}
+    new: dict[tuple[int, int], bytes] = {}
+    for n, leaf in enumerate(leaves):
+        level, idx, current = 0, first + n, leaf
+        new[(0, idx)] = current
+        while idx & 1:
+            left = new.get((level, idx - 1)) or known.get((level, idx - 1))
+            if left is None:
+                raise RuntimeError(f"audit node ({level}, {idx - 1}) is missing")
+            current = node_hash(left, current)
+            level, idx = level + 1, idx >> 1
+            new[(level, idx)] = current
+    return new
 
 
 def size(session: Session) -> int:

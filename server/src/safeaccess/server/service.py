@@ -58,7 +58,7 @@ from safeaccess.server.schemas import (
     StepView,
 )
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
-from safeaccess.server.store import Store
+from safeaccess.server.store import StepOutcome, Store
 
 log = logging.getLogger("safeaccess.server")
 
@@ -397,6 +397,27 @@ class Service:
             "run": self._run_data(),
         }
 
+    def _settle_data(self, outcome: StepOutcome, ruleset: RuleSet) -> dict[str, Any]:
+        """The audit-log fields of a settled step (see `audit_records`); features add their
+        decision facts as further keys."""
+        decision = outcome.decision or {}
+        return {
+            "run": {
+                **self._run_data(),
+                "backend": outcome.backend,
+                "wall_seconds": outcome.wall_seconds,
+                "error_code": outcome.error_code,
+            },
+            "checks": {
+                "kind": outcome.kind,
+                "ruleset": decision.get("ruleset"),
+                "ruleset_sha256": outcome.ruleset_hash,
+                "verdict": decision.get("verdict"),
+                "findings": decision.get("findings", []),
+            },
+            "ruleset_contents": ruleset.model_dump(mode="json"),
+        }
+
     def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
         ruleset = self.ruleset_for(dataset)
         with self._history_lock(seq.researcher, seq.dataset_id):
@@ -416,27 +437,11 @@ class Service:
                     ruleset=ruleset,
                     history=history,
                 )
-            decision = outcome.decision or {}
             seq, step = self.store.settle_step(
                 seq.id,
                 step.index,
                 outcome,
-                event_data={
-                    "run": {
-                        **self._run_data(),
-                        "backend": outcome.backend,
-                        "wall_seconds": outcome.wall_seconds,
-                        "error_code": outcome.error_code,
-                    },
-                    "checks": {
-                        "kind": outcome.kind,
-                        "ruleset": decision.get("ruleset"),
-                        "ruleset_sha256": outcome.ruleset_hash,
-                        "verdict": decision.get("verdict"),
-                        "findings": decision.get("findings", []),
-                    },
-                    "ruleset_contents": ruleset.model_dump(mode="json"),
-                },
+                event_data=self._settle_data(outcome, ruleset),
             )
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",

@@ -85,6 +85,7 @@ class Store:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         with self.transaction() as s:
             auditlog.ensure_head(s)
+        self._logged_rulesets: set[str] = set()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -363,8 +364,15 @@ class Store:
                 s.add(first_step)
                 s.flush()
                 opened = {k: v for k, v in event_data.items() if k != "reveal"}
-                self._event(s, "sequence_opened", researcher, opened, sequence_id, None)
-                self._reveal_events(s, researcher, event_data.get("reveal", {}), sequence_id, 1)
+                auditlog.append_many(
+                    s,
+                    [
+                        auditlog.Entry("sequence_opened", researcher, opened, sequence_id),
+                        *self._reveal_entries(
+                            researcher, event_data.get("reveal", {}), sequence_id, 1
+                        ),
+                    ],
+                )
                 return seq, first_step
         except IntegrityError as exc:
             with self.transaction() as s:
@@ -455,7 +463,9 @@ class Store:
             step.state = StepState.RUNNING.value
             s.add(step)
             s.flush()
-            self._reveal_events(s, seq.researcher, event_data, sequence_id, step.index)
+            auditlog.append_many(
+                s, self._reveal_entries(seq.researcher, event_data, sequence_id, step.index)
+            )
             return step
 
     def settle_step(
@@ -496,14 +506,17 @@ class Store:
             s.refresh(seq)
             return seq, step
 
-    def _reveal_events(
-        self, s: Session, researcher: str, data: dict[str, Any], sequence_id: str, index: int
-    ) -> None:
+    @staticmethod
+    def _reveal_entries(
+        researcher: str, data: dict[str, Any], sequence_id: str, index: int
+    ) -> list[auditlog.Entry]:
         """A reveal and the start of its run: `data` holds the reveal's fields and, under "run",
         what the run starts with (backend, limits, runner version)."""
         reveal = {k: v for k, v in data.items() if k != "run"}
-        self._event(s, "step_revealed", researcher, reveal, sequence_id, index)
-        self._event(s, "run_started", "server", data.get("run", {}), sequence_id, index)
+        return [
+            auditlog.Entry("step_revealed", researcher, reveal, sequence_id, index),
+            auditlog.Entry("run_started", "server", data.get("run", {}), sequence_id, index),
+        ]
 
     def _settle_events(
         self,
@@ -517,14 +530,27 @@ class Store:
         """The run's end, the checks with the facts they used (and the rule set, the first time
         it decides anything), and the outcome with a salted commitment to the output."""
         records = audit_records.settle_records(step, outcome, event_data)
+        entries = []
         ruleset = records.ruleset
-        if ruleset is not None and not auditlog.logged(s, "ruleset", ruleset["sha256"]):
-            self._event(s, "ruleset", "server", ruleset, subject=ruleset["sha256"])
-        self._event(s, "run_finished", "server", records.run, sequence_id, index)
-        self._event(s, "checks", "server", records.checks, sequence_id, index)
-        step.log_index = self._event(
-            s, f"step_{outcome.state.value}", "server", records.outcome, sequence_id, index
-        )
+        if ruleset is not None and not self._ruleset_logged(s, ruleset["sha256"]):
+            entries.append(auditlog.Entry("ruleset", "server", ruleset, subject=ruleset["sha256"]))
+        entries += [
+            auditlog.Entry("run_finished", "server", records.run, sequence_id, index),
+            auditlog.Entry("checks", "server", records.checks, sequence_id, index),
+            auditlog.Entry(
+                f"step_{outcome.state.value}", "server", records.outcome, sequence_id, index
+            ),
+        ]
+        step.log_index = auditlog.append_many(s, entries)[-1]
+
+    def _ruleset_logged(self, s: Session, digest: str) -> bool:
+        # Only a committed fact is cached (the log is append-only), never an absence.
+        if digest in self._logged_rulesets:
+            return True
+        if auditlog.logged(s, "ruleset", digest):
+            self._logged_rulesets.add(digest)
+            return True
+        return False
 
     def released_outputs(
         self, researcher: str, dataset_id: int, *, exclude_sequence_step: tuple[str, int]

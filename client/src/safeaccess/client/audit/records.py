@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import re
 import secrets
 from typing import Any, Final, Literal
 
@@ -25,6 +27,7 @@ LOG_FORMAT: Final = "safeaccess-audit"
 LOG_VERSION: Final = 1
 SALT_SIZE: Final = 32
 COMMITMENT_SCHEME: Final = "sha256(salt||jcs(output))"
+_ASTRAL: Final = re.compile(rb"[\xf0-\xf4]")  # lead bytes of characters beyond the BMP
 
 
 class RecordError(ValueError):
@@ -52,14 +55,44 @@ def encode_record(fields: dict[str, Any]) -> bytes:
     return rfc8785.dumps(fields)
 
 
+def is_canonical(raw: bytes, parsed: Any, plain_floats: bool) -> bool:
+    """Whether `raw` is the RFC 8785 encoding of `parsed`.
+
+    Fast path: the standard library's sorted compact encoding is byte-identical to RFC 8785
+    when every number literal is an integer or a plain decimal (no exponent, no trailing ".0",
+    where the two number formats differ) and no key holds characters beyond the Basic
+    Multilingual Plane (where UTF-16 and code-point order differ). Anything else, and any
+    mismatch, is decided by the RFC 8785 encoder itself."""
+    if plain_floats and _ASTRAL.search(raw) is None:
+        quick = json.dumps(
+            parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
+        if quick == raw:
+            return True
+    try:
+        return bool(rfc8785.dumps(parsed) == raw)
+    except rfc8785.CanonicalizationError:
+        return False
+
+
 def decode_record(raw: bytes) -> LogRecord:
     """Parse a record and insist it is exactly the canonical encoding of its own fields, so no
     two readers can read different meanings out of the same logged bytes."""
+    plain = True
+
+    def parse_float(literal: str) -> float:
+        nonlocal plain
+        if "e" in literal or "E" in literal or literal.endswith(".0"):
+            plain = False
+        return float(literal)
+
     try:
-        record = LogRecord.model_validate_json(raw)
-    except ValidationError as exc:
-        raise RecordError(f"not an audit record: {exc.errors()[0]['msg']}") from None
-    if encode_record(record.model_dump(mode="json")) != raw:
+        parsed = json.loads(raw, parse_float=parse_float)
+        record = LogRecord.model_validate(parsed)
+    except (ValueError, UnicodeDecodeError) as exc:
+        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise RecordError(f"not an audit record: {message}") from None
+    if not is_canonical(raw, parsed, plain):
         raise RecordError("the record is not in canonical JSON (RFC 8785) form")
     return record
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -428,3 +429,75 @@ def test_a_process_killed_mid_append_leaves_a_log_that_verifies(
         assert report.kinds.get("crash_test", 0) > 10
     finally:
         service.close()
+
+
+def _resigned(
+    audited: Audited, name: str, mutate: Any
+) -> tuple[ExportSource, list[dict[str, Any]]]:
+    """The honest export's records after `mutate(records)`, renumbered, in a tree the centre
+    signs: what a dishonest centre could publish. The verifier must catch it by replaying."""
+    source = ExportSource(_export(audited, name))
+    parsed = [json.loads(r) for _, r, _ in source.entries(0)]
+    mutate(parsed)
+    for i, p in enumerate(parsed):
+        p["index"] = i
+    records = [encode_record(p) for p in parsed]
+    source.checkpoint_note = sign_checkpoint(
+        Checkpoint(
+            source.checkpoint_note.split("\n")[0],
+            len(records),
+            root_of([leaf_hash(r) for r in records]),
+            int(time.time()),
+        ),
+        audited.service.server_id,
+        audited.service.signing_key,
+    )
+    source.entries = lambda size: iter((i, r, None) for i, r in enumerate(records))  # type: ignore[method-assign]
+    return source, parsed
+
+
+def test_a_step_run_after_a_withhold_is_flagged(audited: Audited) -> None:
+    def run_after_withhold(parsed: list[dict[str, Any]]) -> None:
+        at = next(i for i, p in enumerate(parsed) if p["kind"] == "step_withheld")
+        reveal = next(
+            p
+            for p in parsed
+            if p["kind"] == "step_revealed"
+            and p["step"] == 2
+            and p["sequence"] == parsed[at]["sequence"]
+        )
+        parsed.insert(at + 1, dict(reveal, step=3))
+
+    source, parsed = _resigned(audited, "after-withhold.export", run_after_withhold)
+    with pytest.raises(AuditFailure) as info:
+        verify_log(source)
+    bad = next(i for i, p in enumerate(parsed) if p["kind"] == "step_withheld") + 1
+    assert info.value.entry == bad and "while the sequence was closed" in str(info.value)
+
+
+def test_a_step_revealed_before_the_previous_release_is_flagged(audited: Audited) -> None:
+    def reveal_early(parsed: list[dict[str, Any]]) -> None:
+        released = next(i for i, p in enumerate(parsed) if p["kind"] == "step_released")
+        second = next(
+            i
+            for i, p in enumerate(parsed)
+            if p["kind"] == "step_revealed"
+            and p["step"] == 2
+            and p["sequence"] == parsed[released]["sequence"]
+        )
+        parsed.insert(released, parsed.pop(second))
+
+    source, parsed = _resigned(audited, "early.export", reveal_early)
+    with pytest.raises(AuditFailure) as info:
+        verify_log(source)
+    assert parsed[info.value.entry or 0]["kind"] == "step_revealed"
+    assert "tit-for-tat" in str(info.value)
+
+
+def test_a_researcher_gets_proofs_for_her_own_steps_only(audited: Audited, centre: Centre) -> None:
+    step = audited.released
+    path = f"/v1/sequences/{step.sequence_id}/steps/{step.index}/proof"
+    mine = signed(audited.url, centre.keys["ada"], "ada", "GET", path)
+    assert mine.status_code == 200 and mine.json()["index"] == step.receipt["fields"]["log_index"]  # type: ignore[index]
+    theirs = signed(audited.url, centre.keys["bob"], "bob", "GET", path)
+    assert theirs.status_code == 404

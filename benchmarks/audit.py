@@ -21,6 +21,7 @@ indexed rows fetched by one query per level.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import tempfile
@@ -40,7 +41,6 @@ from safeaccess.client.audit.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from safeaccess.client.audit.records import encode_record
 from safeaccess.client.audit.verify import ExportSource, verify_log
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
@@ -314,7 +314,8 @@ def _bulk_fill(store: Any, total: int) -> None:
     for start in range(0, total, batch):
         events, nodes = [], []
         for index in range(start, min(total, start + batch)):
-            record = encode_record(
+            # Plain sorted compact JSON is RFC 8785 for these integer-and-string records.
+            record = json.dumps(
                 {
                     "log": "safeaccess-audit",
                     "version": 1,
@@ -325,8 +326,10 @@ def _bulk_fill(store: Any, total: int) -> None:
                     "sequence": None,
                     "step": None,
                     "data": {"i": index},
-                }
-            )
+                },
+                sort_keys=True,
+                separators=(",", ":"),
+            ).encode()
             events.append({"log_index": index, "kind": "bench", "actor": "bench", "record": record})
             current = leaf_hash(record)
             nodes.append({"level": 0, "idx": index, "hash": current})

@@ -12,7 +12,6 @@ verification is `safeaccess.client.audit.merkle`, the code auditors run.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -194,25 +193,16 @@ def _cover(start: int, end: int) -> list[tuple[int, int]]:
 
 
 class _Nodes:
-    """Fetches the perfect subtrees that a set of ranges needs in one query per level."""
+    """Fetches the perfect subtrees that a set of ranges needs, in one indexed query."""
 
     def __init__(self, session: Session, ranges: list[tuple[int, int]]):
-        wanted: dict[int, set[int]] = defaultdict(set)
-        for start, end in ranges:
-            for level, idx in _cover(start, end):
-                wanted[level].add(idx)
+        wanted = sorted({key for start, end in ranges for key in _cover(start, end)})
+        conn = session.connection()
         self._hashes: dict[tuple[int, int], bytes] = {}
-        for level, idxs in wanted.items():
-            ordered = sorted(idxs)
-            for chunk in range(0, len(ordered), 500):
-                part = ordered[chunk : chunk + 500]
-                rows = session.execute(
-                    select(AuditNodeRow.idx, AuditNodeRow.hash).where(
-                        AuditNodeRow.level == level, AuditNodeRow.idx.in_(part)
-                    )
-                )
-                for idx, digest in rows:
-                    self._hashes[(level, int(idx))] = bytes(digest)
+        for chunk in range(0, len(wanted), 500):
+            rows = conn.execute(_SELECT_NODES, {"keys": wanted[chunk : chunk + 500]})
+            for level, idx, digest in rows:
+                self._hashes[(int(level), int(idx))] = bytes(digest)
 
     def mth(self, start: int, end: int) -> bytes:
         parts = [self._get(key) for key in _cover(start, end)]

@@ -17,6 +17,8 @@ import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from safeaccess.client.audit.records import opens
+
 if TYPE_CHECKING:
     from safeaccess.client.protocol.sealed import SealedSequence
 
@@ -173,13 +175,22 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _opens(fields: dict[str, Any], output: Any) -> bool:
+    """Whether the receipt's opening (salt) opens its commitment to `output`."""
+    try:
+        salt = bytes.fromhex(str(fields.get("output_opening")))
+    except ValueError:
+        return False
+    return opens(str(fields.get("output_commitment")), salt, output)
+
+
 def verify_receipt(
     result: StepResult, server_key: Ed25519PublicKey, sealed: SealedSequence | None = None
 ) -> None:
     """Check the centre's signed receipt for a step in a final state, or raise ReceiptInvalid.
 
     The receipt must verify with `server_key` and state exactly this step's outcome: sequence,
-    index, state, the output received (by its canonical-JSON SHA-256) and, given the sealed
+    index, state, the output received (its salted commitment, opened by the receipt) and, given the sealed
     sequence, the header, trace and body that were revealed.
     """
     if result.status not in FINAL_STATES:
@@ -201,10 +212,11 @@ def verify_receipt(
         "step": result.index,
         "state": result.status,
         "last": result.last,
-        "output_sha256": (
-            _sha256(rfc8785.dumps(result.output)) if result.output is not None else None
-        ),
     }
+    if result.output is None:
+        expected["output_commitment"] = None
+    elif not _opens(fields, result.output):
+        expected["output_commitment"] = "a commitment opened by the receipt's salt"
     if sealed is not None:
         trace, body = sealed.reveal_for(result.index)
         expected.update(

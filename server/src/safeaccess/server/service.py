@@ -8,6 +8,7 @@ the sequence row's version in the database (so two replicas cannot both advance 
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import json
 import logging
 import re
@@ -34,6 +35,7 @@ from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
 from safeaccess.server import review
+from safeaccess.server.audit_service import AuditService, log_configuration
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.errors import (
@@ -44,7 +46,8 @@ from safeaccess.server.errors import (
     ProtocolRejected,
     Unauthenticated,
 )
-from safeaccess.server.pipeline import json_hash, run_step, sha256_hex, with_decision
+from safeaccess.server.leverage_record import leverage_record
+from safeaccess.server.pipeline import run_step, sha256_hex, with_decision
 from safeaccess.server.qss_scope import ScopeAuditor
 from safeaccess.server.reasons import researcher_reasons
 from safeaccess.server.receipts import sign_receipt
@@ -61,6 +64,11 @@ from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, St
 from safeaccess.server.store import StepOutcome, Store
 
 log = logging.getLogger("safeaccess.server")
+
+try:
+    RUNNER_VERSION = importlib.metadata.version("safeaccess-sandbox")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+    RUNNER_VERSION = "unknown"
 
 
 def _protocol_code(exc: ProtocolError) -> str:
@@ -113,6 +121,8 @@ class Service:
         self._locks_guard = threading.Lock()
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         self._rulesets: dict[int, RuleSet] = {}
+        self.audit = AuditService(self)
+        log_configuration(self)
 
     def close(self) -> None:
         self.backend.close()
@@ -298,13 +308,15 @@ class Service:
                 verifier_state=verifier.state.model_dump(mode="json"),
                 first_step=step,
                 event_data={
+                    "header": base64.b64encode(request.header).decode("ascii"),
+                    "signature": base64.b64encode(request.signature).decode("ascii"),
+                    "endorsements": [e.model_dump(mode="json") for e in endorsements],
                     "header_sha256": header_hash,
                     "dataset": dataset.name,
                     "dataset_version": dataset.version,
                     "dataset_sha256": dataset.sha256,
                     "endorsed_by": sorted(verifier.endorsed_by),
-                    "trace_sha256": step.trace_hash,
-                    "body_sha256": step.body_hash,
+                    "reveal": self._reveal_data(request.trace, step),
                 },
             )
             return self._compute(seq, step, dataset)
@@ -367,10 +379,51 @@ class Service:
                 expected_version=seq.version,
                 step=step,
                 verifier_state=verifier.state.model_dump(mode="json"),
-                event_data={"trace_sha256": trace_hash, "body_sha256": body_hash},
+                event_data=self._reveal_data(request.trace, step),
             )
             seq = self._own_sequence(researcher, sequence_id)
             return self._compute(seq, step, self.store.get_dataset(seq.dataset_id))
+
+    def _run_data(self) -> dict[str, Any]:
+        """What a run starts with, for the audit log."""
+        return {
+            "backend": self.backend.name,
+            "limits": self.config.sandbox.limits.model_dump(mode="json"),
+            "runner_version": RUNNER_VERSION,
+        }
+
+    def _reveal_data(self, trace: bytes, step: StepRow) -> dict[str, Any]:
+        """A reveal as logged: the trace itself (the auditor re-runs the chain from the logged
+        header) and the body's digest (the analysis text stays with the centre)."""
+        return {
+            "trace": trace.hex(),
+            "trace_sha256": step.trace_hash,
+            "body_sha256": step.body_hash,
+            "last": step.last,
+            "run": self._run_data(),
+        }
+
+    def _settle_data(self, outcome: StepOutcome, ruleset: RuleSet) -> dict[str, Any]:
+        """The audit-log fields of a settled step (see `audit_records`); features add their
+        decision facts as further keys."""
+        decision = outcome.decision or {}
+        return {
+            "run": {
+                **self._run_data(),
+                "backend": outcome.backend,
+                "wall_seconds": outcome.wall_seconds,
+                "error_code": outcome.error_code,
+            },
+            "checks": {
+                "kind": outcome.kind,
+                "ruleset": decision.get("ruleset"),
+                "ruleset_sha256": outcome.ruleset_hash,
+                "verdict": decision.get("verdict"),
+                "findings": decision.get("findings", []),
+            },
+            "ruleset_contents": ruleset.model_dump(mode="json"),
+            "leverage": leverage_record(outcome.output, ruleset),
+        }
 
     def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
         ruleset = self.ruleset_for(dataset)
@@ -398,13 +451,12 @@ class Service:
             # The scope's lock is held from admission until the step and the state pointer are
             # recorded together; another replica's admission in between makes us admit again.
             for attempt in range(3):
+                event_data = self._settle_data(outcome, ruleset)
+                if audit.facts:
+                    event_data["qss"] = audit.facts
                 try:
                     seq, step = self.store.settle_step(
-                        seq.id,
-                        step.index,
-                        outcome,
-                        event_data=self._settle_event(step, outcome, audit.facts),
-                        qss=audit.commit,
+                        seq.id, step.index, outcome, event_data=event_data, qss=audit.commit
                     )
                     break
                 except Conflict as exc:
@@ -424,26 +476,6 @@ class Service:
         )
         return self._view(seq, step)
 
-    @staticmethod
-    def _settle_event(step: StepRow, outcome: StepOutcome, qss: dict[str, Any]) -> dict[str, Any]:
-        decision = outcome.decision or {}
-        data: dict[str, Any] = {
-            "trace_sha256": step.trace_hash,
-            "body_sha256": step.body_hash,
-            "output_sha256": outcome.output_hash,
-            "public_output_sha256": (
-                json_hash(outcome.public_output) if outcome.public_output is not None else None
-            ),
-            "ruleset": decision.get("ruleset"),
-            "ruleset_sha256": outcome.ruleset_hash,
-            "verdict": decision.get("verdict"),
-            "decision_sha256": json_hash(decision) if decision else None,
-            "error_code": outcome.error_code,
-        }
-        if qss:
-            data["qss"] = qss
-        return data
-
     # -- views ----------------------------------------------------------------------------------
 
     def _view(self, seq: SequenceRow, step: StepRow) -> StepView:
@@ -453,9 +485,12 @@ class Service:
             analysis: dict[str, Any] | None = json.loads(step.body)
         except ValueError:
             analysis = None
+        dataset = self.store.get_dataset(seq.dataset_id)
         return StepView(
             sequence_id=seq.id,
             index=step.index,
+            dataset=dataset.name,
+            dataset_version=dataset.version,
             state=state.value,
             last=step.last,
             kind=step.kind,

@@ -57,6 +57,19 @@ class StepResult:
     sequence_state: str = ""
     receipt: dict[str, Any] | None = field(default=None, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    dataset: str | None = None
+    dataset_version: int | None = None
+
+    @property
+    def dataset_label(self) -> str | None:
+        """`name@version` of the dataset version the step ran on, when the server says."""
+        if self.dataset is None:
+            return None
+        return (
+            self.dataset
+            if self.dataset_version is None
+            else (f"{self.dataset}@{self.dataset_version}")
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepResult:
@@ -80,6 +93,10 @@ class StepResult:
             error_message=error.get("message"),
             ruleset=data.get("ruleset"),
             sequence_state=data.get("sequence_state", ""),
+            dataset=data.get("dataset"),
+            dataset_version=(
+                int(data["dataset_version"]) if data.get("dataset_version") is not None else None
+            ),
             receipt=data.get("receipt"),
             raw=data,
         )
@@ -135,7 +152,8 @@ class StepResult:
     def describe(self) -> str:
         """A short human account of this step's outcome."""
         what = self.kind or "analysis"
-        head = f"step {self.index} ({what}): {self.status.upper()}"
+        on = f" on {self.dataset_label}" if self.dataset_label else ""
+        head = f"step {self.index} ({what}): {self.status.upper()}{on}"
         lines = [head]
         if self.withheld or self.in_review:
             lines += [f"  - {reason}" for reason in self.reasons]

@@ -45,7 +45,7 @@ DATASET = "census"
 def demo_plan(metadata: DatasetMetadata) -> Plan:
     """The demo sequence: safe, safe, safe, unsafe (withheld), then one never revealed."""
     return (
-        Plan(DATASET, metadata)
+        Plan(metadata.label, metadata)
         .frequency_table("region", "sex")
         .ols("income ~ age + C(sex)", where="employment == 'employed'")
         .magnitude_table("income", "region", agg="mean", where="age >= 18")
@@ -144,14 +144,12 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
             f"Server {service.server_id} listening on {server.url} (sandbox: {service.backend.name})"
         )
         with connect(server.url, key, RESEARCHER) as session:
-            # The researcher plans against the catalogue's metadata (she never sees the data).
-            entry = next(d for d in session.datasets() if d["name"] == DATASET)
-        metadata = DatasetMetadata(
-            name=DATASET, description=entry["description"], columns=entry["columns"]
-        )
-        plan = demo_plan(metadata)
+            # The researcher plans against the catalogue's metadata (she never sees the data),
+            # pinned to the version it describes; the session seals for her, the dataset's
+            # project and this centre.
+            plan = demo_plan(session.metadata(DATASET))
+            sealed = session.seal(plan)
         analyses = list(plan.analyses)
-        sealed = plan.seal(key, researcher=RESEARCHER, project=PROJECT, server=service.server_id)
         out(
             f"\n{RESEARCHER} seals {len(analyses)} analyses into one binding sequence and signs "
             "its header;\nthe server sees each analysis only when she reveals it, after the "

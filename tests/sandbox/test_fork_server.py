@@ -11,7 +11,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pandas as pd
 import pytest
@@ -44,14 +44,14 @@ def _write(path: Path, values: list[str]) -> None:
     os.replace(tmp, path)  # a new file version, as a dataset upload would do
 
 
-def _job(path: Path, analysis: dict[str, object] | None = None, **limits: float) -> Job:
-    extra = {"limits": Limits(wall_seconds=120, **limits)} if limits else {}  # type: ignore[arg-type]
+def _job(path: Path, analysis: dict[str, Any] | None = None, **limits: Any) -> Job:
+    extra: dict[str, Any] = {"limits": Limits(wall_seconds=120, **limits)} if limits else {}
     return Job(
         job_id="f",
         analysis=analysis or {"kind": "frequency_table", "rows": ["g"]},
         metadata=METADATA,
         dataset=path,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
@@ -107,13 +107,23 @@ def test_a_replaced_dataset_gets_a_new_template(backend: ProcessBackend, tmp_pat
     old.proc.wait(timeout=10)  # the retired template has stopped
 
 
-def test_other_limits_get_their_own_template(backend: ProcessBackend, tmp_path: Path) -> None:
+def test_jobs_with_other_limits_share_the_template_under_their_own_limits(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
     path = tmp_path / "d.parquet"
     _write(path, ["a", "b"])
-    backend.run(_job(path))
-    backend.run(_job(path, memory_mb=512))
-    assert len(backend.templates()) == 2
-    assert {t.limits.memory_mb for t in backend.templates()} == {2048, 512}
+    probe = {
+        "kind": "script",
+        "code": "import resource\nresult = resource.getrlimit(resource.RLIMIT_NPROC)[0]",
+    }
+    assert backend.run(_job(path, probe)).output.result == 64  # type: ignore[union-attr]
+    assert backend.run(_job(path, probe, max_processes=9)).output.result == 9  # type: ignore[union-attr]
+    with pytest.raises(LimitExceeded) as info:
+        backend.run(
+            _job(path, {"kind": "script", "code": "print('x' * 9000)"}, max_output_bytes=4096)
+        )
+    assert info.value.limit == "output"
+    assert len(backend.templates()) == 1
 
 
 def test_a_changed_runner_restarts_the_template(

@@ -1,12 +1,12 @@
 """The host side of the process backend's fork server: templates, one per dataset version.
 
 A `TemplateProcess` is one bubblewrap sandbox running `safeaccess.sandbox.template` for one
-(dataset file version, limits, runner version) key; `ForkServer` keeps the templates of the most
+(dataset file version, runner version) key; `ForkServer` keeps the templates of the most
 recently used keys and runs each job in a child forked from the right one. See the template and
 `safeaccess.sandbox.isolate` for what happens inside; docs/sandbox.md for the design.
 
 Lifecycle of a template: STARTING (bubblewrap started, libraries importing, dataset loading) ->
-READY (serving jobs) -> RETIRED (replaced: new dataset version, runner or limits, or evicted; it
+READY (serving jobs) -> RETIRED (replaced: new dataset version or runner, or evicted; it
 finishes the jobs it has and is closed) or DAMAGED (died, closed its control socket, sent
 something unexpected, failed to report a job's end: it is killed at once and never reused).
 """
@@ -73,8 +73,7 @@ class _Pending:
 class TemplateProcess:
     """One running template and its control socket."""
 
-    def __init__(self, command: list[str], limits: Limits, preexec: Callable[[], None]):
-        self.limits = limits
+    def __init__(self, command: list[str], preexec: Callable[[], None]):
         self.state = TemplateState.STARTING
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -86,7 +85,6 @@ class TemplateProcess:
         self._control = host
         env = {
             "SAFEACCESS_TEMPLATE_FD": str(inside.fileno()),
-            "SAFEACCESS_TEMPLATE_LIMITS": limits.model_dump_json(),
         }
         at = command.index("--")
         setenv = [a for key, value in env.items() for a in ("--setenv", key, value)]
@@ -212,7 +210,7 @@ class TemplateProcess:
                 with self._send_lock:
                     socket.send_fds(
                         self._control,
-                        [json.dumps({"op": "run", "job": job, "uid": uid}).encode()],
+                        [self._run_message(job, uid, limits)],
                         [child_channel.fileno(), err_write],
                     )
             except OSError as exc:
@@ -250,6 +248,13 @@ class TemplateProcess:
                 finished = self.state is TemplateState.RETIRED and self.active == 0
             if finished:
                 self._stop()
+
+    @staticmethod
+    def _run_message(job: str, uid: int, limits: Limits) -> bytes:
+        # Limits travel with each job (the job applies them to itself): one template serves
+        # jobs of any limits on its dataset.
+        message = {"op": "run", "job": job, "uid": uid, "limits": limits.model_dump(mode="json")}
+        return json.dumps(message).encode()
 
     def _kill(self, job: str) -> None:
         try:
@@ -347,7 +352,7 @@ class ForkServer:
 
     def __init__(
         self,
-        start: Callable[[TemplateKey, Path, Limits], TemplateProcess],
+        start: Callable[[TemplateKey, Path], TemplateProcess],
         max_templates: int = 4,
     ):
         self._start = start
@@ -357,7 +362,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._closed = False
 
-    def template(self, key: TemplateKey, dataset: Path, limits: Limits) -> TemplateProcess:
+    def template(self, key: TemplateKey, dataset: Path) -> TemplateProcess:
         """The ready template for `key`, started (once, even under concurrent calls) if needed."""
         with self._lock:
             if self._closed:
@@ -373,7 +378,7 @@ class ForkServer:
                     del self._templates[key]
             if found is not None:
                 found.damage()
-            fresh = self._start(key, dataset, limits)
+            fresh = self._start(key, dataset)
             fresh.wait_ready()
             evicted: list[TemplateProcess] = []
             with self._lock:
@@ -392,7 +397,7 @@ class ForkServer:
 
     def retire_stale(self, key: TemplateKey, same_version: Callable[[TemplateKey], bool]) -> None:
         """Retire the templates for which `same_version(their key)` is false: another version of
-        the dataset file (replaced data) or of the runner. Other limits are not stale."""
+        the dataset file (replaced data) or of the runner."""
         with self._lock:
             stale = [k for k in self._templates if k != key and not same_version(k)]
             retired = [self._templates.pop(k) for k in stale]

@@ -256,8 +256,8 @@ class ProcessBackend:
         max_warm: int = 4,
         mode: Mode = "forkserver",
     ):
-        """`mode` "forkserver" forks each job from a template per (dataset version, limits) for
-        the `max_warm` most recently used ones (needs a root server; otherwise "warm" is used).
+        """`mode` "forkserver" forks each job from a template per dataset version, for the
+        `max_warm` most recently used ones (needs a root server; otherwise "warm" is used).
         In "warm" mode, `warm_per_dataset` keeps one pre-started sandbox for each of the
         `max_warm` most recently used (dataset, limits) pairs. `bwrap` overrides the bubblewrap
         executable."""
@@ -492,17 +492,17 @@ class ProcessBackend:
     def _run_forked(
         self, job: Job, dataset: Path, limits: Limits, request: bytes, started: float
     ) -> RunResult:
-        file_key = _pool_key(dataset, limits)
+        # (path, device, inode, size, mtime): the dataset file's version; limits are per job.
+        file_key = _pool_key(dataset, limits)[:5]
         runner = self._current_runner()
         key: TemplateKey = (*file_key, runner)
 
         def same_version(other: TemplateKey) -> bool:
-            # _pool_key is (path, device, inode, size, mtime, limits)
             return other[-1] == runner and (other[0] != file_key[0] or other[1:5] == file_key[1:5])
 
         # A replaced dataset file or a changed runner: the old templates serve no new job.
         self._forks.retire_stale(key, same_version)
-        template = self._forks.template(key, dataset, limits)
+        template = self._forks.template(key, dataset)
         uid = _next_uid()
         try:
             outcome = template.run(request, uid, limits)
@@ -511,7 +511,7 @@ class ProcessBackend:
         wall = time.monotonic() - started
         return self._result(job, limits, outcome, wall)
 
-    def _start_template(self, key: TemplateKey, dataset: Path, limits: Limits) -> TemplateProcess:
+    def _start_template(self, key: TemplateKey, dataset: Path) -> TemplateProcess:
         # bwrap --die-with-parent follows the *thread* that started it, and a template outlives
         # the job that caused it: start it from the backend's own long-lived thread.
         with self._lock:
@@ -520,8 +520,8 @@ class ProcessBackend:
             if self._spawner is None:
                 self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-warm")
             spawner = self._spawner
-        command = self.command(dataset, limits, None, template=True)
-        return spawner.submit(TemplateProcess, command, limits, _template_rlimits).result()
+        command = self.command(dataset, self.limits, None, template=True)
+        return spawner.submit(TemplateProcess, command, _template_rlimits).result()
 
     def templates(self) -> list[TemplateProcess]:
         """The running fork server templates (for tests and benchmarks)."""

@@ -1,6 +1,6 @@
 """The fork server's template: `python -m safeaccess.sandbox.template` inside bubblewrap.
 
-One template runs per (dataset version, limits). It imports the runner and its libraries, loads
+One template runs per dataset version. It imports the runner and its libraries, loads
 the dataset from /data once (decoded into a DataFrame once: every job forked from the template
 shares those pages copy-on-write), then serves the host over one control socket. It never runs
 researcher input itself: for each job it forks a child that isolates itself
@@ -8,7 +8,7 @@ researcher input itself: for each job it forks a child that isolates itself
 
 Control protocol (SOCK_SEQPACKET, one JSON object per message, little and fixed):
 
-- host -> template `{"op": "run", "job": id, "uid": n}` with two descriptors attached: the job
+- host -> template `{"op": "run", "job": id, "uid": n, "limits": {...}}` with two descriptors attached: the job
   channel (a stream socket: request in, reply out) and the write end of the job's stderr pipe;
 - host -> template `{"op": "kill", "job": id}`: kill that job (wall clock or output cap);
 - template -> host `{"op": "ready", "threads": n}` once loaded, then
@@ -35,7 +35,6 @@ import sys
 from safeaccess.sandbox.backend import Limits
 
 ENV_CONTROL_FD = "SAFEACCESS_TEMPLATE_FD"
-ENV_LIMITS = "SAFEACCESS_TEMPLATE_LIMITS"
 DATASET_PATH = "/data/dataset.parquet"
 MAX_MESSAGE = 4096
 # Imported before the dataset is loaded and shared by every job (the analysis kinds' modules and
@@ -69,11 +68,10 @@ def _task_count() -> int:
 class Template:
     """The serving loop: fork a child per job, report each child's end."""
 
-    def __init__(self, control: socket.socket, limits: Limits, dataset: object, program: bytes):
+    def __init__(self, control: socket.socket, dataset: object, program: bytes):
         self.control = control
         self.program = program
         self.own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-        self.limits = limits
         self.dataset = dataset
         self.selector = selectors.DefaultSelector()
         self.children: dict[int, tuple[str, int]] = {}  # pidfd -> (job id, pid)
@@ -102,7 +100,8 @@ class Template:
             message = json.loads(data)
             op = message["op"]
             if op == "run" and len(fds) == 2:
-                self._fork_job(str(message["job"]), int(message["uid"]), fds[0], fds[1])
+                limits = Limits.model_validate(message["limits"])
+                self._fork_job(str(message["job"]), int(message["uid"]), limits, fds[0], fds[1])
             elif op == "kill":
                 self._kill(str(message["job"]))
         finally:
@@ -111,7 +110,7 @@ class Template:
                     os.close(fd)
         return True
 
-    def _fork_job(self, job: str, uid: int, channel: int, stderr: int) -> None:
+    def _fork_job(self, job: str, uid: int, limits: Limits, channel: int, stderr: int) -> None:
         from safeaccess.sandbox.isolate import new_pid_namespace, run_isolated_job
 
         new_pid_namespace(self.own_pid_namespace)
@@ -121,7 +120,7 @@ class Template:
                 channel=channel,
                 stderr=stderr,
                 uid=uid,
-                limits=self.limits,
+                limits=limits,
                 dataset=self.dataset,
                 program=self.program,
             )
@@ -176,7 +175,6 @@ def load_dataset(path: str = DATASET_PATH) -> object:
 
 def main() -> None:
     control = socket.socket(fileno=int(os.environ.pop(ENV_CONTROL_FD)))
-    limits = Limits.model_validate_json(os.environ.pop(ENV_LIMITS))
     for name in PRELOAD:
         importlib.import_module(name)
     from safeaccess.sandbox import seccomp
@@ -192,7 +190,7 @@ def main() -> None:
         print(f"template: {threads} threads after loading; refusing to fork", file=sys.stderr)
         raise SystemExit(3)
     _send(control, {"op": "ready", "threads": threads})
-    Template(control, limits, dataset, program).serve()
+    Template(control, dataset, program).serve()
     os._exit(0)
 
 

@@ -85,7 +85,7 @@ WARM_MAX_AGE = 600.0
 # comparison and for servers that do not run as root).
 Mode = Literal["forkserver", "warm"]
 # How often the runner's source files are checked for changes (a change restarts templates).
-RUNNER_CHECK_SECONDS = 2.0
+RUNNER_CHECK_SECONDS = 5.0
 
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
@@ -181,18 +181,27 @@ def _pool_key(dataset: Path, limits: Limits) -> tuple[object, ...]:
     return (str(dataset), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, limits)
 
 
+_runner_files: list[str] = []
+
+
 def _runner_version() -> tuple[int, int]:
-    """(newest mtime, count) of the Python files of our packages: a change retires templates."""
+    """(newest mtime, count) of the Python files of our packages: a change retires templates.
+
+    The file list is made once (a walk costs milliseconds of server CPU); later calls only stat.
+    """
+    if not _runner_files:
+        for root in _package_roots():
+            for sub in ("client", "rules", "sandbox"):
+                for dirpath, _dirs, files in os.walk(Path(root) / "safeaccess" / sub):
+                    _runner_files.extend(
+                        os.path.join(dirpath, name) for name in files if name.endswith(".py")
+                    )
     newest = 0
     count = 0
-    for root in _package_roots():
-        for sub in ("client", "rules", "sandbox"):
-            for dirpath, _dirs, files in os.walk(Path(root) / "safeaccess" / sub):
-                for name in files:
-                    if name.endswith(".py"):
-                        with contextlib.suppress(OSError):
-                            newest = max(newest, os.stat(os.path.join(dirpath, name)).st_mtime_ns)
-                            count += 1
+    for path in _runner_files:
+        with contextlib.suppress(OSError):
+            newest = max(newest, os.stat(path).st_mtime_ns)
+            count += 1
     return newest, count
 
 

@@ -507,7 +507,7 @@ while pid > 1:
     ancestors.add(pid)
 listed = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 probed = []
-for pid in range(1, 4 * 32768):
+for pid in range(1, 4096):
     try:
         os.kill(pid, 0)
         probed.append(pid)
@@ -583,14 +583,17 @@ with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
         start, end = (int(x, 16) for x in fields[0].split("-"))
         if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("/")):
             continue  # unreadable, or a file mapping (code, the read-only root)
-        try:
-            mem.seek(start)
-            chunk = mem.read(end - start)
-        except (OSError, OverflowError, ValueError):
-            continue
-        scanned += len(chunk)
-        at = chunk.find(b"leftover:")
-        while at >= 0:
+        # 8 MB at a time (a whole mapping could exceed the job's memory limit), overlapping
+        # so that nothing straddling two pieces is missed.
+        for piece in range(start, end, 8 << 20):
+          try:
+            mem.seek(piece)
+            chunk = mem.read(min(end - piece, (8 << 20) + 64))
+          except (OSError, OverflowError, ValueError):
+            break
+          scanned += len(chunk)
+          at = chunk.find(b"leftover:")
+          while at >= 0:
             seen = hashlib.sha256(chunk[at + 9 : at + 41]).hexdigest()
             if seen == wanted:
                 found.append("memory")
@@ -624,13 +627,14 @@ with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
         start, end = (int(x, 16) for x in fields[0].split("-"))
         if "r" not in fields[1]:
             continue
-        try:
-            mem.seek(start)
-            chunk = mem.read(end - start)
-        except (OSError, OverflowError, ValueError):
-            continue
-        at = chunk.find(prefix)
-        while at >= 0:
+        for piece in range(start, end, 8 << 20):  # 8 MB at a time, overlapping
+          try:
+            mem.seek(piece)
+            chunk = mem.read(min(end - piece, (8 << 20) + 64))
+          except (OSError, OverflowError, ValueError):
+            break
+          at = chunk.find(prefix)
+          while at >= 0:
             if hashlib.sha256(chunk[at : at + size]).hexdigest() == wanted:
                 hits += 1
             at = chunk.find(prefix, at + 1)

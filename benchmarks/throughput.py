@@ -20,6 +20,7 @@ Needs a root server (the fork server's jobs switch to fresh uids); prints the ma
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -144,7 +145,7 @@ def _client_cpu_per_step(steps: int) -> float:
 
 def _job_overhead(dataset: Path, jobs: int) -> tuple[float, float]:
     """Median in-process job and median fork server job (seconds), interleaved."""
-    body = to_body(ANALYSIS)
+    body = json.loads(to_body(ANALYSIS))
     metadata = census_metadata().model_dump(mode="json")
     request = RunnerRequest(analysis=body, metadata=metadata, dataset_path=str(dataset))
     backend = ProcessBackend(mode="forkserver")

@@ -56,6 +56,7 @@ from safeaccess.sandbox.backend import (
     SandboxUnavailable,
     decode_reply,
     expected_output,
+    side_arrays,
 )
 from safeaccess.sandbox.forkserver import (
     ForkServer,
@@ -608,7 +609,9 @@ class ProcessBackend:
                 )
             raise AnalysisFailed(code, message)
         output = expected_output(job, response.output)
-        return RunResult(output=output, wall_seconds=wall, backend=self.name)
+        return RunResult(
+            output=output, wall_seconds=wall, backend=self.name, query_sets=side_arrays(output)
+        )
 
     def _crash(self, outcome: JobOutcome, limits: Limits) -> SandboxError:
         cpu = outcome.cpu_seconds

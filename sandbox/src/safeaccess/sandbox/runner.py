@@ -146,12 +146,30 @@ def _known_error(exc: Exception) -> RunnerResponse | None:
 DatasetSource: TypeAlias = IO[bytes] | str | pd.DataFrame
 
 
-def read_frame(dataset: DatasetSource) -> pd.DataFrame:
-    """The dataset as a DataFrame in stored order (a loaded frame is used as it is: `execute`
-    never modifies its input)."""
+def _read_dataset(
+    dataset: DatasetSource, analysis: Analysis, metadata: DatasetMetadata
+) -> pd.DataFrame:
+    """The dataset's columns the analysis needs (those the sandbox copy holds), in stored order.
+
+    A frame a fork server template loaded is used as it is, or narrowed to those columns
+    (`execute` never modifies its input)."""
+    import pyarrow.parquet as pq
+
+    from safeaccess.sandbox.columns import needed_columns
+
+    wanted = needed_columns(analysis, metadata)
     if isinstance(dataset, pd.DataFrame):
-        return dataset
-    return pd.read_parquet(dataset, engine="pyarrow")
+        columns = [c for c in wanted or () if c in dataset.columns]
+        return dataset[columns] if wanted is not None and columns else dataset
+    if wanted is None:
+        return pd.read_parquet(dataset, engine="pyarrow")
+    present = set(pq.read_schema(dataset).names)
+    if not isinstance(dataset, str):
+        dataset.seek(0)
+    columns = [c for c in wanted if c in present]
+    if not columns:
+        return pd.read_parquet(dataset, engine="pyarrow")
+    return pd.read_parquet(dataset, engine="pyarrow", columns=columns)
 
 
 def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerResponse:
@@ -163,7 +181,7 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
         fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
         return _error("bad_analysis", f"invalid analysis or metadata at: {', '.join(fields)}")
     try:
-        frame = read_frame(dataset)
+        frame = _read_dataset(dataset, analysis, metadata)
     except MemoryError:
         return _error("limit_memory", "the dataset does not fit in the sandbox's memory limit")
     except Exception:

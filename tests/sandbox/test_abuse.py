@@ -1,4 +1,4 @@
-"""The abuse suite: hostile `script` jobs against both sandbox backends.
+"""The abuse suite: hostile `script` jobs against every sandbox backend and mode.
 
 Every case runs a hostile job next to a benign frequency table on the same backend and checks
 that (1) the hostile job is contained — a typed error, or a result proving its attempts failed
@@ -51,6 +51,8 @@ LIMITS = Limits(
     wall_seconds=30, cpu_seconds=20, memory_mb=512, max_processes=32, max_output_bytes=4 << 20
 )
 BENIGN = {"kind": "frequency_table", "rows": ["sex"]}
+# Jobs that scan their whole memory need more time than the others.
+SCAN_LIMITS = LIMITS.model_copy(update={"wall_seconds": 120})
 
 # Runs first in every hostile script: try something, record "ok:..." or "fail:ExceptionName".
 PRELUDE = """
@@ -99,14 +101,19 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(
-    scope="module", params=["process", pytest.param("docker", marks=pytest.mark.docker)]
+    scope="module",
+    params=["forkserver", "warm", pytest.param("docker", marks=pytest.mark.docker)],
 )
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """The process backend in both its modes (fork server, the default, and warm sandboxes),
+    and the Docker backend."""
     b: Backend
-    if request.param == "process":
+    if request.param in ("forkserver", "warm"):
         from safeaccess.sandbox.process import ProcessBackend
 
-        b = ProcessBackend(limits=LIMITS)
+        b = ProcessBackend(limits=LIMITS, mode=request.param)
+        if request.param == "forkserver" and b.mode != "forkserver":
+            request.getfixturevalue("missing_isolation")("the fork server needs a root server")
         try:
             b.check_available()
         except SandboxUnavailable as exc:
@@ -418,3 +425,248 @@ def test_forged_runner_response_is_refused(
     code = forged_table_script
     outcome = _hostile(backend, data_dir, frame, _job(data_dir, code))
     assert isinstance(outcome, SandboxError), f"a forged table was accepted: {outcome!r}"
+
+
+def _fork_server(backend: Backend) -> bool:
+    from safeaccess.sandbox.process import ProcessBackend
+
+    return isinstance(backend, ProcessBackend) and backend.mode == "forkserver"
+
+
+def _template_pids(backend: Backend) -> list[int]:
+    from safeaccess.sandbox.process import ProcessBackend
+
+    if not isinstance(backend, ProcessBackend):
+        return []
+    return [t.proc.pid for t in backend.templates()]
+
+
+def test_forbidden_system_calls_are_refused(
+    backend: Backend, data_dir: Path, frame: pd.DataFrame
+) -> None:
+    # keyctl, unshare(CLONE_NEWUSER) and socket need no privilege: only the seccomp filter
+    # refuses them. ptrace, mount and bpf would fail for an unprivileged user anyway, and are
+    # on the filter's deny side too.
+    code = """
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+NR = {"x86_64": {"bpf": 321, "keyctl": 250}, "aarch64": {"bpf": 280, "keyctl": 219}}[platform.machine()]
+def call(fn):
+    def run():
+        ctypes.set_errno(0)
+        if fn() == -1:
+            raise OSError(ctypes.get_errno(), "refused")
+        return "allowed"
+    return run
+def errno_of(fn):
+    try:
+        fn()
+        return "ok:allowed"
+    except OSError as exc:
+        return "fail:errno" + str(exc.errno)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+result = {
+    "ptrace_traceme": errno_of(call(lambda: libc.ptrace(0, 0, None, None))),
+    "mount_tmpfs": errno_of(call(lambda: libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))),
+    "bpf": errno_of(call(lambda: libc.syscall(NR["bpf"], 0, None, 0))),
+    "keyctl": errno_of(call(lambda: libc.syscall(NR["keyctl"], 0, -3, 0))),
+    "unshare_user": errno_of(call(lambda: libc.unshare(0x10000000))),
+    "socket": errno_of(lambda: socket.socket(socket.AF_UNIX)),
+}
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+result["control_fork"] = "ok:" + str(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+    result = _result(_hostile(backend, data_dir, frame, _job(data_dir, code)))
+    assert result.pop("control_fork") == "ok:7"  # an ordinary call still works
+    assert result == {name: "fail:errno1" for name in result}, result  # EPERM from the filter
+    assert len(result) == 6
+
+
+def test_jobs_cannot_signal_trace_or_see_each_other(
+    backend: Backend, data_dir: Path, frame: pd.DataFrame
+) -> None:
+    victim_code = """
+import time
+with open("/tmp/victim-note", "w") as fh:
+    fh.write("victim")
+time.sleep(4)
+result = {"survived": "yes", "note": open("/tmp/victim-note").read()}
+"""
+    attacker_code = """
+import ctypes, signal
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+me = os.getpid()
+ancestors = set()
+pid = me
+while pid > 1:
+    try:
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        break
+    ancestors.add(pid)
+listed = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+probed = []
+for pid in range(1, 4096):
+    try:
+        os.kill(pid, 0)
+        probed.append(pid)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        probed.append(pid)
+others = [p for p in sorted(set(listed) | set(probed)) if p != me and p not in ancestors]
+killed, traced = [], []
+for pid in others:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    except OSError:
+        pass
+    if libc.ptrace(16, pid, None, None) == 0:
+        traced.append(pid)
+result = {"me": str(me), "others": repr(others), "killed": repr(killed),
+          "traced": repr(traced), "tmp": repr(sorted(os.listdir("/tmp"))),
+          "victim_note": attempt(lambda: open("/tmp/victim-note").read())}
+"""
+    templates = _template_pids(backend)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        victim = pool.submit(backend.run, _job(data_dir, victim_code))
+        time.sleep(1.0)
+        attacker = _hostile(backend, data_dir, frame, _job(data_dir, attacker_code))
+        survived = victim.result(timeout=120)
+    assert _result(survived) == {"survived": "yes", "note": "victim"}
+    if isinstance(attacker, RunResult):
+        found = _result(attacker)
+        assert found["victim_note"].startswith("fail:")
+        assert "victim-note" not in found["tmp"]
+        assert found["traced"] == "[]"
+        if _fork_server(backend):
+            assert found["me"] == "1" and found["others"] == "[]", found
+    if templates:  # the fork server's templates were not hurt: the same processes still serve
+        assert _template_pids(backend) == templates
+        assert all(t.usable for t in backend.templates())  # type: ignore[attr-defined]
+
+
+def test_nothing_is_left_from_an_earlier_job(
+    backend: Backend, data_dir: Path, frame: pd.DataFrame
+) -> None:
+    marker = secrets.token_hex(16)
+    digest = hashlib.sha256(marker.encode()).hexdigest()
+    # A control marker the scanning job builds in its own memory at run time: the scan must
+    # find it, or it proves nothing.
+    control = secrets.token_hex(16)
+    control_digest = hashlib.sha256(control.encode()).hexdigest()
+    first = f"""
+note = "leftover:" + {marker!r}
+open("/tmp/leftover-file", "w").write(note)
+os.environ["LEFTOVER"] = note
+kept = [note * 1000]
+result = {{"wrote": "yes"}}
+"""
+    second = f"""
+import hashlib
+wanted = {digest!r}
+control = "leftover:" + "".join(reversed({control[::-1]!r}))
+wanted_control = {control_digest!r}
+found = []
+if os.path.exists("/tmp/leftover-file"):
+    found.append("tmp file")
+if any("leftover:" in v for v in os.environ.values()):
+    found.append("environment")
+import ctypes
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: reopen our own /proc/self/mem
+scanned = 0
+with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+    for line in maps:
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("/")):
+            continue  # unreadable, or a file mapping (code, the read-only root)
+        # 8 MB at a time (a whole mapping could exceed the job's memory limit), overlapping
+        # so that nothing straddling two pieces is missed.
+        for piece in range(start, end, 8 << 20):
+          try:
+            mem.seek(piece)
+            chunk = mem.read(min(end - piece, (8 << 20) + 64))
+          except (OSError, OverflowError, ValueError):
+            break
+          scanned += len(chunk)
+          at = chunk.find(b"leftover:")
+          while at >= 0:
+            seen = hashlib.sha256(chunk[at + 9 : at + 41]).hexdigest()
+            if seen == wanted:
+                found.append("memory")
+            elif seen == wanted_control:
+                found.append("control")
+            at = chunk.find(b"leftover:", at + 1)
+result = {{"found": repr(sorted(set(found))), "scanned_mb": scanned >> 20}}
+"""
+    assert _result(backend.run(_job(data_dir, first))) == {"wrote": "yes"}
+    result = _result(_hostile(backend, data_dir, frame, _job(data_dir, second, SCAN_LIMITS)))
+    assert result["found"] == "['control']", result  # the scan works, and finds no leftover
+
+
+def test_host_secrets_are_not_in_a_jobs_memory(
+    backend: Backend, data_dir: Path, frame: pd.DataFrame
+) -> None:
+    # The fork server's template (whose memory every job inherits) holds the libraries and the
+    # dataset, nothing of the host: not its environment, not another dataset. Scan for both.
+    digest = hashlib.sha256(SECRET.encode()).hexdigest()
+    code = f"""
+import hashlib
+wanted = {digest!r}
+prefix = {SECRET[:6]!r}.encode()
+size = {len(SECRET)}
+hits = 0
+import ctypes
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: reopen our own /proc/self/mem
+with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+    for line in maps:
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("/")):
+            continue  # unreadable, or a file mapping (code, the read-only root)
+        for piece in range(start, end, 8 << 20):  # 8 MB at a time, overlapping
+          try:
+            mem.seek(piece)
+            chunk = mem.read(min(end - piece, (8 << 20) + 64))
+          except (OSError, OverflowError, ValueError):
+            break
+          at = chunk.find(prefix)
+          while at >= 0:
+            if hashlib.sha256(chunk[at : at + size]).hexdigest() == wanted:
+                hits += 1
+            at = chunk.find(prefix, at + 1)
+result = {{"hits": str(hits)}}
+"""
+    result = _result(_hostile(backend, data_dir, frame, _job(data_dir, code, SCAN_LIMITS)))
+    assert result == {"hits": "0"}
+
+
+def test_only_the_job_channel_is_inherited(
+    backend: Backend, data_dir: Path, frame: pd.DataFrame
+) -> None:
+    code = """
+fds = {}
+listing = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+for name in os.listdir(listing):
+    fd = int(name)
+    if fd == listing:
+        continue
+    try:
+        fds[str(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass
+os.close(listing)
+result = fds
+"""
+    fds = _result(_hostile(backend, data_dir, frame, _job(data_dir, code)))
+    sockets = [t for t in fds.values() if t.startswith("socket:")]
+    assert len(sockets) <= 1, fds  # at most the job channel: never a template's control socket
+    for target in fds.values():
+        assert target == "/dev/null" or target.startswith(("pipe:", "socket:", "/data/")), fds
+    if _fork_server(backend):
+        assert sorted(fds) == ["0", "1", "2", "3"] and fds["3"].startswith("socket:"), fds

@@ -3,6 +3,7 @@ image planning, configuration and the CLI's config update."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -49,7 +50,23 @@ def test_container_is_hardened_as_the_issue_requires(tmp_path: Path) -> None:
     assert kw["read_only"] is True
     assert kw["cap_drop"] == ["ALL"]
     assert "cap_add" not in kw
-    assert kw["security_opt"] == ["no-new-privileges"]
+    security_opt = kw["security_opt"]
+    assert isinstance(security_opt, list)
+    no_new_privileges, seccomp = security_opt
+    assert no_new_privileges == "no-new-privileges"
+    # Our own allow-list, not the engine's default profile: deny by default, no ptrace/mount/
+    # unshare/bpf/keyctl, clone only without namespace flags.
+    assert seccomp.startswith("seccomp=")
+    profile = json.loads(seccomp.removeprefix("seccomp="))
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
+    allowed = {
+        n
+        for rule in profile["syscalls"]
+        if rule["action"] == "SCMP_ACT_ALLOW" and "args" not in rule
+        for n in rule["names"]
+    }
+    assert not allowed & {"ptrace", "mount", "unshare", "setns", "bpf", "keyctl", "socket"}
+    assert {"read", "write", "mmap", "execve"} <= allowed
     assert kw["privileged"] is False
     assert kw["user"] == "10001:10001"
     assert kw["init"] is True

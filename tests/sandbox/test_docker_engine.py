@@ -112,6 +112,23 @@ def test_make_backend_builds_a_checked_docker_backend(sandbox_image: str) -> Non
         backend.close()
 
 
+def test_warm_pool_is_sized_from_the_servers_concurrency_by_default(sandbox_image: str) -> None:
+    sized = make_backend(
+        SandboxConfig(backend="docker", docker=DockerOptions(image=sandbox_image)), concurrency=3
+    )
+    explicit = make_backend(
+        SandboxConfig(backend="docker", docker=DockerOptions(image=sandbox_image, pool_size=0)),
+        concurrency=3,
+    )
+    try:
+        assert isinstance(sized, DockerBackend) and isinstance(explicit, DockerBackend)
+        assert sized._pool is not None and sized._pool.size == 3
+        assert explicit._pool is None  # an explicit 0 still means no pool
+    finally:
+        sized.close()
+        explicit.close()
+
+
 def test_absent_image_is_unavailable() -> None:
     backend = DockerBackend(DockerOptions(image="sha256:" + "0" * 64))
     with pytest.raises(SandboxUnavailable, match="not on the Docker Engine"):

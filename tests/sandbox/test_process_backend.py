@@ -1,4 +1,5 @@
-"""ProcessBackend behaviour: results, error mapping, warm sandboxes and dataset versions."""
+"""ProcessBackend behaviour in warm-sandbox mode: results, error mapping, warm sandboxes and
+dataset versions."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ METADATA = {"name": "b", "columns": [{"name": "g", "type": "categorical"}]}
 
 @pytest.fixture()
 def backend(missing_isolation: Callable[[str], NoReturn]) -> Iterator[ProcessBackend]:
-    b = ProcessBackend(Limits(wall_seconds=60))
+    """The warm-sandbox mode (the tests of the fork server are in test_fork_server.py)."""
+    b = ProcessBackend(Limits(wall_seconds=60), mode="warm")
     try:
         b.check_available()
     except SandboxUnavailable as exc:
@@ -178,7 +180,7 @@ def test_user_namespace_variant_runs_jobs(
     # The command line used by a non-root server (bubblewrap in a user namespace, no uid switch)
     # must build a working sandbox too; here it is exercised by pretending not to be root.
     monkeypatch.setattr(ProcessBackend, "as_root", property(lambda self: False))
-    plain = ProcessBackend(Limits(wall_seconds=60), warm_per_dataset=False)
+    plain = ProcessBackend(Limits(wall_seconds=60), warm_per_dataset=False, mode="warm")
     args = plain.command(tmp_path / "d.parquet", plain.limits, None)
     assert "--unshare-user" in args and "CAP_SETUID" not in args
     path = tmp_path / "d.parquet"

@@ -29,7 +29,13 @@ class DockerOptions(BaseModel):
     image: str | None = Field(
         default=None, description="Sandbox image id or digest (never a floating tag)."
     )
-    pool_size: int = Field(default=0, ge=0, le=64, description="Warm containers kept waiting.")
+    pool_size: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="Warm containers kept waiting per dataset; default: the server's "
+        "max_concurrent_jobs (every job that may run at once finds one ready).",
+    )
 
 
 class SandboxConfig(BaseModel):
@@ -52,8 +58,11 @@ def resolve_backend_name(config: SandboxConfig) -> BackendName:
     return override  # type: ignore[return-value]
 
 
-def make_backend(config: SandboxConfig) -> Backend:
-    """Build the configured backend and check that it can isolate jobs here (else raise)."""
+def make_backend(config: SandboxConfig, *, concurrency: int = 1) -> Backend:
+    """Build the configured backend and check that it can isolate jobs here (else raise).
+
+    `concurrency` is how many jobs the server runs at once: the Docker warm pool's default size.
+    """
     name = resolve_backend_name(config)
     backend: Backend
     if name == "process":
@@ -63,6 +72,9 @@ def make_backend(config: SandboxConfig) -> Backend:
     else:
         from safeaccess.sandbox.docker import DockerBackend
 
-        backend = DockerBackend(options=config.docker, limits=config.limits)
+        options = config.docker
+        if options.pool_size is None:
+            options = options.model_copy(update={"pool_size": concurrency})
+        backend = DockerBackend(options=options, limits=config.limits)
     backend.check_available()
     return backend

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Literal
 
 from safeaccess.sandbox.backend import (
     AnalysisFailed,
@@ -57,6 +58,13 @@ from safeaccess.sandbox.backend import (
     expected_output,
     side_arrays,
 )
+from safeaccess.sandbox.forkserver import (
+    ForkServer,
+    JobOutcome,
+    TemplateDamaged,
+    TemplateKey,
+    TemplateProcess,
+)
 
 DATASET_PATH = "/data/dataset.parquet"
 # Paths *inside* the sandbox (its own tmpfs), not on the host.
@@ -72,6 +80,13 @@ PRELOAD_MIN_CPU = 10
 # A warm sandbox older than this is replaced rather than used (bounded staleness of the libraries'
 # state and of the dataset file it has bound).
 WARM_MAX_AGE = 600.0
+
+# How jobs start: forked from a long-lived template per dataset version (the default), or each in
+# its own bubblewrap sandbox started ahead of time ("warm", the earlier design, kept for
+# comparison and for servers that do not run as root).
+Mode = Literal["forkserver", "warm"]
+# How often the runner's source files are checked for changes (a change restarts templates).
+RUNNER_CHECK_SECONDS = 5.0
 
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
@@ -167,6 +182,36 @@ def _pool_key(dataset: Path, limits: Limits) -> tuple[object, ...]:
     return (str(dataset), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, limits)
 
 
+_runner_files: list[str] = []
+
+
+def _runner_version() -> tuple[int, int]:
+    """(newest mtime, count) of the Python files of our packages: a change retires templates.
+
+    The file list is made once (a walk costs milliseconds of server CPU); later calls only stat.
+    """
+    if not _runner_files:
+        for root in _package_roots():
+            for sub in ("client", "rules", "sandbox"):
+                for dirpath, _dirs, files in os.walk(Path(root) / "safeaccess" / sub):
+                    _runner_files.extend(
+                        os.path.join(dirpath, name) for name in files if name.endswith(".py")
+                    )
+    newest = 0
+    count = 0
+    for path in _runner_files:
+        with contextlib.suppress(OSError):
+            newest = max(newest, os.stat(path).st_mtime_ns)
+            count += 1
+    return newest, count
+
+
+def _template_rlimits() -> None:
+    # Between fork and exec of a template's bubblewrap: no core dumps. Its jobs set their own
+    # limits; the template itself serves for as long as its dataset version is current.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def _discard(proc: subprocess.Popen[bytes]) -> None:
     """Kill an unused warm sandbox and reap it."""
     if proc.poll() is None:  # never signal a reaped pid: it may belong to another process now
@@ -219,9 +264,13 @@ class ProcessBackend:
         *,
         warm_per_dataset: bool = True,
         max_warm: int = 4,
+        mode: Mode = "forkserver",
     ):
-        """`warm_per_dataset` keeps one pre-started sandbox for each of the `max_warm` most
-        recently used (dataset, limits) pairs; `bwrap` overrides the bubblewrap executable."""
+        """`mode` "forkserver" forks each job from a template per dataset version, for the
+        `max_warm` most recently used ones (needs a root server; otherwise "warm" is used).
+        In "warm" mode, `warm_per_dataset` keeps one pre-started sandbox for each of the
+        `max_warm` most recently used (dataset, limits) pairs. `bwrap` overrides the bubblewrap
+        executable."""
         self.limits = limits or Limits()
         self._bwrap = bwrap or find_bwrap()
         self._binds: list[str] | None = None
@@ -232,6 +281,11 @@ class ProcessBackend:
         self._warm: dict[tuple[object, ...], list[tuple[subprocess.Popen[bytes], float]]] = {}
         self._closed = False
         self._spawner: ThreadPoolExecutor | None = None
+        # The fork server needs root: its jobs each switch to a fresh uid and mount their own
+        # /proc and /tmp, which a user namespace mapping a single id cannot do.
+        self.mode: Mode = mode if os.geteuid() == 0 else "warm"
+        self._forks = ForkServer(self._start_template, max_templates=self.max_warm)
+        self._runner_version = (0.0, _runner_version())
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -245,12 +299,21 @@ class ProcessBackend:
         return self._binds
 
     def command(
-        self, dataset: Path, limits: Limits, uid: int | None, preload: str = ""
+        self,
+        dataset: Path,
+        limits: Limits,
+        uid: int | None,
+        preload: str = "",
+        *,
+        template: bool = False,
     ) -> list[str]:
         """The bwrap command line for one job (the runner reads its request on stdin).
 
         `preload` names an analysis kind whose libraries the runner imports before it waits for
-        the request (used for warm sandboxes).
+        the request (used for warm sandboxes). With `template`, the command starts a fork
+        server template instead (`safeaccess.sandbox.template`), which keeps the capabilities
+        its jobs need to isolate themselves (new namespaces, mounts, a fresh uid) and never runs
+        researcher input itself.
         """
         if self._bwrap is None:
             raise SandboxUnavailable(
@@ -272,9 +335,13 @@ class ProcessBackend:
             "--cap-drop",
             "ALL",
         ]
-        if uid is not None:
+        if uid is not None or template:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        else:
+        if template:
+            # New namespaces and mounts for each job, and killing a job (which runs under its
+            # own uid) at the host's request.
+            args += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_KILL"]
+        if uid is None and not template:
             args += ["--unshare-user"]
         # The private /tmp comes before the binds: an installation that lives under /tmp on the
         # host (a CI checkout, say) is then bound on top of it instead of being hidden by it.
@@ -318,6 +385,9 @@ class ProcessBackend:
             # The system allocator: mimalloc (pyarrow's default) reserves ~1 GB of address space
             # up front, which would count against the memory limit.
             "ARROW_DEFAULT_MEMORY_POOL": "system",
+            # No jemalloc background thread: a fork server template must stay single-threaded.
+            "JE_ARROW_MALLOC_CONF": "background_thread:false",
+            "SAFEACCESS_SANDBOX_SECCOMP": "1",
         }
         if preload:
             env["SAFEACCESS_RUNNER_PRELOAD"] = preload
@@ -326,7 +396,8 @@ class ProcessBackend:
             env["SAFEACCESS_SANDBOX_GID"] = str(uid)
         for key, value in env.items():
             args += ["--setenv", key, value]
-        args += ["--", sys.executable, "-I", "-m", "safeaccess.sandbox.runner"]
+        module = "safeaccess.sandbox.template" if template else "safeaccess.sandbox.runner"
+        args += ["--", sys.executable, "-I", "-m", module]
         return args
 
     def check_available(self) -> None:
@@ -383,6 +454,8 @@ class ProcessBackend:
             .encode("utf-8")
         )
         started = time.monotonic()
+        if self.mode == "forkserver":
+            return self._run_forked(job, dataset, limits, request, started)
         key = _pool_key(dataset, limits)
         proc = self._take_warm(key) or self._spawn(dataset, limits)
         if self.warm_per_dataset:
@@ -416,6 +489,53 @@ class ProcessBackend:
             )
         except OSError as exc:
             raise SandboxUnavailable(f"the sandbox could not be started: {exc}") from exc
+
+    # -- fork server -------------------------------------------------------------------------
+
+    def _current_runner(self) -> tuple[int, int]:
+        checked, version = self._runner_version
+        if time.monotonic() - checked > RUNNER_CHECK_SECONDS:
+            version = _runner_version()
+            self._runner_version = (time.monotonic(), version)
+        return version
+
+    def _run_forked(
+        self, job: Job, dataset: Path, limits: Limits, request: bytes, started: float
+    ) -> RunResult:
+        # (path, device, inode, size, mtime): the dataset file's version; limits are per job.
+        file_key = _pool_key(dataset, limits)[:5]
+        runner = self._current_runner()
+        key: TemplateKey = (*file_key, runner)
+
+        def same_version(other: TemplateKey) -> bool:
+            return other[-1] == runner and (other[0] != file_key[0] or other[1:5] == file_key[1:5])
+
+        # A replaced dataset file or a changed runner: the old templates serve no new job.
+        self._forks.retire_stale(key, same_version)
+        template = self._forks.template(key, dataset)
+        uid = _next_uid()
+        try:
+            outcome = template.run(request, uid, limits)
+        except TemplateDamaged as exc:
+            raise JobCrashed(f"the sandbox ended without a valid response ({exc})") from exc
+        wall = time.monotonic() - started
+        return self._result(job, limits, outcome, wall)
+
+    def _start_template(self, key: TemplateKey, dataset: Path) -> TemplateProcess:
+        # bwrap --die-with-parent follows the *thread* that started it, and a template outlives
+        # the job that caused it: start it from the backend's own long-lived thread.
+        with self._lock:
+            if self._closed:
+                raise SandboxUnavailable("the sandbox backend is closed")
+            if self._spawner is None:
+                self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-warm")
+            spawner = self._spawner
+        command = self.command(dataset, self.limits, None, template=True)
+        return spawner.submit(TemplateProcess, command, _template_rlimits).result()
+
+    def templates(self) -> list[TemplateProcess]:
+        """The running fork server templates (for tests and benchmarks)."""
+        return self._forks.templates()
 
     # -- warm sandboxes ------------------------------------------------------------------------
     # Most of a job's time is the runner importing pandas & co. (~0.5 s). After a job, one fresh
@@ -468,7 +588,7 @@ class ProcessBackend:
                 return  # the next job starts cold and reports the problem itself
             self._warm[key] = [(proc, time.monotonic())]
 
-    def _result(self, job: Job, limits: Limits, outcome: _Outcome, wall: float) -> RunResult:
+    def _result(self, job: Job, limits: Limits, outcome: JobOutcome, wall: float) -> RunResult:
         if outcome.killed_for is not None:
             raise outcome.killed_for
         reply = decode_reply(outcome.stdout) if outcome.stdout else None
@@ -493,7 +613,7 @@ class ProcessBackend:
             output=output, wall_seconds=wall, backend=self.name, query_sets=side_arrays(output)
         )
 
-    def _crash(self, outcome: _Outcome, limits: Limits) -> SandboxError:
+    def _crash(self, outcome: JobOutcome, limits: Limits) -> SandboxError:
         cpu = outcome.cpu_seconds
         sig = outcome.signal
         if sig == signal.SIGXCPU or cpu >= limits.cpu_seconds:
@@ -516,12 +636,13 @@ class ProcessBackend:
         return JobCrashed(f"the sandboxed runner ended without a valid response ({status})")
 
     def close(self) -> None:
-        """Stop the warm sandboxes; later jobs start cold."""
+        """Stop the templates and warm sandboxes; the backend serves no more jobs."""
         with self._lock:
             self._closed = True
             spawner, self._spawner = self._spawner, None
         if spawner is not None:
             spawner.shutdown(wait=True)
+        self._forks.close()
         with self._lock:
             for waiting in self._warm.values():
                 for proc, _ in waiting:
@@ -529,14 +650,7 @@ class ProcessBackend:
             self._warm.clear()
 
 
-class _Outcome:
-    def __init__(self) -> None:
-        self.stdout = b""
-        self.stderr = b""
-        self.exit_code: int | None = None
-        self.signal: int | None = None
-        self.cpu_seconds = 0.0
-        self.killed_for: LimitExceeded | None = None
+_Outcome = JobOutcome
 
 
 class _Supervisor:

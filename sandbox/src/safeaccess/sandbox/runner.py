@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, TypeAlias
 
 import pandas as pd
 from pydantic import ValidationError
@@ -35,6 +35,8 @@ from safeaccess.sandbox.compute._common import AnalysisError
 ENV_UID = "SAFEACCESS_SANDBOX_UID"
 ENV_GID = "SAFEACCESS_SANDBOX_GID"
 ENV_PRELOAD = "SAFEACCESS_RUNNER_PRELOAD"
+# Set to "1" by the process backend: install the seccomp filter right after the privilege drop.
+ENV_SECCOMP = "SAFEACCESS_SANDBOX_SECCOMP"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 # Runner error codes that report a resource limit rather than a problem with the analysis.
@@ -139,15 +141,26 @@ def _known_error(exc: Exception) -> RunnerResponse | None:
     return None
 
 
+# Where the runner finds the dataset: an open Parquet file or its path (one-shot runner), or the
+# frame the fork server's template loaded once and shares, copy-on-write, with its jobs.
+DatasetSource: TypeAlias = IO[bytes] | str | pd.DataFrame
+
+
 def _read_dataset(
-    dataset: IO[bytes] | str, analysis: Analysis, metadata: DatasetMetadata
+    dataset: DatasetSource, analysis: Analysis, metadata: DatasetMetadata
 ) -> pd.DataFrame:
-    """The dataset's columns the analysis needs (those the sandbox copy holds), in stored order."""
+    """The dataset's columns the analysis needs (those the sandbox copy holds), in stored order.
+
+    A frame a fork server template loaded is used as it is, or narrowed to those columns
+    (`execute` never modifies its input)."""
     import pyarrow.parquet as pq
 
     from safeaccess.sandbox.columns import needed_columns
 
     wanted = needed_columns(analysis, metadata)
+    if isinstance(dataset, pd.DataFrame):
+        columns = [c for c in wanted or () if c in dataset.columns]
+        return dataset[columns] if wanted is not None and columns else dataset
     if wanted is None:
         return pd.read_parquet(dataset, engine="pyarrow")
     present = set(pq.read_schema(dataset).names)
@@ -159,8 +172,8 @@ def _read_dataset(
     return pd.read_parquet(dataset, engine="pyarrow", columns=columns)
 
 
-def run_request(request: RunnerRequest, dataset: IO[bytes] | str) -> RunnerResponse:
-    """Run one request against an open dataset file (or path) and build the response."""
+def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerResponse:
+    """Run one request against the dataset (open file, path or loaded frame); build the response."""
     try:
         analysis = parse_analysis(request.analysis)
         metadata = DatasetMetadata.model_validate(request.metadata)
@@ -208,21 +221,45 @@ def drop_privileges() -> None:
         raise PermissionError("could not switch to the sandbox user")
 
 
-def _serve(raw: bytes) -> RunnerResponse:
+def reply_bytes(request: RunnerRequest, dataset: DatasetSource) -> bytes:
+    """The framed reply for `request` on `dataset`: what every kind of job writes back.
+
+    The one-shot runner (`main`) and the fork server's jobs (`safeaccess.sandbox.template`) both
+    answer through this function, so the reply is built in one place.
+    """
+    return encode_reply(run_request(request, dataset))
+
+
+def parse_request(raw: bytes) -> RunnerRequest | bytes:
+    """The request in `raw`, or the framed error reply when it is too large or invalid."""
+    if len(raw) > MAX_REQUEST_BYTES:
+        return encode_reply(_error("bad_request", "the request is too large"))
     try:
-        request = RunnerRequest.model_validate_json(raw)
+        return RunnerRequest.model_validate_json(raw)
     except ValidationError:
-        return _error("bad_request", "the runner request is not valid")
+        return encode_reply(_error("bad_request", "the runner request is not valid"))
+
+
+def _serve(raw: bytes) -> bytes:
+    request = parse_request(raw)
+    if isinstance(request, bytes):
+        return request
     try:
         dataset = open(request.dataset_path, "rb")  # noqa: SIM115 - closed below
     except OSError:
-        return _error("dataset_unreadable", "the dataset file could not be opened")
+        return encode_reply(_error("dataset_unreadable", "the dataset file could not be opened"))
     with dataset:
         try:
             drop_privileges()
-        except (OSError, ValueError):
-            return _error("sandbox_setup", "the sandbox could not switch to its unprivileged user")
-        return run_request(request, dataset)
+            if os.environ.pop(ENV_SECCOMP, "") == "1":
+                from safeaccess.sandbox import seccomp
+
+                seccomp.install()
+        except (OSError, ValueError, RuntimeError):
+            return encode_reply(
+                _error("sandbox_setup", "the sandbox could not drop its privileges")
+            )
+        return reply_bytes(request, dataset)
 
 
 def main() -> int:
@@ -242,12 +279,9 @@ def main() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.close(devnull)
-    if len(raw) > MAX_REQUEST_BYTES:
-        response = _error("bad_request", "the request is too large")
-    else:
-        response = _serve(raw)
+    reply = _serve(raw)
     with os.fdopen(response_fd, "wb") as out:
-        out.write(encode_reply(response))
+        out.write(reply)
     return 0
 
 

@@ -101,7 +101,9 @@ class Service:
         self.store = Store(self.data.database_url(self.config))
         if backend is None:
             try:
-                backend = make_backend(self.config.sandbox)
+                backend = make_backend(
+                    self.config.sandbox, concurrency=self.config.max_concurrent_jobs
+                )
             except SandboxError as exc:
                 self.store.close()
                 raise ConfigError(

@@ -87,12 +87,13 @@ class DockerBackend:
         self._client_lock = threading.Lock()
         self._owner = owner_label()
         self._pool: WarmPool[PoolKey, JobContainer] | None = None
-        if self.options.pool_size > 0:
+        pool_size = self.options.pool_size or 0  # unset: make_backend sizes it from concurrency
+        if pool_size > 0:
             self._pool = WarmPool(
                 start=lambda key: self._start_container(key, POOL_READY_SECONDS),
                 stop=self._discard_later,  # evictions must not delay the job that caused them
                 alive=self._alive,
-                size=self.options.pool_size,
+                size=pool_size,
                 max_keys=pool_datasets,
             )
         # Removing a finished container takes tens of ms; do it off the job's critical path.

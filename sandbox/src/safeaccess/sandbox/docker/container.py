@@ -15,6 +15,7 @@ container the moment it is exceeded or the wall clock runs out.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import select
@@ -42,6 +43,7 @@ from safeaccess.sandbox.backend import (
 )
 from safeaccess.sandbox.docker.image import SANDBOX_TMP, SANDBOX_USER
 from safeaccess.sandbox.docker_entry import DONE_MARKER, ENV_PRELOAD, READY_MARKER
+from safeaccess.sandbox.seccomp import docker_profile
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ STDERR_KEEP = 16 * 1024  # tail of stderr kept for the controller's log (never f
 LOG_MAX_SIZE = "1m"
 SIGXCPU_EXIT = 128 + 24
 SIGKILL_EXIT = 128 + 9
+SECCOMP_PROFILE = json.dumps(docker_profile(), separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,9 @@ def container_kwargs(
         "network_mode": "none",
         "read_only": True,
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        # Our own deny-by-default allow-list instead of the engine's default profile: the same
+        # list the process backend installs (safeaccess.sandbox.seccomp).
+        "security_opt": ["no-new-privileges", f"seccomp={SECCOMP_PROFILE}"],
         "privileged": False,
         "init": True,
         "ipc_mode": "none",

@@ -1,0 +1,183 @@
+"""A fork server job isolating itself, then running exactly one job (inside the sandbox only).
+
+Called in the child the template forked for a job, before it reads the request or touches the
+data. In order:
+
+1. it was forked as pid 1 of a new pid namespace (the template unshares one before each fork),
+   so it sees no other process, not the template, not a sibling, and when it ends the kernel
+   kills everything it started; parent-death signal (it dies if the template dies); every
+   inherited descriptor is closed except the job channel and the job's stderr pipe;
+2. `unshare` of mount, ipc, uts and network namespaces;
+3. in the new mount namespace: a fresh /proc (of the job's pid namespace only) and a fresh,
+   size-capped tmpfs on /tmp, invisible to every other job and empty;
+4. stdin/stdout on /dev/null, stderr on the job's pipe, the job channel on fd 3, nothing else;
+5. rlimits (memory and address space on top of what the job inherited from the template, CPU,
+   file size, processes, no core dumps);
+6. a fresh unprivileged uid/gid (no supplementary groups), which drops every capability;
+7. the seccomp allow-list (`safeaccess.sandbox.seccomp`).
+
+Only then is the request read from the job channel and the reply written back through the
+runner's `reply_bytes`, the function the one-shot runner uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import resource
+import signal
+from typing import NoReturn
+
+from safeaccess.sandbox.backend import Limits
+
+CLONE_NEWNS = 0x0002_0000
+CLONE_NEWUTS = 0x0400_0000
+CLONE_NEWIPC = 0x0800_0000
+CLONE_NEWPID = 0x2000_0000
+CLONE_NEWNET = 0x4000_0000
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+JOB_FD = 3
+# Paths inside the sandbox, not on the host.
+TMP = "/tmp"  # noqa: S108
+ADDRESS_SPACE_HEADROOM = 512 * 1024 * 1024
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# Exit statuses of a job that could not isolate itself (it then never ran the analysis).
+EXIT_SETUP_FAILED = 71
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    _check(
+        _libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def _only_fds(keep: dict[int, int]) -> None:
+    """Make the descriptors exactly `keep` (target fd -> current fd), closing all others."""
+    # Copies above every target first, so that no dup2 below clobbers a descriptor still needed.
+    moved = {t: fcntl.fcntl(c, fcntl.F_DUPFD_CLOEXEC, 64) for t, c in keep.items()}
+    for target, current in moved.items():
+        os.dup2(current, target, inheritable=False)
+    os.closerange(max(keep) + 1, os.sysconf("SC_OPEN_MAX"))
+    for fd in range(max(keep) + 1):
+        if fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _status_value(key: str) -> int:
+    """A `Vm*` size of this process in bytes, from /proc/self/status."""
+    with open("/proc/self/status", "rb") as fh:
+        for line in fh:
+            if line.startswith(key.encode() + b":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _rlimits(limits: Limits) -> None:
+    memory = limits.memory_mb * 1024 * 1024
+    # The job inherits the template's libraries and dataset (shared pages it did not allocate):
+    # its memory allowance comes on top of them.
+    data = _status_value("VmData") + memory
+    address_space = _status_value("VmSize") + memory + ADDRESS_SPACE_HEADROOM
+    fsize = limits.tmp_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_DATA, (data, data))
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+
+def _switch_user(uid: int) -> None:
+    if os.getuid() != 0:
+        return  # a non-root server's template runs in a user namespace mapping one id only
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != uid:
+        raise PermissionError("could not switch to the job's user")
+
+
+def _read_request(fd: int) -> bytes:
+    chunks = []
+    size = 0
+    while size <= MAX_REQUEST_BYTES:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def new_pid_namespace(own: int) -> None:
+    """In the template, just before it forks a job: the next child it forks is pid 1 of a new
+    pid namespace (the template itself stays where it is). `own` is a descriptor of the
+    template's own pid namespace: going back to it first is what lets the kernel accept a new
+    namespace for every job."""
+    _check(_libc.setns(own, CLONE_NEWPID), "setns of the pid namespace")
+    _check(_libc.unshare(CLONE_NEWPID), "unshare of the pid namespace")
+
+
+def run_isolated_job(
+    *, channel: int, stderr: int, uid: int, limits: Limits, dataset: object, program: bytes
+) -> NoReturn:
+    """In the child the template just forked: isolate, run one job, exit (never returns).
+
+    The child is pid 1 of its own pid namespace: it sees no other process, and when it exits
+    the kernel kills whatever it started. `program` is the compiled seccomp filter.
+    """
+    from safeaccess.sandbox import runner, seccomp
+
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        devnull = os.open(os.devnull, os.O_RDWR)
+        _only_fds({0: devnull, 1: devnull, 2: stderr, JOB_FD: channel})
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET), "unshare")
+        _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        size = limits.tmp_mb * 1024 * 1024
+        _mount("tmpfs", TMP, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+        os.chdir(TMP)
+        _rlimits(limits)
+        _switch_user(uid)
+        seccomp.load_compiled(program)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(2, f"job isolation failed: {exc}\n".encode())
+        os._exit(EXIT_SETUP_FAILED)
+    raw = _read_request(JOB_FD)
+    request = runner.parse_request(raw)
+    reply = request if isinstance(request, bytes) else runner.reply_bytes(request, dataset)
+    _write_all(JOB_FD, reply)
+    os._exit(0)

@@ -1,0 +1,198 @@
+"""The fork server's template: `python -m safeaccess.sandbox.template` inside bubblewrap.
+
+One template runs per dataset version. It imports the runner and its libraries, loads
+the dataset from /data once (decoded into a DataFrame once: every job forked from the template
+shares those pages copy-on-write), then serves the host over one control socket. It never runs
+researcher input itself: for each job it forks a child that isolates itself
+(`safeaccess.sandbox.isolate`) and only then reads the request.
+
+Control protocol (SOCK_SEQPACKET, one JSON object per message, little and fixed):
+
+- host -> template `{"op": "run", "job": id, "uid": n, "limits": {...}}` with two descriptors attached: the job
+  channel (a stream socket: request in, reply out) and the write end of the job's stderr pipe;
+- host -> template `{"op": "kill", "job": id}`: kill that job (wall clock or output cap);
+- template -> host `{"op": "ready", "threads": n}` once loaded, then
+  `{"op": "exit", "job": id, "status": wait_status, "cpu": seconds}` when a job has ended.
+
+The template exits when the control socket closes (its host is gone or replaced it); bubblewrap's
+`--die-with-parent` and the children's parent-death signals take everything else down with it.
+
+This module runs inside the sandbox only; it imports nothing from the host side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+from safeaccess.sandbox.backend import Limits
+
+ENV_CONTROL_FD = "SAFEACCESS_TEMPLATE_FD"
+DATASET_PATH = "/data/dataset.parquet"
+MAX_MESSAGE = 4096
+# Imported before the dataset is loaded and shared by every job (the analysis kinds' modules and
+# the libraries they use), so that no job pays an import.
+PRELOAD = (
+    "safeaccess.sandbox.runner",
+    "safeaccess.sandbox.isolate",
+    "safeaccess.sandbox.seccomp",
+    "pyarrow.parquet",
+    "safeaccess.sandbox.compute.tables",
+    "safeaccess.sandbox.compute.summary",
+    "safeaccess.sandbox.compute.script",
+    "safeaccess.sandbox.filters",
+    "safeaccess.sandbox.compute.regression",
+    "safeaccess.sandbox.compute.correlation",
+    "safeaccess.sandbox.compute.tests",
+    "safeaccess.sandbox.design",
+    "statsmodels.api",
+    "scipy.stats",
+)
+
+
+def _send(control: socket.socket, message: dict[str, object]) -> None:
+    control.send(json.dumps(message).encode("ascii"))
+
+
+def _task_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+class Template:
+    """The serving loop: fork a child per job, report each child's end."""
+
+    def __init__(self, control: socket.socket, dataset: object, program: bytes):
+        self.control = control
+        self.program = program
+        self.own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.dataset = dataset
+        self.selector = selectors.DefaultSelector()
+        self.children: dict[int, tuple[str, int]] = {}  # pidfd -> (job id, pid)
+
+    def serve(self) -> None:
+        self.selector.register(self.control, selectors.EVENT_READ, None)
+        while True:
+            for key, _ in self.selector.select():
+                if key.data is None:
+                    if not self._control_message():
+                        self._shutdown()
+                        return
+                else:
+                    self._reap(key.fd)
+
+    def _control_message(self) -> bool:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.control, MAX_MESSAGE, 2)
+        except OSError:
+            return False
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return False
+        try:
+            message = json.loads(data)
+            op = message["op"]
+            if op == "run" and len(fds) == 2:
+                limits = Limits.model_validate(message["limits"])
+                self._fork_job(str(message["job"]), int(message["uid"]), limits, fds[0], fds[1])
+            elif op == "kill":
+                self._kill(str(message["job"]))
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        return True
+
+    def _fork_job(self, job: str, uid: int, limits: Limits, channel: int, stderr: int) -> None:
+        from safeaccess.sandbox.isolate import new_pid_namespace, run_isolated_job
+
+        new_pid_namespace(self.own_pid_namespace)
+        pid = os.fork()
+        if pid == 0:  # the job: never returns
+            run_isolated_job(
+                channel=channel,
+                stderr=stderr,
+                uid=uid,
+                limits=limits,
+                dataset=self.dataset,
+                program=self.program,
+            )
+        pidfd = os.pidfd_open(pid)
+        self.children[pidfd] = (job, pid)
+        self.selector.register(pidfd, selectors.EVENT_READ, "child")
+
+    def _kill(self, job: str) -> None:
+        for pidfd, (name, _pid) in self.children.items():
+            if name == job:  # a pidfd names exactly this child, even if it has just exited
+                try:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                except OSError as exc:  # the host then sees no exit report and replaces us
+                    print(f"template: cannot kill job {job}: {exc}", file=sys.stderr)
+
+    def _reap(self, pidfd: int) -> None:
+        job, pid = self.children.pop(pidfd)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        _, status, usage = os.wait4(pid, 0)
+        _send(
+            self.control,
+            {
+                "op": "exit",
+                "job": job,
+                "status": status,
+                "cpu": usage.ru_utime + usage.ru_stime,
+            },
+        )
+
+    def _shutdown(self) -> None:
+        for pidfd in self.children:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+
+def load_dataset(path: str = DATASET_PATH) -> object:
+    """The dataset as a DataFrame, decoded once, without starting a thread: the template must
+    stay single-threaded so that forking it is safe (Arrow's memory mapping, pre-buffering and
+    threaded decoding would each start a thread pool)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    table = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False).read(use_threads=False)
+    del raw
+    return table.to_pandas(use_threads=False)
+
+
+def main() -> None:
+    control = socket.socket(fileno=int(os.environ.pop(ENV_CONTROL_FD)))
+    for name in PRELOAD:
+        importlib.import_module(name)
+    from safeaccess.sandbox import seccomp
+
+    program = seccomp.compile_filter()
+    dataset = load_dataset()
+    # Objects that exist now are never collected: a collection in a job would otherwise write to
+    # (and so copy) every shared page holding them.
+    gc.collect()
+    gc.freeze()
+    threads = _task_count()
+    if threads != 1:
+        print(f"template: {threads} threads after loading; refusing to fork", file=sys.stderr)
+        raise SystemExit(3)
+    _send(control, {"op": "ready", "threads": threads})
+    Template(control, dataset, program).serve()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

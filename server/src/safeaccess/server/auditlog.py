@@ -12,11 +12,12 @@ verification is `safeaccess.client.audit.merkle`, the code auditors run.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert, select, tuple_, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -36,8 +37,10 @@ _RESERVE = (
     .values(size=_HEAD.c.size + bindparam("n"))
     .returning(_HEAD.c.size)
 )
-_SELECT_NODES = select(_NODES.c.level, _NODES.c.idx, _NODES.c.hash).where(
-    tuple_(_NODES.c.level, _NODES.c.idx).in_(bindparam("keys", expanding=True))
+# One level at a time, so both databases search the primary key (SQLite does not use an index
+# for row-value IN lists, which would scan the whole node table).
+_SELECT_LEVEL = select(_NODES.c.idx, _NODES.c.hash).where(
+    _NODES.c.level == bindparam("level"), _NODES.c.idx.in_(bindparam("idxs", expanding=True))
 )
 _INSERT_EVENTS = insert(_EVENTS)
 _INSERT_NODES = insert(_NODES)
@@ -151,8 +154,7 @@ def _new_nodes(conn: Connection, first: int, leaves: list[bytes]) -> dict[tuple[
             level, idx = level + 1, idx >> 1
     known: dict[tuple[int, int], bytes] = {}
     if needed:
-        rows = conn.execute(_SELECT_NODES, {"keys": needed})
-        known = {(int(lv), int(i)): bytes(h) for lv, i, h in rows}
+        known = _fetch(conn, needed)
     new: dict[tuple[int, int], bytes] = {}
     for n, leaf in enumerate(leaves):
         level, idx, current = 0, first + n, leaf
@@ -192,17 +194,26 @@ def _cover(start: int, end: int) -> list[tuple[int, int]]:
     return _cover(start, start + k) + _cover(start + k, end)
 
 
+def _fetch(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """Stored node hashes by (level, idx): one indexed query per level."""
+    by_level: dict[int, list[int]] = {}
+    for level, idx in keys:
+        by_level.setdefault(level, []).append(idx)
+    found: dict[tuple[int, int], bytes] = {}
+    for level, idxs in by_level.items():
+        for chunk in range(0, len(idxs), 500):
+            rows = conn.execute(_SELECT_LEVEL, {"level": level, "idxs": idxs[chunk : chunk + 500]})
+            for idx, digest in rows:
+                found[(level, int(idx))] = bytes(digest)
+    return found
+
+
 class _Nodes:
     """Fetches the perfect subtrees that a set of ranges needs, in one indexed query."""
 
     def __init__(self, session: Session, ranges: list[tuple[int, int]]):
-        wanted = sorted({key for start, end in ranges for key in _cover(start, end)})
-        conn = session.connection()
-        self._hashes: dict[tuple[int, int], bytes] = {}
-        for chunk in range(0, len(wanted), 500):
-            rows = conn.execute(_SELECT_NODES, {"keys": wanted[chunk : chunk + 500]})
-            for level, idx, digest in rows:
-                self._hashes[(int(level), int(idx))] = bytes(digest)
+        wanted = {key for start, end in ranges for key in _cover(start, end)}
+        self._hashes = _fetch(session.connection(), wanted)
 
     def mth(self, start: int, end: int) -> bytes:
         parts = [self._get(key) for key in _cover(start, end)]

@@ -88,7 +88,7 @@ def test_a_regression_on_two_ages_does_not_give_the_lone_persons_income(
     assert result.withheld, result.describe()
     assert _true_causes(server[0], result) == {"leverage"}
     # the audit event records what the decision rested on, not which record
-    (event,) = [e for e in server[0].store.events(result.sequence_id) if e.kind == "step_withheld"]
+    (event,) = [e for e in server[0].store.events(result.sequence_id) if e.kind == "checks"]
     record = event.data["leverage"]
     assert record["max"] == pytest.approx(1.0, abs=1e-9)
     assert (record["over"], record["limit"]) == (1, pytest.approx(0.1))

@@ -17,6 +17,8 @@ import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from safeaccess.client.dpresult import DPResult
+
 if TYPE_CHECKING:
     from safeaccess.client.protocol.sealed import SealedSequence
 
@@ -87,6 +89,13 @@ class StepResult:
         return self.status == "released"
 
     @property
+    def dp(self) -> DPResult | None:
+        """The released differentially private answer with its inference, else None."""
+        if self.output is None or self.output.get("type") != "dp_answer":
+            return None
+        return DPResult(self.output)
+
+    @property
     def withheld(self) -> bool:
         return self.status == "withheld"
 
@@ -120,6 +129,17 @@ class StepResult:
             return pd.DataFrame(out["coefficients"]).set_index("term")
         if kind == "correlation":
             return pd.DataFrame(out["matrix"], index=out["variables"], columns=out["variables"])
+        if kind == "dp_answer":
+            dp = DPResult(out)
+            index = _labels(out["groups"], out["by"], pd)
+            est, se = dp.estimates(), dp.standard_errors()
+            return pd.DataFrame(
+                {
+                    **{f"{c}": [row[i] for row in est] for i, c in enumerate(out["components"])},
+                    **{f"se {c}": [row[i] for row in se] for i, c in enumerate(out["components"])},
+                },
+                index=index,
+            )
         if kind == "summary":
             rows = []
             for group in out["groups"]:
@@ -137,6 +157,9 @@ class StepResult:
         lines = [head]
         if self.withheld or self.in_review:
             lines += [f"  - {reason}" for reason in self.reasons]
+        dp = self.dp
+        if dp is not None:
+            lines += ["  " + line for line in dp.describe().splitlines()]
         if self.failed:
             lines.append(f"  - {self.error_code}: {self.error_message}")
         return "\n".join(lines)

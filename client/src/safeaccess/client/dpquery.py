@@ -42,6 +42,7 @@ Label = str | int | float | bool | None
 MAX_COMPONENTS = 10_000
 
 DPQuery = DPCount | DPSum | DPMean | DPHistogram | DPMeanTest
+DP_QUERY_TYPES = (DPCount, DPSum, DPMean, DPHistogram, DPMeanTest)
 
 
 class LayoutError(ValueError):
@@ -170,6 +171,7 @@ def layout(analysis: Analysis, metadata: DatasetMetadata) -> Layout:
 
 
 __all__ = [
+    "DP_QUERY_TYPES",
     "MAX_COMPONENTS",
     "DPQuery",
     "Layout",

@@ -376,6 +376,12 @@ class _Checker:
         for i, name in enumerate(analysis.by):
             self.dp_groups(f"by[{i}]", name)
             used.append((f"by[{i}]", name))
+        if isinstance(analysis, DPMeanTest) and analysis.sigma is not None:
+            self.add(
+                "sigma",
+                "a DP mean test spends its budget over several statistics; give 'epsilon' and "
+                "'delta' instead of 'sigma'",
+            )
         if isinstance(analysis, DPMeanTest) and analysis.by:
             self.add("by", "a DP mean test compares the two levels of 'group'; drop 'by'")
         self.distinct(used)

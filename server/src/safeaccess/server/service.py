@@ -8,6 +8,7 @@ the sequence row's version in the database (so two replicas cannot both advance 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import re
@@ -36,6 +37,8 @@ from safeaccess.sandbox.factory import make_backend
 from safeaccess.server import review
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
+from safeaccess.server.dp_config import DPConfig, ledger_key
+from safeaccess.server.dp_release import DPContext, public_reasons
 from safeaccess.server.errors import (
     ConfigError,
     Conflict,
@@ -107,6 +110,7 @@ class Service:
         self._jobs = threading.BoundedSemaphore(self.config.max_concurrent_jobs)
         self._locks: dict[str, threading.Lock] = {}
         self._history_locks: dict[tuple[str, int], threading.Lock] = {}
+        self._dp_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         self._rulesets: dict[int, RuleSet] = {}
@@ -209,6 +213,40 @@ class Service:
         checked without the other's output, and release together what one would withhold."""
         with self._locks_guard:
             return self._history_locks.setdefault((researcher, dataset_id), threading.Lock())
+
+    def _dp_guard(
+        self, seq: SequenceRow, dataset: DatasetRow
+    ) -> threading.Lock | contextlib.nullcontext[None]:
+        """Serialises the steps charged to one DP ledger, from reading it to recording the
+        charge (the store's version check catches another replica); nothing on other datasets."""
+        raw = self.store.get_dp_config(dataset.name)
+        if raw is None:
+            return contextlib.nullcontext()
+        key, _ = ledger_key(
+            dataset.name,
+            raw.get("scope", "researcher"),
+            researcher=seq.researcher,
+            project=seq.project,
+        )
+        with self._locks_guard:
+            return self._dp_locks.setdefault(key, threading.Lock())
+
+    def _dp_context(self, seq: SequenceRow, dataset: DatasetRow) -> DPContext | None:
+        """The dataset's DP configuration and the ledger this step would be charged to."""
+        raw = self.store.get_dp_config(dataset.name)
+        if raw is None:
+            return None
+        config = DPConfig.model_validate(raw)
+        key, owner = ledger_key(
+            dataset.name, config.scope, researcher=seq.researcher, project=seq.project
+        )
+        return DPContext(
+            config=config,
+            dataset=dataset.name,
+            key=key,
+            owner=owner,
+            ledger=self.store.dp_ledger(key),
+        )
 
     def _own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
         seq = self.store.get_sequence(sequence_id)
@@ -369,7 +407,11 @@ class Service:
 
     def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
         ruleset = self.ruleset_for(dataset)
-        with self._history_lock(seq.researcher, seq.dataset_id):
+        with (
+            self._history_lock(seq.researcher, seq.dataset_id),
+            self._dp_guard(seq, dataset),
+        ):
+            dp = self._dp_context(seq, dataset)
             history = load_outputs(
                 self.store.released_outputs(
                     seq.researcher, seq.dataset_id, exclude_sequence_step=(seq.id, step.index)
@@ -385,6 +427,7 @@ class Service:
                     limits=self.config.sandbox.limits,
                     ruleset=ruleset,
                     history=history,
+                    dp=dp,
                 )
             decision = outcome.decision or {}
             seq, step = self.store.settle_step(
@@ -405,6 +448,7 @@ class Service:
                     "verdict": decision.get("verdict"),
                     "decision_sha256": json_hash(decision) if decision else None,
                     "error_code": outcome.error_code,
+                    **({"dp": outcome.dp_facts} if outcome.dp_facts is not None else {}),
                 },
             )
         log.info(
@@ -436,7 +480,7 @@ class Service:
             analysis=analysis if isinstance(analysis, dict) else None,
             output=step.public_output if state == StepState.RELEASED else None,
             reasons=(
-                researcher_reasons(decision)
+                (public_reasons(decision) or researcher_reasons(decision))
                 if decision is not None and state in (StepState.WITHHELD, StepState.REVIEW)
                 else []
             ),

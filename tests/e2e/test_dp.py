@@ -37,6 +37,7 @@ from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import ServerError, connect
+from safeaccess.rules.dp.transform import confidence_region, likelihood_ratio_test, power
 from safeaccess.server.api import create_app
 from safeaccess.server.cli import main as admin
 from safeaccess.server.config import DataDir, initialise
@@ -425,6 +426,13 @@ def test_dp_kind_on_a_dataset_without_dp_is_refused(
         server, centre, centre.seal([FrequencyTable(rows=["sex"])], dataset="plain"), "ada"
     )
     assert rules[0].released
+    # The catalogue tells the researcher which datasets answer DP kinds, and how.
+    with connect(server[1].url, centre.keys["ada"], "ada") as session:
+        entries = {d["name"]: d for d in session.datasets()}
+    assert entries["plain"]["dp"] is None
+    assert entries["dpmandatory"]["dp"]["mandatory"] is True
+    assert entries["dpcensus"]["dp"]["epsilon"] == 50.0
+    assert entries["dpcensus"]["neighbours"] == {"unit": "record", "max_records_per_unit": 1}
 
 
 def test_policy_limit_on_attacker_tpr_withholds_revealing_requests(
@@ -482,10 +490,8 @@ def test_dp_configuration_errors_change_nothing(centre: DPCentre) -> None:
 def test_region_transformation_is_inverted_by_the_client_and_is_smaller(
     server: tuple[Service, EmbeddedServer], centre: DPCentre
 ) -> None:
-    plain = DPMean(variables=["age", "health"], epsilon=1.0, delta=1e-5)
-    shaped = DPMean(
-        variables=["age", "health"], epsilon=1.0, delta=1e-5, transform={"goal": "region"}
-    )
+    plain = DPMean(variables=["age"], epsilon=1.0, delta=1e-5)
+    shaped = DPMean(variables=["age"], epsilon=1.0, delta=1e-5, transform={"goal": "region"})
     results = _run(server, centre, centre.seal([plain, shaped], dataset="dpcensus"), "ada")
     assert [r.status for r in results] == ["released", "released"]
     a, b = results[0].dp, results[1].dp
@@ -498,6 +504,11 @@ def test_region_transformation_is_inverted_by_the_client_and_is_smaller(
     sa, sb = a.standard_errors()[0], b.standard_errors()[0]
     for x, y, u, v in zip(ea, eb, sa, sb, strict=True):
         assert abs(x - y) < 6 * math.hypot(u, v)
+    # The client's light inversion agrees with the server-side maths (safeaccess.rules.dp).
+    reference = confidence_region(b.flat, b.weights, b.sigma, level=0.95)
+    mine = b.confidence_region(0.05)
+    assert mine.centre == pytest.approx(reference.estimate, rel=1e-12)
+    assert mine.semi_axes == pytest.approx(reference.semi_axes, rel=1e-9)
     # At equal (epsilon, delta) the transformed region has the smaller volume.
     assert b.confidence_region(0.05).log_volume_factor < a.confidence_region(0.05).log_volume_factor
     truth_n = len(centre.census)
@@ -522,6 +533,10 @@ def test_test_transformation_gives_the_decision_and_power(
     assert dp.weights[0] == 0.0 and dp.weights[1] > 0  # all weight where eta is
     t = dp.test()
     assert t.reject  # about a thousand men against a null of none
+    reference = likelihood_ratio_test(dp.flat, dp.weights, eta, dp.sigma, alpha=0.05)
+    assert t.statistic == pytest.approx(reference.statistic, rel=1e-12)
+    assert t.reject == reference.reject
+    assert t.power == pytest.approx(power(dp.weights, eta, dp.sigma, 0.05), rel=1e-12)
     from statistics import NormalDist
 
     nd = NormalDist()

@@ -40,6 +40,7 @@ from safeaccess.rules.dp import (
     risk_report,
 )
 from safeaccess.rules.dp.noise import gaussian_noise
+from safeaccess.rules.dp.transform import optimal_transform
 from safeaccess.rules.outputs import (
     DPAnswerFacts,
     DPAnswerOutput,
@@ -250,8 +251,6 @@ def _weights(analysis: DPQuery, shape: Layout) -> list[float] | None:
     transform = getattr(analysis, "transform", None)
     if transform is None:
         return None
-    from safeaccess.rules.dp.transform import optimal_transform
-
     xi = optimal_transform(shape.psi_vector(), transform.goal, transform.eta)
     return [float(w) for w in xi]
 

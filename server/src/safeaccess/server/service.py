@@ -197,6 +197,8 @@ class Service:
                     rows=row.rows,
                     columns=[c.model_dump(mode="json") for c in meta.columns],
                     ruleset=self.ruleset_for(row).label,
+                    neighbours=meta.neighbours.model_dump(mode="json"),
+                    dp=self.store.get_dp_config(row.name),
                 )
             )
         return views

@@ -129,6 +129,12 @@ class StepResult:
             return pd.DataFrame(out["coefficients"]).set_index("term")
         if kind == "correlation":
             return pd.DataFrame(out["matrix"], index=out["variables"], columns=out["variables"])
+        if kind == "dp_answer" and out["kind"] == "dp_mean":
+            rows = DPResult(out).means()
+            frame = pd.DataFrame(rows)
+            for i, name in enumerate(out["by"]):
+                frame.insert(i, name, [r["group"][i] for r in rows])
+            return frame.drop(columns="group")
         if kind == "dp_answer":
             dp = DPResult(out)
             index = _labels(out["groups"], out["by"], pd)

@@ -276,5 +276,5 @@ def test_demo_switches_to_docker_with_one_variable(
     assert run_demo(tmp_path / "demo", rows=4000, out=lines.append) == 0
     text = "\n".join(lines)
     assert "(sandbox: docker)" in text
-    assert text.count("decision: RELEASED") == 3 and text.count("decision: WITHHELD") == 1
+    assert text.count("decision: RELEASED") == 6 and text.count("decision: WITHHELD") == 2
     assert DataDir(tmp_path / "demo").load_config().sandbox.docker.image == sandbox_image

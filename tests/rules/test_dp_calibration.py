@@ -6,6 +6,8 @@ import math
 
 import pytest
 from dp_accounting.pld import common, privacy_loss_mechanism
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safeaccess.rules.dp import DPParameterError, analytic_gaussian_sigma, gaussian_delta_for
 
@@ -100,3 +102,16 @@ def test_invalid_inputs_are_refused_clearly(args: tuple[object, ...], message: s
     with pytest.raises(DPParameterError, match=message):
         analytic_gaussian_sigma(*args)  # type: ignore[arg-type]
     assert issubclass(DPParameterError, ValueError)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    epsilon=st.floats(min_value=1e-4, max_value=200.0),
+    log_delta=st.floats(min_value=-40.0, max_value=-0.5),
+    sensitivity=st.floats(min_value=1e-3, max_value=1e3),
+)
+def test_always_valid_and_tight(epsilon: float, log_delta: float, sensitivity: float) -> None:
+    delta = 10.0**log_delta
+    sigma = analytic_gaussian_sigma(epsilon, delta, sensitivity)
+    assert gaussian_delta_for(epsilon, sigma / sensitivity) <= delta
+    assert gaussian_delta_for(epsilon, sigma * (1 - 1e-9) / sensitivity) > delta

@@ -47,3 +47,21 @@ def test_bad_inputs() -> None:
         gaussian_noise([1.0, math.nan], 1.0)
     with pytest.raises(DPParameterError, match="non-empty vector"):
         gaussian_noise([], 1.0)
+
+
+def test_opendp_stays_out_of_the_sandbox() -> None:
+    import subprocess
+    import sys
+
+    from safeaccess.sandbox.docker.image import _closure
+
+    names = {dist.metadata["Name"].lower() for dist in _closure("safeaccess-sandbox")}
+    assert "safeaccess-rules" in names
+    assert "opendp" not in names
+    # The pure parts of the library never load OpenDP.
+    probe = (
+        "import sys, safeaccess.rules.dp, safeaccess.rules.dp.transform, "
+        "safeaccess.rules.dp.hotelling; print('opendp' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -29,6 +29,7 @@ from safeaccess.client.analyses import (
     DPCount,
     DPHistogram,
     DPMean,
+    DPMeanTest,
     DPSum,
     FrequencyTable,
     to_body,
@@ -542,3 +543,45 @@ def test_test_transformation_gives_the_decision_and_power(
     nd = NormalDist()
     norm = math.sqrt(dp.weights[1]) * 200.0
     assert t.power == pytest.approx(nd.cdf(norm / dp.sigma - nd.inv_cdf(0.95)), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- DP Hotelling
+
+
+def test_dp_mean_test_answers_the_privatised_hotelling_test(
+    server: tuple[Service, EmbeddedServer], centre: DPCentre
+) -> None:
+    key = "dpcensus|researcher|bob"
+    before, releases = _ledger(centre, key)
+    # Age differs little between the sexes, income by about 12 % among the employed.
+    analysis = DPMeanTest(
+        variables=["age", "income"], group="sex", epsilon=1.0, delta=1e-5, alpha=0.05
+    )
+    sealed = centre.seal([analysis], dataset="dpcensus", researcher="bob")
+    (result,) = _run(server, centre, sealed, "bob")
+    assert result.released
+    dp = result.dp
+    assert dp is not None and dp.kind == "dp_mean_test"
+    assert dp.groups == [["F"], ["M"]]
+    assert dp.components == ["sum(age - 55.5)", "sum(income - 1e+06)", "count"]
+    test = result.output["test"] if result.output else {}
+    assert set(test) >= {"statistic", "critical_value", "p_value", "reject", "means"}
+    assert 0.0 < test["p_value"] <= 1.0
+    assert test["reject"] == (test["statistic"] > test["critical_value"])
+    # One mu-GDP release at (1, 1e-5): the ledger is charged mu^2 with mu = 1 / 3.7306...
+    spent, count = _ledger(centre, key)
+    assert count == releases + 1
+    assert spent - before == pytest.approx(BUDGET_MU2, rel=1e-8)
+    # Noisy group sizes near the truth.
+    truth = centre.census["sex"].value_counts()
+    for (sex,), row in zip(dp.groups, dp.values, strict=True):
+        assert abs(row[-1] - truth[sex]) < 6 * test["sigma_count"]
+
+
+def test_dp_mean_test_refuses_sigma(
+    server: tuple[Service, EmbeddedServer], centre: DPCentre
+) -> None:
+    analysis = DPMeanTest(variables=["age"], group="sex", sigma=5.0)
+    (result,) = _run(server, centre, centre.seal([analysis], dataset="dpcensus"), "ada")
+    assert result.failed and result.error_code == "invalid_analysis"
+    assert "epsilon" in (result.error_message or "")

@@ -302,7 +302,7 @@ def answer(
         epsilon=analysis.epsilon,
         delta=analysis.delta,
         centres=shape.centres,
-        weights=weights,
+        weights=dp_plan.weights,
         transform=transform.model_dump(mode="json") if transform is not None else None,
         test=test,
         risk=DPRisk(

@@ -411,7 +411,7 @@ def _mean_test(
         )
     mu = 1.0 / dp_plan.sigma / dp_plan.records_per_unit
     release = release_mean_comparison(
-        groups[0], groups[1], centre - half, centre + half, mu, gaussian_noise
+        groups[0], groups[1], (centre - half).tolist(), (centre + half).tolist(), mu, gaussian_noise
     )
     result = hotelling_test(release, alpha=analysis.alpha)
     noisy = [v for grp in release.groups for v in [*grp.centred_sum, grp.count]]

@@ -11,18 +11,21 @@ import math
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
-from test_restart import _free_port, _serve
+from test_restart import _free_port
 
 from safeaccess.client.analyses import (
     Analysis,
@@ -346,6 +349,34 @@ def test_a_rerun_after_the_answer_was_recorded_returns_the_stored_answer(
         again = session.reveal(found["id"], sealed, 1)
     assert first.released and first.output == again.output
     assert _ledger(centre, key) == after_charge  # no second charge, no fresh noise
+
+
+def _serve(root: Path, port: int, timeout: float = 180.0) -> subprocess.Popen[bytes]:
+    """`safeaccess-server serve` in a child process (killable), once it answers /v1/health."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "safeaccess.server.cli",
+            "serve",
+            "--data-dir",
+            str(root),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout  # generous: a loaded CI machine starts slowly
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError("server did not start")
 
 
 @pytest.mark.slow

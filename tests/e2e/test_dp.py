@@ -479,6 +479,19 @@ def test_policy_limit_on_attacker_tpr_withholds_revealing_requests(
     assert quiet[0].released
 
 
+def test_budget_command_reports_each_ledger(
+    server: tuple[Service, EmbeddedServer], centre: DPCentre, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sealed = centre.seal([DPCount(sigma=100.0)], dataset="dppolicy", researcher="bob")
+    assert _run(server, centre, sealed, "bob")[0].released
+    assert admin(["dataset", "budget", "dppolicy", "--data-dir", str(centre.root)]) == 0
+    text = capsys.readouterr().out
+    assert "epsilon=50 at delta=1e-05 per researcher" in text
+    line = next(row for row in text.splitlines() if "researcher bob:" in row)
+    # One release of Delta/sigma = 1/100: sum (Delta/sigma)^2 = 1e-4.
+    assert "1 releases" in line and "= 0.0001" in line
+
+
 def test_dp_configuration_errors_change_nothing(centre: DPCentre) -> None:
     d = ["--data-dir", str(centre.root)]
     assert admin(["dataset", "dp", "dpcensus", "--epsilon", "-1", "--delta", "1e-5", *d]) == 2

@@ -58,7 +58,14 @@ def test_a_script_that_crashes_the_sandbox_fails_its_step_and_cannot_be_rerun(
     assert retry.status_code == 200, retry.text
     assert retry.json()["state"] == "failed"
     kinds = [e.kind for e in service.store.events(view["sequence_id"])]
-    assert kinds == ["sequence_opened", "step_failed"]
+    assert kinds == [
+        "sequence_opened",
+        "step_revealed",
+        "run_started",
+        "run_finished",
+        "checks",
+        "step_failed",
+    ]
 
 
 def test_a_script_forging_another_output_type_fails_its_step(

@@ -65,7 +65,7 @@ def test_outputs_without_query_sets_or_of_another_version_are_skipped() -> None:
 def test_the_engine_applies_differencing_against_the_history() -> None:
     # Two regressions (each passes its own df check) on everyone and on everyone but three people.
     from safeaccess.rules.engine import check
-    from safeaccess.rules.outputs import RegressionFacts, RegressionOutput
+    from safeaccess.rules.outputs import LeverageFacts, RegressionFacts, RegressionOutput
 
     def regression(members: range) -> RegressionOutput:
         index = np.full(N, -1)
@@ -86,6 +86,7 @@ def test_the_engine_applies_differencing_against_the_history() -> None:
                 saturated=False,
                 regressors=[],
                 query_set=QuerySet.from_array(["all"], index),
+                leverage=LeverageFacts(n=n, max=2 / n, top=[2 / n]),
             ),
         )
 

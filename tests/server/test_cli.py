@@ -81,6 +81,21 @@ def test_register_project_researcher_and_dataset_versions(root: Path, tmp_path: 
         store.close()
 
 
+def test_metadata_naming_another_version_is_refused(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv, meta = _files(tmp_path, generate_census(200, seed=1))
+    d = ["--data-dir", str(root)]
+    assert main(["project", "add", "p1", *d]) == 0
+    args = ["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta)]
+    meta.write_text(census_metadata("census").model_copy(update={"version": 2}).model_dump_json())
+    assert main([*args, "--project", "p1", *d]) == 2
+    assert "describes census@2" in capsys.readouterr().err
+    assert not list((root / "datasets").glob("census/*.parquet"))
+    meta.write_text(census_metadata("census").model_copy(update={"version": 1}).model_dump_json())
+    assert main([*args, "--project", "p1", *d]) == 0
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -278,3 +293,28 @@ def test_demo_switches_to_docker_with_one_variable(
     assert "(sandbox: docker)" in text
     assert text.count("decision: RELEASED") == 6 and text.count("decision: WITHHELD") == 2
     assert DataDir(tmp_path / "demo").load_config().sandbox.docker.image == sandbox_image
+
+
+def test_auditor_add_registers_a_key_for_the_audit_endpoints_only(
+    root: Path, tmp_path: Path
+) -> None:
+    from safeaccess.client.keys import generate_keypair
+    from safeaccess.server.config import DataDir
+    from safeaccess.server.store import Store
+
+    _private, pub = generate_keypair("eve", tmp_path / "keys")
+    d = ["--data-dir", str(root)]
+    assert main(["auditor", "add", "eve", "--key", str(pub), *d]) == 0
+    assert main(["auditor", "add", "eve", "--key", str(pub), *d]) == 0  # same key: no change
+    _other, pub2 = generate_keypair("eve2", tmp_path / "keys")
+    assert main(["auditor", "add", "eve", "--key", str(pub2), *d]) == 2  # another key
+    assert main(["auditor", "add", "not ok", "--key", str(pub), *d]) == 2
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        assert store.get_auditor("eve") is not None
+        assert store.get_researcher("eve") is None
+        added = [e for e in store.events() if e.kind == "auditor_added"]
+        assert len(added) == 1 and added[0].data["auditor"] == "eve"
+    finally:
+        store.close()

@@ -71,7 +71,10 @@ def test_open_creates_a_running_sequence_and_step_with_an_event(store: Store) ->
     before = _count_events(store)
     seq, step = _open(store)
     assert (seq.state, seq.current_index, step.state) == ("running", 1, "running")
-    assert _count_events(store) == before + 1
+    # One transaction, three audit records: the header, the reveal of step 1, its run.
+    assert _count_events(store) == before + 3
+    kinds = [e.kind for e in store.events(seq.id)]
+    assert kinds == ["sequence_opened", "step_revealed", "run_started"]
 
 
 def test_a_header_is_accepted_once(store: Store) -> None:

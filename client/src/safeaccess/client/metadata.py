@@ -82,6 +82,12 @@ class DatasetMetadata(BaseModel):
         default_factory=NeighbouringRelation,
         description="The DP neighbouring relation (what one DP answer protects).",
     )
+    version: int | None = Field(
+        default=None,
+        ge=1,
+        description="The dataset version this metadata describes (as the catalogue lists it); "
+        "None when it describes the dataset without naming a version.",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> DatasetMetadata:
@@ -99,5 +105,39 @@ class DatasetMetadata(BaseModel):
         return next((c for c in self.columns if c.name == name), None)
 
     @property
+    def label(self) -> str:
+        """`name@version`, or the bare name when the metadata names no version."""
+        return self.name if self.version is None else f"{self.name}@{self.version}"
+
+    @property
     def contributor_column(self) -> str | None:
         return next((c.name for c in self.columns if c.contributor), None)
+
+
+def split_dataset(dataset: str) -> tuple[str, int | None]:
+    """'census' -> ('census', None); 'census@2' -> ('census', 2). ValueError if malformed."""
+    base, sep, version = dataset.partition("@")
+    if not base:
+        raise ValueError("a dataset reference needs a name, e.g. 'census' or 'census@2'")
+    if not sep:
+        return base, None
+    if not version.isdigit() or int(version) < 1:
+        raise ValueError(
+            f"dataset {dataset!r}: the version after '@' must be a positive number, e.g. '{base}@1'"
+        )
+    return base, int(version)
+
+
+def check_describes(metadata: DatasetMetadata, dataset: str) -> None:
+    """ValueError unless `metadata` describes `dataset` ('name' or 'name@version').
+
+    Metadata of `people` describes `people@1` when it names no version or version 1.
+    """
+    base, version = split_dataset(dataset)
+    if metadata.name != base:
+        raise ValueError(f"the metadata describes dataset {metadata.name!r}, not {base!r}")
+    if version is not None and metadata.version is not None and metadata.version != version:
+        raise ValueError(
+            f"the metadata describes {metadata.label}, but the plan is pinned to {dataset}; "
+            "take the metadata of that version from the catalogue"
+        )

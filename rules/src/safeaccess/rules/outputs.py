@@ -198,6 +198,30 @@ class RegressorFacts(_Model):
     zeros: int | None = None
 
 
+class LeverageFacts(_Model):
+    """The largest leverages (hat values) of the records behind a model, never which records.
+
+    A record with leverage near 1 is fitted almost exactly, so its response can be read back
+    from the released estimates. For GLMs the hat values are taken at the fitted IRLS weights;
+    for correlations, over the simple regressions each pair of variables gives (both ways); for
+    a two-sample test, of the regression on the group indicator (1/n per group of n).
+    """
+
+    n: int = Field(description="Records the model was fitted on.")
+    max: float = Field(description="The largest hat value (0 when there are no records).")
+    top: list[float] = Field(
+        default_factory=list,
+        description="The largest hat values, descending (at most 50): how many records exceed a "
+        "limit, counted without saying which.",
+    )
+
+    def count_over(self, limit: float) -> tuple[int, bool]:
+        """(records with leverage above `limit`, whether that count may be higher: the list is
+        capped and every value in it is over the limit)."""
+        over = sum(1 for h in self.top if h > limit)
+        return over, over == len(self.top) and over < self.n
+
+
 class RegressionFacts(_Model):
     n: int
     df_resid: float
@@ -206,6 +230,9 @@ class RegressionFacts(_Model):
     saturated: bool = Field(description="Parameters equal the number of distinct covariate cells.")
     regressors: list[RegressorFacts]
     query_set: QuerySet | None = None
+    leverage: LeverageFacts | None = Field(
+        default=None, description="Hat values of the fitted model (None: not computed)."
+    )
 
 
 class RegressionOutput(_Model):
@@ -230,6 +257,11 @@ class CorrelationFacts(_Model):
         description="For each binary-by-binary pair 'a|b', its 2x2 count table.",
     )
     query_set: QuerySet | None = None
+    leverage: LeverageFacts | None = Field(
+        default=None,
+        description="Hat values of the simple regressions the correlations contain, each pair "
+        "both ways (None: not computed).",
+    )
 
 
 class CorrelationOutput(_Model):
@@ -246,6 +278,11 @@ class TestFacts(_Model):
     group_counts: dict[str, int] = Field(default_factory=dict)
     table: list[list[int]] | None = Field(default=None, description="chi2 contingency counts.")
     query_set: QuerySet | None = None
+    leverage: LeverageFacts | None = Field(
+        default=None,
+        description="t tests: hat values of the regression on the group indicator (None: not "
+        "computed, or a chi-square test).",
+    )
 
 
 class TestOutput(_Model):

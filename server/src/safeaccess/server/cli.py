@@ -72,6 +72,22 @@ def _researcher_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _auditor_add(args: argparse.Namespace) -> int:
+    if not valid_keyid(args.name):
+        raise ConfigError(
+            f"auditor name {args.name!r}: use up to 128 letters, digits and _ . @ - "
+            "(it is the key id her requests are signed with)"
+        )
+    key = load_public_key(args.key)
+    store = _store(_data(args))
+    try:
+        store.add_auditor(args.name, public_key_text(key), fingerprint(key))
+    finally:
+        store.close()
+    print(f"auditor {args.name} ({fingerprint(key)}): may read the audit log, nothing else")
+    return EXIT_OK
+
+
 def _dataset_add(args: argparse.Namespace) -> int:
     from safeaccess.server.datasets import load_metadata, read_table, register_dataset
 
@@ -324,6 +340,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--project", action="append", required=True, help="project she belongs to (repeatable)"
     )
     radd.set_defaults(handler=_researcher_add)
+
+    auditor = sub.add_parser("auditor", help="auditors").add_subparsers(
+        dest="auditor_command", required=True, metavar="ACTION"
+    )
+    aadd = auditor.add_parser(
+        "add", parents=[common], help="register an auditor's public key (audit endpoints only)"
+    )
+    aadd.add_argument("name", metavar="NAME")
+    aadd.add_argument("--key", type=Path, required=True, help="her Ed25519 public key PEM")
+    aadd.set_defaults(handler=_auditor_add)
 
     dataset = sub.add_parser("dataset", help="datasets").add_subparsers(
         dest="dataset_command", required=True, metavar="ACTION"

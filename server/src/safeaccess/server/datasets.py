@@ -126,6 +126,12 @@ def register_dataset(
         except (RuleSetError, OSError) as exc:
             raise InvalidRequest(f"rule set {rules_file}: {exc}") from exc
     version = store.next_dataset_version(name)
+    if metadata.version is not None and metadata.version != version:
+        # a researcher's plan pinned to `name@N` is checked against metadata that says N
+        raise InvalidRequest(
+            f"the metadata says it describes {metadata.label}, but this registration makes "
+            f"version {version}; remove the metadata's version or set it to {version}"
+        )
     folder = data.datasets / name
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"v{version}.parquet"

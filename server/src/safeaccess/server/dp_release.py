@@ -54,7 +54,6 @@ from safeaccess.server.schemas import Reason
 from safeaccess.server.states import StepState
 from safeaccess.server.store import DPCharge, DPLedgerState, StepOutcome
 
-RULESET = "differential-privacy/gaussian-1"
 #: Checks whose findings depend only on the request and the public ledger: shown verbatim.
 PUBLIC_CHECKS = frozenset({"dp_budget", "dp_policy"})
 
@@ -68,6 +67,11 @@ class DPContext:
     key: str
     owner: str
     ledger: DPLedgerState
+    # The dataset's rule set (label, hash), named in DP decisions so that the audit log's rule-set
+    # record stays the one in force; no rule applies to a DP answer. The DP configuration's own
+    # hash is in the facts (`config_sha256`).
+    ruleset_label: str = ""
+    ruleset_hash: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,15 +128,20 @@ def _withheld(
     decision = Decision(
         verdict="withhold",
         findings=[Finding(check=check, verdict="withhold", message=message)],
-        ruleset=RULESET,
-        ruleset_hash=config_hash(context.config),
+        ruleset=context.ruleset_label,
+        ruleset_hash=context.ruleset_hash,
     )
     return StepOutcome(
         state=StepState.WITHHELD,
         kind=kind,
         decision=decision.model_dump(mode="json"),
         ruleset_hash=decision.ruleset_hash,
-        dp_facts={**facts, "withheld_by": check},
+        dp_facts={
+            **facts,
+            "verdict": "withhold",
+            "withheld_by": check,
+            "config_sha256": config_hash(context.config),
+        },
     )
 
 
@@ -140,7 +149,7 @@ def public_reasons(decision: Decision) -> list[Reason] | None:
     """The reasons of a DP withhold, verbatim: they depend only on the request and the public
     ledger. None when the decision is not one (other withholds go through `reasons.py`)."""
     fired = [f for f in decision.findings if f.verdict != "release"]
-    if decision.ruleset != RULESET or not fired or any(f.check not in PUBLIC_CHECKS for f in fired):
+    if not fired or any(f.check not in PUBLIC_CHECKS for f in fired):
         return None
     return [Reason(check=f.check, verdict=f.verdict, item=None, message=f.message) for f in fired]
 
@@ -327,8 +336,8 @@ def answer(
                 f"ε = {output.ledger.epsilon_spent:.6g} of {cfg.epsilon:g} at δ = {cfg.delta:g}",
             )
         ],
-        ruleset=RULESET,
-        ruleset_hash=config_hash(cfg),
+        ruleset=context.ruleset_label,
+        ruleset_hash=context.ruleset_hash,
     )
     charge = DPCharge(
         key=context.key,
@@ -354,6 +363,7 @@ def answer(
 def dp_facts(output: DPAnswerOutput, context: DPContext, dp_plan: DPPlan) -> dict[str, Any]:
     """The JSON facts of a DP release for the audit log (`event_data["dp"]`): no microdata."""
     return {
+        "verdict": "release",
         "ledger": context.key,
         "scope": context.config.scope,
         "sensitivity": output.sensitivity,

@@ -85,6 +85,10 @@ class ErrorInfo(BaseModel):
 class StepView(BaseModel):
     sequence_id: str
     index: int
+    dataset: str | None = Field(default=None, description="Name of the dataset the step ran on.")
+    dataset_version: int | None = Field(
+        default=None, description="The dataset version the sequence was opened on (and runs on)."
+    )
     state: Literal["running", "released", "withheld", "review", "failed"]
     last: bool
     kind: str | None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib.metadata
 import json
 import logging
 import re
@@ -35,6 +36,7 @@ from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
 from safeaccess.server import review
+from safeaccess.server.audit_service import AuditService, log_configuration
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.dp_config import DPConfig, ledger_key
@@ -47,7 +49,8 @@ from safeaccess.server.errors import (
     ProtocolRejected,
     Unauthenticated,
 )
-from safeaccess.server.pipeline import json_hash, load_outputs, run_step, sha256_hex
+from safeaccess.server.leverage_record import leverage_record
+from safeaccess.server.pipeline import load_outputs, run_step, sha256_hex
 from safeaccess.server.reasons import researcher_reasons
 from safeaccess.server.receipts import sign_receipt
 from safeaccess.server.schemas import (
@@ -59,9 +62,14 @@ from safeaccess.server.schemas import (
     StepView,
 )
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
-from safeaccess.server.store import Store
+from safeaccess.server.store import StepOutcome, Store
 
 log = logging.getLogger("safeaccess.server")
+
+try:
+    RUNNER_VERSION = importlib.metadata.version("safeaccess-sandbox")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+    RUNNER_VERSION = "unknown"
 
 
 def _protocol_code(exc: ProtocolError) -> str:
@@ -114,6 +122,8 @@ class Service:
         self._locks_guard = threading.Lock()
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         self._rulesets: dict[int, RuleSet] = {}
+        self.audit = AuditService(self)
+        log_configuration(self)
 
     def close(self) -> None:
         self.backend.close()
@@ -248,6 +258,8 @@ class Service:
             key=key,
             owner=owner,
             ledger=self.store.dp_ledger(key),
+            ruleset_label=self.ruleset_for(dataset).label,
+            ruleset_hash=self.ruleset_for(dataset).content_hash(),
         )
 
     def _own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
@@ -333,13 +345,15 @@ class Service:
                 verifier_state=verifier.state.model_dump(mode="json"),
                 first_step=step,
                 event_data={
+                    "header": base64.b64encode(request.header).decode("ascii"),
+                    "signature": base64.b64encode(request.signature).decode("ascii"),
+                    "endorsements": [e.model_dump(mode="json") for e in endorsements],
                     "header_sha256": header_hash,
                     "dataset": dataset.name,
                     "dataset_version": dataset.version,
                     "dataset_sha256": dataset.sha256,
                     "endorsed_by": sorted(verifier.endorsed_by),
-                    "trace_sha256": step.trace_hash,
-                    "body_sha256": step.body_hash,
+                    "reveal": self._reveal_data(request.trace, step),
                 },
             )
             return self._compute(seq, step, dataset)
@@ -402,10 +416,51 @@ class Service:
                 expected_version=seq.version,
                 step=step,
                 verifier_state=verifier.state.model_dump(mode="json"),
-                event_data={"trace_sha256": trace_hash, "body_sha256": body_hash},
+                event_data=self._reveal_data(request.trace, step),
             )
             seq = self._own_sequence(researcher, sequence_id)
             return self._compute(seq, step, self.store.get_dataset(seq.dataset_id))
+
+    def _run_data(self) -> dict[str, Any]:
+        """What a run starts with, for the audit log."""
+        return {
+            "backend": self.backend.name,
+            "limits": self.config.sandbox.limits.model_dump(mode="json"),
+            "runner_version": RUNNER_VERSION,
+        }
+
+    def _reveal_data(self, trace: bytes, step: StepRow) -> dict[str, Any]:
+        """A reveal as logged: the trace itself (the auditor re-runs the chain from the logged
+        header) and the body's digest (the analysis text stays with the centre)."""
+        return {
+            "trace": trace.hex(),
+            "trace_sha256": step.trace_hash,
+            "body_sha256": step.body_hash,
+            "last": step.last,
+            "run": self._run_data(),
+        }
+
+    def _settle_data(self, outcome: StepOutcome, ruleset: RuleSet) -> dict[str, Any]:
+        """The audit-log fields of a settled step (see `audit_records`); features add their
+        decision facts as further keys."""
+        decision = outcome.decision or {}
+        return {
+            "run": {
+                **self._run_data(),
+                "backend": outcome.backend,
+                "wall_seconds": outcome.wall_seconds,
+                "error_code": outcome.error_code,
+            },
+            "checks": {
+                "kind": outcome.kind,
+                "ruleset": decision.get("ruleset"),
+                "ruleset_sha256": outcome.ruleset_hash,
+                "verdict": decision.get("verdict"),
+                "findings": decision.get("findings", []),
+            },
+            "ruleset_contents": ruleset.model_dump(mode="json"),
+            "leverage": leverage_record(outcome.output, ruleset),
+        }
 
     def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
         ruleset = self.ruleset_for(dataset)
@@ -431,25 +486,12 @@ class Service:
                     history=history,
                     dp=dp,
                 )
-            decision = outcome.decision or {}
             seq, step = self.store.settle_step(
                 seq.id,
                 step.index,
                 outcome,
                 event_data={
-                    "trace_sha256": step.trace_hash,
-                    "body_sha256": step.body_hash,
-                    "output_sha256": outcome.output_hash,
-                    "public_output_sha256": (
-                        json_hash(outcome.public_output)
-                        if outcome.public_output is not None
-                        else None
-                    ),
-                    "ruleset": decision.get("ruleset"),
-                    "ruleset_sha256": outcome.ruleset_hash,
-                    "verdict": decision.get("verdict"),
-                    "decision_sha256": json_hash(decision) if decision else None,
-                    "error_code": outcome.error_code,
+                    **self._settle_data(outcome, ruleset),
                     **({"dp": outcome.dp_facts} if outcome.dp_facts is not None else {}),
                 },
             )
@@ -473,9 +515,12 @@ class Service:
             analysis: dict[str, Any] | None = json.loads(step.body)
         except ValueError:
             analysis = None
+        dataset = self.store.get_dataset(seq.dataset_id)
         return StepView(
             sequence_id=seq.id,
             index=step.index,
+            dataset=dataset.name,
+            dataset_version=dataset.version,
             state=state.value,
             last=step.last,
             kind=step.kind,

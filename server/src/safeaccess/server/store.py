@@ -18,7 +18,9 @@ from sqlalchemy import Engine, create_engine, delete, event, func, select, updat
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from safeaccess.server import audit_records, auditlog
 from safeaccess.server.db import (
+    AuditorRow,
     Base,
     DatasetRow,
     DPConfigRow,
@@ -110,6 +112,9 @@ class Store:
         self.engine = _make_engine(url)
         Base.metadata.create_all(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        with self.transaction() as s:
+            auditlog.ensure_head(s)
+        self._logged_rulesets: set[str] = set()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -130,24 +135,36 @@ class Store:
         data: dict[str, Any],
         sequence_id: str | None = None,
         step_index: int | None = None,
-    ) -> None:
-        session.add(
-            EventRow(
-                kind=kind,
-                actor=actor,
-                data=data,
-                sequence_id=sequence_id,
-                step_index=step_index,
-                at=utcnow(),
-            )
+        *,
+        subject: str | None = None,
+    ) -> int:
+        """Append an audit-log record in this transaction; its log index."""
+        return auditlog.append(
+            session,
+            kind,
+            actor,
+            data,
+            sequence_id=sequence_id,
+            step_index=step_index,
+            subject=subject,
         )
 
     def events(self, sequence_id: str | None = None) -> list[EventRow]:
         with self.transaction() as s:
-            query = select(EventRow).order_by(EventRow.id)
+            query = select(EventRow).order_by(EventRow.log_index)
             if sequence_id is not None:
                 query = query.where(EventRow.sequence_id == sequence_id)
             return list(s.scalars(query))
+
+    def last_event(self, kind: str) -> EventRow | None:
+        with self.transaction() as s:
+            query = select(EventRow).where(EventRow.kind == kind)
+            return s.scalars(query.order_by(EventRow.log_index.desc()).limit(1)).first()
+
+    def log_event(self, kind: str, actor: str, data: dict[str, Any]) -> int:
+        """An administrative record on its own (configuration changes, auditors, ...)."""
+        with self.transaction() as s:
+            return self._event(s, kind, actor, data)
 
     # -- projects, researchers, datasets --------------------------------------------------------
 
@@ -199,8 +216,37 @@ class Store:
                 s,
                 "researcher_added",
                 actor,
-                {"researcher": name, "fingerprint": fingerprint, "projects": projects},
+                {
+                    "researcher": name,
+                    "fingerprint": fingerprint,
+                    "public_key": public_key_pem,
+                    "projects": projects,
+                },
             )
+
+    def add_auditor(
+        self, name: str, public_key_pem: str, fingerprint: str, *, actor: str = "admin"
+    ) -> None:
+        """Register an auditor (her key reaches the audit endpoints only)."""
+        with self.transaction() as s:
+            existing = s.get(AuditorRow, name)
+            if existing is not None:
+                if existing.fingerprint == fingerprint:
+                    return
+                raise Conflict(
+                    f"auditor {name!r} is registered with another key ({existing.fingerprint})"
+                )
+            s.add(AuditorRow(name=name, public_key=public_key_pem, fingerprint=fingerprint))
+            self._event(
+                s,
+                "auditor_added",
+                actor,
+                {"auditor": name, "fingerprint": fingerprint, "public_key": public_key_pem},
+            )
+
+    def get_auditor(self, name: str) -> AuditorRow | None:
+        with self.transaction() as s:
+            return s.get(AuditorRow, name)
 
     def get_researcher(self, name: str) -> ResearcherRow | None:
         with self.transaction() as s:
@@ -346,7 +392,16 @@ class Store:
                 first_step.state = StepState.RUNNING.value
                 s.add(first_step)
                 s.flush()
-                self._event(s, "sequence_opened", researcher, event_data, sequence_id, 1)
+                opened = {k: v for k, v in event_data.items() if k != "reveal"}
+                auditlog.append_many(
+                    s,
+                    [
+                        auditlog.Entry("sequence_opened", researcher, opened, sequence_id),
+                        *self._reveal_entries(
+                            researcher, event_data.get("reveal", {}), sequence_id, 1
+                        ),
+                    ],
+                )
                 return seq, first_step
         except IntegrityError as exc:
             with self.transaction() as s:
@@ -437,7 +492,9 @@ class Store:
             step.state = StepState.RUNNING.value
             s.add(step)
             s.flush()
-            self._event(s, "step_revealed", seq.researcher, event_data, sequence_id, step.index)
+            auditlog.append_many(
+                s, self._reveal_entries(seq.researcher, event_data, sequence_id, step.index)
+            )
             return step
 
     def settle_step(
@@ -477,7 +534,7 @@ class Store:
             step.backend = outcome.backend
             step.wall_seconds = outcome.wall_seconds
             step.updated_at = utcnow()
-            self._event(s, f"step_{outcome.state.value}", "server", event_data, sequence_id, index)
+            self._settle_events(s, step, outcome, event_data, sequence_id, index)
             s.flush()
             s.refresh(seq)
             return seq, step
@@ -565,6 +622,52 @@ class Store:
                 row.updated_at = utcnow()
             self._event(s, "dp_configured", actor, {"dataset": dataset, "dp": config})
 
+    @staticmethod
+    def _reveal_entries(
+        researcher: str, data: dict[str, Any], sequence_id: str, index: int
+    ) -> list[auditlog.Entry]:
+        """A reveal and the start of its run: `data` holds the reveal's fields and, under "run",
+        what the run starts with (backend, limits, runner version)."""
+        reveal = {k: v for k, v in data.items() if k != "run"}
+        return [
+            auditlog.Entry("step_revealed", researcher, reveal, sequence_id, index),
+            auditlog.Entry("run_started", "server", data.get("run", {}), sequence_id, index),
+        ]
+
+    def _settle_events(
+        self,
+        s: Session,
+        step: StepRow,
+        outcome: StepOutcome,
+        event_data: dict[str, Any],
+        sequence_id: str,
+        index: int,
+    ) -> None:
+        """The run's end, the checks with the facts they used (and the rule set, the first time
+        it decides anything), and the outcome with a salted commitment to the output."""
+        records = audit_records.settle_records(step, outcome, event_data)
+        entries = []
+        ruleset = records.ruleset
+        if ruleset is not None and not self._ruleset_logged(s, ruleset["sha256"]):
+            entries.append(auditlog.Entry("ruleset", "server", ruleset, subject=ruleset["sha256"]))
+        entries += [
+            auditlog.Entry("run_finished", "server", records.run, sequence_id, index),
+            auditlog.Entry("checks", "server", records.checks, sequence_id, index),
+            auditlog.Entry(
+                f"step_{outcome.state.value}", "server", records.outcome, sequence_id, index
+            ),
+        ]
+        step.log_index = auditlog.append_many(s, entries)[-1]
+
+    def _ruleset_logged(self, s: Session, digest: str) -> bool:
+        # Only a committed fact is cached (the log is append-only), never an absence.
+        if digest in self._logged_rulesets:
+            return True
+        if auditlog.logged(s, "ruleset", digest):
+            self._logged_rulesets.add(digest)
+            return True
+        return False
+
     def released_outputs(
         self, researcher: str, dataset_id: int, *, exclude_sequence_step: tuple[str, int]
     ) -> list[dict[str, Any]]:
@@ -627,11 +730,15 @@ class Store:
             step.reviewer = reviewer
             step.review_note = note
             step.updated_at = utcnow()
-            self._event(
+            step.log_index = self._event(
                 s,
                 "review_approved" if approve else "review_rejected",
                 reviewer,
-                event_data,
+                {
+                    **event_data,
+                    **audit_records.outcome_data(step, step.public_output, approve),
+                    "state": target_step.value,
+                },
                 sequence_id,
                 index,
             )

@@ -226,13 +226,3 @@ class DPLedgerRow(Base):
     releases: Mapped[int] = mapped_column(Integer, default=0)
     version: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    subject: Mapped[str | None] = mapped_column(
-        String(128), nullable=True, index=True, doc="e.g. the hash of a logged rule set"
-    )
-    record: Mapped[bytes] = mapped_column(LargeBinary)
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """The record's `data` object (parsed from the logged bytes, never stored twice)."""
-        parsed: dict[str, Any] = json.loads(self.record)["data"]
-        return parsed

@@ -255,7 +255,7 @@ def test_dp_step_facts_are_in_the_event_log(
         events = list(
             s.scalars(
                 select(EventRow).where(
-                    EventRow.sequence_id == results[0].sequence_id, EventRow.kind == "step_released"
+                    EventRow.sequence_id == results[0].sequence_id, EventRow.kind == "checks"
                 )
             )
         )
@@ -263,6 +263,7 @@ def test_dp_step_facts_are_in_the_event_log(
     assert facts["sigma"] == 10.0 and facts["sensitivity"] == 1.0
     assert facts["charge"] == pytest.approx(0.01, rel=1e-12)
     assert facts["ledger"] == "dpcensus|researcher|bob"
+    assert facts["verdict"] == "release"  # the audit's convention for a feature's facts
 
 
 # --------------------------------------------------------------------------------- the budget

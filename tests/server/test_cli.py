@@ -16,6 +16,8 @@ from safeaccess.server.cli import main
 from safeaccess.server.config import DataDir
 from safeaccess.server.db import StepRow
 from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.qss_settings import QssSettings
+from safeaccess.server.record_ids import read_ids
 from safeaccess.server.states import StepState
 from safeaccess.server.store import StepOutcome, Store
 
@@ -63,7 +65,9 @@ def test_register_project_researcher_and_dataset_versions(root: Path, tmp_path: 
     )
     args = ["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta), *d]
     assert main([*args, "--project", "p1"]) == 0
-    assert main([*args, "--project", "p1"]) == 0
+    assert main([*args, "--project", "p1", "--qss-mode", "atoms"]) == 0
+    # the audit scope is fixed by the first version
+    assert main([*args, "--project", "p1", "--qss-scope", "researcher"]) == 2
     data = DataDir(root)
     store = Store(data.database_url(data.load_config()))
     try:
@@ -71,10 +75,14 @@ def test_register_project_researcher_and_dataset_versions(root: Path, tmp_path: 
         v1 = store.find_dataset("census", 1)
         v2 = store.find_dataset("census")
         assert v1 is not None and v2 is not None and v2.version == 2
+        assert store.qss_settings("census") == QssSettings(mode="atoms", scope="project")
         stored = pd.read_parquet(root / v1.path)
-        # Row order (record ids) and values survive the CSV -> Parquet conversion.
-        assert stored["person_id"].tolist() == frame["person_id"].tolist()
+        # Row order and values survive the CSV -> Parquet conversion; the record key is not in
+        # the sandbox's copy but maps each row to its stable id, the same in both versions.
+        assert "person_id" not in stored.columns
         assert stored["income"].tolist() == pytest.approx(frame["income"].tolist())
+        ids = read_ids(root / v2.path, v2.rows)
+        assert ids.tolist() == list(range(len(frame)))
         assert not (root / v1.path).stat().st_mode & 0o222  # read-only
         assert [d.name for d in store.datasets_for("ada")] == ["census", "census"]
     finally:

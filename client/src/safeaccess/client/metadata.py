@@ -82,6 +82,12 @@ class DatasetMetadata(BaseModel):
         default_factory=NeighbouringRelation,
         description="The DP neighbouring relation (what one DP answer protects).",
     )
+    record_key: str | None = Field(
+        default=None,
+        description="The identifier column that names the same person (record) in every version "
+        "of the dataset, e.g. 'person_id'. The server maps it to stable record ids for auditing "
+        "query sets across versions; like every identifier it never reaches an analysis.",
+    )
     version: int | None = Field(
         default=None,
         ge=1,
@@ -99,7 +105,22 @@ class DatasetMetadata(BaseModel):
             raise ValueError(
                 "neighbours.unit is 'contributor' but no column is marked contributor: true"
             )
+        if self.record_key is not None:
+            key = self.column(self.record_key)
+            if key is None or key.type != "identifier":
+                raise ValueError(
+                    f"record_key {self.record_key!r} must name a column of type 'identifier'"
+                )
+            if key.contributor:
+                raise ValueError(
+                    f"record_key {self.record_key!r} cannot also be the contributor column"
+                )
         return self
+
+    @property
+    def identifier_columns(self) -> list[str]:
+        """Columns of type 'identifier': never visible to analyses or scripts."""
+        return [c.name for c in self.columns if c.type == "identifier"]
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)

@@ -13,11 +13,10 @@ client's analysis language. New optional fields may be added with defaults; name
 
 from __future__ import annotations
 
-import base64
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 Label = str | int | float | bool | None
 
@@ -27,25 +26,39 @@ class _Model(BaseModel):
 
 
 class QuerySet(_Model):
-    """The records behind each released aggregate, over the dataset's stable record ids.
+    """The records behind each released aggregate of one output.
 
-    `cell_index` is a little-endian int32 array, base64-encoded, one entry per record of the
-    dataset version in stored order (record id = position): the index of the released cell/group
-    the record falls in, or -1 when the record is not behind any released aggregate (filtered out,
-    missing values). For an output with one aggregate (e.g. a regression) every included record
-    has index 0.
+    The per-record array (little-endian int32, one entry per record of the dataset version in
+    stored order: the index of the released cell/group the record falls in, or -1 when the record
+    is behind no released aggregate) never travels as JSON: at 10 M records it is 40 MB. The
+    runner sends it as binary side array number `array` of its reply (`sandbox.backend`
+    `encode_reply` / `decode_reply`), and the decoded array is attached to this object again on
+    the server. For an output with one aggregate (e.g. a regression) every included record has
+    index 0.
     """
 
     labels: list[str] = Field(description="Human name of each cell/group index, in order.")
-    cell_index: str
+    array: int = Field(default=0, ge=0, description="Index of the side array in the reply.")
+    _values: np.ndarray | None = PrivateAttr(default=None)
 
     @classmethod
     def from_array(cls, labels: list[str], index: np.ndarray) -> QuerySet:
-        data = np.ascontiguousarray(index, dtype="<i4").tobytes()
-        return cls(labels=labels, cell_index=base64.b64encode(data).decode("ascii"))
+        qs = cls(labels=labels)
+        qs.attach(index)
+        return qs
+
+    def attach(self, index: np.ndarray) -> None:
+        """Attach the per-record array (after it travelled on the side channel)."""
+        self._values = np.ascontiguousarray(index, dtype="<i4")
+
+    @property
+    def attached(self) -> bool:
+        return self._values is not None
 
     def to_array(self) -> np.ndarray:
-        return np.frombuffer(base64.b64decode(self.cell_index), dtype="<i4")
+        if self._values is None:
+            raise ValueError("the query set's per-record array is not attached")
+        return self._values
 
 
 class CellFacts(_Model):
@@ -451,6 +464,12 @@ Output = Annotated[
     | DPAnswerOutput,
     Field(discriminator="type"),
 ]
+
+
+def query_set_of(output: BaseModel) -> QuerySet | None:
+    """The output's query set, if its kind has one."""
+    found = getattr(getattr(output, "facts", None), "query_set", None)
+    return found if isinstance(found, QuerySet) else None
 
 
 def public(output: BaseModel) -> dict[str, Any]:

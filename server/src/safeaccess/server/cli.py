@@ -12,6 +12,7 @@ import getpass
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
@@ -72,6 +73,25 @@ def _researcher_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _qss_settings(args: argparse.Namespace, store: Any) -> Any:
+    """The auditor settings asked for on the command line (over the dataset's current ones)."""
+    from safeaccess.server.qss_settings import QssSettings
+
+    asked = {
+        key: value
+        for key, value in (
+            ("mode", args.qss_mode),
+            ("scope", args.qss_scope),
+            ("atom_cap", args.qss_atom_cap),
+        )
+        if value is not None
+    }
+    if not asked:
+        return None
+    current = store.qss_settings(args.name)
+    return QssSettings(**{**current.model_dump(), **asked})
+
+
 def _auditor_add(args: argparse.Namespace) -> int:
     if not valid_keyid(args.name):
         raise ConfigError(
@@ -113,6 +133,7 @@ def _dataset_add(args: argparse.Namespace) -> int:
             metadata=load_metadata(args.metadata),
             project=project,
             rules_file=args.rules,
+            qss=_qss_settings(args, store),
         )
     finally:
         store.close()
@@ -364,6 +385,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--project", default=None, help="project the dataset belongs to (default: the only one)"
     )
     dadd.add_argument("--rules", type=Path, default=None, help="rule-set overrides (YAML)")
+    dadd.add_argument(
+        "--qss-mode",
+        choices=("span", "atoms"),
+        default=None,
+        help="query-set auditing across releases: span (default) or the stricter atoms",
+    )
+    dadd.add_argument(
+        "--qss-scope",
+        choices=("researcher", "project", "dataset"),
+        default=None,
+        help="whose releases are audited together (default project; fixed by the first version)",
+    )
+    dadd.add_argument(
+        "--qss-atom-cap",
+        type=int,
+        default=None,
+        help="above this many atoms span mode refuses what atoms mode would (default 100000)",
+    )
     dadd.set_defaults(handler=_dataset_add)
     dlist = dataset.add_parser("list", parents=[common], help="list dataset versions")
     dlist.set_defaults(handler=_dataset_list)

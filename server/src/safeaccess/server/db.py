@@ -226,3 +226,28 @@ class DPLedgerRow(Base):
     releases: Mapped[int] = mapped_column(Integer, default=0)
     version: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class QssSettingsRow(Base):
+    """The query-set auditor's settings of a dataset name (all its versions)."""
+
+    __tablename__ = "qss_settings"
+
+    dataset: Mapped[str] = mapped_column(String(128), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    scope: Mapped[str] = mapped_column(String(16))
+    atom_cap: Mapped[int] = mapped_column(BigInteger)
+
+
+class QssStateRow(Base):
+    """Pointer to the current auditor state of one scope: a content-addressed file under the data
+    directory. Updated in the transaction that records the step it admitted, so a crash between
+    writing the file and committing leaves the old state (and a re-runnable step)."""
+
+    __tablename__ = "qss_states"
+
+    scope: Mapped[str] = mapped_column(String(400), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    n_records: Mapped[int] = mapped_column(BigInteger)
+    admitted: Mapped[int] = mapped_column(Integer, default=0, doc="Outputs admitted so far.")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

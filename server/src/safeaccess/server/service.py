@@ -50,9 +50,11 @@ from safeaccess.server.errors import (
     Unauthenticated,
 )
 from safeaccess.server.leverage_record import leverage_record
-from safeaccess.server.pipeline import load_outputs, run_step, sha256_hex
+from safeaccess.server.pipeline import run_step, sha256_hex, with_decision
+from safeaccess.server.qss_scope import ScopeAuditor
 from safeaccess.server.reasons import researcher_reasons
 from safeaccess.server.receipts import sign_receipt
+from safeaccess.server.record_ids import read_ids
 from safeaccess.server.schemas import (
     DatasetView,
     ErrorInfo,
@@ -117,8 +119,9 @@ class Service:
                 raise ConfigError(f"trusted CA {ca!r}: {exc}") from exc
         self._jobs = threading.BoundedSemaphore(self.config.max_concurrent_jobs)
         self._locks: dict[str, threading.Lock] = {}
-        self._history_locks: dict[tuple[str, int], threading.Lock] = {}
         self._dp_locks: dict[str, threading.Lock] = {}
+        self.auditor = ScopeAuditor(self.data.root, self.store)
+        self._ids: dict[int, Any] = {}
         self._locks_guard = threading.Lock()
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         self._rulesets: dict[int, RuleSet] = {}
@@ -219,12 +222,14 @@ class Service:
         with self._locks_guard:
             return self._locks.setdefault(sequence_id, threading.Lock())
 
-    def _history_lock(self, researcher: str, dataset_id: int) -> threading.Lock:
-        """Serialises a researcher's steps on one dataset from reading her release history to
-        recording the outcome: otherwise two of her sequences computing at once would each be
-        checked without the other's output, and release together what one would withhold."""
-        with self._locks_guard:
-            return self._history_locks.setdefault((researcher, dataset_id), threading.Lock())
+    def _record_ids(self, dataset: DatasetRow) -> Any:
+        """The dataset version's positions -> stable record ids (read once per version)."""
+        ids = self._ids.get(dataset.id)
+        if ids is None:
+            ids = read_ids(self.data.root / dataset.path, dataset.rows)
+            with self._locks_guard:
+                self._ids[dataset.id] = ids
+        return ids
 
     def _dp_guard(
         self, seq: SequenceRow, dataset: DatasetRow
@@ -464,37 +469,55 @@ class Service:
 
     def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
         ruleset = self.ruleset_for(dataset)
-        with (
-            self._history_lock(seq.researcher, seq.dataset_id),
-            self._dp_guard(seq, dataset),
-        ):
-            dp = self._dp_context(seq, dataset)
-            history = load_outputs(
-                self.store.released_outputs(
-                    seq.researcher, seq.dataset_id, exclude_sequence_step=(seq.id, step.index)
-                )
+        audit = self.auditor.session(
+            dataset=dataset.name,
+            settings=self.store.qss_settings(dataset.name),
+            threshold=ruleset.threshold,
+            researcher=seq.researcher,
+            project=seq.project,
+            ids=self._record_ids(dataset),
+        )
+        try:
+            with self._dp_guard(seq, dataset):
+                return self._compute_guarded(seq, step, dataset, ruleset, audit)
+        finally:
+            audit.release()
+
+    def _compute_guarded(
+        self, seq: SequenceRow, step: StepRow, dataset: DatasetRow, ruleset: RuleSet, audit: Any
+    ) -> StepView:
+        """Run and record a step while holding its DP ledger's lock (if the dataset has DP)."""
+        dp = self._dp_context(seq, dataset)
+        with self._jobs:
+            outcome = run_step(
+                job_id=f"{seq.id}-{step.index}",
+                body=step.body,
+                metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
+                dataset_path=self.data.root / dataset.path,
+                backend=self.backend,
+                limits=self.config.sandbox.limits,
+                ruleset=ruleset,
+                audit=audit,
+                n_records=dataset.rows,
+                dp=dp,
             )
-            with self._jobs:
-                outcome = run_step(
-                    job_id=f"{seq.id}-{step.index}",
-                    body=step.body,
-                    metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
-                    dataset_path=self.data.root / dataset.path,
-                    backend=self.backend,
-                    limits=self.config.sandbox.limits,
-                    ruleset=ruleset,
-                    history=history,
-                    dp=dp,
+        # The scope's lock is held from admission until the step and the state pointer are
+        # recorded together; another replica's admission in between makes us admit again.
+        for attempt in range(3):
+            event_data = self._settle_data(outcome, ruleset)
+            if outcome.dp_facts is not None:
+                event_data["dp"] = outcome.dp_facts
+            if audit.facts:
+                event_data["qss"] = audit.facts
+            try:
+                seq, step = self.store.settle_step(
+                    seq.id, step.index, outcome, event_data=event_data, qss=audit.commit
                 )
-            seq, step = self.store.settle_step(
-                seq.id,
-                step.index,
-                outcome,
-                event_data={
-                    **self._settle_data(outcome, ruleset),
-                    **({"dp": outcome.dp_facts} if outcome.dp_facts is not None else {}),
-                },
-            )
+                break
+            except Conflict as exc:
+                if exc.code != "qss_state_changed" or attempt == 2:
+                    raise
+                outcome = with_decision(outcome, audit.regate())
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",
             seq.id,

@@ -29,12 +29,15 @@ from safeaccess.server.db import (
     MembershipRow,
     NonceRow,
     ProjectRow,
+    QssSettingsRow,
+    QssStateRow,
     ResearcherRow,
     SequenceRow,
     StepRow,
     utcnow,
 )
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+from safeaccess.server.qss_settings import DEFAULT_QSS, QssSettings
 from safeaccess.server.states import (
     SequenceState,
     StepState,
@@ -86,6 +89,28 @@ class DPLedgerState:
     spent: float = 0.0
     releases: int = 0
     version: int = 0
+
+
+@dataclass(frozen=True)
+class QssPointer:
+    """Where a scope's current auditor state is: its file's digest and size."""
+
+    digest: str
+    n_records: int
+    admitted: int
+
+
+@dataclass(frozen=True)
+class QssCommit:
+    """A new auditor state to point a scope at, committed with the step that produced it.
+
+    `base` is the digest the admission started from (None: the scope had no state); the commit
+    fails with a `qss_state_changed` conflict if another admission moved the pointer meanwhile."""
+
+    scope: str
+    base: str | None
+    digest: str
+    n_records: int
 
 
 def _make_engine(url: str) -> Engine:
@@ -272,12 +297,18 @@ class Store:
         rows: int,
         metadata: dict[str, Any],
         rules_path: str | None,
+        qss: QssSettings = DEFAULT_QSS,
         actor: str = "admin",
     ) -> DatasetRow:
         try:
             with self.transaction() as s:
                 if s.get(ProjectRow, project) is None:
                     raise NotFound(f"project {project!r} does not exist")
+                settings = s.get(QssSettingsRow, name)
+                if settings is None:
+                    settings = QssSettingsRow(dataset=name)
+                    s.add(settings)
+                settings.mode, settings.scope, settings.atom_cap = qss.mode, qss.scope, qss.atom_cap
                 row = DatasetRow(
                     name=name,
                     version=version,
@@ -300,11 +331,72 @@ class Store:
                         "project": project,
                         "sha256": sha256,
                         "rows": rows,
+                        "qss": qss.model_dump(mode="json"),
                     },
                 )
                 return row
         except IntegrityError as exc:
             raise Conflict(f"dataset {name} version {version} already exists") from exc
+
+    def qss_settings(self, name: str) -> QssSettings:
+        """The auditor settings of dataset `name` (the defaults if none were recorded)."""
+        with self.transaction() as s:
+            row = s.get(QssSettingsRow, name)
+            if row is None:
+                return DEFAULT_QSS
+            return QssSettings(mode=row.mode, scope=row.scope, atom_cap=row.atom_cap)
+
+    def resolve_qss_settings(self, name: str, requested: QssSettings | None) -> QssSettings:
+        """The settings a new version of `name` gets: those asked for, else the current ones.
+        The scope of an existing dataset cannot change: states are kept per scope, so a new scope
+        would start from nothing and forget every release so far."""
+        with self.transaction() as s:
+            exists = s.get(QssSettingsRow, name) is not None
+        current = self.qss_settings(name)
+        if requested is None:
+            return current
+        if exists and requested.scope != current.scope:
+            raise InvalidRequest(
+                f"dataset {name!r} is audited with scope {current.scope!r}; the scope cannot "
+                "change between versions (a new scope would start without the releases so far)"
+            )
+        return requested
+
+    def qss_pointer(self, scope: str) -> QssPointer | None:
+        with self.transaction() as s:
+            row = s.get(QssStateRow, scope)
+            if row is None:
+                return None
+            return QssPointer(digest=row.digest, n_records=row.n_records, admitted=row.admitted)
+
+    @staticmethod
+    def _move_qss_pointer(s: Session, commit: QssCommit) -> None:
+        # FOR UPDATE: on PostgreSQL a second replica admitting against the same scope waits here
+        # and then sees the moved pointer; on SQLite the write lock of the transaction does it.
+        row = s.scalars(
+            select(QssStateRow).where(QssStateRow.scope == commit.scope).with_for_update()
+        ).first()
+        current = None if row is None else row.digest
+        if current != commit.base:
+            raise Conflict(
+                "the query-set audit state changed while this step was checked",
+                code="qss_state_changed",
+            )
+        if row is None:
+            s.add(
+                QssStateRow(
+                    scope=commit.scope,
+                    digest=commit.digest,
+                    n_records=commit.n_records,
+                    admitted=1,
+                    updated_at=utcnow(),
+                )
+            )
+        else:
+            row.digest = commit.digest
+            row.n_records = commit.n_records
+            row.admitted = row.admitted + 1
+            row.updated_at = utcnow()
 
     def next_dataset_version(self, name: str) -> int:
         with self.transaction() as s:
@@ -498,7 +590,32 @@ class Store:
             return step
 
     def settle_step(
-        self, sequence_id: str, index: int, outcome: StepOutcome, event_data: dict[str, Any]
+        self,
+        sequence_id: str,
+        index: int,
+        outcome: StepOutcome,
+        event_data: dict[str, Any],
+        *,
+        qss: QssCommit | None = None,
+    ) -> tuple[SequenceRow, StepRow]:
+        """Record a computed step's outcome and move the sequence on, in one transaction; with
+        `qss`, point the scope at the auditor state that admitted this step in the same one."""
+        try:
+            return self._settle_step(sequence_id, index, outcome, event_data, qss)
+        except IntegrityError as exc:
+            # Two replicas created the scope's first pointer at once: the later one re-admits.
+            raise Conflict(
+                "the query-set audit state changed while this step was checked",
+                code="qss_state_changed",
+            ) from exc
+
+    def _settle_step(
+        self,
+        sequence_id: str,
+        index: int,
+        outcome: StepOutcome,
+        event_data: dict[str, Any],
+        qss: QssCommit | None,
     ) -> tuple[SequenceRow, StepRow]:
         """Record a computed step's outcome and move the sequence on, in one transaction (with
         the DP ledger's charge when the step releases a DP answer: no answer without its charge,
@@ -521,6 +638,8 @@ class Store:
                 )
             check_step_transition(StepState(step.state), outcome.state)
             target = sequence_state_after_step(outcome.state, last=step.last)
+            if qss is not None:
+                self._move_qss_pointer(s, qss)
             self._update_sequence(s, seq, target)
             step.state = outcome.state.value
             step.kind = outcome.kind
@@ -667,29 +786,6 @@ class Store:
             self._logged_rulesets.add(digest)
             return True
         return False
-
-    def released_outputs(
-        self, researcher: str, dataset_id: int, *, exclude_sequence_step: tuple[str, int]
-    ) -> list[dict[str, Any]]:
-        """Full outputs released earlier to this researcher on this dataset version, oldest first,
-        and those waiting in review: a checker may release one later without seeing what was
-        released meanwhile, so later steps are checked as if it were released already."""
-        with self.transaction() as s:
-            query = (
-                select(StepRow.output, StepRow.sequence_id, StepRow.index)
-                .join(SequenceRow, SequenceRow.id == StepRow.sequence_id)
-                .where(
-                    SequenceRow.researcher == researcher,
-                    SequenceRow.dataset_id == dataset_id,
-                    StepRow.state.in_((StepState.RELEASED.value, StepState.REVIEW.value)),
-                )
-                .order_by(StepRow.updated_at, StepRow.id)
-            )
-            return [
-                out
-                for out, seq_id, idx in s.execute(query)
-                if out is not None and (seq_id, idx) != exclude_sequence_step
-            ]
 
     def review_queue(self) -> list[tuple[SequenceRow, StepRow]]:
         with self.transaction() as s:

@@ -399,19 +399,17 @@ def test_server_killed_mid_dp_step_charges_once_after_restart(centre: DPCentre) 
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
+    data = DataDir(centre.root)
+    watcher = Store(data.database_url(data.load_config()))  # one connection: poll quickly
+    first_body = sealed.reveal_for(1)[1]
+
     def step_state(index: int) -> str | None:
-        data = DataDir(centre.root)
-        store = Store(data.database_url(data.load_config()))
-        try:
-            seqs = [s for s in store.list_sequences("ada") if s.header_hash]
-            for seq in reversed(seqs):
-                step = store.get_step(seq.id, 1)
-                if step is not None and step.body == sealed.reveal_for(1)[1]:
-                    second = store.get_step(seq.id, index)
-                    return second.state if second else None
-            return None
-        finally:
-            store.close()
+        for seq in reversed(watcher.list_sequences("ada")):
+            step = watcher.get_step(seq.id, 1)
+            if step is not None and step.body == first_body:
+                second = watcher.get_step(seq.id, index)
+                return second.state if second else None
+        return None
 
     try:
         driver = threading.Thread(target=drive)
@@ -419,12 +417,13 @@ def test_server_killed_mid_dp_step_charges_once_after_restart(centre: DPCentre) 
         deadline = time.monotonic() + 60
         while step_state(2) != "running":
             assert time.monotonic() < deadline, "step 2 never started"
-            time.sleep(0.01)
+            time.sleep(0.002)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         proc = _serve(centre.root, port)
         driver.join(timeout=120)
     finally:
+        watcher.close()
         proc.kill()
         proc.wait()
     assert not errors, errors

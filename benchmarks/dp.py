@@ -93,6 +93,110 @@ def accounting(counts: list[int], eps0: float, delta0: float, delta: float) -> N
         )
 
 
+def server_latency(rows: int, steps: int) -> None:
+    """A DP answer's wall time through the real server next to a rule-checked answer.
+
+    Both are one step of a sealed sequence over real HTTP with the process sandbox, on the same
+    generated census: a frequency table region x sex checked by the rules, and a DP count by
+    region x sex (the same cells) with noise, ledger check and charge. Median and p95 of `steps`
+    reveals each (the first, which opens the sequence, is not counted).
+    """
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from safeaccess.client.analyses import Analysis, DPCount, FrequencyTable, to_body
+    from safeaccess.client.keys import fingerprint, public_key_text
+    from safeaccess.client.protocol import seal
+    from safeaccess.client.session import connect
+    from safeaccess.server.api import create_app
+    from safeaccess.server.config import DataDir, initialise
+    from safeaccess.server.datasets import register_dataset
+    from safeaccess.server.demo_data import census_metadata, generate_census
+    from safeaccess.server.embedded import EmbeddedServer
+    from safeaccess.server.service import Service
+    from safeaccess.server.store import Store
+
+    def percentile(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    with tempfile.TemporaryDirectory(prefix="safeaccess-dp-bench-") as tmp:
+        root = Path(tmp) / "data"
+        config = initialise(root, server_id="dp-bench")
+        data = DataDir(root)
+        key = Ed25519PrivateKey.generate()
+        census = generate_census(rows, seed=5)
+        store = Store(data.database_url(config))
+        try:
+            store.add_project("bench")
+            pub = key.public_key()
+            store.add_researcher("r", public_key_text(pub), fingerprint(pub), ["bench"])
+            for name in ("census", "census-dp"):
+                register_dataset(
+                    data,
+                    store,
+                    name=name,
+                    frame=census,
+                    metadata=census_metadata(name),
+                    project="bench",
+                )
+            # A budget large enough for every benchmark step.
+            store.set_dp_config(
+                "census-dp", {"epsilon": 100.0, "delta": 1e-6, "scope": "researcher"}
+            )
+        finally:
+            store.close()
+        service = Service(root)
+        timings: dict[str, list[float]] = {}
+        with service, EmbeddedServer(create_app(service)) as server:
+            cases: list[tuple[str, str, Analysis]] = [
+                (
+                    "rule-checked frequency table",
+                    "census",
+                    FrequencyTable(rows=["region"], cols=["sex"]),
+                ),
+                (
+                    "DP count (noise + ledger)",
+                    "census-dp",
+                    DPCount(by=["region", "sex"], sigma=50.0),
+                ),
+            ]
+            for label, dataset, analysis in cases:
+                sealed = seal(
+                    [to_body(analysis)] * (steps + 1),
+                    key,
+                    researcher="r",
+                    project="bench",
+                    dataset=dataset,
+                    server=service.server_id,
+                )
+                with connect(server.url, key, "r") as session:
+                    first = session.open(sealed)
+                    assert first.released, first.describe()
+                    times = []
+                    for j in range(2, steps + 2):
+                        start = time.perf_counter()
+                        result = session.reveal(first.sequence_id, sealed, j)
+                        times.append(time.perf_counter() - start)
+                        assert result.released, result.describe()
+                timings[label] = times
+    rule, dp = timings.values()
+    print(
+        f"server step latency ({rows} records, {steps} steps each, sandbox {service.backend.name}):"
+    )
+    for label, times in timings.items():
+        print(
+            f"  {label:32s} median {statistics.median(times) * 1000:8.1f} ms   "
+            f"p95 {percentile(times, 0.95) * 1000:8.1f} ms"
+        )
+    print(
+        f"  ratio DP / rule-checked (median): {statistics.median(dp) / statistics.median(rule):.3f}"
+    )
+
+
 def hotelling_level(reps: int) -> None:
     """Rejection rates under H0 of the DP Hotelling test (bootstrap and asymptotic chi2)."""
 
@@ -130,6 +234,9 @@ def hotelling_level(reps: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=20, help="calibration repetitions")
+    parser.add_argument("--rows", type=int, default=20_000, help="census size for --server")
+    parser.add_argument("--steps", type=int, default=15, help="reveals per kind for --server")
+    parser.add_argument("--server", action="store_true", help="only the latency through the server")
     parser.add_argument(
         "--hotelling",
         type=int,
@@ -138,8 +245,12 @@ def main() -> None:
         help="also simulate the DP Hotelling level",
     )
     args = parser.parse_args()
+    if args.server:
+        server_latency(args.rows, args.steps)
+        return
     calibration_time(args.repeats)
     accounting([10, 100, 1000], eps0=0.5, delta0=1e-6, delta=1e-5)
+    server_latency(args.rows, args.steps)
     if args.hotelling:
         hotelling_level(args.hotelling)
 

@@ -218,11 +218,15 @@ def test_demo_releases_then_withholds(tmp_path: Path) -> None:
     from safeaccess.server.demo import run_demo
 
     assert run_demo(tmp_path / "demo", rows=4000, out=lines.append) == 0
-    text = "\n".join(lines)
+    text, dp_part = "\n".join(lines).split("holds the same people", 1)
     assert text.count("decision: RELEASED") == 3
     assert text.count("decision: WITHHELD") == 1
     assert "never revealed" in text and "aborted" in text
     assert "Traveller" not in text.split("decision: WITHHELD", 1)[1]
+    # The DP step: three noisy answers within the budget, then one that does not fit.
+    assert dp_part.count("decision: RELEASED") == 3
+    assert dp_part.count("decision: WITHHELD") == 1
+    assert "because dp_budget" in dp_part and "remains" in dp_part
 
 
 def test_metadata_yaml_is_accepted(root: Path, tmp_path: Path) -> None:
@@ -295,7 +299,7 @@ def test_demo_switches_to_docker_with_one_variable(
     assert run_demo(tmp_path / "demo", rows=4000, out=lines.append) == 0
     text = "\n".join(lines)
     assert "(sandbox: docker)" in text
-    assert text.count("decision: RELEASED") == 3 and text.count("decision: WITHHELD") == 1
+    assert text.count("decision: RELEASED") == 6 and text.count("decision: WITHHELD") == 2
     assert DataDir(tmp_path / "demo").load_config().sandbox.docker.image == sandbox_image
 
 

@@ -11,6 +11,7 @@ New optional fields may be added with defaults.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 import rfc8785
@@ -157,6 +158,119 @@ class Script(_Analysis):
     code: str = Field(min_length=1, max_length=200_000)
 
 
+class DPTransform(BaseModel):
+    """The inference a researcher plans on a vector DP answer, so the server answers the
+    transformed query `Diag(xi)^(1/2) f(S) + N(0, sigma^2 I)` that serves it best (Shoham &
+    Rinott): `region` for the smallest confidence region of the whole vector, `test` for the
+    most powerful test of "f(S) = 0 part" against the simple alternative `eta` (one entry per
+    component of the answer, in the answer's order)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    goal: Literal["region", "test"]
+    eta: list[float] | None = Field(
+        default=None,
+        description="The alternative minus the null (goal 'test' only), one value per component.",
+    )
+    null: list[float] | None = Field(
+        default=None, description="The null hypothesis f(S) = null (goal 'test'; default 0)."
+    )
+    alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="Level / 1 - coverage.")
+
+    @model_validator(mode="after")
+    def _eta_for_test(self) -> DPTransform:
+        if self.goal == "test":
+            if not self.eta:
+                raise ValueError("a 'test' transformation needs the alternative 'eta'")
+            if not any(v != 0 for v in self.eta):
+                raise ValueError("the alternative 'eta' must have a non-zero component")
+            if not all(math.isfinite(v) for v in self.eta):
+                raise ValueError("'eta' must hold finite numbers")
+            if self.null is not None and len(self.null) != len(self.eta):
+                raise ValueError("'null' needs one value per component, like 'eta'")
+        elif self.eta is not None or self.null is not None:
+            raise ValueError("'eta' and 'null' are for goal 'test' only")
+        return self
+
+
+class _DPAnalysis(_Analysis):
+    """Common to the differentially private kinds: the privacy request and the groups.
+
+    Either `epsilon` and `delta` (the server calibrates sigma by the analytic Gaussian mechanism)
+    or `sigma` (the noise standard deviation on each released component) is given. Groups `by`
+    are the declared levels of the grouping columns, every one of them, never levels seen in
+    the data.
+    """
+
+    epsilon: float | None = Field(default=None, gt=0.0, le=100.0)
+    delta: float | None = Field(default=None, gt=0.0, lt=1.0)
+    sigma: float | None = Field(default=None, gt=0.0)
+    by: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _privacy_request(self) -> _DPAnalysis:
+        calibrated = self.epsilon is not None or self.delta is not None
+        if calibrated == (self.sigma is not None):
+            raise ValueError("give either 'epsilon' and 'delta', or 'sigma', not both or neither")
+        if calibrated and (self.epsilon is None or self.delta is None):
+            raise ValueError("'epsilon' and 'delta' go together: give both")
+        if self.sigma is not None and not math.isfinite(self.sigma):
+            raise ValueError("'sigma' must be a finite number")
+        return self
+
+
+class DPCount(_DPAnalysis):
+    """Noisy count of records (per group)."""
+
+    kind: Literal["dp_count"] = "dp_count"
+    transform: DPTransform | None = None
+
+
+class DPSum(_DPAnalysis):
+    """Noisy sum of a bounded variable (per group), values clipped to the declared bounds."""
+
+    kind: Literal["dp_sum"] = "dp_sum"
+    variable: str
+    transform: DPTransform | None = None
+
+
+class DPMean(_DPAnalysis):
+    """Noisy means of bounded variables (per group): released as the sums of the values
+    centred at the midpoint of their bounds and the count, one Gaussian vector; the client
+    divides."""
+
+    kind: Literal["dp_mean"] = "dp_mean"
+    variables: list[str] = Field(min_length=1, max_length=50)
+    transform: DPTransform | None = None
+
+
+class DPHistogram(_DPAnalysis):
+    """Noisy counts of a bounded variable in declared bins [e_i, e_i+1) (the last one closed)."""
+
+    kind: Literal["dp_histogram"] = "dp_histogram"
+    variable: str
+    edges: list[float] = Field(min_length=2, max_length=1001)
+    transform: DPTransform | None = None
+
+    @model_validator(mode="after")
+    def _edges(self) -> DPHistogram:
+        if not all(math.isfinite(e) for e in self.edges):
+            raise ValueError("'edges' must be finite numbers")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError("'edges' must be strictly increasing")
+        return self
+
+
+class DPMeanTest(_DPAnalysis):
+    """Two-sample comparison of the mean vectors of bounded variables between the two levels
+    of `group` under DP (a privatised Hotelling T^2 test, Dunsche, Kutta & Dette)."""
+
+    kind: Literal["dp_mean_test"] = "dp_mean_test"
+    variables: list[str] = Field(min_length=1, max_length=20)
+    group: str
+    alpha: float = Field(default=0.05, gt=0.0, lt=0.5)
+
+
 Analysis = Annotated[
     FrequencyTable
     | MagnitudeTable
@@ -165,9 +279,17 @@ Analysis = Annotated[
     | Correlation
     | Histogram
     | StatTest
-    | Script,
+    | Script
+    | DPCount
+    | DPSum
+    | DPMean
+    | DPHistogram
+    | DPMeanTest,
     Field(discriminator="kind"),
 ]
+
+#: The differentially private kinds: answered with noise and a budget, not by rule checks.
+DP_KINDS = frozenset({"dp_count", "dp_sum", "dp_mean", "dp_histogram", "dp_mean_test"})
 
 _ADAPTER: TypeAdapter[Analysis] = TypeAdapter(Analysis)
 

@@ -5,6 +5,7 @@ CONTRACT shared by the analysis validation, the sandbox runner, the rules and th
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -36,10 +37,38 @@ class Column(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Column:
-        if self.bounds is not None and self.bounds[0] > self.bounds[1]:
-            raise ValueError(f"column {self.name}: lower bound exceeds upper bound")
+        if self.bounds is not None:
+            if not all(math.isfinite(b) for b in self.bounds):
+                raise ValueError(f"column {self.name}: bounds must be finite numbers")
+            if self.bounds[0] > self.bounds[1]:
+                raise ValueError(f"column {self.name}: lower bound exceeds upper bound")
         if self.scale is not None and self.scale[0] >= self.scale[1]:
             raise ValueError(f"column {self.name}: scale must be (low, high) with low < high")
+        return self
+
+
+class NeighbouringRelation(BaseModel):
+    """What differential privacy protects on this dataset, stated once for every DP answer.
+
+    `record`: datasets differing by adding or removing one record are neighbours. `contributor`:
+    by adding or removing one contributor unit (the column marked `contributor`), with at most
+    `max_records_per_unit` of its records used (the runner keeps the first ones in stored order
+    and drops the rest, so the sensitivity is that many times a record's). Records whose unit is
+    missing count as units of their own.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    unit: Literal["record", "contributor"] = "record"
+    max_records_per_unit: int = Field(default=1, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NeighbouringRelation:
+        if self.unit == "record" and self.max_records_per_unit != 1:
+            raise ValueError(
+                "max_records_per_unit applies to unit 'contributor' only; for unit 'record' "
+                "leave it at 1"
+            )
         return self
 
 
@@ -49,6 +78,10 @@ class DatasetMetadata(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     columns: list[Column] = Field(min_length=1)
+    neighbours: NeighbouringRelation = Field(
+        default_factory=NeighbouringRelation,
+        description="The DP neighbouring relation (what one DP answer protects).",
+    )
     record_key: str | None = Field(
         default=None,
         description="The identifier column that names the same person (record) in every version "
@@ -68,6 +101,10 @@ class DatasetMetadata(BaseModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate column names: {', '.join(dupes)}")
+        if self.neighbours.unit == "contributor" and self.contributor_column is None:
+            raise ValueError(
+                "neighbours.unit is 'contributor' but no column is marked contributor: true"
+            )
         if self.record_key is not None:
             key = self.column(self.record_key)
             if key is None or key.type != "identifier":

@@ -25,6 +25,11 @@ from safeaccess.client import protocol
 from safeaccess.client.analyses import (
     Analysis,
     Correlation,
+    DPCount,
+    DPHistogram,
+    DPMean,
+    DPMeanTest,
+    DPSum,
     FrequencyTable,
     Histogram,
     MagnitudeTable,
@@ -248,6 +253,197 @@ class Plan:
             group=group,
             equal_var=equal_var,
             where=where,
+        )
+
+    # ------------------------------------------------------------- differential privacy
+
+    @staticmethod
+    def _dp_fields(
+        *,
+        by: Columns | None,
+        where: str | None,
+        epsilon: float | None,
+        delta: float | None,
+        sigma: float | None,
+        region: bool = False,
+        test_against: Sequence[float] | None = None,
+        null: Sequence[float] | None = None,
+        alpha: float = 0.05,
+    ) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "by": _names(by),
+            "where": where,
+            "epsilon": epsilon,
+            "delta": delta,
+            "sigma": sigma,
+        }
+        if region and test_against is not None:
+            raise AnalysisInvalid(
+                [Problem("transform", "ask for a confidence region or a test, not both")]
+            )
+        if region:
+            fields["transform"] = {"goal": "region", "alpha": alpha}
+        elif test_against is not None:
+            fields["transform"] = {
+                "goal": "test",
+                "eta": list(test_against),
+                "null": None if null is None else list(null),
+                "alpha": alpha,
+            }
+        return fields
+
+    def dp_count(
+        self,
+        *,
+        by: Columns | None = None,
+        where: str | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        sigma: float | None = None,
+        region: bool = False,
+        test_against: Sequence[float] | None = None,
+        null: Sequence[float] | None = None,
+        alpha: float = 0.05,
+    ) -> Plan:
+        """A differentially private count of records (per declared group of `by`).
+
+        Give `epsilon` and `delta` (sigma is calibrated) or `sigma`. `region=True` asks for the
+        transformation giving the smallest confidence region of the whole answer;
+        `test_against=eta` for the most powerful test of `null` (default 0) against `null + eta`.
+        """
+        return self._build(
+            DPCount,
+            **self._dp_fields(
+                by=by,
+                where=where,
+                epsilon=epsilon,
+                delta=delta,
+                sigma=sigma,
+                region=region,
+                test_against=test_against,
+                null=null,
+                alpha=alpha,
+            ),
+        )
+
+    def dp_sum(
+        self,
+        variable: str,
+        *,
+        by: Columns | None = None,
+        where: str | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        sigma: float | None = None,
+        region: bool = False,
+        test_against: Sequence[float] | None = None,
+        null: Sequence[float] | None = None,
+        alpha: float = 0.05,
+    ) -> Plan:
+        """A differentially private sum of a bounded variable (values clipped to its bounds)."""
+        return self._build(
+            DPSum,
+            variable=variable,
+            **self._dp_fields(
+                by=by,
+                where=where,
+                epsilon=epsilon,
+                delta=delta,
+                sigma=sigma,
+                region=region,
+                test_against=test_against,
+                null=null,
+                alpha=alpha,
+            ),
+        )
+
+    def dp_mean(
+        self,
+        variables: Columns,
+        *,
+        by: Columns | None = None,
+        where: str | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        sigma: float | None = None,
+        region: bool = False,
+        test_against: Sequence[float] | None = None,
+        null: Sequence[float] | None = None,
+        alpha: float = 0.05,
+    ) -> Plan:
+        """Differentially private means of bounded variables (one Gaussian vector of centred
+        sums and the count per group; the result divides)."""
+        return self._build(
+            DPMean,
+            variables=_names(variables),
+            **self._dp_fields(
+                by=by,
+                where=where,
+                epsilon=epsilon,
+                delta=delta,
+                sigma=sigma,
+                region=region,
+                test_against=test_against,
+                null=null,
+                alpha=alpha,
+            ),
+        )
+
+    def dp_histogram(
+        self,
+        variable: str,
+        edges: Sequence[float],
+        *,
+        by: Columns | None = None,
+        where: str | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        sigma: float | None = None,
+        region: bool = False,
+        test_against: Sequence[float] | None = None,
+        null: Sequence[float] | None = None,
+        alpha: float = 0.05,
+    ) -> Plan:
+        """Differentially private counts of a bounded variable between declared `edges`."""
+        return self._build(
+            DPHistogram,
+            variable=variable,
+            edges=list(edges),
+            **self._dp_fields(
+                by=by,
+                where=where,
+                epsilon=epsilon,
+                delta=delta,
+                sigma=sigma,
+                region=region,
+                test_against=test_against,
+                null=null,
+                alpha=alpha,
+            ),
+        )
+
+    def dp_mean_test(
+        self,
+        variables: Columns,
+        group: str,
+        *,
+        where: str | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        sigma: float | None = None,
+        alpha: float = 0.05,
+    ) -> Plan:
+        """Differentially private two-sample test of equal mean vectors (DP Hotelling T^2)
+        between the two declared levels of `group`."""
+        return self._build(
+            DPMeanTest,
+            variables=_names(variables),
+            group=group,
+            where=where,
+            epsilon=epsilon,
+            delta=delta,
+            sigma=sigma,
+            alpha=alpha,
         )
 
     def script(self, code: str, *, where: str | None = None) -> Plan:

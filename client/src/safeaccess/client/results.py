@@ -18,6 +18,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from safeaccess.client.audit.records import opens
+from safeaccess.client.dpresult import DPResult
 
 if TYPE_CHECKING:
     from safeaccess.client.protocol.sealed import SealedSequence
@@ -106,6 +107,13 @@ class StepResult:
         return self.status == "released"
 
     @property
+    def dp(self) -> DPResult | None:
+        """The released differentially private answer with its inference, else None."""
+        if self.output is None or self.output.get("type") != "dp_answer":
+            return None
+        return DPResult(self.output)
+
+    @property
     def withheld(self) -> bool:
         return self.status == "withheld"
 
@@ -139,6 +147,23 @@ class StepResult:
             return pd.DataFrame(out["coefficients"]).set_index("term")
         if kind == "correlation":
             return pd.DataFrame(out["matrix"], index=out["variables"], columns=out["variables"])
+        if kind == "dp_answer" and out["kind"] == "dp_mean":
+            rows = DPResult(out).means()
+            frame = pd.DataFrame(rows)
+            for i, name in enumerate(out["by"]):
+                frame.insert(i, name, [r["group"][i] for r in rows])
+            return frame.drop(columns="group")
+        if kind == "dp_answer":
+            dp = DPResult(out)
+            index = _labels(out["groups"], out["by"], pd)
+            est, se = dp.estimates(), dp.standard_errors()
+            return pd.DataFrame(
+                {
+                    **{f"{c}": [row[i] for row in est] for i, c in enumerate(out["components"])},
+                    **{f"se {c}": [row[i] for row in se] for i, c in enumerate(out["components"])},
+                },
+                index=index,
+            )
         if kind == "summary":
             rows = []
             for group in out["groups"]:
@@ -157,6 +182,9 @@ class StepResult:
         lines = [head]
         if self.withheld or self.in_review:
             lines += [f"  - {reason}" for reason in self.reasons]
+        dp = self.dp
+        if dp is not None:
+            lines += ["  " + line for line in dp.describe().splitlines()]
         if self.failed:
             lines.append(f"  - {self.error_code}: {self.error_message}")
         return "\n".join(lines)

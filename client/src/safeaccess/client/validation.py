@@ -18,6 +18,11 @@ from pydantic import ValidationError
 from safeaccess.client.analyses import (
     Analysis,
     Correlation,
+    DPCount,
+    DPHistogram,
+    DPMean,
+    DPMeanTest,
+    DPSum,
     FrequencyTable,
     Histogram,
     MagnitudeTable,
@@ -27,6 +32,7 @@ from safeaccess.client.analyses import (
     Summary,
     parse_analysis,
 )
+from safeaccess.client.dpquery import LayoutError, declared_levels, layout
 from safeaccess.client.grammar import (
     And,
     Between,
@@ -62,6 +68,11 @@ _KINDS = (
     Histogram,
     StatTest,
     Script,
+    DPCount,
+    DPSum,
+    DPMean,
+    DPHistogram,
+    DPMeanTest,
 )
 
 # Statistics that make sense for a column whose values are labels rather than numbers.
@@ -232,6 +243,8 @@ class _Checker:
             self.histogram(analysis)
         elif isinstance(analysis, StatTest):
             self.stat_test(analysis, where)
+        elif isinstance(analysis, DPCount | DPSum | DPMean | DPHistogram | DPMeanTest):
+            self.dp(analysis)
         elif isinstance(analysis, Script):
             size = len(analysis.code.encode("utf-8"))
             if size > MAX_SCRIPT_BYTES:
@@ -315,6 +328,78 @@ class _Checker:
                     f'"{analysis.group} in ({", ".join(repr(v) for v in col.levels[:2])})"',
                 )
         self.distinct([("variable", analysis.variable), ("group", analysis.group)])
+
+    # --------------------------------------------------------------------- differential privacy
+
+    def bounded(self, field: str, name: str, what: str) -> None:
+        col = self.numeric(field, name, what)
+        if col is not None and col.bounds is None:
+            self.add(
+                field,
+                f"{what} needs declared bounds for {name!r} (the noise is calibrated to them); "
+                "the dataset's metadata declares none, so this column cannot be used",
+            )
+
+    def dp_groups(self, field: str, name: str) -> None:
+        col = self.column(field, name)
+        if col is None:
+            return
+        if not is_grouping(col) or declared_levels(col) is None:
+            self.add(
+                field,
+                f"column {name!r} declares no levels; DP answers group only by the declared "
+                "levels of categorical or ordinal columns (never by levels seen in the data)",
+            )
+
+    def dp(self, analysis: DPCount | DPSum | DPMean | DPHistogram | DPMeanTest) -> None:
+        used: list[tuple[str, str]] = []
+        if isinstance(analysis, DPSum):
+            self.bounded("variable", analysis.variable, "a DP sum")
+            used.append(("variable", analysis.variable))
+        elif isinstance(analysis, DPHistogram):
+            self.bounded("variable", analysis.variable, "a DP histogram")
+            used.append(("variable", analysis.variable))
+        elif isinstance(analysis, DPMean | DPMeanTest):
+            for i, name in enumerate(analysis.variables):
+                self.bounded(f"variables[{i}]", name, f"a {analysis.kind}")
+                used.append((f"variables[{i}]", name))
+        if isinstance(analysis, DPMeanTest):
+            col = self.column("group", analysis.group)
+            levels = declared_levels(col) if col is not None else None
+            if col is not None and (levels is None or len(levels) != 2):
+                self.add(
+                    "group",
+                    f"a DP mean test compares two groups: column {analysis.group!r} must "
+                    f"declare exactly two levels, but declares {len(levels or [])}",
+                )
+            used.append(("group", analysis.group))
+        for i, name in enumerate(analysis.by):
+            self.dp_groups(f"by[{i}]", name)
+            used.append((f"by[{i}]", name))
+        if isinstance(analysis, DPMeanTest) and analysis.sigma is not None:
+            self.add(
+                "sigma",
+                "a DP mean test spends its budget over several statistics; give 'epsilon' and "
+                "'delta' instead of 'sigma'",
+            )
+        if isinstance(analysis, DPMeanTest) and analysis.by:
+            self.add("by", "a DP mean test compares the two levels of 'group'; drop 'by'")
+        self.distinct(used)
+        if self.problems:
+            return
+        try:
+            shape = layout(analysis, self.metadata)
+        except LayoutError as exc:
+            self.add("analysis", str(exc))
+            return
+        transform = getattr(analysis, "transform", None)
+        if transform is not None and transform.eta is not None and len(transform.eta) != shape.size:
+            self.add(
+                "transform.eta",
+                f"the alternative has {len(transform.eta)} values but the answer has "
+                f"{shape.size} components ({len(shape.groups)} group(s) x "
+                f"{', '.join(shape.components)})",
+            )
 
     # ---------------------------------------------------------------------------- regression
 

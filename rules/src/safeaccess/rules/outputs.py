@@ -373,6 +373,85 @@ class ScriptOutput(_Model):
     facts: ScriptFacts
 
 
+DPKind = Literal["dp_count", "dp_sum", "dp_mean", "dp_histogram", "dp_mean_test"]
+
+
+class DPStatisticFacts(_Model):
+    values: list[list[float]] = Field(
+        description="The exact statistic, groups x components, values clipped to the declared "
+        "bounds. Never released: the server releases a noisy DPAnswerOutput instead."
+    )
+    second_moments: list[list[list[float]]] | None = Field(
+        default=None,
+        description="dp_mean_test only: per group, the sums of products of the centred, clipped "
+        "variables (a k x k matrix), for the covariance step of the DP Hotelling test.",
+    )
+    n_total: int
+
+
+class DPStatisticOutput(_Model):
+    """What the sandbox computes for a differentially private kind: the exact statistic over
+    every declared group. It never leaves the centre; the server adds the noise."""
+
+    type: Literal["dp_statistic"] = "dp_statistic"
+    kind: DPKind
+    by: list[str]
+    groups: list[list[Label]]
+    components: list[str]
+    facts: DPStatisticFacts
+
+
+class DPRisk(_Model):
+    """What an attacker deciding between neighbouring datasets achieves against one release."""
+
+    tpr_at_fpr: dict[str, float] = Field(description="FPR ('0.01', '0.05', '0.1') -> best TPR.")
+    auc: float
+    auc_two_releases: float | None = None
+
+
+class DPLedgerView(_Model):
+    scope: Literal["researcher", "project", "dataset"]
+    epsilon_budget: float
+    delta: float
+    epsilon_spent: float
+    mu_spent: float
+    mu_remaining: float
+    releases: int
+
+
+class DPAnswerFacts(_Model):
+    records_per_unit: int
+    charge: float = Field(description="(Delta/sigma)^2 added to the ledger.")
+    noise: Literal["opendp_gaussian"] = "opendp_gaussian"
+
+
+class DPAnswerOutput(_Model):
+    """A released differentially private answer: noisy values with what inference needs.
+
+    `values[g]` is the noisy answer of group `groups[g]` in the order of `components`. With a
+    transformation, `values` are of the transformed query `Diag(weights)^(1/2) f + N(0, sigma^2 I)`
+    and `weights` are the xi the client divides out.
+    """
+
+    type: Literal["dp_answer"] = "dp_answer"
+    kind: DPKind
+    by: list[str]
+    groups: list[list[Label]]
+    components: list[str]
+    values: list[list[float]]
+    sigma: float
+    sensitivity: float
+    epsilon: float | None = Field(default=None, description="Requested epsilon, if any.")
+    delta: float | None = None
+    centres: list[float] = Field(default_factory=list, description="dp_mean: midpoints c_v.")
+    weights: list[float] | None = None
+    transform: dict[str, Any] | None = None
+    test: dict[str, Any] | None = Field(default=None, description="dp_mean_test's result.")
+    risk: DPRisk
+    ledger: DPLedgerView
+    facts: DPAnswerFacts
+
+
 Output = Annotated[
     TableOutput
     | SummaryOutput
@@ -380,7 +459,9 @@ Output = Annotated[
     | CorrelationOutput
     | TestOutput
     | SurvivalOutput
-    | ScriptOutput,
+    | ScriptOutput
+    | DPStatisticOutput
+    | DPAnswerOutput,
     Field(discriminator="type"),
 ]
 

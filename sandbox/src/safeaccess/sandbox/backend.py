@@ -212,6 +212,11 @@ EXPECTED_TYPE = {
     "correlation": "correlation",
     "test": "test",
     "script": "script",
+    "dp_count": "dp_statistic",
+    "dp_sum": "dp_statistic",
+    "dp_mean": "dp_statistic",
+    "dp_histogram": "dp_statistic",
+    "dp_mean_test": "dp_statistic",
 }
 
 

@@ -26,7 +26,7 @@ from typing import IO, Any, TypeAlias
 import pandas as pd
 from pydantic import ValidationError
 
-from safeaccess.client.analyses import Analysis, parse_analysis
+from safeaccess.client.analyses import DP_KINDS, Analysis, parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Output
 from safeaccess.sandbox.backend import RunnerError, RunnerRequest, RunnerResponse, encode_reply
@@ -52,6 +52,7 @@ ANALYSIS_KINDS = frozenset(
         "correlation",
         "test",
         "script",
+        *DP_KINDS,
     }
 )
 
@@ -88,6 +89,10 @@ def _compute_for(kind: str) -> Compute:
         from safeaccess.sandbox.compute.script import script
 
         return script
+    if kind in DP_KINDS:
+        from safeaccess.sandbox.compute.dp import dp_statistic
+
+        return dp_statistic
     raise AnalysisError("bad_analysis", f"analysis kind {kind!r} is not supported by this runner")
 
 
@@ -122,7 +127,8 @@ def execute(analysis: Analysis, frame: pd.DataFrame, metadata: DatasetMetadata) 
     frame = frame.reset_index(drop=True)
     n_records = len(frame)
     selected = apply_filter(analysis, frame)
-    if len(selected) == 0 and analysis.kind != "script":
+    # A DP answer's shape and success never depend on the data: no rows answer zeros, noised.
+    if len(selected) == 0 and analysis.kind != "script" and analysis.kind not in DP_KINDS:
         raise AnalysisError("no_rows", "no records satisfy the filter; widen the 'where' condition")
     return _compute_for(analysis.kind)(analysis, selected, metadata, n_records)
 

@@ -156,6 +156,72 @@ def _dataset_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dataset_dp(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from safeaccess.server.dp_config import DPConfig
+
+    try:
+        config = DPConfig(
+            epsilon=args.epsilon,
+            delta=args.delta,
+            scope=args.scope,
+            mandatory=args.mandatory,
+            max_tpr_at_5pct=args.max_tpr_at_5pct,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"invalid DP configuration: {problems}") from exc
+    store = _store(_data(args))
+    try:
+        store.set_dp_config(args.name, config.model_dump(mode="json"))
+    finally:
+        store.close()
+    limit = (
+        f", TPR at FPR 0.05 at most {config.max_tpr_at_5pct:g}"
+        if config.max_tpr_at_5pct is not None
+        else ""
+    )
+    print(
+        f"dataset {args.name}: differential privacy with a budget of epsilon={config.epsilon:g} "
+        f"at delta={config.delta:g} per {config.scope}"
+        f"{' (mandatory: rule-checked kinds refused)' if config.mandatory else ''}{limit}"
+    )
+    return EXIT_OK
+
+
+def _dataset_budget(args: argparse.Namespace) -> int:
+    from safeaccess.rules.dp import GaussianLedger
+    from safeaccess.server.dp_config import DPConfig
+
+    store = _store(_data(args))
+    try:
+        raw = store.get_dp_config(args.name)
+        ledgers = store.dp_ledgers(args.name)
+    finally:
+        store.close()
+    if raw is None:
+        raise ConfigError(f"dataset {args.name!r} has no DP configuration ('dataset dp' sets one)")
+    config = DPConfig.model_validate(raw)
+    print(
+        f"{args.name}: epsilon={config.epsilon:g} at delta={config.delta:g} per {config.scope}"
+        f"{', mandatory' if config.mandatory else ''}"
+    )
+    if not ledgers:
+        print("  nothing spent yet")
+    for row in ledgers:
+        ledger = GaussianLedger(spent=row.spent, releases=row.releases)
+        print(
+            f"  {row.scope} {row.owner}: {row.releases} releases, "
+            f"epsilon spent {ledger.epsilon_at(config.delta):.6g}, "
+            f"sum (Delta/sigma)^2 = {row.spent:.6g}"
+        )
+    return EXIT_OK
+
+
 def _review_list(args: argparse.Namespace) -> int:
     from safeaccess.server.review import pending
 
@@ -340,6 +406,35 @@ def build_parser() -> argparse.ArgumentParser:
     dadd.set_defaults(handler=_dataset_add)
     dlist = dataset.add_parser("list", parents=[common], help="list dataset versions")
     dlist.set_defaults(handler=_dataset_list)
+    ddp = dataset.add_parser(
+        "dp",
+        parents=[common],
+        help="enable or change differential privacy on a dataset (all its versions)",
+    )
+    ddp.add_argument("name", metavar="NAME")
+    ddp.add_argument("--epsilon", type=float, required=True, help="total epsilon of one ledger")
+    ddp.add_argument("--delta", type=float, required=True, help="delta the budget is stated at")
+    ddp.add_argument(
+        "--scope",
+        choices=["researcher", "project", "dataset"],
+        default="researcher",
+        help="whose releases share one ledger (default: each researcher)",
+    )
+    ddp.add_argument(
+        "--mandatory", action="store_true", help="refuse rule-checked kinds on this dataset"
+    )
+    ddp.add_argument(
+        "--max-tpr-at-5pct",
+        type=float,
+        default=None,
+        help="withhold a release letting an attacker reach more than this TPR at FPR 0.05",
+    )
+    ddp.set_defaults(handler=_dataset_dp)
+    dbudget = dataset.add_parser(
+        "budget", parents=[common], help="a DP dataset's configuration and what each ledger spent"
+    )
+    dbudget.add_argument("name", metavar="NAME")
+    dbudget.set_defaults(handler=_dataset_budget)
 
     review = sub.add_parser("review", help="the output checkers' queue").add_subparsers(
         dest="review_command", required=True, metavar="ACTION"

@@ -199,6 +199,35 @@ class AuditorRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class DPConfigRow(Base):
+    """A dataset's differential-privacy configuration (all its versions share it and its ledgers)."""
+
+    __tablename__ = "dp_configs"
+
+    dataset: Mapped[str] = mapped_column(String(128), primary_key=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class DPLedgerRow(Base):
+    """The privacy spent in one scope of a DP dataset: Σ(Δᵢ/σᵢ)² over its Gaussian releases.
+
+    Written only in the transaction that records a DP release; `version` makes a charge computed
+    against a stale ledger fail instead of overwriting another replica's charge.
+    """
+
+    __tablename__ = "dp_ledgers"
+
+    key: Mapped[str] = mapped_column(String(400), primary_key=True)
+    dataset: Mapped[str] = mapped_column(String(128), index=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    owner: Mapped[str] = mapped_column(String(128))
+    spent: Mapped[float] = mapped_column(Float, default=0.0)
+    releases: Mapped[int] = mapped_column(Integer, default=0)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class QssSettingsRow(Base):
     """The query-set auditor's settings of a dataset name (all its versions)."""
 

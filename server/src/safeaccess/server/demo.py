@@ -15,6 +15,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.analyses import (
+    DP_KINDS,
     Analysis,
     FrequencyTable,
     MagnitudeTable,
@@ -32,6 +33,7 @@ from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir, initialise, set_sandbox_image
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.dp_config import DPConfig
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.errors import ConfigError
 from safeaccess.server.service import Service
@@ -40,6 +42,9 @@ from safeaccess.server.store import Store
 PROJECT = "health-inequalities"
 RESEARCHER = "ada"
 DATASET = "census"
+DP_DATASET = "census-dp"
+#: The DP dataset's budget: every researcher may spend epsilon 2 at delta 1e-6 on it.
+DP_CONFIG = DPConfig(epsilon=2.0, delta=1e-6, scope="researcher", mandatory=True)
 
 
 def demo_plan(metadata: DatasetMetadata) -> Plan:
@@ -51,6 +56,19 @@ def demo_plan(metadata: DatasetMetadata) -> Plan:
         .magnitude_table("income", "region", agg="mean", where="age >= 18")
         .frequency_table("ethnicity", "region")
         .frequency_table("health", "ethnicity")
+    )
+
+
+def dp_plan(metadata: DatasetMetadata) -> Plan:
+    """The DP sequence: noisy counts, a mean vector asked in its optimally transformed form, a
+    histogram (epsilons adding up to 2.5, yet within the budget of 2: Gaussian composition is
+    exact, not additive), and a query that no longer fits (withheld, saying what is left)."""
+    return (
+        Plan(DP_DATASET, metadata)
+        .dp_count(by="region", epsilon=0.5, delta=1e-7)
+        .dp_mean(["age", "income"], by="sex", epsilon=1.0, delta=1e-7, region=True)
+        .dp_histogram("age", [16, 25, 35, 45, 55, 65, 75, 95], epsilon=1.0, delta=1e-7)
+        .dp_count(by="employment", epsilon=1.5, delta=1e-7)
     )
 
 
@@ -70,6 +88,18 @@ def describe(analysis: Analysis) -> str:
         text = f"{analysis.agg} of {analysis.value} by " + " x ".join(analysis.rows + analysis.cols)
     elif isinstance(analysis, Regression):
         text = f"{analysis.family.upper()} regression {analysis.formula}"
+    elif analysis.kind in DP_KINDS:
+        budget = (
+            f"sigma={data['sigma']:g}"
+            if "sigma" in data
+            else f"epsilon={data['epsilon']:g}, delta={data['delta']:g}"
+        )
+        what = data.get("variables") or data.get("variable") or "records"
+        text = f"{kind} of {what} ({budget})"
+        if data.get("by"):
+            text += " by " + ", ".join(data["by"])
+        if data.get("transform"):
+            text += f", transformed for a confidence {data['transform']['goal']}"
     else:
         text = f"{kind} {data}"
     if analysis.where:
@@ -86,14 +116,18 @@ def prepare(root: Path, *, rows: int, researcher_key: Ed25519PrivateKey) -> None
         store.add_project(PROJECT)
         public = researcher_key.public_key()
         store.add_researcher(RESEARCHER, public_key_text(public), fingerprint(public), [PROJECT])
-        register_dataset(
-            data,
-            store,
-            name=DATASET,
-            frame=generate_census(rows),
-            metadata=census_metadata(DATASET),
-            project=PROJECT,
-        )
+        census = generate_census(rows)
+        for name in (DATASET, DP_DATASET):
+            register_dataset(
+                data,
+                store,
+                name=name,
+                frame=census,
+                metadata=census_metadata(name),
+                project=PROJECT,
+            )
+        # The same people, answered only with calibrated noise and a budget.
+        store.set_dp_config(DP_DATASET, DP_CONFIG.model_dump(mode="json"))
     finally:
         store.close()
 
@@ -117,6 +151,19 @@ def _docker_image_for_demo(root: Path, out: Callable[[str], None]) -> None:
         raise ConfigError(f"the Docker sandbox is unusable: {exc}") from exc
     out(f"Sandbox image {built.image_id[:19]} ({'reused' if built.reused else 'built'})")
     set_sandbox_image(data.config_path, built.image_id)
+
+
+def summarise(results: list[StepResult], planned: int, out: Callable[[str], None]) -> None:
+    """How a sequence ended, and what the centre never saw of it."""
+    last = results[-1]
+    unrevealed = planned - last.index
+    out(f"Sequence {last.sequence_id}: {last.sequence_state}.")
+    if unrevealed:
+        out(
+            f"{unrevealed} analysis(es) after step {last.index} were never revealed: the centre "
+            "holds only their place in the hash chain,\nso a researcher cannot learn from a "
+            "withheld step and then pick a different next question."
+        )
 
 
 def run_demo(
@@ -156,8 +203,11 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
             "previous output was released.\n"
         )
 
-        def show(result: StepResult) -> None:
-            out(f"--- step {result.index}: {describe(analyses[result.index - 1])}")
+        def shower(items: list[Analysis]) -> Callable[[StepResult], None]:
+            return lambda result: show(result, items)
+
+        def show(result: StepResult, items: list[Analysis]) -> None:
+            out(f"--- step {result.index}: {describe(items[result.index - 1])}")
             out(f"    decision: {result.status.upper()}")
             for reason in result.reasons:
                 out(f"      because {reason}")
@@ -166,25 +216,40 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
             if result.receipt is not None:
                 # run() has already checked it against the sealed sequence and the output.
                 out("    receipt: signed by the centre, verified against the sealed sequence")
+            dp = result.dp
+            if dp is not None:
+                out("\n".join("    " + line for line in dp.describe().splitlines()))
             if result.released:
                 out("    released output:")
                 out("\n".join("      " + line for line in format_output(result).splitlines()))
             out("")
 
         with connect(server.url, key, RESEARCHER) as session:
-            results = session.run(sealed, on_step=show)
+            results = session.run(sealed, on_step=shower(analyses))
+            dp_entry = next(d for d in session.datasets() if d["name"] == DP_DATASET)
+        summarise(results, len(analyses), out)
+        dp_meta = DatasetMetadata(
+            name=DP_DATASET, description=dp_entry["description"], columns=dp_entry["columns"]
+        )
+        dp_analyses = list(dp_plan(dp_meta).analyses)
+        dp_sealed = dp_plan(dp_meta).seal(
+            key, researcher=RESEARCHER, project=PROJECT, server=service.server_id
+        )
+        out(
+            f"\nDataset {DP_DATASET} holds the same people but answers only with differential "
+            f"privacy:\na budget of epsilon={DP_CONFIG.epsilon:g} at delta={DP_CONFIG.delta:g} per "
+            "researcher; the server adds Gaussian noise after the sandbox computed the exact "
+            "statistic.\n"
+        )
+        with connect(server.url, key, RESEARCHER) as session:
+            dp_results = session.run(dp_sealed, on_step=shower(dp_analyses))
+        summarise(dp_results, len(dp_analyses), out)
         audited = _audit(service, server.url, out)
     last = results[-1]
-    unrevealed = len(analyses) - last.index
-    out(f"Sequence {last.sequence_id}: {last.sequence_state}.")
-    if unrevealed:
-        out(
-            f"{unrevealed} analysis(es) after step {last.index} were never revealed: the centre "
-            "holds only their place in the hash chain,\nso a researcher cannot learn from a "
-            "withheld step and then pick a different next question."
-        )
     released = sum(r.released for r in results)
-    return 0 if audited and released >= 1 and (last.withheld or last.last) else 1
+    dp_released = sum(r.released for r in dp_results)
+    ok = audited and released >= 1 and (last.withheld or last.last) and dp_released >= 2
+    return 0 if ok else 1
 
 
 def _audit(service: Service, url: str, out: Callable[[str], None]) -> bool:

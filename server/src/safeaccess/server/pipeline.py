@@ -21,12 +21,13 @@ import rfc8785
 from pydantic import TypeAdapter, ValidationError
 
 from safeaccess.client.analyses import Analysis, parse_analysis
+from safeaccess.client.dpquery import DP_QUERY_TYPES
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.engine import check
 from safeaccess.rules.mitigation import MitigationError, mitigate
-from safeaccess.rules.outputs import Output, public
+from safeaccess.rules.outputs import DPStatisticOutput, Output, public
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import (
     AnalysisFailed,
@@ -37,6 +38,8 @@ from safeaccess.sandbox.backend import (
     Limits,
     SandboxError,
 )
+from safeaccess.server import dp_release
+from safeaccess.server.dp_release import DPContext
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.states import StepState
 from safeaccess.server.store import StepOutcome
@@ -103,10 +106,15 @@ def run_step(
     ruleset: RuleSet,
     audit: Audit | None = None,
     n_records: int | None = None,
+    dp: DPContext | None = None,
 ) -> StepOutcome:
     """Compute and check one revealed step. Raises `Unavailable` when the centre, not the
     analysis, failed (the step stays re-runnable). `n_records` (the version's row count) raises
-    the output limit by the size of the per-record query-set array, which is not output."""
+    the output limit by the size of the per-record query-set array, which is not output.
+
+    `dp` is the dataset's DP configuration and the step's ledger when the dataset has DP: DP
+    kinds are then answered with noise (`dp_release`), never by the rules or the query-set
+    audit."""
     try:
         analysis = _parse(body)
     except ValidationError as exc:
@@ -120,6 +128,15 @@ def run_step(
         validate(analysis, metadata)
     except AnalysisInvalid as exc:
         return _failed("invalid_analysis", str(exc), kind)
+    refused = dp_release.refusal(kind, dp.config if dp else None, metadata.name)
+    if refused is not None:
+        return _failed(*refused, kind)
+    dp_plan: dp_release.DPPlan | None = None
+    if dp is not None and isinstance(analysis, DP_QUERY_TYPES):
+        planned = dp_release.plan(analysis, metadata, dp)
+        if isinstance(planned, StepOutcome):
+            return planned  # over budget or policy: decided before any data is touched
+        dp_plan = planned
     if n_records is not None:
         limits = limits.model_copy(
             update={"max_output_bytes": limits.max_output_bytes + 4 * n_records + 64}
@@ -157,6 +174,19 @@ def run_step(
             f"the sandbox could not run this step ({exc.code}); retry the same reveal later",
             code="sandbox_unavailable",
         ) from exc
+    if dp_plan is not None and dp is not None:
+        # Differential privacy branch: the answer's protection is the noise, so no rule
+        # checks, no differencing history and no query-set auditor apply.
+        assert isinstance(result.output, DPStatisticOutput)  # the backend checked the type
+        assert isinstance(analysis, DP_QUERY_TYPES)
+        try:
+            outcome = dp_release.answer(analysis, dp_plan, result.output, dp)
+        except dp_release.LayoutMismatch as exc:
+            raise Unavailable(
+                "the sandbox could not run this step (job_crashed); retry the same reveal later",
+                code="sandbox_unavailable",
+            ) from exc
+        return replace(outcome, backend=result.backend, wall_seconds=result.wall_seconds)
     try:
         output = _mitigate(result.output, analysis, ruleset)
     except MitigationError as exc:

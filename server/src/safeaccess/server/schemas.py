@@ -135,6 +135,14 @@ class DatasetView(BaseModel):
     rows: int
     columns: list[dict[str, Any]]
     ruleset: str
+    neighbours: dict[str, Any] | None = Field(
+        default=None, description="The DP neighbouring relation the metadata states."
+    )
+    dp: dict[str, Any] | None = Field(
+        default=None,
+        description="The DP configuration (epsilon, delta, scope, mandatory, max_tpr_at_5pct) "
+        "when the dataset answers differentially private kinds.",
+    )
 
 
 class Catalogue(BaseModel):

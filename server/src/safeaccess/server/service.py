@@ -8,6 +8,7 @@ the sequence row's version in the database (so two replicas cannot both advance 
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.metadata
 import json
 import logging
@@ -38,6 +39,8 @@ from safeaccess.server import review
 from safeaccess.server.audit_service import AuditService, log_configuration
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
+from safeaccess.server.dp_config import DPConfig, ledger_key
+from safeaccess.server.dp_release import DPContext, public_reasons
 from safeaccess.server.errors import (
     ConfigError,
     Conflict,
@@ -118,6 +121,7 @@ class Service:
                 raise ConfigError(f"trusted CA {ca!r}: {exc}") from exc
         self._jobs = threading.BoundedSemaphore(self.config.max_concurrent_jobs)
         self._locks: dict[str, threading.Lock] = {}
+        self._dp_locks: dict[str, threading.Lock] = {}
         self.auditor = ScopeAuditor(self.data.root, self.store)
         self._ids: dict[int, Any] = {}
         self._locks_guard = threading.Lock()
@@ -208,6 +212,8 @@ class Service:
                     rows=row.rows,
                     columns=[c.model_dump(mode="json") for c in meta.columns],
                     ruleset=self.ruleset_for(row).label,
+                    neighbours=meta.neighbours.model_dump(mode="json"),
+                    dp=self.store.get_dp_config(row.name),
                 )
             )
         return views
@@ -226,6 +232,42 @@ class Service:
             with self._locks_guard:
                 self._ids[dataset.id] = ids
         return ids
+
+    def _dp_guard(
+        self, seq: SequenceRow, dataset: DatasetRow
+    ) -> threading.Lock | contextlib.nullcontext[None]:
+        """Serialises the steps charged to one DP ledger, from reading it to recording the
+        charge (the store's version check catches another replica); nothing on other datasets."""
+        raw = self.store.get_dp_config(dataset.name)
+        if raw is None:
+            return contextlib.nullcontext()
+        key, _ = ledger_key(
+            dataset.name,
+            raw.get("scope", "researcher"),
+            researcher=seq.researcher,
+            project=seq.project,
+        )
+        with self._locks_guard:
+            return self._dp_locks.setdefault(key, threading.Lock())
+
+    def _dp_context(self, seq: SequenceRow, dataset: DatasetRow) -> DPContext | None:
+        """The dataset's DP configuration and the ledger this step would be charged to."""
+        raw = self.store.get_dp_config(dataset.name)
+        if raw is None:
+            return None
+        config = DPConfig.model_validate(raw)
+        key, owner = ledger_key(
+            dataset.name, config.scope, researcher=seq.researcher, project=seq.project
+        )
+        return DPContext(
+            config=config,
+            dataset=dataset.name,
+            key=key,
+            owner=owner,
+            ledger=self.store.dp_ledger(key),
+            ruleset_label=self.ruleset_for(dataset).label,
+            ruleset_hash=self.ruleset_for(dataset).content_hash(),
+        )
 
     def _own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
         seq = self.store.get_sequence(sequence_id)
@@ -438,35 +480,46 @@ class Service:
             ids=self._record_ids(dataset),
         )
         try:
-            with self._jobs:
-                outcome = run_step(
-                    job_id=f"{seq.id}-{step.index}",
-                    body=step.body,
-                    metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
-                    dataset_path=self.data.root / dataset.path,
-                    backend=self.backend,
-                    limits=self.config.sandbox.limits,
-                    ruleset=ruleset,
-                    audit=audit,
-                    n_records=dataset.rows,
-                )
-            # The scope's lock is held from admission until the step and the state pointer are
-            # recorded together; another replica's admission in between makes us admit again.
-            for attempt in range(3):
-                event_data = self._settle_data(outcome, ruleset)
-                if audit.facts:
-                    event_data["qss"] = audit.facts
-                try:
-                    seq, step = self.store.settle_step(
-                        seq.id, step.index, outcome, event_data=event_data, qss=audit.commit
-                    )
-                    break
-                except Conflict as exc:
-                    if exc.code != "qss_state_changed" or attempt == 2:
-                        raise
-                    outcome = with_decision(outcome, audit.regate())
+            with self._dp_guard(seq, dataset):
+                return self._compute_guarded(seq, step, dataset, ruleset, audit)
         finally:
             audit.release()
+
+    def _compute_guarded(
+        self, seq: SequenceRow, step: StepRow, dataset: DatasetRow, ruleset: RuleSet, audit: Any
+    ) -> StepView:
+        """Run and record a step while holding its DP ledger's lock (if the dataset has DP)."""
+        dp = self._dp_context(seq, dataset)
+        with self._jobs:
+            outcome = run_step(
+                job_id=f"{seq.id}-{step.index}",
+                body=step.body,
+                metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
+                dataset_path=self.data.root / dataset.path,
+                backend=self.backend,
+                limits=self.config.sandbox.limits,
+                ruleset=ruleset,
+                audit=audit,
+                n_records=dataset.rows,
+                dp=dp,
+            )
+        # The scope's lock is held from admission until the step and the state pointer are
+        # recorded together; another replica's admission in between makes us admit again.
+        for attempt in range(3):
+            event_data = self._settle_data(outcome, ruleset)
+            if outcome.dp_facts is not None:
+                event_data["dp"] = outcome.dp_facts
+            if audit.facts:
+                event_data["qss"] = audit.facts
+            try:
+                seq, step = self.store.settle_step(
+                    seq.id, step.index, outcome, event_data=event_data, qss=audit.commit
+                )
+                break
+            except Conflict as exc:
+                if exc.code != "qss_state_changed" or attempt == 2:
+                    raise
+                outcome = with_decision(outcome, audit.regate())
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",
             seq.id,
@@ -499,7 +552,7 @@ class Service:
             analysis=analysis if isinstance(analysis, dict) else None,
             output=step.public_output if state == StepState.RELEASED else None,
             reasons=(
-                researcher_reasons(decision)
+                (public_reasons(decision) or researcher_reasons(decision))
                 if decision is not None and state in (StepState.WITHHELD, StepState.REVIEW)
                 else []
             ),

@@ -23,6 +23,8 @@ from safeaccess.server.db import (
     AuditorRow,
     Base,
     DatasetRow,
+    DPConfigRow,
+    DPLedgerRow,
     EventRow,
     MembershipRow,
     NonceRow,
@@ -60,6 +62,33 @@ class StepOutcome:
     error_message: str | None = None
     backend: str | None = None
     wall_seconds: float | None = None
+    dp_charge: DPCharge | None = None  # written to the scope's ledger with the release
+    dp_facts: dict[str, Any] | None = None  # for the event log (`event_data["dp"]`)
+
+
+@dataclass(frozen=True)
+class DPCharge:
+    """A DP release's charge to its scope's ledger, written with the step's outcome.
+
+    `spent_before` / `version` are what the charge was computed against: if the ledger moved
+    meanwhile (another replica released in the same scope) the whole settle fails and the step
+    stays re-runnable, so no answer leaves on a budget check that no longer holds.
+    """
+
+    key: str
+    dataset: str
+    scope: str
+    owner: str
+    version: int
+    spent_after: float
+    releases_after: int
+
+
+@dataclass(frozen=True)
+class DPLedgerState:
+    spent: float = 0.0
+    releases: int = 0
+    version: int = 0
 
 
 @dataclass(frozen=True)
@@ -588,7 +617,12 @@ class Store:
         event_data: dict[str, Any],
         qss: QssCommit | None,
     ) -> tuple[SequenceRow, StepRow]:
+        """Record a computed step's outcome and move the sequence on, in one transaction (with
+        the DP ledger's charge when the step releases a DP answer: no answer without its charge,
+        no charge without its answer)."""
         with self.transaction() as s:
+            if outcome.dp_charge is not None:
+                self._charge_ledger(s, outcome.dp_charge)
             seq = s.get(SequenceRow, sequence_id)
             step = s.scalars(
                 select(StepRow)
@@ -623,6 +657,89 @@ class Store:
             s.flush()
             s.refresh(seq)
             return seq, step
+
+    # -- differential privacy -------------------------------------------------------------------
+
+    @staticmethod
+    def _charge_ledger(s: Session, charge: DPCharge) -> None:
+        row = s.get(DPLedgerRow, charge.key, with_for_update=True)
+        if row is None:
+            if charge.version != 0:
+                raise Conflict("the privacy ledger changed; retry", code="concurrent_update")
+            s.add(
+                DPLedgerRow(
+                    key=charge.key,
+                    dataset=charge.dataset,
+                    scope=charge.scope,
+                    owner=charge.owner,
+                    spent=charge.spent_after,
+                    releases=charge.releases_after,
+                    version=1,
+                    updated_at=utcnow(),
+                )
+            )
+            s.flush()
+            return
+        result = s.execute(
+            update(DPLedgerRow)
+            .where(DPLedgerRow.key == charge.key, DPLedgerRow.version == charge.version)
+            .values(
+                spent=charge.spent_after,
+                releases=charge.releases_after,
+                version=charge.version + 1,
+                updated_at=utcnow(),
+            )
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise Conflict(
+                "the privacy ledger changed while this step ran; retry the same reveal",
+                code="concurrent_update",
+            )
+
+    def dp_ledger(self, key: str) -> DPLedgerState:
+        with self.transaction() as s:
+            row = s.get(DPLedgerRow, key)
+            if row is None:
+                return DPLedgerState()
+            return DPLedgerState(spent=row.spent, releases=row.releases, version=row.version)
+
+    def dp_ledgers(self, dataset: str) -> list[DPLedgerRow]:
+        with self.transaction() as s:
+            query = select(DPLedgerRow).where(DPLedgerRow.dataset == dataset)
+            return list(s.scalars(query.order_by(DPLedgerRow.key)))
+
+    def get_dp_config(self, dataset: str) -> dict[str, Any] | None:
+        with self.transaction() as s:
+            row = s.get(DPConfigRow, dataset)
+            return dict(row.config) if row is not None else None
+
+    def set_dp_config(self, dataset: str, config: dict[str, Any], *, actor: str = "admin") -> None:
+        """Enable or change DP on every version of `dataset`. The scope cannot change once a
+        ledger holds a charge: the new scope's fresh ledgers would forget what was spent."""
+        with self.transaction() as s:
+            known = s.scalar(select(func.count()).where(DatasetRow.name == dataset))
+            if not known:
+                raise NotFound(f"dataset {dataset!r} does not exist; add it with 'dataset add'")
+            row = s.get(DPConfigRow, dataset)
+            if row is not None and row.config.get("scope") != config.get("scope"):
+                charged = s.scalar(
+                    select(func.count())
+                    .where(DPLedgerRow.dataset == dataset)
+                    .where(DPLedgerRow.releases > 0)
+                )
+                if charged:
+                    raise Conflict(
+                        f"dataset {dataset!r} already has DP releases charged per "
+                        f"{row.config.get('scope')}; its scope cannot change (the new scope's "
+                        "ledgers would start from nothing)",
+                        code="dp_scope_fixed",
+                    )
+            if row is None:
+                s.add(DPConfigRow(dataset=dataset, config=config, updated_at=utcnow()))
+            else:
+                row.config = config
+                row.updated_at = utcnow()
+            self._event(s, "dp_configured", actor, {"dataset": dataset, "dp": config})
 
     @staticmethod
     def _reveal_entries(

@@ -1,0 +1,90 @@
+"""The client's inference on DP answers: the chi-squared quantile it carries (the client has no
+scipy) against scipy, the inversion of transformed answers, the test's decision and power."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from safeaccess.client.dpresult import DPResult, chi2_quantile
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 10, 40, 200])
+@pytest.mark.parametrize("p", [0.5, 0.9, 0.95, 0.99, 0.999])
+def test_chi2_quantile_matches_scipy(df: int, p: float) -> None:
+    assert chi2_quantile(p, df) == pytest.approx(stats.chi2.ppf(p, df), rel=1e-9)
+
+
+def _answer(values: list[float], weights: list[float] | None, sigma: float, **kw: object) -> dict:
+    return {
+        "type": "dp_answer",
+        "kind": "dp_count",
+        "by": ["g"],
+        "groups": [[i] for i in range(len(values))],
+        "components": ["count"],
+        "values": [[v] for v in values],
+        "sigma": sigma,
+        "sensitivity": 1.0,
+        "weights": weights,
+        "ledger": {},
+        "risk": {},
+        **kw,
+    }
+
+
+def test_inversion_divides_out_the_weights() -> None:
+    dp = DPResult(_answer([2.0, 3.0], [4.0, 0.25], sigma=1.0))
+    assert dp.estimates() == [[1.0], [6.0]]
+    assert dp.standard_errors() == [[0.5], [2.0]]
+
+
+def test_region_covers_at_its_level_in_simulation() -> None:
+    rng = np.random.default_rng(1)
+    truth = np.array([10.0, -3.0, 5.0])
+    weights = np.array([1.0, 4.0, 0.5])
+    sigma = 2.0
+    hits = 0
+    trials = 4000
+    for _ in range(trials):
+        y = np.sqrt(weights) * truth + rng.normal(0, sigma, 3)
+        region = DPResult(_answer(list(y), list(weights), sigma)).confidence_region(0.1)
+        hits += region.contains(list(truth))
+    assert abs(hits / trials - 0.9) < 0.02
+    # Semi-axes: sigma sqrt(q / w) with q the chi2(3) 0.9 quantile.
+    q = stats.chi2.ppf(0.9, 3)
+    assert region.semi_axes == pytest.approx(list(sigma * np.sqrt(q / weights)), rel=1e-9)
+
+
+def test_planned_test_decision_and_power() -> None:
+    eta = [0.0, 3.0]
+    transform = {"goal": "test", "eta": eta, "null": [1.0, 1.0], "alpha": 0.05}
+    # All weight on component 1 (weight 2): y1 = sqrt(2) * f1 + noise.
+    sigma = 1.0
+    y1 = math.sqrt(2) * 1.0 + 2.0  # 2 sigma above the null
+    dp = DPResult(_answer([0.3, y1], [0.0, 2.0], sigma, transform=transform))
+    t = dp.test()
+    assert t.statistic == pytest.approx(2.0 / sigma)
+    assert t.critical == pytest.approx(stats.norm.ppf(0.95))
+    assert t.reject  # 2.0 > 1.645
+    assert t.power == pytest.approx(
+        stats.norm.cdf(math.sqrt(2) * 3.0 / sigma - stats.norm.ppf(0.95))
+    )
+
+
+def test_means_divide_centred_sums_by_the_count() -> None:
+    out = _answer([0.0], None, 1.0)
+    out.update(
+        kind="dp_mean",
+        components=["sum(x - 5)", "count"],
+        values=[[20.0, 10.0]],
+        groups=[[]],
+        by=[],
+        centres=[5.0, 0.0],
+    )
+    (row,) = DPResult(out).means()
+    assert row["variable"] == "x"
+    assert row["mean"] == pytest.approx(7.0)
+    assert row["std_error"] == pytest.approx(math.sqrt(1 / 100 + 400 / 10**4))

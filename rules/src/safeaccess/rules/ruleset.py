@@ -40,6 +40,19 @@ class RuleSetError(ValueError):
         self.line = line
 
 
+class WithholdBudget(BaseModel):
+    """How many withholds a researcher may receive on one dataset (every version) within a
+    rolling window before new sequences on it need an output checker's approval to open.
+
+    Every withhold tells a researcher one bit about the data (the result was disclosive), and
+    sequences are otherwise unlimited; the budget bounds the bits per window."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    count: int = Field(ge=1, description="Withholds allowed within the window.")
+    days: int = Field(ge=1, le=3650, description="Length of the rolling window in days.")
+
+
 class RuleSet(BaseModel):
     """All parameters of the output checks. Frozen: derive variants with `with_overrides`."""
 
@@ -90,6 +103,12 @@ class RuleSet(BaseModel):
     )
     reconstruction_time_budget: float = Field(
         default=2.0, gt=0.0, description="Seconds the reconstruction check may spend per output."
+    )
+
+    withhold_budget: WithholdBudget | None = Field(
+        default=WithholdBudget(count=25, days=30),
+        description="Withholds per researcher and dataset name within a window before opening a "
+        "sequence needs an output checker's approval; None disables the budget.",
     )
 
     @field_validator("version", mode="before")

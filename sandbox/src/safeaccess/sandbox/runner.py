@@ -119,10 +119,15 @@ def execute(analysis: Analysis, frame: pd.DataFrame, metadata: DatasetMetadata) 
     """
     frame = frame.reset_index(drop=True)
     n_records = len(frame)
+    # Import what the kind needs before looking at the records: otherwise an empty selection
+    # (which fails before the import) answers seconds sooner than a selection of one record,
+    # and the reveal's latency tells 0 from 1 (the failure itself looks like a withhold).
+    preload(analysis.kind)
+    compute = _compute_for(analysis.kind)
     selected = apply_filter(analysis, frame)
     if len(selected) == 0 and analysis.kind != "script":
         raise AnalysisError("no_rows", "no records satisfy the filter; widen the 'where' condition")
-    return _compute_for(analysis.kind)(analysis, selected, metadata, n_records)
+    return compute(analysis, selected, metadata, n_records)
 
 
 def _error(code: str, message: str) -> RunnerResponse:

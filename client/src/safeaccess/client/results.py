@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 if TYPE_CHECKING:
     from safeaccess.client.protocol.sealed import SealedSequence
 
-StepStatus = Literal["running", "released", "withheld", "review", "failed"]
+StepStatus = Literal["pending", "running", "released", "withheld", "review", "failed"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,24 @@ class Reason:
     def __str__(self) -> str:
         where = f" [{self.item}]" if self.item else ""
         return f"{self.check}{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class WithholdBudget:
+    """How many more withholds you may receive on a dataset (all versions) within the window
+    before new sequences on it wait for an output checker's approval."""
+
+    dataset: str
+    count: int
+    days: int
+    used: int
+    remaining: int
+
+    def __str__(self) -> str:
+        return (
+            f"withhold budget on {self.dataset}: {self.remaining} of {self.count} left "
+            f"(last {self.days} days)"
+        )
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,8 @@ class StepResult:
     sequence_state: str = ""
     receipt: dict[str, Any] | None = field(default=None, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    review_note: str | None = None
+    withhold_budget: WithholdBudget | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepResult:
@@ -80,6 +100,10 @@ class StepResult:
             sequence_state=data.get("sequence_state", ""),
             receipt=data.get("receipt"),
             raw=data,
+            review_note=data.get("review_note"),
+            withhold_budget=(
+                WithholdBudget(**data["withhold_budget"]) if data.get("withhold_budget") else None
+            ),
         )
 
     @property
@@ -97,6 +121,11 @@ class StepResult:
     @property
     def failed(self) -> bool:
         return self.status == "failed"
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """Past the withhold budget: an output checker must approve opening the sequence."""
+        return self.status == "pending"
 
     def frame(self) -> Any:
         """The released output as a pandas DataFrame (tables, regressions, correlations,
@@ -135,10 +164,14 @@ class StepResult:
         what = self.kind or "analysis"
         head = f"step {self.index} ({what}): {self.status.upper()}"
         lines = [head]
-        if self.withheld or self.in_review:
+        if self.withheld or self.in_review or self.awaiting_approval:
             lines += [f"  - {reason}" for reason in self.reasons]
         if self.failed:
             lines.append(f"  - {self.error_code}: {self.error_message}")
+        if self.review_note:
+            lines.append(f"  - output checker: {self.review_note}")
+        if self.withhold_budget is not None:
+            lines.append(f"  ({self.withhold_budget})")
         return "\n".join(lines)
 
 

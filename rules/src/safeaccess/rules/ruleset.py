@@ -150,7 +150,13 @@ class RuleSet(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             key = str(err["loc"][0]) if err["loc"] else None
-            raise RuleSetError(err["msg"], key=key) from None
+            raise RuleSetError(_message(err), key=key) from None
+
+
+def _message(err: Any) -> str:
+    """A validation error's message, naming the sub-setting of a nested one (`days: ...`)."""
+    inner = ".".join(str(p) for p in err["loc"][1:])
+    return f"{inner}: {err['msg']}" if inner else str(err["msg"])
 
 
 def _key_lines(node: yaml.Node) -> dict[str, int]:
@@ -226,7 +232,7 @@ def load_ruleset(path_or_text: str | Path, *, base: RuleSet | None = None) -> Ru
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else None
-        raise RuleSetError(err["msg"], key=key, line=lines.get(key) if key else None) from None
+        raise RuleSetError(_message(err), key=key, line=lines.get(key) if key else None) from None
 
 
 def _load_default() -> RuleSet:

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy import select
@@ -178,6 +178,9 @@ class ScriptRuns:
             history=history,
         )
         elapsed = time.monotonic() - started
+        if outcome.wall_seconds is None:
+            # A failed run reports no time of its own; checkers still see how long it took.
+            outcome = replace(outcome, wall_seconds=round(elapsed, 3))
         decision = outcome.decision or {}
         ctx.store.record_script_run(
             sequence_id,
@@ -187,9 +190,7 @@ class ScriptRuns:
                 "script_run": {
                     "result": outcome.state.value,
                     "error_code": outcome.error_code,
-                    "wall_seconds": outcome.wall_seconds
-                    if outcome.wall_seconds is not None
-                    else round(elapsed, 3),
+                    "wall_seconds": outcome.wall_seconds,
                     "backend": outcome.backend,
                 },
                 "output_sha256": outcome.output_hash,

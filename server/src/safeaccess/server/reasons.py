@@ -25,10 +25,8 @@ WITHHELD = Reason(
     verdict="withhold",
     item=None,
     message=(
-        "withheld by disclosure control: the result could reveal information about individual "
-        "records. The same answer is given whatever the cause (few records, no records, a "
-        "computation the data do not support, or earlier releases), so it says nothing about "
-        "the data"
+        "the result could reveal information about individual records (one answer for every "
+        "cause, so that it tells nothing about the data)"
     ),
 )
 

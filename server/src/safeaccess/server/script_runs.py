@@ -178,6 +178,10 @@ class ScriptRuns:
             history=history,
         )
         elapsed = time.monotonic() - started
+        if self._stop.is_set():
+            # The server is stopping and may have killed the sandbox under the run: whatever it
+            # reported is not the script's doing. Left unrecorded, it runs again on the next start.
+            return
         if outcome.wall_seconds is None:
             # A failed run reports no time of its own; checkers still see how long it took.
             outcome = replace(outcome, wall_seconds=round(elapsed, 3))

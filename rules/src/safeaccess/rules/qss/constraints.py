@@ -1,0 +1,301 @@
+"""Admitted aggregates as linear constraints over atoms, with the exact algebra of span mode.
+
+Rows are admitted query sets (each a union of atoms), stored sparse (CSR over atom ids); only
+rows that are linearly independent of the rows kept before are kept, which loses nothing: a
+dependence between query sets is a fact about records and survives every later split of atoms.
+
+Each *lane* works modulo its own random prime p with random atom weights d (nonzero w.h.p.):
+it keeps a basis I of the rows, K = M D Mᵀ for M = A_I (invertible mod p) and K⁻¹, grown by a
+Schur complement when rows are added, so every admission costs R × R work, not work over atoms.
+A random vector w gives v = w − D Mᵀ K⁻¹ M w, a uniformly random null vector of the rows; a set
+of atoms S is determined by the released aggregates exactly when Σ_S v = 0 for every null vector.
+
+Two lanes with independent primes guard the one way exact arithmetic mod p can err towards
+releasing: a row independent over the rationals but dependent mod p (p divides a minor). A set
+is taken as determined when either lane finds it so.
+
+When an atom splits, its pieces get random weights that sum to the atom's weight, so K and K⁻¹
+(whose rows are unions of atoms) are unchanged, and the weights stay uniformly random.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from safeaccess.rules.qss import modp
+
+Int32Array = npt.NDArray[np.int32]
+Int64Array = npt.NDArray[np.int64]
+
+N_LANES = 2
+_LO = (1 << 16) - 1
+
+
+class LaneFailure(Exception):
+    """A lane's random weights made an independent row look singular (probability ~ R/p);
+    the admission is refused rather than trusting a possibly incomplete basis."""
+
+
+def _bincount_mod(keys: Int64Array, weights: Int64Array, size: int, p: int) -> Int64Array:
+    """Exact Σ weights per key, mod p (16-bit limbs keep every float64 partial sum exact)."""
+    lo = np.bincount(keys, weights=(weights & _LO).astype(np.float64), minlength=size)
+    hi = np.bincount(keys, weights=(weights >> 16).astype(np.float64), minlength=size)
+    return (hi.astype(np.int64) % p * (1 << 16) + lo.astype(np.int64)) % p
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One exact random projection: prime, atom weights, basis rows, K_I and its inverse."""
+
+    p: int
+    d: Int64Array  # (m,) in [1, p) w.h.p.
+    basis: Int64Array  # (r,) row ids
+    k_mat: Int64Array  # (r, r)
+    k_inv: Int64Array  # (r, r)
+
+    @classmethod
+    def fresh(cls, n_atoms: int, rng: np.random.Generator) -> Lane:
+        p = modp.random_prime()
+        return cls(
+            p=p,
+            d=rng.integers(1, p, size=n_atoms, dtype=np.int64),
+            basis=np.empty(0, dtype=np.int64),
+            k_mat=np.zeros((0, 0), dtype=np.int64),
+            k_inv=np.zeros((0, 0), dtype=np.int64),
+        )
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Rows over atoms (CSR) and the lanes' algebra over them."""
+
+    n_atoms: int
+    indptr: Int64Array  # (R + 1,)
+    indices: Int32Array  # (nnz,) atom ids
+    lanes: tuple[Lane, ...]
+
+    @classmethod
+    def empty(cls, n_atoms: int, rng: np.random.Generator | None = None) -> Constraints:
+        rng = rng if rng is not None else _secure_rng()
+        return cls(
+            n_atoms=n_atoms,
+            indptr=np.zeros(1, dtype=np.int64),
+            indices=np.empty(0, dtype=np.int32),
+            lanes=tuple(Lane.fresh(n_atoms, rng) for _ in range(N_LANES)),
+        )
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.indptr.shape[0]) - 1
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def rank(self) -> int:
+        return max((int(lane.basis.shape[0]) for lane in self.lanes), default=0)
+
+    def row_of_entry(self) -> Int64Array:
+        return np.repeat(np.arange(self.n_rows, dtype=np.int64), np.diff(self.indptr))
+
+    def with_new_atom(self) -> Constraints:
+        """One more atom that no row contains (new record ids outside everything)."""
+        rng = _secure_rng()
+        lanes = tuple(
+            replace(lane, d=np.concatenate([lane.d, rng.integers(1, lane.p, 1, dtype=np.int64)]))
+            for lane in self.lanes
+        )
+        return replace(self, n_atoms=self.n_atoms + 1, lanes=lanes)
+
+    def split(self, parent: Int64Array, rng: np.random.Generator) -> Constraints:
+        """Atoms n_atoms.. are fresh pieces of atoms `parent`: rows containing a parent now
+        contain its pieces, and the pieces' weights sum to the parent's weight."""
+        if parent.size == 0:
+            return self
+        m_old = self.n_atoms
+        m_new = m_old + int(parent.shape[0])
+        n_children = np.bincount(parent, minlength=m_old)
+        lanes = []
+        for lane in self.lanes:
+            fresh = rng.integers(1, lane.p, size=parent.shape[0], dtype=np.int64)
+            taken = np.bincount(parent, weights=fresh.astype(np.float64), minlength=m_old)
+            d = np.concatenate([lane.d, fresh])
+            d[:m_old] = (lane.d - taken.astype(np.int64) % lane.p) % lane.p
+            lanes.append(replace(lane, d=d))
+        indptr, indices = self.indptr, self.indices
+        reps = 1 + n_children[indices]
+        if reps.size and int(reps.max()) > 1:
+            children = np.argsort(parent, kind="stable").astype(np.int64) + m_old
+            child_start = np.concatenate([[0], np.cumsum(n_children)]).astype(np.int64)
+            total = int(reps.sum())
+            ends = np.cumsum(reps)
+            starts = ends - reps
+            expanded = np.repeat(indices.astype(np.int64), reps)
+            offset = np.arange(total, dtype=np.int64) - np.repeat(starts, reps)
+            extra = offset > 0
+            expanded[extra] = children[child_start[expanded[extra]] + offset[extra] - 1]
+            cum = np.concatenate([[0], ends]).astype(np.int64)
+            indptr = cum[indptr]
+            indices = expanded.astype(np.int32)
+        return Constraints(n_atoms=m_new, indptr=indptr, indices=indices, lanes=tuple(lanes))
+
+
+def _secure_rng() -> np.random.Generator:
+    import secrets
+
+    return np.random.default_rng(secrets.randbits(128))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Constraints with a new output's rows added (those independent in some lane), and the
+    new rows every lane found dependent (they must still be orthogonal to the null vectors)."""
+
+    constraints: Constraints
+    dropped: list[Int64Array]  # atom ids of each dropped new row
+    n_new_rows: int
+
+
+def _rows_from_cells(cells: list[Int32Array]) -> tuple[list[Int64Array], Int64Array]:
+    """Atom ids of each new row (one per distinct cell of each array) and each array's offset."""
+    rows: list[Int64Array] = []
+    offsets = []
+    for cell in cells:
+        offsets.append(len(rows))
+        inside = np.flatnonzero(cell >= 0)
+        order = inside[np.argsort(cell[inside], kind="stable")]
+        sorted_cells = cell[order]
+        n_cells = int(sorted_cells[-1]) + 1 if sorted_cells.size else 0
+        bounds = np.searchsorted(sorted_cells, np.arange(n_cells + 1))
+        for c in range(n_cells):
+            if bounds[c + 1] > bounds[c]:
+                rows.append(order[bounds[c] : bounds[c + 1]].astype(np.int64))
+            else:
+                rows.append(np.empty(0, dtype=np.int64))
+    return rows, np.asarray(offsets, dtype=np.int64)
+
+
+def add_rows(constraints: Constraints, cells: list[Int32Array]) -> Candidate:
+    """Add the rows given by cell arrays over the current atoms (one per query-set array)."""
+    new_rows, offsets = _rows_from_cells(cells)
+    nonempty = [j for j, row in enumerate(new_rows) if row.size]
+    n_new = len(new_rows)
+    m = constraints.n_atoms
+    row_of_entry = constraints.row_of_entry()
+    atoms_of_entry = constraints.indices.astype(np.int64)
+    # new-row index of each atom, per array (an atom is in at most one cell of an array)
+    new_index = []
+    for g, cell in enumerate(cells):
+        idx = np.where(cell >= 0, cell.astype(np.int64) + offsets[g], -1)
+        new_index.append(idx)
+    lanes = []
+    kept_any = np.zeros(n_new, dtype=bool)
+    kept_by_lane: list[list[int]] = []
+    for lane in constraints.lanes:
+        p = lane.p
+        r = int(lane.basis.shape[0])
+        local = np.full(constraints.n_rows, -1, dtype=np.int64)
+        local[lane.basis] = np.arange(r, dtype=np.int64)
+        entry_local = local[row_of_entry]
+        in_basis = entry_local >= 0
+        e_local = entry_local[in_basis]
+        e_atom = atoms_of_entry[in_basis]
+        c_mat = np.zeros(r * n_new, dtype=np.int64)
+        e_mat = np.zeros(n_new * n_new, dtype=np.int64)
+        for g, idx in enumerate(new_index):
+            j = idx[e_atom]
+            sel = j >= 0
+            if sel.any():
+                c_mat = (
+                    c_mat
+                    + _bincount_mod(
+                        e_local[sel] * n_new + j[sel], lane.d[e_atom[sel]], r * n_new, p
+                    )
+                ) % p
+            for h in range(g, len(new_index)):
+                jh = new_index[h]
+                both = (idx >= 0) & (jh >= 0)
+                if not both.any():
+                    continue
+                keys = idx[both] * n_new + jh[both]
+                block = _bincount_mod(keys, lane.d[both], n_new * n_new, p)
+                e_mat = (e_mat + block) % p
+                if h != g:
+                    e_mat = (e_mat + block.reshape(n_new, n_new).T.reshape(-1)) % p
+        c = c_mat.reshape(r, n_new)
+        e = e_mat.reshape(n_new, n_new)
+        u = modp.matmul(lane.k_inv, c, p)
+        schur = (e - modp.matmul(c.T.copy(), u, p)) % p
+        candidates = np.asarray(nonempty, dtype=np.int64)
+        sub = schur[np.ix_(candidates, candidates)]
+        picked = candidates[np.asarray(modp.pivot_columns(sub, p), dtype=np.int64)]
+        if picked.size:
+            s_j = schur[np.ix_(picked, picked)]
+            s_inv = modp.invert(s_j, p)
+            if s_inv is None:
+                raise LaneFailure("Schur complement singular on independent rows")
+            c_j = c[:, picked]
+            u_j = u[:, picked]
+            t = modp.matmul(u_j, s_inv, p)
+            top_left = (lane.k_inv + modp.matmul(t, u_j.T.copy(), p)) % p
+            top_right = (-t) % p
+            k_inv = np.block([[top_left, top_right], [top_right.T, s_inv]])
+            k_mat = np.block([[lane.k_mat, c_j], [c_j.T, e[np.ix_(picked, picked)]]])
+        else:
+            k_inv, k_mat = lane.k_inv, lane.k_mat
+        kept_any[picked] = True
+        kept_by_lane.append([int(x) for x in picked])
+        lanes.append((lane, k_mat, k_inv))
+    # rows kept in some lane get ids after the existing rows
+    kept = np.flatnonzero(kept_any)
+    new_id = np.full(n_new, -1, dtype=np.int64)
+    new_id[kept] = constraints.n_rows + np.arange(kept.size, dtype=np.int64)
+    lengths = np.asarray([new_rows[j].size for j in kept], dtype=np.int64)
+    indptr = np.concatenate([constraints.indptr, constraints.indptr[-1] + np.cumsum(lengths)])
+    indices = np.concatenate(
+        [constraints.indices] + [new_rows[j].astype(np.int32) for j in kept]
+    ).astype(np.int32)
+    out_lanes = []
+    for (lane, k_mat, k_inv), picked_list in zip(lanes, kept_by_lane, strict=True):
+        basis = np.concatenate([lane.basis, new_id[np.asarray(picked_list, dtype=np.int64)]])
+        out_lanes.append(replace(lane, basis=basis.astype(np.int64), k_mat=k_mat, k_inv=k_inv))
+    dropped = [new_rows[j] for j in nonempty if not kept_any[j]]
+    return Candidate(
+        constraints=Constraints(n_atoms=m, indptr=indptr, indices=indices, lanes=tuple(out_lanes)),
+        dropped=dropped,
+        n_new_rows=len(nonempty),
+    )
+
+
+def null_vector(constraints: Constraints, lane: Lane, rng: np.random.Generator) -> Int64Array:
+    """A uniformly random vector of the null space of the lane's basis rows, mod its prime."""
+    p = lane.p
+    m = constraints.n_atoms
+    w = rng.integers(0, p, size=m, dtype=np.int64)
+    r = int(lane.basis.shape[0])
+    if r == 0:
+        return w
+    starts = constraints.indptr[lane.basis]
+    ends = constraints.indptr[lane.basis + 1]
+    lengths = ends - starts
+    take = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    entries = np.arange(int(lengths.sum()), dtype=np.int64) + take
+    atoms = constraints.indices[entries].astype(np.int64)
+    local = np.repeat(np.arange(r, dtype=np.int64), lengths)
+    mw = _bincount_mod(local, w[atoms], r, p)
+    y = modp.matmul(lane.k_inv, mw.reshape(r, 1), p).reshape(r)
+    z = _bincount_mod(atoms, y[local], m, p)
+    return (w - lane.d * z % p) % p
+
+
+def row_sums(indptr: Int64Array, indices: Int32Array, v: Int64Array, p: int) -> Int64Array:
+    """Σ v over each CSR row, mod p."""
+    n_rows = int(indptr.shape[0]) - 1
+    if n_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
+    return _bincount_mod(rows, v[indices.astype(np.int64)], n_rows, p)

@@ -1,0 +1,122 @@
+"""Exact arithmetic modulo a prime p < 2**31 with numpy.
+
+Values are int64 in [0, p). A product of two values fits in int64 (< 2**62); dense matrix
+products go through float64 BLAS on 16-bit limbs, where every partial sum stays below 2**53 and
+is therefore exact, for inner dimensions below 2**20.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import numpy.typing as npt
+
+Int64Array = npt.NDArray[np.int64]
+
+_LIMB = 1 << 16
+_MAX_INNER = 1 << 20
+_MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+
+
+def is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin for n < 3.3e24 (far above the primes used here)."""
+    if n < 2:
+        return False
+    for q in _MR_BASES:
+        if n % q == 0:
+            return n == q
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d //= 2
+        s += 1
+    for a in _MR_BASES:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def random_prime(low: int = 1 << 30, high: int = 1 << 31) -> int:
+    """A uniformly drawn prime in [low, high), from the OS's secure random source: the adversary
+    cannot aim a matrix at it."""
+    while True:
+        candidate = low + secrets.randbelow(high - low) | 1
+        if candidate < high and is_prime(candidate):
+            return candidate
+
+
+def inverse(x: int, p: int) -> int:
+    return pow(int(x) % p, p - 2, p)
+
+
+def matmul(a: Int64Array, b: Int64Array, p: int) -> Int64Array:
+    """(a @ b) mod p for int64 matrices with entries in [0, p)."""
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"shape mismatch {a.shape} @ {b.shape}")
+    if a.shape[1] >= _MAX_INNER:
+        raise ValueError("inner dimension too large for exact limb products")
+    if a.size == 0 or b.size == 0:
+        return np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
+    a_hi = (a >> 16).astype(np.float64)
+    a_lo = (a & (_LIMB - 1)).astype(np.float64)
+    b_hi = (b >> 16).astype(np.float64)
+    b_lo = (b & (_LIMB - 1)).astype(np.float64)
+    hh = (a_hi @ b_hi).astype(np.int64) % p
+    mid = ((a_hi @ b_lo).astype(np.int64) + (a_lo @ b_hi).astype(np.int64)) % p
+    ll = (a_lo @ b_lo).astype(np.int64) % p
+    out = hh * _LIMB % p * _LIMB % p
+    out = (out + mid * _LIMB) % p
+    return (out + ll) % p
+
+
+def pivot_columns(matrix: Int64Array, p: int) -> list[int]:
+    """Columns of a maximal linearly independent set of columns, by elimination mod p."""
+    work = matrix.copy() % p
+    n_rows, n_cols = work.shape
+    pivots: list[int] = []
+    rank = 0
+    for col in range(n_cols):
+        if rank == n_rows:
+            break
+        nonzero = np.flatnonzero(work[rank:, col])
+        if nonzero.size == 0:
+            continue
+        row = rank + int(nonzero[0])
+        if row != rank:
+            work[[rank, row]] = work[[row, rank]]
+        work[rank] = work[rank] * inverse(int(work[rank, col]), p) % p
+        below = work[rank + 1 :, col].copy()
+        hit = np.flatnonzero(below)
+        if hit.size:
+            rows = rank + 1 + hit
+            work[rows] = (work[rows] - below[hit, None] * work[rank][None, :]) % p
+        pivots.append(col)
+        rank += 1
+    return pivots
+
+
+def invert(matrix: Int64Array, p: int) -> Int64Array | None:
+    """The inverse mod p of a square matrix, or None when it is singular mod p."""
+    n = matrix.shape[0]
+    work = np.concatenate([matrix % p, np.eye(n, dtype=np.int64)], axis=1)
+    for col in range(n):
+        nonzero = np.flatnonzero(work[col:, col])
+        if nonzero.size == 0:
+            return None
+        row = col + int(nonzero[0])
+        if row != col:
+            work[[col, row]] = work[[row, col]]
+        work[col] = work[col] * inverse(int(work[col, col]), p) % p
+        factors = work[:, col].copy()
+        factors[col] = 0
+        hit = np.flatnonzero(factors)
+        if hit.size:
+            work[hit] = (work[hit] - factors[hit, None] * work[col][None, :]) % p
+    return work[:, n:].copy()

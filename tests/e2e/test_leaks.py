@@ -392,13 +392,14 @@ def test_past_the_withhold_budget_a_new_sequence_waits_for_a_checker(
     rules.write_text("withhold_budget: {count: 2, days: 30}\n")
     store = Store(data.database_url(data.load_config()))
     try:
-        for _ in range(2):  # two versions: the budget counts the name
+        # two versions of one name (the budget counts the name), and another dataset
+        for name in ("budgeted", "budgeted", "budgeted_open"):
             register_dataset(
                 data,
                 store,
-                name="budgeted",
+                name=name,
                 frame=centre.census,
-                metadata=census_metadata("budgeted"),
+                metadata=census_metadata(name),
                 project="p1",
                 rules_file=rules,
             )
@@ -444,6 +445,13 @@ def test_past_the_withhold_budget_a_new_sequence_waits_for_a_checker(
         assert view.state == "withheld" and view.review_note == "budget spent"
         assert view.sequence_state == "aborted"
         assert view.withhold_budget is not None and view.withhold_budget.used == 2
-    opened = [e for e in service.store.events(seq_id) if e.kind == "sequence_opened"]
-    assert opened[0].data["withhold_budget"]["awaiting_approval"] is True
-    assert opened[0].data["withhold_budget"]["used"] == 2
+        # Sequences opened while the budget lasts count as possible withholds: two left open
+        # after a release cannot be followed by a third, whose disclosive steps would all be
+        # revealed later, past the budget.
+        probes = [centre.seal([SAFE, unsafe], dataset="budgeted_open") for _ in range(3)]
+        opened = [session.open(p) for p in probes]
+        assert [r.status for r in opened] == ["released", "released", "pending"]
+        assert opened[2].withhold_budget is not None and opened[2].withhold_budget.used == 0
+    events = [e for e in service.store.events(seq_id) if e.kind == "sequence_opened"]
+    assert events[0].data["withhold_budget"]["awaiting_approval"] is True
+    assert events[0].data["withhold_budget"]["used"] == 2

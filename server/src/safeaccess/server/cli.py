@@ -157,7 +157,7 @@ def _review_openings(args: argparse.Namespace) -> int:
             f"{item.sequence_id}: {item.researcher} ({item.project}) on {item.dataset}, waiting "
             f"since {item.waiting_since}; withholds {budget.get('used')} of "
             f"{budget.get('count')} in {budget.get('days')} days, "
-            f"{budget.get('in_flight')} step(s) then running"
+            f"{budget.get('open_sequences')} other sequence(s) then open"
         )
     return EXIT_OK
 

@@ -513,7 +513,7 @@ class Store:
     def withholds_since(
         self, researcher: str, dataset_name: str, since: datetime
     ) -> tuple[int, int]:
-        """(steps withheld, steps running or pending) for a researcher on every version of a
+        """(steps withheld, sequences still open) for a researcher on every version of a
         dataset: withholds updated at or after `since`; rejected openings are not withholds of
         data and do not count."""
         with self.transaction() as s:
@@ -531,10 +531,21 @@ class Store:
                     (StepRow.error_code.is_(None)) | (StepRow.error_code != OPENING_REJECTED),
                 )
             )
-            in_flight = s.scalar(
-                base.where(StepRow.state.in_((StepState.RUNNING.value, StepState.PENDING.value)))
+            # Each open sequence can still end in one withhold (a withhold aborts it): opened
+            # while the budget lasted, it must not be a way to collect withholds beyond it.
+            open_sequences = s.scalar(
+                select(func.count())
+                .select_from(SequenceRow)
+                .join(DatasetRow, DatasetRow.id == SequenceRow.dataset_id)
+                .where(
+                    SequenceRow.researcher == researcher,
+                    DatasetRow.name == dataset_name,
+                    SequenceRow.state.not_in(
+                        (SequenceState.FINISHED.value, SequenceState.ABORTED.value)
+                    ),
+                )
             )
-            return int(withheld or 0), int(in_flight or 0)
+            return int(withheld or 0), int(open_sequences or 0)
 
     def openings_waiting(self) -> list[tuple[SequenceRow, DatasetRow]]:
         """Sequences waiting for an output checker to approve their opening, oldest first."""

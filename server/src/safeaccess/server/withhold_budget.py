@@ -4,8 +4,9 @@ Every withhold still tells a researcher one bit (this result was disclosive), an
 many sequences as she likes; so past `withhold_budget.count` withholds within the last
 `withhold_budget.days` days on a dataset name (all its versions), a new sequence on it is not
 run: it waits, `awaiting_approval`, until an output checker approves opening it (`safeaccess-server
-review approve-opening`). Steps still running count as possible withholds, so opening many
-sequences at once cannot overshoot the budget. The budget left is shown to the researcher: it is
+review approve-opening`). Sequences still open on it count as possible withholds (each can end
+in one: a withhold aborts it), so opening many sequences while the budget lasts and revealing
+their disclosive steps later cannot overshoot it. The budget left is shown to the researcher: it is
 made of her own withholds, which she has seen.
 """
 
@@ -41,15 +42,15 @@ def opening_needs_approval(
     rule = ruleset.withhold_budget
     if rule is None:
         return False, None
-    used, in_flight = store.withholds_since(
+    used, open_sequences = store.withholds_since(
         researcher, dataset, utcnow() - timedelta(days=rule.days)
     )
-    held = used + in_flight >= rule.count
+    held = used + open_sequences >= rule.count
     return held, {
         "count": rule.count,
         "days": rule.days,
         "used": used,
-        "in_flight": in_flight,
+        "open_sequences": open_sequences,
         "remaining": max(0, rule.count - used),
         "awaiting_approval": held,
     }

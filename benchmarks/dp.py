@@ -1,7 +1,7 @@
 """Differential-privacy benchmark: calibration time and the ε the GDP ledger reports after many
 Gaussian releases, next to Google's dp-accounting (RDP and PLD accountants) and basic composition.
 
-Run: python benchmarks/dp.py
+Run: python benchmarks/dp.py [--hotelling REPS]
 Prints one line per measurement. The accounting table uses releases that are each calibrated to
 (ε₀, δ₀) = (0.5, 1e-6) with Δ = 1, and reports the total ε at δ = 1e-5. Basic composition is
 given the same total δ (each release's ε at δ/k, times k). The GDP figure is exact for Gaussian
@@ -11,13 +11,25 @@ releases, so every valid accountant reports at least as much; "ratio" is other /
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import dp_accounting
+import numpy as np
 from dp_accounting.pld import common, privacy_loss_mechanism
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from safeaccess.rules.dp import GaussianLedger, analytic_gaussian_sigma, gaussian_epsilon
+from safeaccess.rules.dp import (
+    GaussianLedger,
+    analytic_gaussian_sigma,
+    gaussian_epsilon,
+    gaussian_mu_for,
+)
+from safeaccess.rules.dp.hotelling import (
+    GroupStatistics,
+    hotelling_test,
+    release_mean_comparison,
+)
 
 GRID = [(e, d) for e in (0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0) for d in (1e-10, 1e-6, 1e-5, 1e-3)]
 
@@ -81,12 +93,55 @@ def accounting(counts: list[int], eps0: float, delta0: float, delta: float) -> N
         )
 
 
+def hotelling_level(reps: int) -> None:
+    """Rejection rates under H0 of the DP Hotelling test (bootstrap and asymptotic chi2)."""
+
+    def stats_of(data: np.ndarray) -> GroupStatistics:
+        cov = np.atleast_2d(np.cov(data, rowvar=False)).tolist()
+        return GroupStatistics(n=data.shape[0], mean=data.mean(axis=0).tolist(), covariance=cov)
+
+    root3 = math.sqrt(3.0)
+    print(
+        f"DP Hotelling under H0 ({reps} replications, B = 200, nominal 5 %; seeded simulation noise)"
+    )
+    for n, d, eps in [(100, 1, 1.0), (100, 3, 0.5), (1000, 3, 0.1), (2000, 10, 1.0), (200, 5, 1.0)]:
+        rng = np.random.default_rng(1)
+        mu = gaussian_mu_for(eps, 1e-5)
+
+        def noise(values: np.ndarray, sigma: float, rng: np.random.Generator = rng) -> np.ndarray:
+            return np.asarray(values, dtype=float) + rng.normal(0.0, sigma, np.shape(values))
+
+        boot = chi = 0
+        for _ in range(reps):
+            x = rng.uniform(-root3, root3, (n, d))
+            y = rng.uniform(-root3, root3, (n, d))
+            release = release_mean_comparison(
+                stats_of(x), stats_of(y), [-root3] * d, [root3] * d, mu, noise
+            )
+            result = hotelling_test(release, bootstrap=200, seed=int(rng.integers(1 << 30)))
+            boot += result.reject
+            chi += result.chi2_p_value < 0.05
+        print(
+            f"  n={n:>5} per group, d={d:>2}, eps={eps:>4}: bootstrap {boot / reps:.3f}, "
+            f"chi2 {chi / reps:.3f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=20, help="calibration repetitions")
+    parser.add_argument(
+        "--hotelling",
+        type=int,
+        default=0,
+        metavar="REPS",
+        help="also simulate the DP Hotelling level",
+    )
     args = parser.parse_args()
     calibration_time(args.repeats)
     accounting([10, 100, 1000], eps0=0.5, delta0=1e-6, delta=1e-5)
+    if args.hotelling:
+        hotelling_level(args.hotelling)
 
 
 if __name__ == "__main__":

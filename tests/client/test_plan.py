@@ -168,3 +168,33 @@ def test_seal_refuses_an_invalid_plan_when_metadata_is_known() -> None:
     plan._analyses.append(Regression(formula="income ~ nope"))  # bypassing add()
     with pytest.raises(AnalysisInvalid, match="analyses\\[1\\]"):
         plan.seal(Ed25519PrivateKey.generate(), researcher="a", project="p", server="s")
+
+
+def test_a_pinned_version_validates_with_the_metadata_of_its_dataset() -> None:
+    # metadata named `census` (no version, or version 2) describes `census@2`
+    plan = Plan("census@2", META)
+    assert (plan.name, plan.version, plan.dataset) == ("census", 2, "census@2")
+    plan.ols("income ~ age")
+    plan.validate()
+    Plan("census@2", META.model_copy(update={"version": 2})).validate()
+    with pytest.raises(AnalysisInvalid):
+        Plan("census@2", META).ols("income ~ nope")
+    sealed = plan.seal(Ed25519PrivateKey.generate(), researcher="a", project="p", server="s")
+    assert sealed.header_fields.dataset == "census@2"
+
+
+def test_metadata_of_another_version_does_not_describe_a_pinned_plan() -> None:
+    v1 = META.model_copy(update={"version": 1})
+    with pytest.raises(ValueError, match=r"census@1.*census@2"):
+        Plan("census@2", v1)
+    with pytest.raises(ValueError, match="census@1"):
+        Plan("census@2").validate(v1)
+    # a bare name follows the newest version: metadata of any version describes it
+    Plan("census", v1).validate()
+    assert v1.label == "census@1" and META.label == "census"
+
+
+@pytest.mark.parametrize("bad", ["census@", "census@x", "census@0", "@2"])
+def test_a_malformed_version_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"version|name"):
+        Plan(bad)

@@ -123,11 +123,14 @@ def test_receipts_bind_the_outcome_and_are_signed_by_the_centre(
     for result in (released, withheld):
         verify_receipt(result, server_key, sealed)
     assert withheld.receipt is not None and withheld.receipt["fields"]["state"] == "withheld"
-    assert withheld.receipt["fields"]["output_sha256"] is None
+    # A withheld output has no opening; nothing in a receipt is a bare hash of an output.
+    assert withheld.receipt["fields"]["output_commitment"] is None
+    assert withheld.receipt["fields"]["output_opening"] is None
+    assert "output_sha256" not in released.receipt["fields"]  # type: ignore[index]
 
     assert released.output is not None
     altered = dict(released.output, values=[[1.0]] * len(released.output["values"]))
-    with pytest.raises(ReceiptInvalid, match="output_sha256"):
+    with pytest.raises(ReceiptInvalid, match="output_commitment"):
         verify_receipt(dataclasses.replace(released, output=altered), server_key, sealed)
     with pytest.raises(ReceiptInvalid, match="not signed"):
         verify_receipt(released, Ed25519PrivateKey.generate().public_key(), sealed)

@@ -128,6 +128,13 @@ def test_server_killed_mid_step_resumes_after_restart(centre: Centre) -> None:
         assert kinds.count(("step_revealed", 2)) == 1
         assert kinds.count(("step_released", 2)) == 1
         assert service.step("ada", seq_id, 1).output == results[0].output
+        # The log written across the kill verifies: sequence replay included.
+        from safeaccess.client.audit.verify import ExportSource, verify_log
+
+        export = centre.root / "after-restart.export"
+        export.write_bytes(b"".join(service.audit.export()))
+        report = verify_log(ExportSource(export))
+        assert report.sequences >= 1 and report.steps_released >= 3
     finally:
         service.close()
 

@@ -9,6 +9,7 @@ from safeaccess.rules.outputs import (
     Coefficient,
     CorrelationFacts,
     CorrelationOutput,
+    LeverageFacts,
     RegressionFacts,
     RegressionOutput,
     RegressorFacts,
@@ -52,6 +53,7 @@ def _regression(
                 RegressorFacts(term="x", binary=False),
                 RegressorFacts(term="C(d)[T.1]", binary=True, ones=ones, zeros=n - ones),
             ],
+            leverage=LeverageFacts(n=n, max=0.05, top=[0.05]),
         ),
     )
 
@@ -76,6 +78,14 @@ def test_binary_regressor_with_few_ones() -> None:
     assert "only 4 records" in d.findings[0].message
 
 
+def test_a_model_without_leverage_facts_goes_to_review() -> None:
+    out = _regression(100, 3)
+    bare = out.model_copy(update={"facts": out.facts.model_copy(update={"leverage": None})})
+    d = check(bare)
+    assert d.verdict == "review"
+    assert [(f.check, f.verdict) for f in d.findings] == [("leverage", "review")]
+
+
 def _corr(
     matrix: Sequence[Sequence[float]], n: int, pairs: dict[str, list[list[int]]]
 ) -> CorrelationOutput:
@@ -84,7 +94,9 @@ def _corr(
         variables=["a", "b", "c"],
         matrix=[list(r) for r in matrix],
         n=n,
-        facts=CorrelationFacts(n=n, binary=["b", "c"], pair_tables=pairs),
+        facts=CorrelationFacts(
+            n=n, binary=["b", "c"], pair_tables=pairs, leverage=LeverageFacts(n=n, max=0.05)
+        ),
     )
 
 

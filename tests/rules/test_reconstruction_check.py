@@ -125,7 +125,7 @@ def _reco(findings: list[Finding]) -> list[Finding]:
 
 def test_unique_mean_and_sd_withhold() -> None:
     mean, sd = _mean_sd(UNIQUE)
-    findings = reconstruction_findings(_summary(UNIQUE, {"mean": mean, "sd": sd}), RULES, [])
+    findings = reconstruction_findings(_summary(UNIQUE, {"mean": mean, "sd": sd}), RULES)
     assert [f.verdict for f in findings] == ["withhold"]
     assert "only one possible set of values" in findings[0].message
     assert findings[0].item == "group site=A, score"
@@ -133,14 +133,14 @@ def test_unique_mean_and_sd_withhold() -> None:
 
 def test_sd_zero_reveals_every_value() -> None:
     x = (3,) * 12
-    findings = reconstruction_findings(_summary(x, {"mean": 3.0, "sd": 0.0}), RULES, [])
+    findings = reconstruction_findings(_summary(x, {"mean": 3.0, "sd": 0.0}), RULES)
     assert [f.verdict for f in findings] == ["withhold"]
 
 
 def test_pinned_small_cell_is_withheld() -> None:
     mean, sd = _mean_sd(PINNED)
     expected = _small_pinned(BY_MEAN_SD[(mean, sd)])
-    findings = reconstruction_findings(_summary(PINNED, {"mean": mean, "sd": sd}), RULES, [])
+    findings = reconstruction_findings(_summary(PINNED, {"mean": mean, "sd": sd}), RULES)
     assert {f.item for f in findings} == {f"group site=A, score={v}" for v in expected}
     assert all(f.verdict == "withhold" for f in findings)
     v, c = next(iter(expected.items()))
@@ -152,25 +152,25 @@ def test_threshold_setting_is_respected() -> None:
     mean, sd = _mean_sd(PINNED)
     pinned = _small_pinned(BY_MEAN_SD[(mean, sd)])
     low = SimpleNamespace(threshold=min(pinned.values()))  # cells of that size are allowed
-    findings = reconstruction_findings(_summary(PINNED, {"mean": mean, "sd": sd}), low, [])
+    findings = reconstruction_findings(_summary(PINNED, {"mean": mean, "sd": sd}), low)
     assert len(findings) == sum(1 for c in pinned.values() if c < low.threshold)
 
 
 def test_safe_statistics_pass() -> None:
     mean, sd = _mean_sd(SAFE)
-    assert reconstruction_findings(_summary(SAFE, {"mean": mean, "sd": sd}), RULES, []) == []
+    assert reconstruction_findings(_summary(SAFE, {"mean": mean, "sd": sd}), RULES) == []
 
 
 def test_variables_without_a_scale_are_not_checked() -> None:
     mean, sd = _mean_sd(UNIQUE)
     out = _summary(UNIQUE, {"mean": mean, "sd": sd}, scale=None)
-    assert reconstruction_findings(out, RULES, []) == []
+    assert reconstruction_findings(out, RULES) == []
 
 
 def test_switched_off_by_the_rule_set() -> None:
     mean, sd = _mean_sd(UNIQUE)
     off = SimpleNamespace(threshold=10, reconstruction=False)
-    assert reconstruction_findings(_summary(UNIQUE, {"mean": mean, "sd": sd}), off, []) == []
+    assert reconstruction_findings(_summary(UNIQUE, {"mean": mean, "sd": sd}), off) == []
 
 
 def _joint_case() -> Sample:
@@ -193,67 +193,34 @@ def _joint_case() -> Sample:
 JOINT = _joint_case()
 
 
-def _query_set(members: list[int], total: int = 40) -> QuerySet:
-    index = np.full(total, -1, dtype=np.int32)
-    index[members] = 0
-    return QuerySet.from_array(["site=A"], index)
-
-
-def test_statistics_released_earlier_are_combined() -> None:
+def test_statistics_of_one_output_are_combined() -> None:
+    # mean+SD alone and the median alone leave several samples; the three together pin one
     mean, sd = _mean_sd(JOINT)
-    first = _summary(JOINT, {"mean": mean, "sd": sd})
-    second = _summary(JOINT, {"median": float(median_of(JOINT))})
-    assert reconstruction_findings(first, RULES, []) == []
-    assert reconstruction_findings(second, RULES, []) == []
-    findings = reconstruction_findings(second, RULES, [first])
-    assert [f.verdict for f in findings] == ["withhold"]
-    assert "released earlier" in findings[0].message
-
-
-def test_query_sets_decide_whether_groups_are_the_same_records() -> None:
-    mean, sd = _mean_sd(JOINT)
-    same = _query_set(list(range(N)))
-    other = _query_set(list(range(1, N + 1)))
-    first = _summary(JOINT, {"mean": mean, "sd": sd}, query_set=same)
-    second_same = _summary(JOINT, {"median": float(median_of(JOINT))}, query_set=same)
-    second_other = _summary(JOINT, {"median": float(median_of(JOINT))}, query_set=other)
-    assert _reco(reconstruction_findings(second_same, RULES, [first]))
-    assert reconstruction_findings(second_other, RULES, [first]) == []
-    # same records under a different grouping (e.g. a filter instead of `by`) still combine
-    ungrouped = _summary(
-        JOINT, {"median": float(median_of(JOINT))}, labels=[], by=[], query_set=same
+    median = float(median_of(JOINT))
+    assert reconstruction_findings(_summary(JOINT, {"mean": mean, "sd": sd}), RULES) == []
+    assert reconstruction_findings(_summary(JOINT, {"median": median}), RULES) == []
+    findings = reconstruction_findings(
+        _summary(JOINT, {"mean": mean, "sd": sd, "median": median}), RULES
     )
-    assert _reco(reconstruction_findings(ungrouped, RULES, [first]))
-
-
-def test_history_about_another_sample_is_ignored() -> None:
-    mean, sd = _mean_sd(JOINT)
-    other = next(y for y in samples(1, K, N) if float(median_of(y)) != float(median_of(JOINT)))
-    om, osd = _mean_sd(other)
-    first = _summary(other, {"mean": om, "sd": osd})  # same labels, no query sets: its stats
-    second = _summary(JOINT, {"median": float(median_of(JOINT))})  # do not fit this sample
-    assert reconstruction_findings(second, RULES, [first]) == []
-    assert mean != om or sd != osd
+    assert [f.verdict for f in findings] == ["withhold"]
 
 
 def test_search_path_agrees_with_the_exact_path() -> None:
     mean, sd = _mean_sd(PINNED)
     out = _summary(PINNED, {"mean": mean, "sd": sd})
-    exact = reconstruction_findings(out, RULES, [])
+    exact = reconstruction_findings(out, RULES)
     tight = SimpleNamespace(threshold=10, reconstruction_max_steps=0)
-    assert reconstruction_findings(out, tight, []) == exact
+    assert reconstruction_findings(out, tight) == exact
     umean, usd = _mean_sd(UNIQUE)
     unique_out = _summary(UNIQUE, {"mean": umean, "sd": usd})
-    assert reconstruction_findings(unique_out, tight, []) == reconstruction_findings(
-        unique_out, RULES, []
-    )
+    assert reconstruction_findings(unique_out, tight) == reconstruction_findings(unique_out, RULES)
 
 
 def test_budget_exhausted_without_counts_goes_to_review() -> None:
     mean, sd = _mean_sd(PINNED)
     out = _summary(PINNED, {"mean": mean, "sd": sd}, value_counts=False)
     tight = SimpleNamespace(threshold=10, reconstruction_max_steps=0)
-    findings = reconstruction_findings(out, tight, [])
+    findings = reconstruction_findings(out, tight)
     assert [f.verdict for f in findings] == ["review"]
     assert "output checker" in findings[0].message
 
@@ -269,12 +236,12 @@ def test_large_group_is_decided_quickly() -> None:
         str(v): counts.get(v, 0) for v in range(1, 11)
     }
     fast = SimpleNamespace(threshold=10, reconstruction_time_budget=1.0)
-    assert reconstruction_findings(out, fast, []) == []
+    assert reconstruction_findings(out, fast) == []
 
 
 def test_inconsistent_release_goes_to_review() -> None:
     out = _summary(SAFE, {"mean": 9.5, "sd": 0.5})
-    findings = reconstruction_findings(out, RULES, [])
+    findings = reconstruction_findings(out, RULES)
     assert [f.verdict for f in findings] == ["review"]
 
 
@@ -291,7 +258,7 @@ def test_engine_runs_the_check() -> None:
 def test_order_statistics_alone(stat: str) -> None:
     x = (1,) * N  # everything at the bottom: median=min=max=1 leaves one sample only for max
     value = {"median": 1.0, "min": 1.0, "max": 1.0}[stat]
-    findings = reconstruction_findings(_summary(x, {stat: value}), RULES, [])
+    findings = reconstruction_findings(_summary(x, {stat: value}), RULES)
     if stat == "max":
         assert [f.verdict for f in findings] == ["withhold"]
     else:
@@ -328,10 +295,10 @@ def test_unusable_facts_do_not_crash_the_engine() -> None:
     mean, sd = _mean_sd(SAFE)
     empty = _summary(SAFE, {"mean": mean, "sd": sd})
     empty.facts.groups[0].variables["score"].n = 0
-    assert reconstruction_findings(empty, RULES, []) == []
+    assert reconstruction_findings(empty, RULES) == []
     odd = _summary(SAFE, {"q0.25": 1.0, "qx": 2.0, "q1.5": 3.0})  # bad keys are ignored
     plain = _summary(SAFE, {"q0.25": 1.0})
-    assert reconstruction_findings(odd, RULES, []) == reconstruction_findings(plain, RULES, [])
+    assert reconstruction_findings(odd, RULES) == reconstruction_findings(plain, RULES)
     weird = _summary(SAFE, {"median": float("inf")})
-    findings = reconstruction_findings(weird, RULES, [])
+    findings = reconstruction_findings(weird, RULES)
     assert [f.verdict for f in findings] == ["review"]

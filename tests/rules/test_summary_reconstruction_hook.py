@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Sequence
 
 import pytest
 
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.engine import DEFAULT_RULESET, check
 from safeaccess.rules.outputs import (
-    Output,
     SummaryFacts,
     SummaryGroup,
     SummaryGroupFacts,
@@ -56,21 +54,20 @@ def _likert(n: int, mean: float, sd: float) -> SummaryOutput:
     )
 
 
-def test_hook_passes_output_ruleset_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[object, object, object]] = []
+def test_hook_passes_output_and_ruleset(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[object, object]] = []
 
-    def fake(output: SummaryOutput, ruleset: RuleSet, history: Sequence[Output]) -> list[Finding]:
-        seen.append((output, ruleset, tuple(history)))
+    def fake(output: SummaryOutput, ruleset: RuleSet) -> list[Finding]:
+        seen.append((output, ruleset))
         return [Finding(check="reconstruction", verdict="withhold", message="pinned")]
 
     module = types.ModuleType("safeaccess.rules.reconstruction")
     module.reconstruction_findings = fake  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "safeaccess.rules.reconstruction", module)
     out = _likert(20, 4.05, 0.2236)
-    earlier = _likert(20, 4.05, 0.2236)
-    d = check(out, history=[earlier])
+    d = check(out)
     assert d.verdict == "withhold" and d.findings[-1].message == "pinned"
-    assert seen == [(out, DEFAULT_RULESET, (earlier,))]
+    assert seen == [(out, DEFAULT_RULESET)]
     # switched off in the rule set: not called
     check(out, DEFAULT_RULESET.with_overrides({"reconstruction": False}))
     assert len(seen) == 1

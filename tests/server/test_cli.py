@@ -16,6 +16,8 @@ from safeaccess.server.cli import main
 from safeaccess.server.config import DataDir
 from safeaccess.server.db import StepRow
 from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.qss_settings import QssSettings
+from safeaccess.server.record_ids import read_ids
 from safeaccess.server.states import StepState
 from safeaccess.server.store import StepOutcome, Store
 
@@ -63,7 +65,9 @@ def test_register_project_researcher_and_dataset_versions(root: Path, tmp_path: 
     )
     args = ["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta), *d]
     assert main([*args, "--project", "p1"]) == 0
-    assert main([*args, "--project", "p1"]) == 0
+    assert main([*args, "--project", "p1", "--qss-mode", "atoms"]) == 0
+    # the audit scope is fixed by the first version
+    assert main([*args, "--project", "p1", "--qss-scope", "researcher"]) == 2
     data = DataDir(root)
     store = Store(data.database_url(data.load_config()))
     try:
@@ -71,14 +75,33 @@ def test_register_project_researcher_and_dataset_versions(root: Path, tmp_path: 
         v1 = store.find_dataset("census", 1)
         v2 = store.find_dataset("census")
         assert v1 is not None and v2 is not None and v2.version == 2
+        assert store.qss_settings("census") == QssSettings(mode="atoms", scope="project")
         stored = pd.read_parquet(root / v1.path)
-        # Row order (record ids) and values survive the CSV -> Parquet conversion.
-        assert stored["person_id"].tolist() == frame["person_id"].tolist()
+        # Row order and values survive the CSV -> Parquet conversion; the record key is not in
+        # the sandbox's copy but maps each row to its stable id, the same in both versions.
+        assert "person_id" not in stored.columns
         assert stored["income"].tolist() == pytest.approx(frame["income"].tolist())
+        ids = read_ids(root / v2.path, v2.rows)
+        assert ids.tolist() == list(range(len(frame)))
         assert not (root / v1.path).stat().st_mode & 0o222  # read-only
         assert [d.name for d in store.datasets_for("ada")] == ["census", "census"]
     finally:
         store.close()
+
+
+def test_metadata_naming_another_version_is_refused(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv, meta = _files(tmp_path, generate_census(200, seed=1))
+    d = ["--data-dir", str(root)]
+    assert main(["project", "add", "p1", *d]) == 0
+    args = ["dataset", "add", "census", "--data", str(csv), "--metadata", str(meta)]
+    meta.write_text(census_metadata("census").model_copy(update={"version": 2}).model_dump_json())
+    assert main([*args, "--project", "p1", *d]) == 2
+    assert "describes census@2" in capsys.readouterr().err
+    assert not list((root / "datasets").glob("census/*.parquet"))
+    meta.write_text(census_metadata("census").model_copy(update={"version": 1}).model_dump_json())
+    assert main([*args, "--project", "p1", *d]) == 0
 
 
 @pytest.mark.parametrize(
@@ -274,3 +297,28 @@ def test_demo_switches_to_docker_with_one_variable(
     assert "(sandbox: docker)" in text
     assert text.count("decision: RELEASED") == 3 and text.count("decision: WITHHELD") == 1
     assert DataDir(tmp_path / "demo").load_config().sandbox.docker.image == sandbox_image
+
+
+def test_auditor_add_registers_a_key_for_the_audit_endpoints_only(
+    root: Path, tmp_path: Path
+) -> None:
+    from safeaccess.client.keys import generate_keypair
+    from safeaccess.server.config import DataDir
+    from safeaccess.server.store import Store
+
+    _private, pub = generate_keypair("eve", tmp_path / "keys")
+    d = ["--data-dir", str(root)]
+    assert main(["auditor", "add", "eve", "--key", str(pub), *d]) == 0
+    assert main(["auditor", "add", "eve", "--key", str(pub), *d]) == 0  # same key: no change
+    _other, pub2 = generate_keypair("eve2", tmp_path / "keys")
+    assert main(["auditor", "add", "eve", "--key", str(pub2), *d]) == 2  # another key
+    assert main(["auditor", "add", "not ok", "--key", str(pub), *d]) == 2
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        assert store.get_auditor("eve") is not None
+        assert store.get_researcher("eve") is None
+        added = [e for e in store.events() if e.kind == "auditor_added"]
+        assert len(added) == 1 and added[0].data["auditor"] == "eve"
+    finally:
+        store.close()

@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from safeaccess.server.db import Base, EventRow, SequenceRow, StepRow
-from safeaccess.server.errors import Conflict, NotFound
+from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+from safeaccess.server.qss_settings import QssSettings
 from safeaccess.server.states import IllegalTransition, StepState
-from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.store import QssCommit, StepOutcome, Store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -71,7 +72,10 @@ def test_open_creates_a_running_sequence_and_step_with_an_event(store: Store) ->
     before = _count_events(store)
     seq, step = _open(store)
     assert (seq.state, seq.current_index, step.state) == ("running", 1, "running")
-    assert _count_events(store) == before + 1
+    # One transaction, three audit records: the header, the reveal of step 1, its run.
+    assert _count_events(store) == before + 3
+    kinds = [e.kind for e in store.events(seq.id)]
+    assert kinds == ["sequence_opened", "step_revealed", "run_started"]
 
 
 def test_a_header_is_accepted_once(store: Store) -> None:
@@ -185,24 +189,59 @@ def test_illegal_step_transition_rolls_back(store: Store) -> None:
     assert store.get_sequence(seq.id).state == "running"  # type: ignore[union-attr]
 
 
-def test_history_holds_only_released_outputs_of_this_researcher_and_dataset(
-    store: Store,
-) -> None:
+def test_the_audit_state_pointer_moves_with_the_step_outcome(store: Store) -> None:
     seq, _ = _open(store)
-    store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED, output={"k": 1}), {})
+    first = QssCommit(scope="d/project/p", base=None, digest="a" * 64, n_records=10)
+    store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=first)
+    pointer = store.qss_pointer("d/project/p")
+    assert pointer is not None and (pointer.digest, pointer.n_records, pointer.admitted) == (
+        "a" * 64,
+        10,
+        1,
+    )
+    assert store.qss_pointer("d/project/other") is None
+
+
+def test_a_pointer_moved_meanwhile_refuses_the_whole_step(store: Store) -> None:
+    # Another admission (another replica) moved the scope's state after this step was admitted
+    # against the old one: nothing of the step is recorded, the caller admits again.
+    seq, _ = _open(store)
+    store.settle_step(
+        seq.id,
+        1,
+        StepOutcome(state=StepState.RELEASED),
+        {},
+        qss=QssCommit(scope="s", base=None, digest="a" * 64, n_records=10),
+    )
     seq2, _ = _open(store, seq_id="d" * 32, header=b"h3")
-    store.settle_step(seq2.id, 1, StepOutcome(state=StepState.WITHHELD, output={"k": 2}), {})
-    assert store.released_outputs("ada", 1, exclude_sequence_step=("x", 0)) == [{"k": 1}]
-    assert store.released_outputs("ada", 1, exclude_sequence_step=(seq.id, 1)) == []
-    assert store.released_outputs("bob", 1, exclude_sequence_step=("x", 0)) == []
+    stale = QssCommit(scope="s", base=None, digest="b" * 64, n_records=10)
+    with pytest.raises(Conflict) as caught:
+        store.settle_step(seq2.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=stale)
+    assert caught.value.code == "qss_state_changed"
+    assert store.get_step(seq2.id, 1).state == "running"  # type: ignore[union-attr]
+    assert store.qss_pointer("s").digest == "a" * 64  # type: ignore[union-attr]
+    fresh = QssCommit(scope="s", base="a" * 64, digest="b" * 64, n_records=12)
+    store.settle_step(seq2.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=fresh)
+    assert store.qss_pointer("s").admitted == 2  # type: ignore[union-attr]
 
 
-def test_history_includes_outputs_waiting_for_review(store: Store) -> None:
-    seq, _ = _open(store)
-    store.settle_step(seq.id, 1, StepOutcome(state=StepState.REVIEW, output={"k": 3}), {})
-    assert store.released_outputs("ada", 1, exclude_sequence_step=("x", 0)) == [{"k": 3}]
-    store.decide_review(seq.id, 1, approve=False, reviewer="carol", note="", event_data={})
-    assert store.released_outputs("ada", 1, exclude_sequence_step=("x", 0)) == []
+def test_qss_settings_default_and_scope_is_fixed(store: Store) -> None:
+    assert store.qss_settings("d") == QssSettings()
+    store.add_dataset(
+        name="e",
+        version=1,
+        project="p",
+        path="e.parquet",
+        sha256="0" * 64,
+        rows=10,
+        metadata={"name": "e"},
+        rules_path=None,
+        qss=QssSettings(mode="atoms", scope="dataset"),
+    )
+    assert store.qss_settings("e") == QssSettings(mode="atoms", scope="dataset")
+    assert store.resolve_qss_settings("e", None) == QssSettings(mode="atoms", scope="dataset")
+    with pytest.raises(InvalidRequest, match="scope cannot change"):
+        store.resolve_qss_settings("e", QssSettings(scope="project"))
 
 
 def test_nonces_are_remembered_until_they_expire(store: Store) -> None:

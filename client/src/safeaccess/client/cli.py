@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from safeaccess.client.audit.cli import CommandError as AuditCommandError
 from safeaccess.client.keys import (
     PUBLIC_SUFFIX,
     KeyFileError,
@@ -36,7 +37,13 @@ class CommandError(Exception):
 
 
 # Errors that are the user's to fix: reported without a traceback.
-USER_ERRORS: tuple[type[Exception], ...] = (CommandError, KeyFileError, ProtocolError, OSError)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    CommandError,
+    KeyFileError,
+    ProtocolError,
+    OSError,
+    AuditCommandError,
+)
 
 
 def _print_key(name: str | None, path: Path | None, pem: str, fp: str) -> None:
@@ -156,9 +163,16 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.set_defaults(handler=_run)
 
 
+def _add_audit(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from safeaccess.client.audit.cli import add_audit
+
+    add_audit(subparsers)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_keys,
     _add_run,
+    _add_audit,
 ]
 
 

@@ -49,6 +49,18 @@ class DatasetMetadata(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     columns: list[Column] = Field(min_length=1)
+    record_key: str | None = Field(
+        default=None,
+        description="The identifier column that names the same person (record) in every version "
+        "of the dataset, e.g. 'person_id'. The server maps it to stable record ids for auditing "
+        "query sets across versions; like every identifier it never reaches an analysis.",
+    )
+    version: int | None = Field(
+        default=None,
+        ge=1,
+        description="The dataset version this metadata describes (as the catalogue lists it); "
+        "None when it describes the dataset without naming a version.",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> DatasetMetadata:
@@ -56,11 +68,60 @@ class DatasetMetadata(BaseModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate column names: {', '.join(dupes)}")
+        if self.record_key is not None:
+            key = self.column(self.record_key)
+            if key is None or key.type != "identifier":
+                raise ValueError(
+                    f"record_key {self.record_key!r} must name a column of type 'identifier'"
+                )
+            if key.contributor:
+                raise ValueError(
+                    f"record_key {self.record_key!r} cannot also be the contributor column"
+                )
         return self
+
+    @property
+    def identifier_columns(self) -> list[str]:
+        """Columns of type 'identifier': never visible to analyses or scripts."""
+        return [c.name for c in self.columns if c.type == "identifier"]
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
 
     @property
+    def label(self) -> str:
+        """`name@version`, or the bare name when the metadata names no version."""
+        return self.name if self.version is None else f"{self.name}@{self.version}"
+
+    @property
     def contributor_column(self) -> str | None:
         return next((c.name for c in self.columns if c.contributor), None)
+
+
+def split_dataset(dataset: str) -> tuple[str, int | None]:
+    """'census' -> ('census', None); 'census@2' -> ('census', 2). ValueError if malformed."""
+    base, sep, version = dataset.partition("@")
+    if not base:
+        raise ValueError("a dataset reference needs a name, e.g. 'census' or 'census@2'")
+    if not sep:
+        return base, None
+    if not version.isdigit() or int(version) < 1:
+        raise ValueError(
+            f"dataset {dataset!r}: the version after '@' must be a positive number, e.g. '{base}@1'"
+        )
+    return base, int(version)
+
+
+def check_describes(metadata: DatasetMetadata, dataset: str) -> None:
+    """ValueError unless `metadata` describes `dataset` ('name' or 'name@version').
+
+    Metadata of `people` describes `people@1` when it names no version or version 1.
+    """
+    base, version = split_dataset(dataset)
+    if metadata.name != base:
+        raise ValueError(f"the metadata describes dataset {metadata.name!r}, not {base!r}")
+    if version is not None and metadata.version is not None and metadata.version != version:
+        raise ValueError(
+            f"the metadata describes {metadata.label}, but the plan is pinned to {dataset}; "
+            "take the metadata of that version from the catalogue"
+        )

@@ -1,10 +1,12 @@
 """A fluent builder for the sequence of analyses a researcher binds herself to.
 
-    plan = Plan("census")
+    plan = Plan("census@2", metadata)          # version 2 of census, checked against its metadata
     plan.frequency_table(rows="region", cols="sex", where="age >= 18")
     plan.ols("log(income) ~ age + C(sex)", where="age >= 18")
-    plan.validate(metadata)
     sealed = plan.seal(key, researcher="alice", project="p1", server="tre.example")
+
+With a session the metadata and the sealing details come from the server:
+`plan = session.plan("census@2")`, `sealed = session.seal(plan)`.
 
 Each method checks its own arguments at once (the analysis schema, the filter and formula grammar
 and, when the plan knows the dataset's metadata, the columns and types), so a mistake is reported
@@ -34,7 +36,7 @@ from safeaccess.client.analyses import (
     SummaryStatistic,
     to_body,
 )
-from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.metadata import DatasetMetadata, check_describes, split_dataset
 from safeaccess.client.validation import AnalysisInvalid, Problem, check_grammar, validate
 
 if TYPE_CHECKING:
@@ -50,13 +52,19 @@ def _names(value: Columns | None) -> list[str]:
 
 
 class Plan:
-    """An ordered list of analyses on one dataset, to be validated and sealed."""
+    """An ordered list of analyses on one dataset, to be validated and sealed.
+
+    `dataset` is a name (`census`: the server runs the newest version when the sequence is
+    opened) or a pinned version (`census@2`: that version only, or the open is refused). The
+    header carries it as given; the step results say which version ran.
+    """
 
     def __init__(self, dataset: str, metadata: DatasetMetadata | None = None) -> None:
         if not dataset:
             raise ValueError("a plan needs the name of the dataset it analyses")
-        if metadata is not None and metadata.name != dataset:
-            raise ValueError(f"the metadata describes dataset {metadata.name!r}, not {dataset!r}")
+        self.name, self.version = split_dataset(dataset)
+        if metadata is not None:
+            check_describes(metadata, dataset)
         self.dataset = dataset
         self.metadata = metadata
         self._analyses: list[Analysis] = []
@@ -256,10 +264,7 @@ class Plan:
         metadata = metadata or self.metadata
         if metadata is None:
             raise ValueError("validate() needs the dataset's metadata")
-        if metadata.name != self.dataset:
-            raise ValueError(
-                f"the metadata describes dataset {metadata.name!r}, not {self.dataset!r}"
-            )
+        check_describes(metadata, self.dataset)
         problems: list[Problem] = []
         for i, analysis in enumerate(self._analyses):
             try:

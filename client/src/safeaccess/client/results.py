@@ -17,6 +17,8 @@ import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from safeaccess.client.audit.records import opens
+
 if TYPE_CHECKING:
     from safeaccess.client.protocol.sealed import SealedSequence
 
@@ -75,6 +77,19 @@ class StepResult:
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     review_note: str | None = None
     withhold_budget: WithholdBudget | None = None
+    dataset: str | None = None
+    dataset_version: int | None = None
+
+    @property
+    def dataset_label(self) -> str | None:
+        """`name@version` of the dataset version the step ran on, when the server says."""
+        if self.dataset is None:
+            return None
+        return (
+            self.dataset
+            if self.dataset_version is None
+            else (f"{self.dataset}@{self.dataset_version}")
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepResult:
@@ -98,6 +113,10 @@ class StepResult:
             error_message=error.get("message"),
             ruleset=data.get("ruleset"),
             sequence_state=data.get("sequence_state", ""),
+            dataset=data.get("dataset"),
+            dataset_version=(
+                int(data["dataset_version"]) if data.get("dataset_version") is not None else None
+            ),
             receipt=data.get("receipt"),
             raw=data,
             review_note=data.get("review_note"),
@@ -162,7 +181,8 @@ class StepResult:
     def describe(self) -> str:
         """A short human account of this step's outcome."""
         what = self.kind or "analysis"
-        head = f"step {self.index} ({what}): {self.status.upper()}"
+        on = f" on {self.dataset_label}" if self.dataset_label else ""
+        head = f"step {self.index} ({what}): {self.status.upper()}{on}"
         lines = [head]
         if self.withheld or self.in_review or self.awaiting_approval:
             lines += [f"  - {reason}" for reason in self.reasons]
@@ -188,13 +208,22 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _opens(fields: dict[str, Any], output: Any) -> bool:
+    """Whether the receipt's opening (salt) opens its commitment to `output`."""
+    try:
+        salt = bytes.fromhex(str(fields.get("output_opening")))
+    except ValueError:
+        return False
+    return opens(str(fields.get("output_commitment")), salt, output)
+
+
 def verify_receipt(
     result: StepResult, server_key: Ed25519PublicKey, sealed: SealedSequence | None = None
 ) -> None:
     """Check the centre's signed receipt for a step in a final state, or raise ReceiptInvalid.
 
     The receipt must verify with `server_key` and state exactly this step's outcome: sequence,
-    index, state, the output received (by its canonical-JSON SHA-256) and, given the sealed
+    index, state, the output received (its salted commitment, opened by the receipt) and, given the sealed
     sequence, the header, trace and body that were revealed.
     """
     if result.status not in FINAL_STATES:
@@ -216,10 +245,11 @@ def verify_receipt(
         "step": result.index,
         "state": result.status,
         "last": result.last,
-        "output_sha256": (
-            _sha256(rfc8785.dumps(result.output)) if result.output is not None else None
-        ),
     }
+    if result.output is None:
+        expected["output_commitment"] = None
+    elif not _opens(fields, result.output):
+        expected["output_commitment"] = "a commitment opened by the receipt's salt"
     if sealed is not None:
         trace, body = sealed.reveal_for(result.index)
         expected.update(

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Generator
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -25,6 +26,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from safeaccess.client.httpsig import sign_request
 from safeaccess.client.keys import load_private_key, public_key_from_raw, public_key_raw
+from safeaccess.client.metadata import Column, DatasetMetadata, split_dataset
+from safeaccess.client.plan import Plan
 from safeaccess.client.protocol.sealed import SealedSequence
 from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
 
@@ -47,6 +50,12 @@ class ServerError(SessionError):
 
 class WrongServer(SessionError):
     code = "wrong_server"
+
+
+class UnknownDataset(SessionError):
+    """The catalogue lists no dataset (or no such version) under the name asked for."""
+
+    code = "unknown_dataset"
 
 
 class BadReceipt(SessionError):
@@ -105,6 +114,7 @@ class Session:
         self.url = url.rstrip("/")
         self.server_key = server_key
         self.researcher = researcher
+        self._key = key
         self.retries = retries
         self.retry_wait = retry_wait
         self._http = httpx.Client(
@@ -166,6 +176,62 @@ class Session:
         """The catalogue of datasets you may analyse: names, descriptions, column metadata."""
         data = self._retrying(lambda: self._request("GET", "/v1/datasets"))
         return list(data["datasets"])
+
+    def catalogue_entry(self, dataset: str) -> dict[str, Any]:
+        """The catalogue entry of `dataset`: 'name@version', or the newest version of 'name'."""
+        name, version = split_dataset(dataset)
+        entries = [d for d in self.datasets() if d["name"] == name]
+        if version is not None:
+            entries = [d for d in entries if int(d["version"]) == version]
+        if not entries:
+            listed = sorted({f"{d['name']}@{d['version']}" for d in self.datasets()})
+            raise UnknownDataset(
+                f"the catalogue has no dataset {dataset!r} you may analyse; it lists "
+                f"{', '.join(listed) or 'nothing for you'}"
+            )
+        return max(entries, key=lambda d: int(d["version"]))
+
+    def metadata(self, dataset: str) -> DatasetMetadata:
+        """The published metadata of `dataset` ('name@version', or the newest 'name')."""
+        entry = self.catalogue_entry(dataset)
+        return DatasetMetadata(
+            name=entry["name"],
+            version=int(entry["version"]),
+            description=entry.get("description", ""),
+            columns=[Column.model_validate(c) for c in entry["columns"]],
+        )
+
+    def plan(self, dataset: str) -> Plan:
+        """A plan on `dataset` with its metadata from the catalogue, so every analysis added is
+        checked against it at once.
+
+        `census@2` pins that version; a bare `census` is pinned to the newest version the
+        catalogue lists now, the one whose metadata the plan is checked against.
+        """
+        metadata = self.metadata(dataset)
+        return Plan(metadata.label, metadata)
+
+    def seal(
+        self,
+        plan: Plan,
+        key: Ed25519PrivateKey | None = None,
+        *,
+        expires: datetime | timedelta | None = None,
+    ) -> SealedSequence:
+        """Seal `plan` for this server: the researcher is this session's, the project the one
+        the catalogue files the dataset under, the server id the one this server announces.
+
+        `key` defaults to the session's signing key (the researcher's own).
+        """
+        entry = self.catalogue_entry(plan.dataset)
+        server = str(self.health()["server_id"])
+        return plan.seal(
+            key or self._key,
+            researcher=self.researcher,
+            project=str(entry["project"]),
+            server=server,
+            expires=expires,
+        )
 
     def sequences(self) -> list[dict[str, Any]]:
         """Your sequences, each with the state of its steps."""

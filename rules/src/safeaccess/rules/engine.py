@@ -1,8 +1,8 @@
-"""The output-checking engine: `check(output, ruleset, *, history) -> Decision`.
+"""The output-checking engine: `check(output, ruleset) -> Decision`.
 
-CONTRACT used by the server pipeline: `check(output, ruleset=None, *, history=())`, where
-`history` holds the outputs already released earlier to the same researcher on the same dataset
-(so checks can see statistics that combine across a sequence). `RuleSet`, `DEFAULT_RULESET`,
+CONTRACT used by the server pipeline: `check(output, ruleset=None)` checks one output on its own.
+What outputs combined across releases reveal is the query-set auditor's job
+(`safeaccess.rules.qss`), which the server runs after this check. `RuleSet`, `DEFAULT_RULESET`,
 `check` and `mitigate` stay importable from this module.
 
 Each output class is routed to its check module in `safeaccess.rules.checks`; every finding names
@@ -13,8 +13,6 @@ silently.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from safeaccess.rules.checks._common import Located
 from safeaccess.rules.checks.correlation import correlation_findings
 from safeaccess.rules.checks.regression import regression_findings
@@ -23,7 +21,6 @@ from safeaccess.rules.checks.summary import summary_findings
 from safeaccess.rules.checks.survival import survival_findings
 from safeaccess.rules.checks.tables import table_findings as _table_findings
 from safeaccess.rules.decision import Decision, Finding, combine
-from safeaccess.rules.differencing import differencing_findings
 from safeaccess.rules.mitigation import MitigationError, mitigate, mitigation_notes
 from safeaccess.rules.outputs import (
     CorrelationOutput,
@@ -54,12 +51,12 @@ def table_findings(output: TableOutput, ruleset: RuleSet | None = None) -> list[
     return _table_findings(output, ruleset or DEFAULT_RULESET)
 
 
-def _findings(output: Output, rs: RuleSet, history: Sequence[Output]) -> list[Finding]:
+def _findings(output: Output, rs: RuleSet) -> list[Finding]:
     if isinstance(output, TableOutput):
         found = [loc.finding for loc in _table_findings(output, rs)]
         return found + mitigation_notes(output)
     if isinstance(output, SummaryOutput):
-        return summary_findings(output, rs, history)
+        return summary_findings(output, rs)
     if isinstance(output, RegressionOutput):
         return regression_findings(output, rs)
     if isinstance(output, CorrelationOutput):
@@ -86,14 +83,10 @@ def _findings(output: Output, rs: RuleSet, history: Sequence[Output]) -> list[Fi
     ]
 
 
-def check(
-    output: Output, ruleset: RuleSet | None = None, *, history: Sequence[Output] = ()
-) -> Decision:
+def check(output: Output, ruleset: RuleSet | None = None) -> Decision:
     """Check one typed output against a rule set and decide release / withhold / review."""
     rs = ruleset or DEFAULT_RULESET
-    findings = _findings(output, rs, history)
-    if history:
-        findings += differencing_findings(output, history, rs.threshold)
+    findings = _findings(output, rs)
     return Decision(
         verdict=combine(findings),
         findings=findings,

@@ -250,7 +250,7 @@ def _recompute(
 
 def _drop_records(qs: QuerySet | None, sup_body: np.ndarray) -> QuerySet | None:
     """Records in suppressed cells are no longer behind any released aggregate."""
-    if qs is None or len(qs.labels) != sup_body.size:
+    if qs is None or not qs.attached or len(qs.labels) != sup_body.size:
         return qs
     index = qs.to_array().copy()
     hidden = np.flatnonzero(sup_body.ravel())

@@ -13,11 +13,10 @@ client's analysis language. New optional fields may be added with defaults; name
 
 from __future__ import annotations
 
-import base64
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 Label = str | int | float | bool | None
 
@@ -27,25 +26,39 @@ class _Model(BaseModel):
 
 
 class QuerySet(_Model):
-    """The records behind each released aggregate, over the dataset's stable record ids.
+    """The records behind each released aggregate of one output.
 
-    `cell_index` is a little-endian int32 array, base64-encoded, one entry per record of the
-    dataset version in stored order (record id = position): the index of the released cell/group
-    the record falls in, or -1 when the record is not behind any released aggregate (filtered out,
-    missing values). For an output with one aggregate (e.g. a regression) every included record
-    has index 0.
+    The per-record array (little-endian int32, one entry per record of the dataset version in
+    stored order: the index of the released cell/group the record falls in, or -1 when the record
+    is behind no released aggregate) never travels as JSON: at 10 M records it is 40 MB. The
+    runner sends it as binary side array number `array` of its reply (`sandbox.backend`
+    `encode_reply` / `decode_reply`), and the decoded array is attached to this object again on
+    the server. For an output with one aggregate (e.g. a regression) every included record has
+    index 0.
     """
 
     labels: list[str] = Field(description="Human name of each cell/group index, in order.")
-    cell_index: str
+    array: int = Field(default=0, ge=0, description="Index of the side array in the reply.")
+    _values: np.ndarray | None = PrivateAttr(default=None)
 
     @classmethod
     def from_array(cls, labels: list[str], index: np.ndarray) -> QuerySet:
-        data = np.ascontiguousarray(index, dtype="<i4").tobytes()
-        return cls(labels=labels, cell_index=base64.b64encode(data).decode("ascii"))
+        qs = cls(labels=labels)
+        qs.attach(index)
+        return qs
+
+    def attach(self, index: np.ndarray) -> None:
+        """Attach the per-record array (after it travelled on the side channel)."""
+        self._values = np.ascontiguousarray(index, dtype="<i4")
+
+    @property
+    def attached(self) -> bool:
+        return self._values is not None
 
     def to_array(self) -> np.ndarray:
-        return np.frombuffer(base64.b64decode(self.cell_index), dtype="<i4")
+        if self._values is None:
+            raise ValueError("the query set's per-record array is not attached")
+        return self._values
 
 
 class CellFacts(_Model):
@@ -198,6 +211,30 @@ class RegressorFacts(_Model):
     zeros: int | None = None
 
 
+class LeverageFacts(_Model):
+    """The largest leverages (hat values) of the records behind a model, never which records.
+
+    A record with leverage near 1 is fitted almost exactly, so its response can be read back
+    from the released estimates. For GLMs the hat values are taken at the fitted IRLS weights;
+    for correlations, over the simple regressions each pair of variables gives (both ways); for
+    a two-sample test, of the regression on the group indicator (1/n per group of n).
+    """
+
+    n: int = Field(description="Records the model was fitted on.")
+    max: float = Field(description="The largest hat value (0 when there are no records).")
+    top: list[float] = Field(
+        default_factory=list,
+        description="The largest hat values, descending (at most 50): how many records exceed a "
+        "limit, counted without saying which.",
+    )
+
+    def count_over(self, limit: float) -> tuple[int, bool]:
+        """(records with leverage above `limit`, whether that count may be higher: the list is
+        capped and every value in it is over the limit)."""
+        over = sum(1 for h in self.top if h > limit)
+        return over, over == len(self.top) and over < self.n
+
+
 class RegressionFacts(_Model):
     n: int
     df_resid: float
@@ -206,6 +243,9 @@ class RegressionFacts(_Model):
     saturated: bool = Field(description="Parameters equal the number of distinct covariate cells.")
     regressors: list[RegressorFacts]
     query_set: QuerySet | None = None
+    leverage: LeverageFacts | None = Field(
+        default=None, description="Hat values of the fitted model (None: not computed)."
+    )
 
 
 class RegressionOutput(_Model):
@@ -230,6 +270,11 @@ class CorrelationFacts(_Model):
         description="For each binary-by-binary pair 'a|b', its 2x2 count table.",
     )
     query_set: QuerySet | None = None
+    leverage: LeverageFacts | None = Field(
+        default=None,
+        description="Hat values of the simple regressions the correlations contain, each pair "
+        "both ways (None: not computed).",
+    )
 
 
 class CorrelationOutput(_Model):
@@ -246,6 +291,11 @@ class TestFacts(_Model):
     group_counts: dict[str, int] = Field(default_factory=dict)
     table: list[list[int]] | None = Field(default=None, description="chi2 contingency counts.")
     query_set: QuerySet | None = None
+    leverage: LeverageFacts | None = Field(
+        default=None,
+        description="t tests: hat values of the regression on the group indicator (None: not "
+        "computed, or a chi-square test).",
+    )
 
 
 class TestOutput(_Model):
@@ -333,6 +383,12 @@ Output = Annotated[
     | ScriptOutput,
     Field(discriminator="type"),
 ]
+
+
+def query_set_of(output: BaseModel) -> QuerySet | None:
+    """The output's query set, if its kind has one."""
+    found = getattr(getattr(output, "facts", None), "query_set", None)
+    return found if isinstance(found, QuerySet) else None
 
 
 def public(output: BaseModel) -> dict[str, Any]:

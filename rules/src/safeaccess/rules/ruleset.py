@@ -111,6 +111,26 @@ class RuleSet(BaseModel):
         "sequence needs an output checker's approval; None disables the budget.",
     )
 
+    leverage_limit: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="Largest leverage (hat value) a model may give any record; None means "
+        "1/threshold, the leverage of a record in a saturated cell of `threshold` records; 1.0 "
+        "turns the check off.",
+    )
+
+    @field_validator("leverage_limit", mode="before")
+    @classmethod
+    def _limit_number(cls, value: object) -> object:
+        # `leverage_limit: 1` in YAML is an int; strict mode would refuse it as a float
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @property
+    def leverage_limit_value(self) -> float:
+        """The leverage limit in force: `leverage_limit`, or 1/threshold when it is not set."""
+        return self.leverage_limit if self.leverage_limit is not None else 1.0 / self.threshold
+
     @field_validator("version", mode="before")
     @classmethod
     def _version_text(cls, value: object) -> object:

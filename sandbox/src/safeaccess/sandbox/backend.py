@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from safeaccess.rules.outputs import Output
+from safeaccess.rules.outputs import Output, query_set_of
 
 
 class Limits(BaseModel):
@@ -83,7 +83,15 @@ class RunnerReply:
 
 
 def encode_reply(response: RunnerResponse, arrays: list[np.ndarray] | tuple[()] = ()) -> bytes:
-    """The bytes the runner writes on stdout for `response` and its binary arrays."""
+    """The bytes the runner writes on stdout for `response` and its binary arrays.
+
+    Without explicit `arrays`, the output's per-record query set (if any) becomes side array 0 and
+    its JSON carries only the labels and that index."""
+    if not arrays and response.output is not None:
+        qs = query_set_of(response.output)
+        if qs is not None and qs.attached:
+            qs.array = 0
+            arrays = [qs.to_array()]
     body = response.model_dump_json().encode("utf-8")
     parts = [REPLY_MAGIC, _U32.pack(len(body)), body, _U32.pack(len(arrays))]
     for array in arrays:
@@ -119,15 +127,38 @@ def decode_reply(data: bytes | bytearray | memoryview) -> RunnerReply | None:
             return None
     except (struct.error, ValueError):
         return None
+    if response.output is not None:
+        # Put the query set's array back where the output says it is; a reference to an array
+        # that is not there, or one of another shape, makes the whole reply invalid.
+        qs = query_set_of(response.output)
+        if qs is not None:
+            if qs.array >= len(arrays) or arrays[qs.array].ndim != 1:
+                return None
+            values = arrays[qs.array]
+            if len(values) and (int(values.min()) < -1 or int(values.max()) >= len(qs.labels)):
+                return None
+            qs.attach(values)
     return RunnerReply(response=response, arrays=arrays)
 
 
 class RunResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     output: Output
     wall_seconds: float
     backend: str
+    query_sets: list[np.ndarray] = Field(
+        default_factory=list,
+        exclude=True,
+        description="The output's per-record query-set arrays, as the reply carried them "
+        "(also attached to the output's query set); never serialised.",
+    )
+
+
+def side_arrays(output: Output) -> list[np.ndarray]:
+    """The per-record arrays attached to an output, for `RunResult.query_sets`."""
+    qs = query_set_of(output)
+    return [qs.to_array()] if qs is not None and qs.attached else []
 
 
 class SandboxError(Exception):

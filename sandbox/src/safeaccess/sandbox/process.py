@@ -55,6 +55,7 @@ from safeaccess.sandbox.backend import (
     SandboxUnavailable,
     decode_reply,
     expected_output,
+    side_arrays,
 )
 
 DATASET_PATH = "/data/dataset.parquet"
@@ -488,7 +489,9 @@ class ProcessBackend:
                 )
             raise AnalysisFailed(code, message)
         output = expected_output(job, response.output)
-        return RunResult(output=output, wall_seconds=wall, backend=self.name)
+        return RunResult(
+            output=output, wall_seconds=wall, backend=self.name, query_sets=side_arrays(output)
+        )
 
     def _crash(self, outcome: _Outcome, limits: Limits) -> SandboxError:
         cpu = outcome.cpu_seconds

@@ -144,6 +144,26 @@ def _known_error(exc: Exception) -> RunnerResponse | None:
     return None
 
 
+def _read_dataset(
+    dataset: IO[bytes] | str, analysis: Analysis, metadata: DatasetMetadata
+) -> pd.DataFrame:
+    """The dataset's columns the analysis needs (those the sandbox copy holds), in stored order."""
+    import pyarrow.parquet as pq
+
+    from safeaccess.sandbox.columns import needed_columns
+
+    wanted = needed_columns(analysis, metadata)
+    if wanted is None:
+        return pd.read_parquet(dataset, engine="pyarrow")
+    present = set(pq.read_schema(dataset).names)
+    if not isinstance(dataset, str):
+        dataset.seek(0)
+    columns = [c for c in wanted if c in present]
+    if not columns:
+        return pd.read_parquet(dataset, engine="pyarrow")
+    return pd.read_parquet(dataset, engine="pyarrow", columns=columns)
+
+
 def run_request(request: RunnerRequest, dataset: IO[bytes] | str) -> RunnerResponse:
     """Run one request against an open dataset file (or path) and build the response."""
     try:
@@ -153,7 +173,7 @@ def run_request(request: RunnerRequest, dataset: IO[bytes] | str) -> RunnerRespo
         fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
         return _error("bad_analysis", f"invalid analysis or metadata at: {', '.join(fields)}")
     try:
-        frame = pd.read_parquet(dataset, engine="pyarrow")
+        frame = _read_dataset(dataset, analysis, metadata)
     except MemoryError:
         return _error("limit_memory", "the dataset does not fit in the sandbox's memory limit")
     except Exception:

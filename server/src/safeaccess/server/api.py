@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from safeaccess.server import api_audit
 from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
 from safeaccess.server.schemas import (
     Catalogue,
@@ -223,5 +224,12 @@ def create_app(service: Service) -> FastAPI:
             auth.researcher, sequence_id, index, parse_body(RevealRequest, auth.body)
         )
 
+    @app.get("/v1/sequences/{sequence_id}/steps/{index}/proof", tags=["sequences"])
+    def step_proof(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> dict[str, Any]:
+        """Your step's outcome entry in the audit log, its inclusion proof and a signed
+        checkpoint: check your receipt against the log (`safeaccess audit receipt`)."""
+        return service.audit.step_proof(auth.researcher, sequence_id, index)
+
+    api_audit.register(app, service)
     app.add_middleware(BodyLimit, limit=service.config.max_body_bytes)
     return app

@@ -12,6 +12,7 @@ import getpass
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
@@ -72,6 +73,41 @@ def _researcher_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _qss_settings(args: argparse.Namespace, store: Any) -> Any:
+    """The auditor settings asked for on the command line (over the dataset's current ones)."""
+    from safeaccess.server.qss_settings import QssSettings
+
+    asked = {
+        key: value
+        for key, value in (
+            ("mode", args.qss_mode),
+            ("scope", args.qss_scope),
+            ("atom_cap", args.qss_atom_cap),
+        )
+        if value is not None
+    }
+    if not asked:
+        return None
+    current = store.qss_settings(args.name)
+    return QssSettings(**{**current.model_dump(), **asked})
+
+
+def _auditor_add(args: argparse.Namespace) -> int:
+    if not valid_keyid(args.name):
+        raise ConfigError(
+            f"auditor name {args.name!r}: use up to 128 letters, digits and _ . @ - "
+            "(it is the key id her requests are signed with)"
+        )
+    key = load_public_key(args.key)
+    store = _store(_data(args))
+    try:
+        store.add_auditor(args.name, public_key_text(key), fingerprint(key))
+    finally:
+        store.close()
+    print(f"auditor {args.name} ({fingerprint(key)}): may read the audit log, nothing else")
+    return EXIT_OK
+
+
 def _dataset_add(args: argparse.Namespace) -> int:
     from safeaccess.server.datasets import load_metadata, read_table, register_dataset
 
@@ -97,6 +133,7 @@ def _dataset_add(args: argparse.Namespace) -> int:
             metadata=load_metadata(args.metadata),
             project=project,
             rules_file=args.rules,
+            qss=_qss_settings(args, store),
         )
     finally:
         store.close()
@@ -312,6 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     radd.set_defaults(handler=_researcher_add)
 
+    auditor = sub.add_parser("auditor", help="auditors").add_subparsers(
+        dest="auditor_command", required=True, metavar="ACTION"
+    )
+    aadd = auditor.add_parser(
+        "add", parents=[common], help="register an auditor's public key (audit endpoints only)"
+    )
+    aadd.add_argument("name", metavar="NAME")
+    aadd.add_argument("--key", type=Path, required=True, help="her Ed25519 public key PEM")
+    aadd.set_defaults(handler=_auditor_add)
+
     dataset = sub.add_parser("dataset", help="datasets").add_subparsers(
         dest="dataset_command", required=True, metavar="ACTION"
     )
@@ -325,6 +372,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--project", default=None, help="project the dataset belongs to (default: the only one)"
     )
     dadd.add_argument("--rules", type=Path, default=None, help="rule-set overrides (YAML)")
+    dadd.add_argument(
+        "--qss-mode",
+        choices=("span", "atoms"),
+        default=None,
+        help="query-set auditing across releases: span (default) or the stricter atoms",
+    )
+    dadd.add_argument(
+        "--qss-scope",
+        choices=("researcher", "project", "dataset"),
+        default=None,
+        help="whose releases are audited together (default project; fixed by the first version)",
+    )
+    dadd.add_argument(
+        "--qss-atom-cap",
+        type=int,
+        default=None,
+        help="above this many atoms span mode refuses what atoms mode would (default 100000)",
+    )
     dadd.set_defaults(handler=_dataset_add)
     dlist = dataset.add_parser("list", parents=[common], help="list dataset versions")
     dlist.set_defaults(handler=_dataset_list)

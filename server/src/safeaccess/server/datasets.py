@@ -1,7 +1,8 @@
 """Registering a dataset: check the data against its metadata, store it as immutable Parquet.
 
-A registered dataset version never changes: record ids are row positions, and released query sets
-refer to them. New data is registered as a new version of the same name.
+A registered dataset version never changes. New data is registered as a new version of the same
+name; its rows get stable record ids from the declared record key (`record_ids`), and the Parquet
+the sandbox reads holds neither the key nor any identifier column.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
 from safeaccess.server.config import DataDir
 from safeaccess.server.db import DatasetRow
 from safeaccess.server.errors import InvalidRequest
+from safeaccess.server.qss_settings import QssSettings
+from safeaccess.server.record_ids import assign_ids, read_registry, sandbox_copy, write_ids
 from safeaccess.server.store import Store
 
 
@@ -109,6 +112,7 @@ def register_dataset(
     metadata: DatasetMetadata,
     project: str,
     rules_file: Path | None = None,
+    qss: QssSettings | None = None,
 ) -> DatasetRow:
     """Check and store a new immutable version of dataset `name`; return its row."""
     if metadata.name != name:
@@ -126,16 +130,36 @@ def register_dataset(
         except (RuleSetError, OSError) as exc:
             raise InvalidRequest(f"rule set {rules_file}: {exc}") from exc
     version = store.next_dataset_version(name)
+    if metadata.version is not None and metadata.version != version:
+        # a researcher's plan pinned to `name@N` is checked against metadata that says N
+        raise InvalidRequest(
+            f"the metadata says it describes {metadata.label}, but this registration makes "
+            f"version {version}; remove the metadata's version or set it to {version}"
+        )
     folder = data.datasets / name
+    previous = None
+    if version > 1:
+        prior = store.find_dataset(name, version - 1)
+        previous = None if prior is None else data.root / prior.path
+    record_ids = assign_ids(
+        name,
+        frame,
+        metadata,
+        previous_version=version - 1 if version > 1 else None,
+        previous_registry=None if previous is None else read_registry(previous),
+    )
+    qss_settings = store.resolve_qss_settings(name, qss)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"v{version}.parquet"
     if target.exists():
         raise InvalidRequest(f"{target} exists but is not registered; remove it and retry")
     tmp = folder / f".v{version}.parquet.tmp"
-    # Row order is kept exactly: record id = row position in this file.
-    frame.reset_index(drop=True).to_parquet(tmp, index=False)
+    # Row order is kept exactly: query sets index rows by position in this file, and
+    # `v{n}.ids.npy` maps those positions to stable record ids.
+    sandbox_copy(frame, metadata).to_parquet(tmp, index=False)
     os.replace(tmp, target)
     os.chmod(target, 0o440)
+    id_files = write_ids(target, record_ids)
     rules_rel: str | None = None
     if rules_file is not None:
         rules_target = folder / f"v{version}.rules.yaml"
@@ -152,10 +176,13 @@ def register_dataset(
             rows=len(frame),
             metadata=metadata.model_dump(mode="json"),
             rules_path=rules_rel,
+            qss=qss_settings,
         )
     except Exception:
         # Not recorded: remove the files so a retry can write them again.
         target.unlink(missing_ok=True)
+        for path in id_files:
+            path.unlink(missing_ok=True)
         if rules_rel is not None:
             (data.root / rules_rel).unlink(missing_ok=True)
         raise

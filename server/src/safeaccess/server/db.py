@@ -7,6 +7,7 @@ that each update compares and increments, so concurrent reveals of one sequence 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -118,6 +119,12 @@ class StepRow(Base):
     error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     backend: Mapped[str | None] = mapped_column(String(32), nullable=True)
     wall_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    output_salt: Mapped[bytes | None] = mapped_column(
+        LargeBinary, nullable=True, doc="Opening of the output's commitment in the audit log."
+    )
+    log_index: Mapped[int | None] = mapped_column(
+        BigInteger, nullable=True, doc="Audit-log entry that records the step's current state."
+    )
     reviewer: Mapped[str | None] = mapped_column(String(128), nullable=True)
     review_note: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -133,14 +140,85 @@ class NonceRow(Base):
 
 
 class EventRow(Base):
-    """Append-only log of state changes with hashes (the Merkle audit log is built on it later)."""
+    """One entry of the audit log: its canonical record (the Merkle leaf is SHA-256(0x00 || record))
+    and, for queries, the kind, sequence and step copied out of it. Written only by
+    `safeaccess.server.auditlog.append`, in the transaction of the change it records."""
 
     __tablename__ = "events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    log_index: Mapped[int] = mapped_column(BigInteger, unique=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     kind: Mapped[str] = mapped_column(String(64))
     sequence_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     step_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     actor: Mapped[str] = mapped_column(String(128))
-    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    subject: Mapped[str | None] = mapped_column(
+        String(128), nullable=True, index=True, doc="e.g. the hash of a logged rule set"
+    )
+    record: Mapped[bytes] = mapped_column(LargeBinary)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The record's `data` object (parsed from the logged bytes, never stored twice)."""
+        parsed: dict[str, Any] = json.loads(self.record)["data"]
+        return parsed
+
+
+class AuditNodeRow(Base):
+    """The hash of every complete perfect subtree of the log's Merkle tree: level 0 holds the leaf
+    hashes, level l the node over leaves [idx * 2^l, (idx + 1) * 2^l). Any root or proof is a few
+    of these, so proofs cost O(log n) reads at any size (the layout of tiled logs, one row per
+    node)."""
+
+    __tablename__ = "audit_nodes"
+
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class AuditHeadRow(Base):
+    """The log's size (one row). Appenders increment it first, which serialises appends on both
+    databases: the row lock (PostgreSQL) or the write lock (SQLite) is held until commit."""
+
+    __tablename__ = "audit_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    size: Mapped[int] = mapped_column(BigInteger)
+
+
+class AuditorRow(Base):
+    """An auditor: signs requests to the audit endpoints with this key, and reaches nothing else."""
+
+    __tablename__ = "auditors"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    public_key: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class QssSettingsRow(Base):
+    """The query-set auditor's settings of a dataset name (all its versions)."""
+
+    __tablename__ = "qss_settings"
+
+    dataset: Mapped[str] = mapped_column(String(128), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    scope: Mapped[str] = mapped_column(String(16))
+    atom_cap: Mapped[int] = mapped_column(BigInteger)
+
+
+class QssStateRow(Base):
+    """Pointer to the current auditor state of one scope: a content-addressed file under the data
+    directory. Updated in the transaction that records the step it admitted, so a crash between
+    writing the file and committing leaves the old state (and a re-runnable step)."""
+
+    __tablename__ = "qss_states"
+
+    scope: Mapped[str] = mapped_column(String(400), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    n_records: Mapped[int] = mapped_column(BigInteger)
+    admitted: Mapped[int] = mapped_column(Integer, default=0, doc="Outputs admitted so far.")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -45,7 +45,7 @@ DATASET = "census"
 def demo_plan(metadata: DatasetMetadata) -> Plan:
     """The demo sequence: safe, safe, safe, unsafe (withheld), then one never revealed."""
     return (
-        Plan(DATASET, metadata)
+        Plan(metadata.label, metadata)
         .frequency_table("region", "sex")
         .ols("income ~ age + C(sex)", where="employment == 'employed'")
         .magnitude_table("income", "region", agg="mean", where="age >= 18")
@@ -144,14 +144,12 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
             f"Server {service.server_id} listening on {server.url} (sandbox: {service.backend.name})"
         )
         with connect(server.url, key, RESEARCHER) as session:
-            # The researcher plans against the catalogue's metadata (she never sees the data).
-            entry = next(d for d in session.datasets() if d["name"] == DATASET)
-        metadata = DatasetMetadata(
-            name=DATASET, description=entry["description"], columns=entry["columns"]
-        )
-        plan = demo_plan(metadata)
+            # The researcher plans against the catalogue's metadata (she never sees the data),
+            # pinned to the version it describes; the session seals for her, the dataset's
+            # project and this centre.
+            plan = demo_plan(session.metadata(DATASET))
+            sealed = session.seal(plan)
         analyses = list(plan.analyses)
-        sealed = plan.seal(key, researcher=RESEARCHER, project=PROJECT, server=service.server_id)
         out(
             f"\n{RESEARCHER} seals {len(analyses)} analyses into one binding sequence and signs "
             "its header;\nthe server sees each analysis only when she reveals it, after the "
@@ -177,6 +175,7 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
 
         with connect(server.url, key, RESEARCHER) as session:
             results = session.run(sealed, on_step=show)
+        audited = _audit(service, server.url, out)
     last = results[-1]
     unrevealed = len(analyses) - last.index
     out(f"Sequence {last.sequence_id}: {last.sequence_state}.")
@@ -187,4 +186,29 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
             "withheld step and then pick a different next question."
         )
     released = sum(r.released for r in results)
-    return 0 if released >= 1 and (last.withheld or last.last) else 1
+    return 0 if audited and released >= 1 and (last.withheld or last.last) else 1
+
+
+def _audit(service: Service, url: str, out: Callable[[str], None]) -> bool:
+    """An auditor verifies the whole log over HTTP, as `safeaccess audit verify` does."""
+    from safeaccess.client.audit.remote import ServerSource, SignedClient
+    from safeaccess.client.audit.verify import AuditFailure, verify_log
+    from safeaccess.client.keys import fingerprint, public_key_text
+
+    auditor = Ed25519PrivateKey.generate()
+    service.store.add_auditor(
+        "demo-auditor", public_key_text(auditor.public_key()), fingerprint(auditor.public_key())
+    )
+    out("An auditor verifies the centre's audit log (safeaccess audit verify):")
+    client = SignedClient(url, auditor, "demo-auditor")
+    try:
+        report = verify_log(ServerSource(client, service.signing_key.public_key()))
+    except AuditFailure as exc:
+        out(f"    FAILED: {exc}")
+        return False
+    finally:
+        client.close()
+    for line in report.lines():
+        out("    " + line)
+    out("")
+    return True

@@ -77,6 +77,7 @@ def census_metadata(name: str = "census") -> DatasetMetadata:
     return DatasetMetadata(
         name=name,
         description="Synthetic census-like microdata: one row per person aged 16-95.",
+        record_key="person_id",
         columns=[
             Column(name="person_id", type="identifier", description="Person number"),
             Column(name="region", type="categorical", levels=list(REGIONS)),

@@ -1,8 +1,10 @@
 """One step of a sequence, from a verified body to a recorded outcome.
 
 parse analysis -> validate against dataset metadata -> sandbox run -> mitigations (if the analysis
-asks for them) -> rules check with the release history -> decision. The function is pure apart
-from the sandbox run; the caller records the outcome in one transaction. Failures of the analysis
+asks for them) -> rules check of the output -> query-set audit across every release of the scope
+(`qss_gate`, which the caller runs under the scope's lock through the `audit` callback) ->
+decision. The function is pure apart from the sandbox run; the caller records the outcome in one
+transaction. Failures of the analysis
 itself (invalid, bad filter, limits) become a `failed` outcome; failures of the centre (sandbox
 unavailable) raise `Unavailable` and record nothing, so the step can be re-run.
 """
@@ -10,7 +12,8 @@ unavailable) raise `Unavailable` and record nothing, so the step can be re-run.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 from safeaccess.client.analyses import Analysis, parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
+from safeaccess.rules.decision import Decision
 from safeaccess.rules.engine import check
 from safeaccess.rules.mitigation import MitigationError, mitigate
 from safeaccess.rules.outputs import Output, public
@@ -55,11 +59,6 @@ def json_hash(value: Any) -> str:
     return sha256_hex(rfc8785.dumps(value))
 
 
-def load_outputs(raw: Sequence[dict[str, Any]]) -> list[Output]:
-    """Typed outputs from their stored JSON."""
-    return [_OUTPUT.validate_python(item) for item in raw]
-
-
 def _failed(code: str, message: str, kind: str | None) -> StepOutcome:
     return StepOutcome(state=StepState.FAILED, kind=kind, error_code=code, error_message=message)
 
@@ -92,6 +91,22 @@ def _mitigate(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
     return result
 
 
+# The query-set audit: given the checked output and its decision, the final decision (withhold
+# when the auditor refuses). The caller binds it to the scope's state.
+Audit = Callable[[Output, Decision], Decision]
+
+
+def with_decision(outcome: StepOutcome, decision: Decision) -> StepOutcome:
+    """The same outcome under another decision (the auditor admitted again against a newer
+    state of its scope)."""
+    return replace(
+        outcome,
+        state=_VERDICT_STATE[decision.verdict],
+        decision=decision.model_dump(mode="json"),
+        ruleset_hash=decision.ruleset_hash,
+    )
+
+
 def run_step(
     *,
     job_id: str,
@@ -101,10 +116,12 @@ def run_step(
     backend: Backend,
     limits: Limits,
     ruleset: RuleSet,
-    history: Sequence[Output],
+    audit: Audit | None = None,
+    n_records: int | None = None,
 ) -> StepOutcome:
     """Compute and check one revealed step. Raises `Unavailable` when the centre, not the
-    analysis, failed (the step stays re-runnable)."""
+    analysis, failed (the step stays re-runnable). `n_records` (the version's row count) raises
+    the output limit by the size of the per-record query-set array, which is not output."""
     try:
         analysis = _parse(body)
     except ValidationError as exc:
@@ -118,6 +135,10 @@ def run_step(
         validate(analysis, metadata)
     except AnalysisInvalid as exc:
         return _failed("invalid_analysis", str(exc), kind)
+    if n_records is not None:
+        limits = limits.model_copy(
+            update={"max_output_bytes": limits.max_output_bytes + 4 * n_records + 64}
+        )
     job = Job(
         job_id=job_id,
         analysis=analysis.model_dump(mode="json"),
@@ -161,8 +182,11 @@ def run_step(
         output = _mitigate(result.output, analysis, ruleset)
     except MitigationError as exc:
         return _failed("mitigation_failed", str(exc), kind)
-    # The history makes the engine check differencing and reconstruction across releases.
-    decision = check(output, ruleset, history=history)
+    decision = check(output, ruleset)
+    if audit is not None:
+        decision = audit(output, decision)
+    # The stored output keeps the query set's labels only: its per-record array is folded into
+    # the scope's audit state and never stored with the output.
     full = output.model_dump(mode="json")
     released = public(output)
     return StepOutcome(

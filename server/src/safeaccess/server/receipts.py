@@ -1,8 +1,10 @@
 """Signed step receipts: the centre's Ed25519 statement of what it decided for a step.
 
 A receipt binds the server id, the sequence (by the SHA-256 of its signed header), the step index,
-its final state, the hashes of the revealed trace and body, the hash of the released output and
-the rule set's hash. The researcher can check it against her own sealed sequence and the output
+its final state, the hashes of the revealed trace and body, the rule set's hash, the index of the
+audit-log entry that records the outcome, and for a released output its salted commitment in the
+log together with the opening (the salt): with it the researcher, and only she or whoever she
+shows it to, can check that the log commits to exactly the output she received. The researcher can check it against her own sealed sequence and the output
 she received (`safeaccess.client.results.verify_receipt`), and keep it as evidence; an auditor can
 check it with the centre's public key alone.
 """
@@ -15,18 +17,23 @@ from typing import Any
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from safeaccess.client.audit.records import commit
 from safeaccess.server.db import SequenceRow, StepRow
-from safeaccess.server.pipeline import json_hash
 from safeaccess.server.states import StepState
 
 RECEIPT_PROTOCOL = "safeaccess-receipt"
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
 FINAL_STEP_STATES = frozenset({StepState.RELEASED, StepState.WITHHELD, StepState.FAILED})
 
 
 def receipt_fields(server_id: str, seq: SequenceRow, step: StepRow) -> dict[str, Any]:
     """The signed statement for a step in a final state."""
     released = step.state == StepState.RELEASED
+    opening = (
+        step.output_salt
+        if released and step.public_output is not None and step.output_salt is not None
+        else None
+    )
     return {
         "protocol": RECEIPT_PROTOCOL,
         "version": RECEIPT_VERSION,
@@ -38,10 +45,10 @@ def receipt_fields(server_id: str, seq: SequenceRow, step: StepRow) -> dict[str,
         "state": step.state,
         "trace_sha256": step.trace_hash,
         "body_sha256": step.body_hash,
-        "output_sha256": (
-            json_hash(step.public_output) if released and step.public_output is not None else None
-        ),
+        "output_commitment": (commit(opening, step.public_output) if opening is not None else None),
+        "output_opening": opening.hex() if opening is not None else None,
         "ruleset_sha256": step.ruleset_hash,
+        "log_index": step.log_index,
     }
 
 

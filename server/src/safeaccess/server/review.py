@@ -99,7 +99,6 @@ def decide(
         reviewer=reviewer,
         note=note,
         event_data={
-            "output_sha256": step.output_hash,
             "ruleset_sha256": step.ruleset_hash,
             "verdict": "release" if approve else "withhold",
             "note_sha256": sha256_hex(note.encode("utf-8")),

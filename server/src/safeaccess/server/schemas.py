@@ -95,6 +95,10 @@ class BudgetView(BaseModel):
 class StepView(BaseModel):
     sequence_id: str
     index: int
+    dataset: str | None = Field(default=None, description="Name of the dataset the step ran on.")
+    dataset_version: int | None = Field(
+        default=None, description="The dataset version the sequence was opened on (and runs on)."
+    )
     state: Literal["pending", "running", "released", "withheld", "review", "failed"]
     last: bool
     kind: str | None

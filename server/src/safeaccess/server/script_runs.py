@@ -31,7 +31,7 @@ from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, Limits
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.errors import Unavailable
-from safeaccess.server.pipeline import json_hash, load_outputs, run_step
+from safeaccess.server.pipeline import json_hash, run_step
 from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.states import StepState
 from safeaccess.server.store import StepOutcome, Store
@@ -161,11 +161,6 @@ class ScriptRuns:
             return  # decided (rejected) before it ran, or already run
         dataset = ctx.store.get_dataset(seq.dataset_id)
         ruleset = ctx.ruleset_for(dataset)
-        history = load_outputs(
-            ctx.store.released_outputs(
-                seq.researcher, seq.dataset_id, exclude_sequence_step=(seq.id, index)
-            )
-        )
         started = time.monotonic()
         outcome = run_step(
             job_id=f"{seq.id}-{index}",
@@ -175,7 +170,7 @@ class ScriptRuns:
             backend=ctx.backend,
             limits=ctx.limits,
             ruleset=ruleset,
-            history=history,
+            n_records=dataset.rows,
         )
         elapsed = time.monotonic() - started
         if self._stop.is_set():

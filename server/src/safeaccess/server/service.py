@@ -8,6 +8,7 @@ the sequence row's version in the database (so two replicas cannot both advance 
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import json
 import logging
 import re
@@ -35,6 +36,7 @@ from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
 from safeaccess.server import review
+from safeaccess.server.audit_service import AuditService, log_configuration
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.errors import (
@@ -45,9 +47,12 @@ from safeaccess.server.errors import (
     ProtocolRejected,
     Unauthenticated,
 )
-from safeaccess.server.pipeline import json_hash, load_outputs, run_step, sha256_hex
+from safeaccess.server.leverage_record import leverage_record
+from safeaccess.server.pipeline import run_step, sha256_hex, with_decision
+from safeaccess.server.qss_scope import ScopeAuditor
 from safeaccess.server.reasons import researcher_reasons, script_reasons
 from safeaccess.server.receipts import sign_receipt
+from safeaccess.server.record_ids import read_ids
 from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.schemas import (
     BudgetView,
@@ -61,10 +66,15 @@ from safeaccess.server.schemas import (
 )
 from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
-from safeaccess.server.store import Store
+from safeaccess.server.store import StepOutcome, Store
 from safeaccess.server.withhold_budget import budget, opening_needs_approval
 
 log = logging.getLogger("safeaccess.server")
+
+try:
+    RUNNER_VERSION = importlib.metadata.version("safeaccess-sandbox")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+    RUNNER_VERSION = "unknown"
 
 AWAITING_APPROVAL = Reason(
     check="withhold_budget",
@@ -136,7 +146,8 @@ class Service:
             self.config.max_concurrent_jobs, self.config.max_jobs_per_researcher
         )
         self._locks: dict[str, threading.Lock] = {}
-        self._history_locks: dict[tuple[str, int], threading.Lock] = {}
+        self.auditor = ScopeAuditor(self.data.root, self.store)
+        self._ids: dict[int, Any] = {}
         self._locks_guard = threading.Lock()
         self._budget_locks: dict[tuple[str, str], threading.Lock] = {}
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
@@ -154,6 +165,8 @@ class Service:
         resumed = self.scripts.resume()
         if resumed:
             log.info("resumed %d script run(s) left unfinished", resumed)
+        self.audit = AuditService(self)
+        log_configuration(self)
 
     def close(self) -> None:
         self.scripts.close()
@@ -251,12 +264,14 @@ class Service:
         with self._locks_guard:
             return self._locks.setdefault(sequence_id, threading.Lock())
 
-    def _history_lock(self, researcher: str, dataset_id: int) -> threading.Lock:
-        """Serialises a researcher's steps on one dataset from reading her release history to
-        recording the outcome: otherwise two of her sequences computing at once would each be
-        checked without the other's output, and release together what one would withhold."""
-        with self._locks_guard:
-            return self._history_locks.setdefault((researcher, dataset_id), threading.Lock())
+    def _record_ids(self, dataset: DatasetRow) -> Any:
+        """The dataset version's positions -> stable record ids (read once per version)."""
+        ids = self._ids.get(dataset.id)
+        if ids is None:
+            ids = read_ids(self.data.root / dataset.path, dataset.rows)
+            with self._locks_guard:
+                self._ids[dataset.id] = ids
+        return ids
 
     def _budget_lock(self, researcher: str, dataset: str) -> threading.Lock:
         """Serialises a researcher's openings on one dataset name, so that sequences opened at
@@ -350,13 +365,15 @@ class Service:
                 verifier_state=verifier.state.model_dump(mode="json"),
                 first_step=step,
                 event_data={
+                    "header": base64.b64encode(request.header).decode("ascii"),
+                    "signature": base64.b64encode(request.signature).decode("ascii"),
+                    "endorsements": [e.model_dump(mode="json") for e in endorsements],
                     "header_sha256": header_hash,
                     "dataset": dataset.name,
                     "dataset_version": dataset.version,
                     "dataset_sha256": dataset.sha256,
                     "endorsed_by": sorted(verifier.endorsed_by),
-                    "trace_sha256": step.trace_hash,
-                    "body_sha256": step.body_hash,
+                    "reveal": self._reveal_data(request.trace, step),
                     "withhold_budget": budget_facts,
                 },
                 awaiting_approval=held,
@@ -424,21 +441,65 @@ class Service:
                 expected_version=seq.version,
                 step=step,
                 verifier_state=verifier.state.model_dump(mode="json"),
-                event_data={"trace_sha256": trace_hash, "body_sha256": body_hash},
+                event_data=self._reveal_data(request.trace, step),
             )
             seq = self._own_sequence(researcher, sequence_id)
             return self._compute(seq, step, self.store.get_dataset(seq.dataset_id))
+
+    def _run_data(self) -> dict[str, Any]:
+        """What a run starts with, for the audit log."""
+        return {
+            "backend": self.backend.name,
+            "limits": self.config.sandbox.limits.model_dump(mode="json"),
+            "runner_version": RUNNER_VERSION,
+        }
+
+    def _reveal_data(self, trace: bytes, step: StepRow) -> dict[str, Any]:
+        """A reveal as logged: the trace itself (the auditor re-runs the chain from the logged
+        header) and the body's digest (the analysis text stays with the centre)."""
+        return {
+            "trace": trace.hex(),
+            "trace_sha256": step.trace_hash,
+            "body_sha256": step.body_hash,
+            "last": step.last,
+            "run": self._run_data(),
+        }
+
+    def _settle_data(self, outcome: StepOutcome, ruleset: RuleSet) -> dict[str, Any]:
+        """The audit-log fields of a settled step (see `audit_records`); features add their
+        decision facts as further keys."""
+        decision = outcome.decision or {}
+        return {
+            "run": {
+                **self._run_data(),
+                "backend": outcome.backend,
+                "wall_seconds": outcome.wall_seconds,
+                "error_code": outcome.error_code,
+            },
+            "checks": {
+                "kind": outcome.kind,
+                "ruleset": decision.get("ruleset"),
+                "ruleset_sha256": outcome.ruleset_hash,
+                "verdict": decision.get("verdict"),
+                "findings": decision.get("findings", []),
+            },
+            "ruleset_contents": ruleset.model_dump(mode="json"),
+            "leverage": leverage_record(outcome.output, ruleset),
+        }
 
     def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
         ruleset = self.ruleset_for(dataset)
         if is_script(step.body):
             return self._queue_script(seq, step, ruleset)
-        with self._history_lock(seq.researcher, seq.dataset_id):
-            history = load_outputs(
-                self.store.released_outputs(
-                    seq.researcher, seq.dataset_id, exclude_sequence_step=(seq.id, step.index)
-                )
-            )
+        audit = self.auditor.session(
+            dataset=dataset.name,
+            settings=self.store.qss_settings(dataset.name),
+            threshold=ruleset.threshold,
+            researcher=seq.researcher,
+            project=seq.project,
+            ids=self._record_ids(dataset),
+        )
+        try:
             with self._jobs.slot(seq.researcher):
                 outcome = run_step(
                     job_id=f"{seq.id}-{step.index}",
@@ -448,29 +509,26 @@ class Service:
                     backend=self.backend,
                     limits=self.config.sandbox.limits,
                     ruleset=ruleset,
-                    history=history,
+                    audit=audit,
+                    n_records=dataset.rows,
                 )
-            decision = outcome.decision or {}
-            seq, step = self.store.settle_step(
-                seq.id,
-                step.index,
-                outcome,
-                event_data={
-                    "trace_sha256": step.trace_hash,
-                    "body_sha256": step.body_hash,
-                    "output_sha256": outcome.output_hash,
-                    "public_output_sha256": (
-                        json_hash(outcome.public_output)
-                        if outcome.public_output is not None
-                        else None
-                    ),
-                    "ruleset": decision.get("ruleset"),
-                    "ruleset_sha256": outcome.ruleset_hash,
-                    "verdict": decision.get("verdict"),
-                    "decision_sha256": json_hash(decision) if decision else None,
-                    "error_code": outcome.error_code,
-                },
-            )
+            # The scope's lock is held from admission until the step and the state pointer are
+            # recorded together; another replica's admission in between makes us admit again.
+            for attempt in range(3):
+                event_data = self._settle_data(outcome, ruleset)
+                if audit.facts:
+                    event_data["qss"] = audit.facts
+                try:
+                    seq, step = self.store.settle_step(
+                        seq.id, step.index, outcome, event_data=event_data, qss=audit.commit
+                    )
+                    break
+                except Conflict as exc:
+                    if exc.code != "qss_state_changed" or attempt == 2:
+                        raise
+                    outcome = with_decision(outcome, audit.regate())
+        finally:
+            audit.release()
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",
             seq.id,
@@ -523,9 +581,12 @@ class Service:
             analysis: dict[str, Any] | None = json.loads(step.body)
         except ValueError:
             analysis = None
+        dataset = self.store.get_dataset(seq.dataset_id)
         return StepView(
             sequence_id=seq.id,
             index=step.index,
+            dataset=dataset.name,
+            dataset_version=dataset.version,
             state=state.value,
             last=step.last,
             kind=step.kind,

@@ -19,19 +19,24 @@ from sqlalchemy import Engine, create_engine, delete, event, func, select, updat
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from safeaccess.server import audit_records, auditlog
 from safeaccess.server.db import (
+    AuditorRow,
     Base,
     DatasetRow,
     EventRow,
     MembershipRow,
     NonceRow,
     ProjectRow,
+    QssSettingsRow,
+    QssStateRow,
     ResearcherRow,
     SequenceRow,
     StepRow,
     utcnow,
 )
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+from safeaccess.server.qss_settings import DEFAULT_QSS, QssSettings
 from safeaccess.server.states import (
     SequenceState,
     StepState,
@@ -61,6 +66,28 @@ class StepOutcome:
     wall_seconds: float | None = None
 
 
+@dataclass(frozen=True)
+class QssPointer:
+    """Where a scope's current auditor state is: its file's digest and size."""
+
+    digest: str
+    n_records: int
+    admitted: int
+
+
+@dataclass(frozen=True)
+class QssCommit:
+    """A new auditor state to point a scope at, committed with the step that produced it.
+
+    `base` is the digest the admission started from (None: the scope had no state); the commit
+    fails with a `qss_state_changed` conflict if another admission moved the pointer meanwhile."""
+
+    scope: str
+    base: str | None
+    digest: str
+    n_records: int
+
+
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
@@ -85,6 +112,9 @@ class Store:
         self.engine = _make_engine(url)
         Base.metadata.create_all(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        with self.transaction() as s:
+            auditlog.ensure_head(s)
+        self._logged_rulesets: set[str] = set()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -105,24 +135,36 @@ class Store:
         data: dict[str, Any],
         sequence_id: str | None = None,
         step_index: int | None = None,
-    ) -> None:
-        session.add(
-            EventRow(
-                kind=kind,
-                actor=actor,
-                data=data,
-                sequence_id=sequence_id,
-                step_index=step_index,
-                at=utcnow(),
-            )
+        *,
+        subject: str | None = None,
+    ) -> int:
+        """Append an audit-log record in this transaction; its log index."""
+        return auditlog.append(
+            session,
+            kind,
+            actor,
+            data,
+            sequence_id=sequence_id,
+            step_index=step_index,
+            subject=subject,
         )
 
     def events(self, sequence_id: str | None = None) -> list[EventRow]:
         with self.transaction() as s:
-            query = select(EventRow).order_by(EventRow.id)
+            query = select(EventRow).order_by(EventRow.log_index)
             if sequence_id is not None:
                 query = query.where(EventRow.sequence_id == sequence_id)
             return list(s.scalars(query))
+
+    def last_event(self, kind: str) -> EventRow | None:
+        with self.transaction() as s:
+            query = select(EventRow).where(EventRow.kind == kind)
+            return s.scalars(query.order_by(EventRow.log_index.desc()).limit(1)).first()
+
+    def log_event(self, kind: str, actor: str, data: dict[str, Any]) -> int:
+        """An administrative record on its own (configuration changes, auditors, ...)."""
+        with self.transaction() as s:
+            return self._event(s, kind, actor, data)
 
     # -- projects, researchers, datasets --------------------------------------------------------
 
@@ -174,8 +216,37 @@ class Store:
                 s,
                 "researcher_added",
                 actor,
-                {"researcher": name, "fingerprint": fingerprint, "projects": projects},
+                {
+                    "researcher": name,
+                    "fingerprint": fingerprint,
+                    "public_key": public_key_pem,
+                    "projects": projects,
+                },
             )
+
+    def add_auditor(
+        self, name: str, public_key_pem: str, fingerprint: str, *, actor: str = "admin"
+    ) -> None:
+        """Register an auditor (her key reaches the audit endpoints only)."""
+        with self.transaction() as s:
+            existing = s.get(AuditorRow, name)
+            if existing is not None:
+                if existing.fingerprint == fingerprint:
+                    return
+                raise Conflict(
+                    f"auditor {name!r} is registered with another key ({existing.fingerprint})"
+                )
+            s.add(AuditorRow(name=name, public_key=public_key_pem, fingerprint=fingerprint))
+            self._event(
+                s,
+                "auditor_added",
+                actor,
+                {"auditor": name, "fingerprint": fingerprint, "public_key": public_key_pem},
+            )
+
+    def get_auditor(self, name: str) -> AuditorRow | None:
+        with self.transaction() as s:
+            return s.get(AuditorRow, name)
 
     def get_researcher(self, name: str) -> ResearcherRow | None:
         with self.transaction() as s:
@@ -201,12 +272,18 @@ class Store:
         rows: int,
         metadata: dict[str, Any],
         rules_path: str | None,
+        qss: QssSettings = DEFAULT_QSS,
         actor: str = "admin",
     ) -> DatasetRow:
         try:
             with self.transaction() as s:
                 if s.get(ProjectRow, project) is None:
                     raise NotFound(f"project {project!r} does not exist")
+                settings = s.get(QssSettingsRow, name)
+                if settings is None:
+                    settings = QssSettingsRow(dataset=name)
+                    s.add(settings)
+                settings.mode, settings.scope, settings.atom_cap = qss.mode, qss.scope, qss.atom_cap
                 row = DatasetRow(
                     name=name,
                     version=version,
@@ -229,11 +306,72 @@ class Store:
                         "project": project,
                         "sha256": sha256,
                         "rows": rows,
+                        "qss": qss.model_dump(mode="json"),
                     },
                 )
                 return row
         except IntegrityError as exc:
             raise Conflict(f"dataset {name} version {version} already exists") from exc
+
+    def qss_settings(self, name: str) -> QssSettings:
+        """The auditor settings of dataset `name` (the defaults if none were recorded)."""
+        with self.transaction() as s:
+            row = s.get(QssSettingsRow, name)
+            if row is None:
+                return DEFAULT_QSS
+            return QssSettings(mode=row.mode, scope=row.scope, atom_cap=row.atom_cap)
+
+    def resolve_qss_settings(self, name: str, requested: QssSettings | None) -> QssSettings:
+        """The settings a new version of `name` gets: those asked for, else the current ones.
+        The scope of an existing dataset cannot change: states are kept per scope, so a new scope
+        would start from nothing and forget every release so far."""
+        with self.transaction() as s:
+            exists = s.get(QssSettingsRow, name) is not None
+        current = self.qss_settings(name)
+        if requested is None:
+            return current
+        if exists and requested.scope != current.scope:
+            raise InvalidRequest(
+                f"dataset {name!r} is audited with scope {current.scope!r}; the scope cannot "
+                "change between versions (a new scope would start without the releases so far)"
+            )
+        return requested
+
+    def qss_pointer(self, scope: str) -> QssPointer | None:
+        with self.transaction() as s:
+            row = s.get(QssStateRow, scope)
+            if row is None:
+                return None
+            return QssPointer(digest=row.digest, n_records=row.n_records, admitted=row.admitted)
+
+    @staticmethod
+    def _move_qss_pointer(s: Session, commit: QssCommit) -> None:
+        # FOR UPDATE: on PostgreSQL a second replica admitting against the same scope waits here
+        # and then sees the moved pointer; on SQLite the write lock of the transaction does it.
+        row = s.scalars(
+            select(QssStateRow).where(QssStateRow.scope == commit.scope).with_for_update()
+        ).first()
+        current = None if row is None else row.digest
+        if current != commit.base:
+            raise Conflict(
+                "the query-set audit state changed while this step was checked",
+                code="qss_state_changed",
+            )
+        if row is None:
+            s.add(
+                QssStateRow(
+                    scope=commit.scope,
+                    digest=commit.digest,
+                    n_records=commit.n_records,
+                    admitted=1,
+                    updated_at=utcnow(),
+                )
+            )
+        else:
+            row.digest = commit.digest
+            row.n_records = commit.n_records
+            row.admitted = row.admitted + 1
+            row.updated_at = utcnow()
 
     def next_dataset_version(self, name: str) -> int:
         with self.transaction() as s:
@@ -329,7 +467,16 @@ class Store:
                 first_step.state = step_state.value
                 s.add(first_step)
                 s.flush()
-                self._event(s, "sequence_opened", researcher, event_data, sequence_id, 1)
+                opened = {k: v for k, v in event_data.items() if k != "reveal"}
+                auditlog.append_many(
+                    s,
+                    [
+                        auditlog.Entry("sequence_opened", researcher, opened, sequence_id),
+                        *self._reveal_entries(
+                            researcher, event_data.get("reveal", {}), sequence_id, 1
+                        ),
+                    ],
+                )
                 return seq, first_step
         except IntegrityError as exc:
             with self.transaction() as s:
@@ -420,13 +567,39 @@ class Store:
             step.state = StepState.RUNNING.value
             s.add(step)
             s.flush()
-            self._event(s, "step_revealed", seq.researcher, event_data, sequence_id, step.index)
+            auditlog.append_many(
+                s, self._reveal_entries(seq.researcher, event_data, sequence_id, step.index)
+            )
             return step
 
     def settle_step(
-        self, sequence_id: str, index: int, outcome: StepOutcome, event_data: dict[str, Any]
+        self,
+        sequence_id: str,
+        index: int,
+        outcome: StepOutcome,
+        event_data: dict[str, Any],
+        *,
+        qss: QssCommit | None = None,
     ) -> tuple[SequenceRow, StepRow]:
-        """Record a computed step's outcome and move the sequence on, in one transaction."""
+        """Record a computed step's outcome and move the sequence on, in one transaction; with
+        `qss`, point the scope at the auditor state that admitted this step in the same one."""
+        try:
+            return self._settle_step(sequence_id, index, outcome, event_data, qss)
+        except IntegrityError as exc:
+            # Two replicas created the scope's first pointer at once: the later one re-admits.
+            raise Conflict(
+                "the query-set audit state changed while this step was checked",
+                code="qss_state_changed",
+            ) from exc
+
+    def _settle_step(
+        self,
+        sequence_id: str,
+        index: int,
+        outcome: StepOutcome,
+        event_data: dict[str, Any],
+        qss: QssCommit | None,
+    ) -> tuple[SequenceRow, StepRow]:
         with self.transaction() as s:
             seq = s.get(SequenceRow, sequence_id)
             step = s.scalars(
@@ -443,6 +616,8 @@ class Store:
                 )
             check_step_transition(StepState(step.state), outcome.state)
             target = sequence_state_after_step(outcome.state, last=step.last)
+            if qss is not None:
+                self._move_qss_pointer(s, qss)
             self._update_sequence(s, seq, target)
             step.state = outcome.state.value
             step.kind = outcome.kind
@@ -456,7 +631,7 @@ class Store:
             step.backend = outcome.backend
             step.wall_seconds = outcome.wall_seconds
             step.updated_at = utcnow()
-            self._event(s, f"step_{outcome.state.value}", "server", event_data, sequence_id, index)
+            self._settle_events(s, step, outcome, event_data, sequence_id, index)
             s.flush()
             s.refresh(seq)
             return seq, step
@@ -485,28 +660,51 @@ class Store:
             step.wall_seconds = outcome.wall_seconds
             self._event(s, "script_run_finished", "server", event_data, sequence_id, index)
 
-    def released_outputs(
-        self, researcher: str, dataset_id: int, *, exclude_sequence_step: tuple[str, int]
-    ) -> list[dict[str, Any]]:
-        """Full outputs released earlier to this researcher on this dataset version, oldest first,
-        and those waiting in review: a checker may release one later without seeing what was
-        released meanwhile, so later steps are checked as if it were released already."""
-        with self.transaction() as s:
-            query = (
-                select(StepRow.output, StepRow.sequence_id, StepRow.index)
-                .join(SequenceRow, SequenceRow.id == StepRow.sequence_id)
-                .where(
-                    SequenceRow.researcher == researcher,
-                    SequenceRow.dataset_id == dataset_id,
-                    StepRow.state.in_((StepState.RELEASED.value, StepState.REVIEW.value)),
-                )
-                .order_by(StepRow.updated_at, StepRow.id)
-            )
-            return [
-                out
-                for out, seq_id, idx in s.execute(query)
-                if out is not None and (seq_id, idx) != exclude_sequence_step
-            ]
+    @staticmethod
+    def _reveal_entries(
+        researcher: str, data: dict[str, Any], sequence_id: str, index: int
+    ) -> list[auditlog.Entry]:
+        """A reveal and the start of its run: `data` holds the reveal's fields and, under "run",
+        what the run starts with (backend, limits, runner version)."""
+        reveal = {k: v for k, v in data.items() if k != "run"}
+        return [
+            auditlog.Entry("step_revealed", researcher, reveal, sequence_id, index),
+            auditlog.Entry("run_started", "server", data.get("run", {}), sequence_id, index),
+        ]
+
+    def _settle_events(
+        self,
+        s: Session,
+        step: StepRow,
+        outcome: StepOutcome,
+        event_data: dict[str, Any],
+        sequence_id: str,
+        index: int,
+    ) -> None:
+        """The run's end, the checks with the facts they used (and the rule set, the first time
+        it decides anything), and the outcome with a salted commitment to the output."""
+        records = audit_records.settle_records(step, outcome, event_data)
+        entries = []
+        ruleset = records.ruleset
+        if ruleset is not None and not self._ruleset_logged(s, ruleset["sha256"]):
+            entries.append(auditlog.Entry("ruleset", "server", ruleset, subject=ruleset["sha256"]))
+        entries += [
+            auditlog.Entry("run_finished", "server", records.run, sequence_id, index),
+            auditlog.Entry("checks", "server", records.checks, sequence_id, index),
+            auditlog.Entry(
+                f"step_{outcome.state.value}", "server", records.outcome, sequence_id, index
+            ),
+        ]
+        step.log_index = auditlog.append_many(s, entries)[-1]
+
+    def _ruleset_logged(self, s: Session, digest: str) -> bool:
+        # Only a committed fact is cached (the log is append-only), never an absence.
+        if digest in self._logged_rulesets:
+            return True
+        if auditlog.logged(s, "ruleset", digest):
+            self._logged_rulesets.add(digest)
+            return True
+        return False
 
     # -- the withhold budget ------------------------------------------------------------------
 
@@ -642,11 +840,15 @@ class Store:
             step.reviewer = reviewer
             step.review_note = note
             step.updated_at = utcnow()
-            self._event(
+            step.log_index = self._event(
                 s,
                 "review_approved" if approve else "review_rejected",
                 reviewer,
-                event_data,
+                {
+                    **event_data,
+                    **audit_records.outcome_data(step, step.public_output, approve),
+                    "state": target_step.value,
+                },
                 sequence_id,
                 index,
             )

@@ -168,3 +168,25 @@ def verify_step(previous_trace: bytes, j: int, trace: bytes, body: bytes) -> Rev
             "(a different analysis than the one committed to)"
         )
     return Revealed(j, body, _sha512(word).digest() == trace)
+
+
+def verify_logged_step(previous_trace: bytes, j: int, trace: bytes, digest: bytes) -> bool:
+    """Verify step `j` from T_{j-1}, T_j and the body's digest H'(i_j) alone — what an auditor
+    holds, since the audit log keeps body digests rather than the analyses. The same checks as
+    `verify_step`: the recovered word must decode, carry index `j` and the digest. Returns
+    whether this is the last step (H(I_j) == T_j)."""
+    if len(trace) != TRACE_SIZE or len(previous_trace) != TRACE_SIZE:
+        raise TamperedTraceError(f"step {j}: a trace must be {TRACE_SIZE} bytes")
+    word_bytes = xor64(_sha512(trace).digest(), previous_trace)
+    word = decode_word(word_bytes, step=j)
+    if word.index != j:
+        raise IndexMismatchError(
+            f"step {j}: the instruction word is for step {word.index}; steps were reordered, "
+            "inserted or deleted"
+        )
+    if word.body_digest != digest:
+        raise BodyDigestError(
+            f"step {j}: the body digest does not match the one bound in the sequence "
+            "(a different analysis than the one committed to)"
+        )
+    return _sha512(word_bytes).digest() == trace

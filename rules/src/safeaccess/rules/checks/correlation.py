@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from safeaccess.rules.checks.leverage import leverage_findings
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import CorrelationOutput
 from safeaccess.rules.ruleset import RuleSet
@@ -48,7 +49,8 @@ def small_table_findings(name: str, table: list[list[int]], rs: RuleSet) -> list
 
 
 def correlation_findings(output: CorrelationOutput, rs: RuleSet) -> list[Finding]:
-    """Observations, degrees of freedom, perfect correlations and binary-by-binary tables."""
+    """Observations, degrees of freedom, perfect correlations, binary-by-binary tables and the
+    leverage of the simple regressions each pair gives."""
     f = output.facts
     out: list[Finding] = []
     if f.n < rs.threshold or f.n - 2 < rs.dof:
@@ -78,4 +80,6 @@ def correlation_findings(output: CorrelationOutput, rs: RuleSet) -> list[Finding
                 )
     for pair, table in f.pair_tables.items():
         out += small_table_findings(f"table {pair.replace('|', ' by ')}", table, rs)
+    # with the means and SDs, each coefficient gives the simple regressions of the pair
+    out += leverage_findings(f.leverage, rs, "correlation matrix")
     return out

@@ -12,13 +12,14 @@ per-record residual can be released through it; residuals computed in a `script`
 
 from __future__ import annotations
 
+from safeaccess.rules.checks.leverage import leverage_findings
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import RegressionOutput
 from safeaccess.rules.ruleset import RuleSet
 
 
 def regression_findings(output: RegressionOutput, rs: RuleSet) -> list[Finding]:
-    """Residual degrees of freedom, saturation and sparse binary regressors."""
+    """Residual degrees of freedom, saturation, sparse binary regressors and leverage."""
     f = output.facts
     out: list[Finding] = []
     if f.df_resid < rs.dof:
@@ -56,4 +57,5 @@ def regression_findings(output: RegressionOutput, rs: RuleSet) -> list[Finding]:
                         f"describes fewer than {rs.threshold} records. Merge that category.",
                     )
                 )
+    out += leverage_findings(f.leverage, rs, "model")
     return out

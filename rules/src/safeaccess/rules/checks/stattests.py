@@ -9,6 +9,7 @@ is (r-1)(c-1) and says nothing about the records behind it. ACRO checks `df` of 
 from __future__ import annotations
 
 from safeaccess.rules.checks.correlation import small_table_findings
+from safeaccess.rules.checks.leverage import leverage_findings
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import TestOutput
 from safeaccess.rules.ruleset import RuleSet
@@ -40,4 +41,7 @@ def stat_test_findings(output: TestOutput, rs: RuleSet) -> list[Finding]:
         )
     if f.table is not None:
         out += small_table_findings("contingency table", f.table, rs)
+    if output.test == "t_two_sample":
+        # the regression on the group indicator; without facts the group sizes above decide
+        out += leverage_findings(f.leverage, rs, "test", required=False)
     return out

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from safeaccess.rules.decision import Finding, Verdict
 from safeaccess.rules.outputs import (
     Label,
-    Output,
     SummaryGroupFacts,
     SummaryOutput,
     SummaryVariableFacts,
@@ -142,9 +141,7 @@ def variable_findings(
     return out
 
 
-def summary_findings(
-    output: SummaryOutput, rs: RuleSet, history: Sequence[Output] = ()
-) -> list[Finding]:
+def summary_findings(output: SummaryOutput, rs: RuleSet) -> list[Finding]:
     """All summary checks, per group and variable, then reconstruction risk."""
     facts: dict[str, SummaryGroupFacts] = {repr(g.labels): g for g in output.facts.groups}
     out: list[Finding] = []
@@ -167,11 +164,11 @@ def summary_findings(
                 continue
             out += variable_findings(item, list(var.stats), vf, rs)
     if rs.reconstruction:
-        out += reconstruction(output, rs, history)
+        out += reconstruction(output, rs)
     return out
 
 
-def reconstruction(output: SummaryOutput, rs: RuleSet, history: Sequence[Output]) -> list[Finding]:
+def reconstruction(output: SummaryOutput, rs: RuleSet) -> list[Finding]:
     """Exact reconstruction risk (Derrick et al.), from `safeaccess.rules.reconstruction`."""
     try:
         module = importlib.import_module("safeaccess.rules.reconstruction")
@@ -187,4 +184,4 @@ def reconstruction(output: SummaryOutput, rs: RuleSet, history: Sequence[Output]
                 "statistics pin down individual values must be reviewed by a person.",
             )
         ]
-    return list(reconstruction_findings(output, rs, history))
+    return list(reconstruction_findings(output, rs))

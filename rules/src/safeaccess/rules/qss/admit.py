@@ -93,11 +93,18 @@ def admit(
     query set. Raises QuerySetError for malformed arrays (the state is never changed)."""
     arrays = _validated(state, query_sets)
     k = policy.k
-    atom_of = state.atom_of.copy() if arrays else state.atom_of
+    # the working copy of the atom array is made only when a later array needs the earlier
+    # relabelling, or once the output is admitted: a refusal copies nothing of size n_records
+    atom_of = state.atom_of
+    copied = False
     sizes = state.sizes
     outside = state.outside
     refinements: list[Refinement] = []
-    for array in arrays:
+    for i, array in enumerate(arrays):
+        if i > 0:
+            if not copied:
+                atom_of, copied = atom_of.copy(), True
+            refinements[-1].apply(atom_of)
         ref = refine(atom_of, sizes, outside, array)
         sizes, outside = ref.sizes, ref.outside
         refinements.append(ref)
@@ -165,8 +172,12 @@ def admit(
             smallest_isolated=isolated.size,
             facts=facts,
         )
+    if not copied:
+        atom_of = atom_of.copy()
+    if refinements:
+        refinements[-1].apply(atom_of)
     new_state = AuditState(
-        atom_of=atom_of if arrays else state.atom_of.copy(),
+        atom_of=atom_of,
         sizes=sizes.copy(),
         outside=outside,
         n_query_sets=state.n_query_sets + new_sets,

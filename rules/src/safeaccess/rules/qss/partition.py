@@ -26,7 +26,8 @@ _DENSE_KEY_SLOTS = 1 << 24
 
 @dataclass(frozen=True)
 class Refinement:
-    """What one array did to the partition (the caller's working `atom_of` is updated in place).
+    """What one array did to the partition. The records `inside` it get atom ids `labels`
+    (the caller applies them with `apply`, only once the output is admitted).
 
     `sizes` covers the new atom ids; `parent` maps each fresh id (from `n_before` on) to the atom
     it split from; `cell` is the array's cell index for every atom after the split (-1 outside)."""
@@ -37,10 +38,15 @@ class Refinement:
     outside: int
     n_before: int
     n_cells: int
+    inside: Int64Array
+    labels: Int32Array
+
+    def apply(self, atom_of: Int32Array) -> None:
+        atom_of[self.inside] = self.labels
 
 
 def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Array) -> Refinement:
-    """Split the atoms of `atom_of` (updated in place) by the query-set array `cells`."""
+    """Split the atoms of `atom_of` (left unchanged) by the query-set array `cells`."""
     m = int(sizes.shape[0])
     inside = np.flatnonzero(cells >= 0)
     if inside.size == 0:
@@ -51,6 +57,8 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
             outside=outside,
             n_before=m,
             n_cells=0,
+            inside=inside.astype(np.int64),
+            labels=np.empty(0, dtype=np.int32),
         )
     inner = cells[inside]
     n_cells = int(inner.max()) + 1
@@ -85,9 +93,9 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
     if inverse is None:
         lut = np.empty(slots, dtype=np.int32)
         lut[present] = new_id
-        atom_of[inside] = lut[key]
+        labels = lut[key]
     else:
-        atom_of[inside] = new_id[inverse].astype(np.int32)
+        labels = new_id[inverse].astype(np.int32)
     new_sizes = np.concatenate([remainder, pair_count[fresh]])
     new_sizes[pair_atom[keeps]] = pair_count[keeps]
     cell = np.full(m + n_fresh, -1, dtype=np.int32)
@@ -101,6 +109,8 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
         outside=outside,
         n_before=m,
         n_cells=n_cells,
+        inside=inside.astype(np.int64, copy=False),
+        labels=labels,
     )
 
 

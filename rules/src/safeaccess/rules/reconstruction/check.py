@@ -1,14 +1,18 @@
 """The reconstruction-risk check on summary outputs, as the rules engine calls it.
 
 For every group x variable on an ordinal or small-integer scale (facts carry `scale`), the
-released statistics -- together with those released earlier in the sequence about the same
-records -- are turned into exact constraints on the unknown counts, and the consistent samples
-are analysed:
+released statistics of that one output are turned into exact constraints on the unknown counts,
+and the consistent samples are analysed:
 
 - exactly one consistent sample: every value in the group can be worked out -> withhold;
 - some value's count is the same in every consistent sample and lies in 1..threshold-1: the
   release implies a frequency cell below the threshold -> withhold;
 - the question cannot be settled within the budget -> review by an output checker.
+
+Statistics released in *different* outputs about the same group are not combined here: the server
+keeps no list of earlier outputs (one mechanism across releases, the query-set auditor
+`safeaccess.rules.qss`, which controls which record sets an aggregate may be taken over, not which
+moments of one set are released). docs/rules.md says what this leaves open.
 
 Settings read from the rule set (with these defaults when the rule set lacks them):
 `threshold` (10), `reconstruction` (True: run the check), `reconstruction_max_steps`
@@ -20,17 +24,13 @@ for one group x variable: the exact analysis may use half of it, the searches th
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import (
     Label,
-    Output,
     SummaryOutput,
     SummaryVariableFacts,
     VariableSummary,
@@ -71,14 +71,8 @@ class _Settings:
     time_budget: float
 
 
-def reconstruction_findings(
-    output: SummaryOutput, ruleset: RuleSet | Any, history: Sequence[Output]
-) -> list[Finding]:
-    """Findings for groups x variables whose released statistics reveal values or small cells.
-
-    `history` holds outputs released earlier in the sequence; summary statistics in it about
-    the same records and variable are combined with the new ones.
-    """
+def reconstruction_findings(output: SummaryOutput, ruleset: RuleSet | Any) -> list[Finding]:
+    """Findings for groups x variables whose released statistics reveal values or small cells."""
     if not getattr(ruleset, "reconstruction", True):
         return []
     settings = _Settings(
@@ -88,8 +82,6 @@ def reconstruction_findings(
         time_budget=float(getattr(ruleset, "reconstruction_time_budget", DEFAULT_TIME_BUDGET)),
     )
     findings: list[Finding] = []
-    earlier = [h for h in history if isinstance(h, SummaryOutput)]
-    query_sets = _QuerySets()
     for gi, group in enumerate(output.groups):
         gfacts = _group_facts(output, gi, group.labels)
         if gfacts is None:
@@ -98,23 +90,16 @@ def reconstruction_findings(
             vfacts = gfacts.get(summary.variable)
             if vfacts is None or vfacts.scale is None:
                 continue
-            findings.extend(
-                _check_variable(
-                    output, gi, group.labels, summary, vfacts, earlier, settings, query_sets
-                )
-            )
+            findings.extend(_check_variable(output, group.labels, summary, vfacts, settings))
     return findings
 
 
 def _check_variable(
     output: SummaryOutput,
-    gi: int,
     labels: list[Label],
     summary: VariableSummary,
     vfacts: SummaryVariableFacts,
-    earlier: list[SummaryOutput],
     settings: _Settings,
-    query_sets: _QuerySets,
 ) -> list[Finding]:
     assert vfacts.scale is not None
     low, high = vfacts.scale
@@ -149,30 +134,8 @@ def _check_variable(
                 "confirm what they reveal.",
             )
         ]
-    combined_with_earlier = False
-    for prev in earlier:
-        for pj, pgroup in enumerate(prev.groups):
-            psum = next((v for v in pgroup.variables if v.variable == summary.variable), None)
-            pfacts_group = _group_facts(prev, pj, pgroup.labels)
-            pfacts = None if pfacts_group is None else pfacts_group.get(summary.variable)
-            if psum is None or pfacts is None or pfacts.scale != vfacts.scale or pfacts.n != n:
-                continue
-            if not _same_records(output, gi, labels, prev, pj, pgroup.labels, query_sets):
-                continue
-            try:
-                pcons = _constraints(psum.stats, low, high, n, prev.round, prev.quantile_type)
-            except ReconstructionError:
-                continue  # an earlier release we cannot interpret adds nothing we can use
-            if pcons is None or (truth is not None and not pcons.admits(truth)):
-                continue  # nothing usable, or evidently a different sample
-            cons = cons.merged(pcons)
-            combined_with_earlier = True
     stats = _describe(summary.stats)
-    context = (
-        " together with statistics released earlier in this sequence"
-        if combined_with_earlier
-        else ""
-    )
+    context = ""
     try:
         verdict = _decide(cons, truth, settings)
     except BudgetExceeded:
@@ -352,39 +315,6 @@ def _group_facts(
     if index < len(groups) and groups[index].labels == labels:
         return groups[index].variables
     return next((g.variables for g in groups if g.labels == labels), None)
-
-
-class _QuerySets:
-    """Decoded query-set arrays, once per output for the duration of one check."""
-
-    def __init__(self) -> None:
-        self._arrays: dict[int, np.ndarray | None] = {}
-
-    def get(self, output: SummaryOutput) -> np.ndarray | None:
-        key = id(output)
-        if key not in self._arrays:
-            qs = output.facts.query_set
-            self._arrays[key] = None if qs is None else qs.to_array()
-        return self._arrays[key]
-
-
-def _same_records(
-    a: SummaryOutput,
-    ai: int,
-    alabels: list[Label],
-    b: SummaryOutput,
-    bi: int,
-    blabels: list[Label],
-    query_sets: _QuerySets,
-) -> bool:
-    """Do two groups rest on the same records? Query sets decide when both have them;
-    otherwise the same grouping variables and labels are taken to mean the same records."""
-    arr_a, arr_b = query_sets.get(a), query_sets.get(b)
-    if arr_a is not None and arr_b is not None:
-        if arr_a.shape != arr_b.shape:
-            return False
-        return bool(np.array_equal(arr_a == ai, arr_b == bi))
-    return a.by == b.by and alabels == blabels
 
 
 def _group_name(by: list[str], labels: list[Label]) -> str:

@@ -22,6 +22,7 @@ from safeaccess.sandbox.compute._common import (
     query_set,
     require_columns,
 )
+from safeaccess.sandbox.compute.leverage import leverage_facts, simple_regression_hats
 
 
 def correlation(
@@ -81,5 +82,7 @@ def correlation(
             binary=binary,
             pair_tables=pair_tables,
             query_set=query_set(["complete records"], frame, cell, n_records),
+            # Spearman: the regressions are those of the ranks, which the coefficients describe
+            leverage=leverage_facts(simple_regression_hats(table.to_numpy(dtype=np.float64))),
         ),
     )

@@ -17,6 +17,7 @@ from safeaccess.client.analyses import Regression
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Coefficient, RegressionFacts, RegressionOutput, RegressorFacts
 from safeaccess.sandbox.compute._common import AnalysisError, fnum, query_set
+from safeaccess.sandbox.compute.leverage import glm_weights, hat_values, leverage_facts
 
 INTERCEPT_NAMES = frozenset({"Intercept", "const", "(Intercept)"})
 SEPARATION_MESSAGE = (
@@ -187,6 +188,7 @@ def regression(
         saturated=bool(k >= patterns),
         regressors=_regressor_facts(design, x, columns),
         query_set=query_set(["model"], frame, used, n_records),
+        leverage=leverage_facts(hat_values(x, glm_weights(analysis.family, x, params))),
     )
     return RegressionOutput(
         family=analysis.family,

@@ -30,6 +30,7 @@ from safeaccess.sandbox.compute._common import (
     query_set,
     require_columns,
 )
+from safeaccess.sandbox.compute.leverage import group_indicator_hats, leverage_facts
 
 
 def _chi2(
@@ -121,6 +122,8 @@ def _t_test(
             n=int(n0 + n1),
             group_counts={names[0]: int(n0), names[1]: int(n1)},
             query_set=query_set(names, frame, cell, n_records),
+            # the t test is the regression of the variable on the group indicator
+            leverage=leverage_facts(group_indicator_hats([int(n0), int(n1)])),
         ),
     )
 

@@ -26,6 +26,7 @@ from safeaccess.sandbox.backend import (
     SandboxError,
     SandboxUnavailable,
     expected_output,
+    side_arrays,
 )
 from safeaccess.sandbox.docker.container import (
     DATASET_IN_SANDBOX,
@@ -294,7 +295,12 @@ class DockerBackend:
             if self._pool is not None:
                 self._pool.want(key)  # refill now that this job no longer needs the CPU
         output = expected_output(job, response.output)
-        return RunResult(output=output, wall_seconds=time.monotonic() - started, backend=self.name)
+        return RunResult(
+            output=output,
+            wall_seconds=time.monotonic() - started,
+            backend=self.name,
+            query_sets=side_arrays(output),
+        )
 
     def close(self) -> None:
         """Remove the warm containers and wait for finished ones to be removed."""

@@ -1,0 +1,113 @@
+"""The audit log's records: canonical JSON (RFC 8785) objects, one per logged event.
+
+Every record has the same envelope: `log` and `version` (the format), `index` (its position in
+the log, so a record moved elsewhere no longer fits), `time` (UTC, microseconds), `kind`,
+`actor`, `sequence` and `step` (null for administrative records) and `data` (what the event
+states, by kind; see docs/audit.md). The Merkle leaf is the record's canonical bytes.
+
+Anything derived from confidential data is logged as facts a check used (counts, degrees of
+freedom, dominance shares) or as a salted commitment, never as a bare hash: a bare SHA-256 of a
+small table can be found by trying every plausible table, a commitment with a 32-byte random salt
+cannot, and whoever holds the opening (the researcher's receipt, the centre) can check it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+from typing import Any, Final, Literal
+
+import rfc8785
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+LOG_FORMAT: Final = "safeaccess-audit"
+LOG_VERSION: Final = 1
+SALT_SIZE: Final = 32
+COMMITMENT_SCHEME: Final = "sha256(salt||jcs(output))"
+_ASTRAL: Final = re.compile(rb"[\xf0-\xf4]")  # lead bytes of characters beyond the BMP
+
+
+class RecordError(ValueError):
+    """Bytes that are not a well-formed canonical audit record."""
+
+
+class LogRecord(BaseModel):
+    """The envelope of one audit record."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    log: Literal["safeaccess-audit"]
+    version: Literal[1]
+    index: int = Field(ge=0)
+    time: str
+    kind: str = Field(min_length=1)
+    actor: str
+    sequence: str | None
+    step: int | None
+    data: dict[str, Any]
+
+
+def encode_record(fields: dict[str, Any]) -> bytes:
+    """The canonical bytes of a record (RFC 8785)."""
+    return rfc8785.dumps(fields)
+
+
+def is_canonical(raw: bytes, parsed: Any, plain_floats: bool) -> bool:
+    """Whether `raw` is the RFC 8785 encoding of `parsed`.
+
+    Fast path: the standard library's sorted compact encoding is byte-identical to RFC 8785
+    when every number literal is an integer or a plain decimal (no exponent, no trailing ".0",
+    where the two number formats differ) and no key holds characters beyond the Basic
+    Multilingual Plane (where UTF-16 and code-point order differ). Anything else, and any
+    mismatch, is decided by the RFC 8785 encoder itself."""
+    if plain_floats and _ASTRAL.search(raw) is None:
+        quick = json.dumps(
+            parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
+        if quick == raw:
+            return True
+    try:
+        return bool(rfc8785.dumps(parsed) == raw)
+    except rfc8785.CanonicalizationError:
+        return False
+
+
+def decode_record(raw: bytes) -> LogRecord:
+    """Parse a record and insist it is exactly the canonical encoding of its own fields, so no
+    two readers can read different meanings out of the same logged bytes."""
+    plain = True
+
+    def parse_float(literal: str) -> float:
+        nonlocal plain
+        if "e" in literal or "E" in literal or literal.endswith(".0"):
+            plain = False
+        return float(literal)
+
+    try:
+        parsed = json.loads(raw, parse_float=parse_float)
+        record = LogRecord.model_validate(parsed)
+    except (ValueError, UnicodeDecodeError) as exc:
+        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise RecordError(f"not an audit record: {message}") from None
+    if not is_canonical(raw, parsed, plain):
+        raise RecordError("the record is not in canonical JSON (RFC 8785) form")
+    return record
+
+
+def new_salt() -> bytes:
+    return secrets.token_bytes(SALT_SIZE)
+
+
+def commit(salt: bytes, output: Any) -> str:
+    """The commitment (hex) to an output: SHA-256(salt || canonical JSON of the output)."""
+    if len(salt) != SALT_SIZE:
+        raise ValueError(f"a commitment salt is {SALT_SIZE} bytes")
+    return hashlib.sha256(salt + rfc8785.dumps(output)).hexdigest()
+
+
+def opens(commitment: str, salt: bytes, output: Any) -> bool:
+    """Whether (salt, output) opens `commitment`."""
+    return len(salt) == SALT_SIZE and hmac.compare_digest(commit(salt, output), commitment)

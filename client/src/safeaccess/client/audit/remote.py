@@ -1,0 +1,91 @@
+"""The auditor's (and a researcher's) signed HTTP access to a centre's audit log."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from safeaccess.client.keys import load_private_key
+from safeaccess.client.session import _Signer
+
+BATCH = 1000
+
+
+class AuditHTTPError(Exception):
+    """The server refused an audit request; the message carries its error."""
+
+
+def _key(key: Ed25519PrivateKey | Path) -> Ed25519PrivateKey:
+    return key if isinstance(key, Ed25519PrivateKey) else load_private_key(Path(key).expanduser())
+
+
+class SignedClient:
+    """Requests signed as `name` with `key`, like a researcher's session."""
+
+    def __init__(self, url: str, key: Ed25519PrivateKey | Path, name: str, timeout: float = 120):
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url,
+            auth=_Signer(_key(key), name, self.url + "/v1/health"),
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get(self, path: str, **params: Any) -> httpx.Response:
+        response = self._http.get(path, params=params or None)
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                message = f"{error['code']}: {error['message']}"
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:300]
+            raise AuditHTTPError(f"{path}: HTTP {response.status_code} {message}")
+        return response
+
+    def health(self) -> dict[str, Any]:
+        data: dict[str, Any] = self._http.get("/v1/health").json()
+        return data
+
+
+class ServerSource:
+    """A `LogSource` over the auditor endpoints of a running centre."""
+
+    def __init__(self, client: SignedClient, server_key: Ed25519PublicKey | None = None):
+        self.client = client
+        health = client.health()
+        self.server_id = str(health["server_id"])
+        announced = Ed25519PublicKey.from_public_bytes(
+            base64.b64decode(health["server_public_key"])
+        )
+        self.pinned = server_key is not None
+        self.server_key = server_key if server_key is not None else announced
+        self.checkpoint_note = client.get("/v1/audit/checkpoint").text
+
+    def entries(self, size: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+        for start in range(0, size, BATCH):
+            batch = self.client.get("/v1/audit/entries", start=start, end=min(size, start + BATCH))
+            for entry in batch.json()["entries"]:
+                yield int(entry["index"]), base64.b64decode(entry["record"]), None
+
+    def inclusion(self, index: int, size: int) -> list[bytes] | None:
+        data = self.client.get("/v1/audit/proof/inclusion", index=index, size=size).json()
+        return [base64.b64decode(p) for p in data["proof"]]
+
+    def consistency(self, size1: int, size2: int) -> list[bytes] | None:
+        data = self.client.get("/v1/audit/proof/consistency", size1=size1, size2=size2).json()
+        return [base64.b64decode(p) for p in data["proof"]]
+
+    def export(self, path: Path) -> None:
+        with self.client._http.stream("GET", "/v1/audit/export") as response:
+            if response.status_code >= 400:
+                raise AuditHTTPError(f"export: HTTP {response.status_code}")
+            with open(path, "wb") as handle:
+                for chunk in response.iter_bytes():
+                    handle.write(chunk)

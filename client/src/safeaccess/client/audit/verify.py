@@ -1,0 +1,482 @@
+"""The whole-log verifier behind `safeaccess audit verify`.
+
+Given a log source (a server, through the auditor endpoints, or an export file) it checks, in
+this order, and stops at the first bad entry:
+
+1. the checkpoint's signature with the centre's key, and its origin;
+2. consistency with a previously trusted checkpoint (a rewritten or truncated history fails);
+3. every entry: present, in place (its own index), canonical, and included in the checkpoint's
+   tree (the recomputed RFC 9162 root must equal the signed root; if not, each entry's inclusion
+   proof or stored leaf hash names the first entry that does not fit);
+4. every sequence, replayed from the log: the header's signature with the researcher's logged
+   key, endorsements with the logged CA keys, the hash chain of traces step by step (the
+   protocol's own word decoding), tit-for-tat order (step j + 1 revealed only after step j was
+   released; nothing after a withhold, a failure or the last step);
+5. every decision: its rule set was logged, its verdict is what its findings combine to, and the
+   rules re-evaluated from the logged facts would not have withheld a released output.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from safeaccess.client.audit import decisions
+from safeaccess.client.audit.checkpoint import Checkpoint, CheckpointError, verify_checkpoint
+from safeaccess.client.audit.merkle import (
+    ProofError,
+    leaf_hash,
+    root_of,
+    verify_consistency,
+    verify_inclusion,
+)
+from safeaccess.client.audit.records import LogRecord, RecordError, decode_record
+from safeaccess.client.keys import KeyFileError, load_public_key
+from safeaccess.client.protocol import Endorsement, ProtocolError, SequenceVerifier
+from safeaccess.client.protocol.words import verify_logged_step
+
+EXPORT_FORMAT = "safeaccess-audit-export"
+
+
+def log_origin(server_id: str) -> str:
+    return f"safeaccess/{server_id}/audit"
+
+
+class AuditFailure(Exception):
+    """The log failed a check; `entry` names the first bad entry (None: the checkpoint)."""
+
+    def __init__(self, message: str, entry: int | None = None):
+        where = f"entry {entry}: " if entry is not None else ""
+        super().__init__(where + message)
+        self.entry = entry
+
+
+class LogSource(Protocol):
+    server_id: str
+    server_key: Ed25519PublicKey
+    checkpoint_note: str
+
+    def entries(self, size: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """(index, record, stored leaf hash or None) for entries 0..size-1, as served."""
+
+    def inclusion(self, index: int, size: int) -> list[bytes] | None:
+        """The server's inclusion proof, or None when the source cannot give one."""
+
+    def consistency(self, size1: int, size2: int) -> list[bytes] | None:
+        """The server's consistency proof, or None when the source cannot give one."""
+
+
+def _b64(value: str) -> bytes:
+    return base64.b64decode(value, validate=True)
+
+
+@dataclass
+class ExportSource:
+    """An export file: a JSON header line, then `<index> <leaf hash b64> <record>` lines."""
+
+    path: Any
+    server_id: str = ""
+    server_key: Ed25519PublicKey = field(init=False)
+    checkpoint_note: str = ""
+
+    def __post_init__(self) -> None:
+        with open(self.path, "rb") as handle:
+            first = handle.readline()
+        try:
+            header = json.loads(first)
+            if header.get("format") != EXPORT_FORMAT:
+                raise ValueError("format")
+            self.server_id = str(header["server_id"])
+            self.server_key = Ed25519PublicKey.from_public_bytes(_b64(header["server_public_key"]))
+            self.checkpoint_note = str(header["checkpoint"])
+        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+            raise AuditFailure(f"{self.path} is not a safeaccess audit export") from exc
+
+    def entries(self, size: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+        with open(self.path, "rb") as handle:
+            handle.readline()
+            for line in handle:
+                line = line.rstrip(b"\n")
+                index, leaf, record = line.split(b" ", 2)
+                yield int(index), record, _b64(leaf.decode("ascii"))
+
+    def inclusion(self, index: int, size: int) -> list[bytes] | None:
+        return None
+
+    def consistency(self, size1: int, size2: int) -> list[bytes] | None:
+        return None
+
+
+@dataclass
+class Report:
+    """What was checked, for a person to read."""
+
+    size: int = 0
+    root: str = ""
+    sequences: int = 0
+    steps_released: int = 0
+    steps_withheld: int = 0
+    decisions: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    checkpoint: str = ""
+
+    def lines(self) -> list[str]:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.kinds.items()))
+        return [
+            f"checkpoint: {self.size} entries, root {self.root} (signature verified)",
+            f"entries: all {self.size} present, in order, canonical and included ({kinds})",
+            f"sequences: {self.sequences} replayed (signatures, hash chains, tit-for-tat order)",
+            f"decisions: {self.decisions} re-derived from logged facts and rule sets; "
+            f"{self.steps_released} released, {self.steps_withheld} withheld",
+            *self.notes,
+        ]
+
+
+@dataclass
+class _Sequence:
+    researcher: str
+    verifier: SequenceVerifier
+    previous_trace: bytes
+    next_index: int = 1
+    state: str = "open"  # open | running | review | released | closed
+    step: int = 0
+    last: bool = False
+    verdict: str | None = None
+    pending_problems: list[str] = field(default_factory=list)
+
+
+class _Replay:
+    """Replays sequences and decisions record by record."""
+
+    def __init__(self, report: Report):
+        self.report = report
+        self.researcher_keys: dict[str, Ed25519PublicKey] = {}
+        self.cas: dict[str, Ed25519PublicKey] = {}
+        self.server_id: str | None = None
+        self.rulesets: dict[str, dict[str, Any]] = {}
+        self.sequences: dict[str, _Sequence] = {}
+
+    def feed(self, rec: LogRecord) -> None:
+        handler: Callable[[LogRecord], None] | None = getattr(self, "_" + rec.kind, None)
+        if handler is None and rec.kind.startswith("step_") and rec.kind != "step_revealed":
+            handler = self._outcome
+        if handler is not None:
+            handler(rec)
+
+    def _fail(self, rec: LogRecord, message: str) -> AuditFailure:
+        return AuditFailure(f"{rec.kind}: {message}", rec.index)
+
+    # -- administrative records -----------------------------------------------------------------
+
+    def _configuration(self, rec: LogRecord) -> None:
+        self.server_id = rec.data.get("server_id")
+        try:
+            self.cas = {
+                name: Ed25519PublicKey.from_public_bytes(_b64(key))
+                for name, key in rec.data.get("trusted_cas", {}).items()
+            }
+        except (ValueError, binascii.Error) as exc:
+            raise self._fail(rec, "a trusted CA key is malformed") from exc
+
+    def _researcher_added(self, rec: LogRecord) -> None:
+        try:
+            key = load_public_key(str(rec.data["public_key"]).encode("ascii"))
+        except (KeyError, KeyFileError) as exc:
+            raise self._fail(rec, "the researcher's public key is missing or malformed") from exc
+        self.researcher_keys[str(rec.data["researcher"])] = key
+
+    def _ruleset(self, rec: LogRecord) -> None:
+        text = rec.data.get("contents")
+        # The hash is the rules library's: SHA-256 of the sorted compact JSON of every
+        # parameter, logged as that very text.
+        if not isinstance(text, str):
+            raise self._fail(rec, "the rule set's contents are missing")
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if digest != rec.data.get("sha256"):
+            raise self._fail(rec, "the logged rule set does not hash to its logged hash")
+        contents = json.loads(text)
+        if not isinstance(contents, dict):
+            raise self._fail(rec, "the rule set's contents are not a mapping")
+        self.rulesets[digest] = contents
+
+    # -- sequences ------------------------------------------------------------------------------
+
+    def _seq(self, rec: LogRecord) -> _Sequence:
+        seq = self.sequences.get(rec.sequence or "")
+        if seq is None:
+            raise self._fail(rec, f"sequence {rec.sequence} was never opened in the log")
+        return seq
+
+    def _sequence_opened(self, rec: LogRecord) -> None:
+        if rec.sequence is None or rec.sequence in self.sequences:
+            raise self._fail(rec, "a sequence id is missing or opened twice")
+        key = self.researcher_keys.get(rec.actor)
+        if key is None:
+            raise self._fail(rec, f"researcher {rec.actor!r} was not registered before")
+        try:
+            header = _b64(rec.data["header"])
+            signature = _b64(rec.data["signature"])
+            endorsements = [Endorsement.model_validate(e) for e in rec.data["endorsements"]]
+            verifier = SequenceVerifier(
+                header,
+                signature,
+                key,
+                endorsements,
+                self.cas,
+                at=datetime.fromisoformat(rec.time.replace("Z", "+00:00")),
+                server=self.server_id,
+            )
+        except (KeyError, ValueError, binascii.Error, ProtocolError) as exc:
+            raise self._fail(rec, f"the sequence header does not verify: {exc}") from exc
+        if verifier.header.researcher != rec.actor:
+            raise self._fail(rec, "the header names another researcher than the one logged")
+        self.sequences[rec.sequence] = _Sequence(
+            researcher=rec.actor, verifier=verifier, previous_trace=verifier.header.t0
+        )
+        self.report.sequences += 1
+
+    def _step_revealed(self, rec: LogRecord) -> None:
+        seq = self._seq(rec)
+        j = rec.step or 0
+        if seq.state not in ("open", "released"):
+            raise self._fail(
+                rec,
+                f"step {j} was revealed while the sequence was {seq.state} (tit-for-tat: a step "
+                "is revealed only after the previous one was released, never after a withhold)",
+            )
+        if j != seq.next_index:
+            raise self._fail(rec, f"step {j} was revealed but step {seq.next_index} was next")
+        try:
+            trace = bytes.fromhex(str(rec.data["trace"]))
+            digest = bytes.fromhex(str(rec.data["body_sha256"]))
+            last = verify_logged_step(seq.previous_trace, j, trace, digest)
+        except (KeyError, ValueError) as exc:
+            raise self._fail(rec, "the trace or body digest is missing or malformed") from exc
+        except ProtocolError as exc:
+            raise self._fail(rec, f"the hash chain breaks: {exc}") from exc
+        if last != bool(rec.data.get("last")):
+            raise self._fail(rec, "the logged 'last' flag contradicts the hash chain")
+        seq.previous_trace, seq.next_index, seq.step, seq.last = trace, j + 1, j, last
+        seq.state = "running"
+        seq.verdict = None
+
+    def _running(self, rec: LogRecord) -> _Sequence:
+        seq = self._seq(rec)
+        if seq.state != "running" or rec.step != seq.step:
+            raise self._fail(
+                rec, f"step {rec.step} ran while the sequence was {seq.state} at step {seq.step}"
+            )
+        return seq
+
+    def _run_started(self, rec: LogRecord) -> None:
+        self._running(rec)
+
+    def _run_finished(self, rec: LogRecord) -> None:
+        self._running(rec)
+
+    def _checks(self, rec: LogRecord) -> None:
+        seq = self._running(rec)
+        data = rec.data
+        verdict = data.get("verdict")
+        findings = data.get("findings") or []
+        seq.verdict = verdict
+        seq.pending_problems = []
+        if verdict is None:
+            return  # the analysis failed before any check ran
+        self.report.decisions += 1
+        rules = self.rulesets.get(str(data.get("ruleset_sha256")))
+        if rules is None:
+            raise self._fail(rec, f"rule set {data.get('ruleset_sha256')} was never logged")
+        combined = decisions.combine([str(f.get("verdict")) for f in findings])
+        if combined != verdict:
+            raise self._fail(
+                rec, f"the verdict {verdict!r} is not what its findings combine to ({combined!r})"
+            )
+        seq.pending_problems = decisions.fact_problems(data.get("facts"), rules)
+        seq.pending_problems += decisions.feature_withholds(data)
+
+    def _outcome(self, rec: LogRecord) -> None:
+        seq = self._running(rec)
+        state = rec.kind.removeprefix("step_")
+        if state == "released":
+            if seq.verdict != "release":
+                raise self._fail(rec, f"released although the rules' verdict was {seq.verdict!r}")
+            self._released(rec, seq)
+        elif state == "review":
+            if seq.verdict != "review":
+                raise self._fail(rec, f"sent to review although the verdict was {seq.verdict!r}")
+            seq.state = "review"
+        elif state in ("withheld", "failed"):
+            seq.state = "closed"
+            self.report.steps_withheld += 1
+        else:
+            raise self._fail(rec, f"unknown step outcome {state!r}")
+
+    def _released(self, rec: LogRecord, seq: _Sequence) -> None:
+        if seq.pending_problems:
+            raise self._fail(
+                rec,
+                "released, but the logged rules withhold it: " + "; ".join(seq.pending_problems),
+            )
+        if not rec.data.get("output_commitment"):
+            raise self._fail(rec, "a release without a commitment to its output")
+        seq.state = "closed" if seq.last else "released"
+        self.report.steps_released += 1
+
+    def _review_approved(self, rec: LogRecord) -> None:
+        seq = self._seq(rec)
+        if seq.state != "review" or rec.step != seq.step:
+            raise self._fail(rec, f"a review decision for step {rec.step}, which is not in review")
+        seq.pending_problems = [p for p in seq.pending_problems if "decided withhold" not in p]
+        self._released(rec, seq)
+
+    def _review_rejected(self, rec: LogRecord) -> None:
+        seq = self._seq(rec)
+        if seq.state != "review" or rec.step != seq.step:
+            raise self._fail(rec, f"a review decision for step {rec.step}, which is not in review")
+        seq.state = "closed"
+        self.report.steps_withheld += 1
+
+
+def _trusted(path: Path, source: LogSource) -> tuple[Checkpoint, dict[int, bytes] | None]:
+    """A trusted checkpoint (a signed note) or an earlier export (its checkpoint, and its
+    records' leaf hashes, which name the first rewritten entry)."""
+    leaves: dict[int, bytes] | None = None
+    with open(path, "rb") as handle:
+        start = handle.read(1)
+    if start == b"{":
+        old = ExportSource(path)
+        note = old.checkpoint_note
+        leaves = {i: leaf_hash(r) for i, r, _ in old.entries(0)}
+    else:
+        note = path.read_text(encoding="utf-8")
+    try:
+        checkpoint = verify_checkpoint(note, source.server_id, source.server_key)
+    except CheckpointError as exc:
+        raise AuditFailure(f"the trusted checkpoint: {exc}") from exc
+    return checkpoint, leaves
+
+
+def verify_log(
+    source: LogSource,
+    *,
+    trusted: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Report:
+    """Run every check; raises AuditFailure naming the first bad entry."""
+    report = Report()
+    try:
+        checkpoint = verify_checkpoint(source.checkpoint_note, source.server_id, source.server_key)
+    except CheckpointError as exc:
+        raise AuditFailure(f"checkpoint: {exc}") from exc
+    if checkpoint.origin != log_origin(source.server_id):
+        raise AuditFailure(f"checkpoint: origin {checkpoint.origin!r} is not this centre's log")
+    size = checkpoint.size
+    report.size, report.root = size, checkpoint.root.hex()
+    report.checkpoint = source.checkpoint_note
+
+    # 3. entries: all there, in place, canonical; leaf hashes for the tree.
+    leaves: list[bytes] = []
+    replay = _Replay(report)
+    records: list[LogRecord] = []
+    expected = 0
+    for index, raw, stored_leaf in source.entries(size):
+        if index != expected:
+            raise AuditFailure(
+                "missing from the log" if index > expected else "appears twice or out of order",
+                expected if index > expected else index,
+            )
+        try:
+            rec = decode_record(raw)
+        except RecordError as exc:
+            raise AuditFailure(str(exc), index) from exc
+        if rec.index != index:
+            raise AuditFailure(f"the record says it is entry {rec.index}: rows were moved", index)
+        leaf = leaf_hash(raw)
+        if stored_leaf is not None and stored_leaf != leaf:
+            raise AuditFailure("the record does not match the leaf hash in the tree: edited", index)
+        leaves.append(leaf)
+        records.append(rec)
+        expected += 1
+        if progress is not None and expected % 10_000 == 0:
+            progress(expected, size)
+    if expected != size:
+        raise AuditFailure(
+            f"missing from the log: the checkpoint covers {size} entries but only {expected} "
+            "were served",
+            expected,
+        )
+    if root_of(leaves) != checkpoint.root:
+        _name_bad_entry(source, leaves, checkpoint)
+
+    # 2. consistency with the trusted checkpoint.
+    if trusted is not None:
+        _check_trusted(trusted, source, leaves, checkpoint, report)
+
+    # 4, 5. sequences and decisions.
+    for rec in records:
+        replay.feed(rec)
+        report.kinds[rec.kind] = report.kinds.get(rec.kind, 0) + 1
+    return report
+
+
+def _name_bad_entry(source: LogSource, leaves: list[bytes], checkpoint: Checkpoint) -> None:
+    for index, leaf in enumerate(leaves):
+        proof = source.inclusion(index, checkpoint.size)
+        if proof is None:
+            break
+        try:
+            verify_inclusion(index, checkpoint.size, leaf, proof, checkpoint.root)
+        except ProofError as exc:
+            raise AuditFailure(f"not included in the signed tree: {exc}", index) from exc
+    raise AuditFailure(
+        "the entries do not hash to the checkpoint's root: the log was altered after signing"
+    )
+
+
+def _check_trusted(
+    trusted: Path, source: LogSource, leaves: list[bytes], checkpoint: Checkpoint, report: Report
+) -> None:
+    old, old_leaves = _trusted(trusted, source)
+
+    def first_difference() -> int | None:
+        if old_leaves is None:
+            return None
+        for i in range(min(len(leaves), len(old_leaves))):
+            if old_leaves.get(i) != leaves[i]:
+                return i
+        return min(len(leaves), len(old_leaves))
+
+    if old.size > checkpoint.size:
+        raise AuditFailure(
+            f"the log has {checkpoint.size} entries, fewer than the {old.size} of the trusted "
+            "checkpoint: it was truncated",
+            first_difference() if old_leaves is not None else checkpoint.size,
+        )
+    proof = source.consistency(old.size, checkpoint.size) if old.size > 0 else None
+    try:
+        if proof is not None:
+            verify_consistency(old.size, checkpoint.size, old.root, checkpoint.root, proof)
+        if root_of(leaves[: old.size]) != old.root:
+            raise ProofError(
+                f"the first {old.size} entries do not hash to the trusted root: history was "
+                "rewritten"
+            )
+    except ProofError as exc:
+        raise AuditFailure(
+            f"inconsistent with the trusted checkpoint of {old.size} entries: {exc}",
+            first_difference(),
+        ) from exc
+    report.notes.append(
+        f"consistent with the trusted checkpoint of {old.size} entries (root {old.root.hex()})"
+    )

@@ -1,0 +1,86 @@
+"""What the store writes to the audit log when a step settles or is reviewed.
+
+The service passes `event_data` with the run's fields under "run", the check's under "checks",
+the rule set under "ruleset_contents"; any other key (other features' decision facts: `qss`,
+`leverage`, `withhold_budget`, `dp`, `review`, ...) is carried into the checks record unchanged,
+so a feature adds facts to the log by adding a key, without touching this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from safeaccess.client.audit.records import COMMITMENT_SCHEME, commit, new_salt
+from safeaccess.server.audit_facts import decision_facts
+from safeaccess.server.db import StepRow
+
+if TYPE_CHECKING:
+    from safeaccess.server.store import StepOutcome
+
+_STRUCTURED = frozenset({"run", "checks", "ruleset_contents"})
+
+
+@dataclass(frozen=True)
+class SettleRecords:
+    ruleset: dict[str, Any] | None
+    run: dict[str, Any]
+    checks: dict[str, Any]
+    outcome: dict[str, Any]
+
+
+def outcome_data(step: StepRow, output: Any, released: bool) -> dict[str, Any]:
+    """The outcome fields: state facts and the salted commitment to the researcher's output.
+
+    The salt is drawn once per step and kept with it (the opening goes in her receipt); a step
+    reviewed later is committed to with the same salt, so both records commit to one output."""
+    data: dict[str, Any] = {
+        "trace_sha256": step.trace_hash,
+        "body_sha256": step.body_hash,
+        "last": step.last,
+        "released": released,
+        "output_commitment": None,
+    }
+    if output is not None:
+        if step.output_salt is None:
+            step.output_salt = new_salt()
+        data["output_commitment"] = commit(step.output_salt, output)
+        data["commitment_scheme"] = COMMITMENT_SCHEME
+    return data
+
+
+def settle_records(
+    step: StepRow, outcome: StepOutcome, event_data: dict[str, Any]
+) -> SettleRecords:
+    contents = event_data.get("ruleset_contents")
+    ruleset = None
+    if isinstance(contents, dict) and outcome.ruleset_hash:
+        decision = outcome.decision or {}
+        # The exact text the rules library hashes (RFC 8785 would write 2.0 as 2 and change
+        # the hash), so the auditor can check the hash and load the parameters from it.
+        ruleset = {
+            "sha256": outcome.ruleset_hash,
+            "label": decision.get("ruleset"),
+            "contents": json.dumps(
+                contents, sort_keys=True, separators=(",", ":"), allow_nan=False
+            ),
+        }
+    checks: dict[str, Any] = {
+        **event_data.get("checks", {}),
+        "facts": decision_facts(outcome.output),
+    }
+    for key, value in event_data.items():
+        if key not in _STRUCTURED:
+            checks[key] = value
+    released = outcome.state.value == "released"
+    return SettleRecords(
+        ruleset=ruleset,
+        run=dict(event_data.get("run", {})),
+        checks=checks,
+        outcome={
+            **outcome_data(step, outcome.public_output, released),
+            "state": outcome.state.value,
+            "error_code": outcome.error_code,
+        },
+    )

@@ -1,0 +1,188 @@
+"""The auditors' side of the service: their authentication, checkpoints, entries, proofs, export.
+
+Auditors sign requests exactly as researchers do (`safeaccess.client.httpsig`), with keys held
+in their own table: a researcher's key is unknown here and an auditor's key is unknown to the
+researcher endpoints, so neither role reaches the other's endpoints.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import rfc8785
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
+from safeaccess.client.httpsig import SignatureError, verify_request
+from safeaccess.client.keys import load_public_key, public_key_raw
+from safeaccess.server import auditlog
+from safeaccess.server.errors import InvalidRequest, NotFound, Unauthenticated
+
+if TYPE_CHECKING:
+    from safeaccess.server.service import Service
+
+MAX_ENTRIES_PER_REQUEST = 1000
+EXPORT_FORMAT = "safeaccess-audit-export"
+EXPORT_BATCH = 2000
+
+
+def log_origin(server_id: str) -> str:
+    """The checkpoint origin line: names this centre's log."""
+    return f"safeaccess/{server_id}/audit"
+
+
+class AuditService:
+    """Audit endpoints over a `Service`'s store and signing key."""
+
+    def __init__(self, service: Service):
+        self.service = service
+        self.store = service.store
+        self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
+
+    # -- authentication -------------------------------------------------------------------------
+
+    def _auditor_key(self, name: str) -> Ed25519PublicKey | None:
+        row = self.store.get_auditor(name)
+        if row is None:
+            return None
+        cached = self._keys.get(name)
+        if cached is not None and cached[0] == row.fingerprint:
+            return cached[1]
+        key = load_public_key(row.public_key.encode("ascii"))
+        self._keys[name] = (row.fingerprint, key)
+        return key
+
+    def authenticate(
+        self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
+    ) -> str:
+        """The auditor who signed this request, or raise Unauthenticated."""
+        try:
+            params = verify_request(
+                method,
+                path,
+                query,
+                headers,
+                body,
+                resolve_key=self._auditor_key,
+                # A separate nonce namespace: an auditor may share a name with a researcher.
+                remember_nonce=lambda k, n, e: self.store.remember_nonce("auditor:" + k, n, e),
+                max_skew=self.service.config.clock_skew_seconds,
+                server=self.service.server_id,
+            )
+        except SignatureError as exc:
+            raise Unauthenticated(str(exc), code=exc.code) from exc
+        return params.keyid
+
+    # -- log views ------------------------------------------------------------------------------
+
+    def _sign(self, size: int, root: bytes) -> str:
+        checkpoint = Checkpoint(
+            origin=log_origin(self.service.server_id), size=size, root=root, time=int(time.time())
+        )
+        return sign_checkpoint(checkpoint, self.service.server_id, self.service.signing_key)
+
+    def checkpoint(self) -> str:
+        """A freshly signed checkpoint of the whole log."""
+        with self.store.transaction() as s:
+            size = auditlog.size(s)
+            return self._sign(size, auditlog.root(s, size))
+
+    def entries(self, start: int, end: int) -> list[dict[str, Any]]:
+        if start < 0 or end <= start:
+            raise InvalidRequest("give 0 <= start < end")
+        end = min(end, start + MAX_ENTRIES_PER_REQUEST)
+        with self.store.transaction() as s:
+            rows = auditlog.entries(s, start, end)
+        return [{"index": i, "record": base64.b64encode(r).decode("ascii")} for i, r in rows]
+
+    def inclusion(self, index: int, size: int) -> list[str]:
+        with self.store.transaction() as s:
+            proof = auditlog.inclusion_proof(s, index, size)
+        return [base64.b64encode(p).decode("ascii") for p in proof]
+
+    def consistency(self, size1: int, size2: int) -> list[str]:
+        with self.store.transaction() as s:
+            proof = auditlog.consistency_proof(s, size1, size2)
+        return [base64.b64encode(p).decode("ascii") for p in proof]
+
+    def export(self) -> Iterator[bytes]:
+        """The whole log: a JSON header line (format, server id and key, a signed checkpoint),
+        then one line per entry of the checkpoint's tree, `<index> <stored leaf hash, base64>
+        <record>` (records are canonical JSON, which has no raw newlines). The stored leaf
+        hashes let an offline verifier name an edited record."""
+        checkpoint = self.checkpoint()
+        size = int(checkpoint.split("\n")[1])
+        header: dict[str, Any] = {
+            "format": EXPORT_FORMAT,
+            "version": 1,
+            "server_id": self.service.server_id,
+            "server_public_key": base64.b64encode(
+                public_key_raw(self.service.signing_key.public_key())
+            ).decode("ascii"),
+            "checkpoint": checkpoint,
+        }
+        yield rfc8785.dumps(header) + b"\n"
+        for start in range(0, size, EXPORT_BATCH):
+            end = min(size, start + EXPORT_BATCH)
+            with self.store.transaction() as s:
+                rows = auditlog.entries(s, start, end)
+                leaves = auditlog.leaf_hashes(s, start, end)
+            chunk = []
+            for index, record in rows:
+                leaf = base64.b64encode(leaves.get(index, b"")).decode("ascii")
+                chunk.append(f"{index} {leaf} ".encode("ascii") + record + b"\n")
+            yield b"".join(chunk)
+
+    def step_proof(self, researcher: str, sequence_id: str, index: int) -> dict[str, Any]:
+        """For a researcher's own step: the log entry recording its outcome, its inclusion
+        proof and a signed checkpoint, so she can check her receipt against the log."""
+        seq = self.store.get_sequence(sequence_id)
+        step = self.store.get_step(sequence_id, index)
+        if seq is None or seq.researcher != researcher or step is None:
+            raise NotFound(f"you have no step {index} in sequence {sequence_id}")
+        if step.log_index is None:
+            raise NotFound(f"step {index} of {sequence_id} has no outcome in the log yet")
+        with self.store.transaction() as s:
+            size = auditlog.size(s)
+            root = auditlog.root(s, size)
+            rows = auditlog.entries(s, step.log_index, step.log_index + 1)
+            proof = auditlog.inclusion_proof(s, step.log_index, size)
+        if not rows:
+            raise NotFound(f"log entry {step.log_index} is missing")
+        return {
+            "index": step.log_index,
+            "record": base64.b64encode(rows[0][1]).decode("ascii"),
+            "proof": [base64.b64encode(p).decode("ascii") for p in proof],
+            "checkpoint": self._sign(size, root),
+        }
+
+
+def configuration_record(service: Service) -> dict[str, Any]:
+    """The configuration an auditor needs to check the log: the centre's identity and key, the
+    certification authorities it trusts (their keys verify endorsements), sandbox settings."""
+    config = service.config
+    cas = {
+        name: base64.b64encode(public_key_raw(key)).decode("ascii")
+        for name, key in sorted(service.trusted_cas.items())
+    }
+    data: dict[str, Any] = {
+        "server_id": config.server_id,
+        "server_public_key": service.server_public_key,
+        "trusted_cas": cas,
+        "sandbox": config.sandbox.model_dump(mode="json"),
+        "max_concurrent_jobs": config.max_concurrent_jobs,
+    }
+    data["digest"] = hashlib.sha256(rfc8785.dumps(data)).hexdigest()
+    return data
+
+
+def log_configuration(service: Service) -> None:
+    """Log the configuration when it differs from the last one logged (first start, changes)."""
+    data = configuration_record(service)
+    last = service.store.last_event("configuration")
+    if last is None or last.data.get("digest") != data["digest"]:
+        service.store.log_event("configuration", "server", data)

@@ -1,0 +1,316 @@
+"""The append-only audit log: canonical records, an RFC 9162 Merkle tree over them, proofs.
+
+`append` runs inside the caller's transaction (the store's one transaction per state change), so
+a record exists exactly when the change it records committed; a server killed mid-append leaves
+neither. Appends are serialised by incrementing the single `audit_head` row first. Each append
+writes the record, its leaf hash and the perfect subtrees it completes (one more node on
+average), so roots and proofs are assembled from O(log n) stored nodes without rehashing.
+
+Proof generation follows RFC 9162 §2.1.3.1 (PATH) and §2.1.4.1 (SUBPROOF) over subtree hashes;
+verification is `safeaccess.client.audit.merkle`, the code auditors run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Table, bindparam, insert, select, tuple_, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from safeaccess.client.audit.merkle import EMPTY_ROOT, leaf_hash, node_hash, split_point
+from safeaccess.client.audit.records import LOG_FORMAT, LOG_VERSION, encode_record
+from safeaccess.server.db import AuditHeadRow, AuditNodeRow, EventRow
+from safeaccess.server.errors import InvalidRequest
+
+HEAD_ID = 1
+_HEAD: Table = AuditHeadRow.__table__  # type: ignore[assignment]
+_NODES: Table = AuditNodeRow.__table__  # type: ignore[assignment]
+_EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
+# Built once: statement construction costs more than executing them on the append path.
+_RESERVE = (
+    update(_HEAD)
+    .where(_HEAD.c.id == HEAD_ID)
+    .values(size=_HEAD.c.size + bindparam("n"))
+    .returning(_HEAD.c.size)
+)
+_SELECT_NODES = select(_NODES.c.level, _NODES.c.idx, _NODES.c.hash).where(
+    tuple_(_NODES.c.level, _NODES.c.idx).in_(bindparam("keys", expanding=True))
+)
+_INSERT_EVENTS = insert(_EVENTS)
+_INSERT_NODES = insert(_NODES)
+
+
+def ensure_head(session: Session) -> None:
+    """Create the size row of an empty log (idempotent; a concurrent creator may win)."""
+    if session.get(AuditHeadRow, HEAD_ID) is None:
+        try:
+            with session.begin_nested():
+                session.add(AuditHeadRow(id=HEAD_ID, size=0))
+        except IntegrityError:
+            pass
+
+
+def _timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One record to append: its kind, actor, data and what it is about."""
+
+    kind: str
+    actor: str
+    data: dict[str, Any]
+    sequence_id: str | None = None
+    step_index: int | None = None
+    subject: str | None = None
+
+
+def append(
+    session: Session,
+    kind: str,
+    actor: str,
+    data: dict[str, Any],
+    *,
+    sequence_id: str | None = None,
+    step_index: int | None = None,
+    subject: str | None = None,
+) -> int:
+    """Append one record in the caller's transaction; its index."""
+    return append_many(session, [Entry(kind, actor, data, sequence_id, step_index, subject)])[0]
+
+
+def append_many(session: Session, items: list[Entry]) -> list[int]:
+    """Append records in order, in the caller's transaction; their indexes.
+
+    Four statements whatever the number of records: reserve the indexes (the head row's update
+    also serialises appenders), fetch the stored left siblings the new leaves complete, insert
+    the records, insert the new nodes."""
+    if not items:
+        return []
+    # Core statements on the transaction's connection: the ORM's bookkeeping would cost more
+    # than the SQL itself on this per-step path.
+    conn = session.connection()
+    reserved = conn.execute(_RESERVE, {"n": len(items)}).scalar_one_or_none()
+    if reserved is None:
+        raise RuntimeError("the audit log has no head row; the store did not initialise it")
+    first = int(reserved) - len(items)
+    now = datetime.now(UTC)
+    stamp = _timestamp(now)
+    records = [
+        encode_record(
+            {
+                "log": LOG_FORMAT,
+                "version": LOG_VERSION,
+                "index": first + n,
+                "time": stamp,
+                "kind": item.kind,
+                "actor": item.actor,
+                "sequence": item.sequence_id,
+                "step": item.step_index,
+                "data": item.data,
+            }
+        )
+        for n, item in enumerate(items)
+    ]
+    nodes = _new_nodes(conn, first, [leaf_hash(r) for r in records])
+    conn.execute(
+        _INSERT_EVENTS,
+        [
+            {
+                "log_index": first + n,
+                "at": now,
+                "kind": item.kind,
+                "actor": item.actor,
+                "sequence_id": item.sequence_id,
+                "step_index": item.step_index,
+                "subject": item.subject,
+                "record": record,
+            }
+            for n, (item, record) in enumerate(zip(items, records, strict=True))
+        ],
+    )
+    conn.execute(
+        _INSERT_NODES,
+        [{"level": lv, "idx": i, "hash": h} for (lv, i), h in nodes.items()],
+    )
+    return [first + n for n in range(len(items))]
+
+
+def _new_nodes(conn: Connection, first: int, leaves: list[bytes]) -> dict[tuple[int, int], bytes]:
+    """The leaf and the perfect subtrees completed by appending `leaves` at index `first`."""
+    needed: list[tuple[int, int]] = []
+    for n in range(len(leaves)):
+        level, idx = 0, first + n
+        while idx & 1:
+            if (idx << level) <= first:  # the left sibling ends before this batch: stored
+                needed.append((level, idx - 1))
+            level, idx = level + 1, idx >> 1
+    known: dict[tuple[int, int], bytes] = {}
+    if needed:
+        rows = conn.execute(_SELECT_NODES, {"keys": needed})
+        known = {(int(lv), int(i)): bytes(h) for lv, i, h in rows}
+    new: dict[tuple[int, int], bytes] = {}
+    for n, leaf in enumerate(leaves):
+        level, idx, current = 0, first + n, leaf
+        new[(0, idx)] = current
+        while idx & 1:
+            left = new.get((level, idx - 1)) or known.get((level, idx - 1))
+            if left is None:
+                raise RuntimeError(f"audit node ({level}, {idx - 1}) is missing")
+            current = node_hash(left, current)
+            level, idx = level + 1, idx >> 1
+            new[(level, idx)] = current
+    return new
+
+
+def size(session: Session) -> int:
+    value = session.scalar(select(AuditHeadRow.size).where(AuditHeadRow.id == HEAD_ID))
+    return int(value or 0)
+
+
+def logged(session: Session, kind: str, subject: str) -> bool:
+    """Whether a record of `kind` about `subject` (e.g. a rule set's hash) is in the log."""
+    query = select(EventRow.id).where(EventRow.kind == kind, EventRow.subject == subject).limit(1)
+    return session.scalar(query) is not None
+
+
+# -- subtree hashes -----------------------------------------------------------------------------
+
+
+def _cover(start: int, end: int) -> list[tuple[int, int]]:
+    """The stored perfect subtrees (level, idx) whose hashes make MTH(leaves[start:end]),
+    for a range that is a node of the RFC 9162 tree (start is aligned to the split)."""
+    n = end - start
+    if n & (n - 1) == 0 and start % n == 0:
+        level = n.bit_length() - 1
+        return [(level, start >> level)]
+    k = split_point(n)
+    return _cover(start, start + k) + _cover(start + k, end)
+
+
+class _Nodes:
+    """Fetches the perfect subtrees that a set of ranges needs, in one indexed query."""
+
+    def __init__(self, session: Session, ranges: list[tuple[int, int]]):
+        wanted = sorted({key for start, end in ranges for key in _cover(start, end)})
+        conn = session.connection()
+        self._hashes: dict[tuple[int, int], bytes] = {}
+        for chunk in range(0, len(wanted), 500):
+            rows = conn.execute(_SELECT_NODES, {"keys": wanted[chunk : chunk + 500]})
+            for level, idx, digest in rows:
+                self._hashes[(int(level), int(idx))] = bytes(digest)
+
+    def mth(self, start: int, end: int) -> bytes:
+        parts = [self._get(key) for key in _cover(start, end)]
+        # _cover lists left to right; RFC 9162 combines the right edge first.
+        root = parts.pop()
+        while parts:
+            root = node_hash(parts.pop(), root)
+        return root if start < end else EMPTY_ROOT
+
+    def _get(self, key: tuple[int, int]) -> bytes:
+        try:
+            return self._hashes[key]
+        except KeyError:
+            raise RuntimeError(f"audit node {key} is missing: the node store is damaged") from None
+
+
+def _check_size(session: Session, tree_size: int) -> None:
+    current = size(session)
+    if not 0 <= tree_size <= current:
+        raise InvalidRequest(f"the log has {current} entries; size {tree_size} is not available")
+
+
+def root(session: Session, tree_size: int) -> bytes:
+    _check_size(session, tree_size)
+    if tree_size == 0:
+        return EMPTY_ROOT
+    return _Nodes(session, [(0, tree_size)]).mth(0, tree_size)
+
+
+def _path_ranges(m: int, start: int, end: int, out: list[tuple[int, int]]) -> None:
+    """RFC 9162 PATH(m, D[start:end]) as the ranges whose hashes form it, in proof order."""
+    n = end - start
+    if n == 1:
+        return
+    k = split_point(n)
+    if m < k:
+        _path_ranges(m, start, start + k, out)
+        out.append((start + k, end))
+    else:
+        _path_ranges(m - k, start + k, end, out)
+        out.append((start, start + k))
+
+
+def _subproof_ranges(m: int, start: int, end: int, whole: bool, out: list[tuple[int, int]]) -> None:
+    """RFC 9162 SUBPROOF(m, D[start:end], b) as ranges, in proof order."""
+    n = end - start
+    if m == n:
+        if not whole:
+            out.append((start, end))
+        return
+    k = split_point(n)
+    if m <= k:
+        _subproof_ranges(m, start, start + k, whole, out)
+        out.append((start + k, end))
+    else:
+        _subproof_ranges(m - k, start + k, end, False, out)
+        out.append((start, start + k))
+
+
+def inclusion_proof(session: Session, index: int, tree_size: int) -> list[bytes]:
+    _check_size(session, tree_size)
+    if not 0 <= index < tree_size:
+        raise InvalidRequest(f"entry {index} is not in a log of {tree_size} entries")
+    ranges: list[tuple[int, int]] = []
+    _path_ranges(index, 0, tree_size, ranges)
+    nodes = _Nodes(session, ranges)
+    return [nodes.mth(a, b) for a, b in ranges]
+
+
+def consistency_proof(session: Session, size1: int, size2: int) -> list[bytes]:
+    _check_size(session, size2)
+    if not 0 <= size1 <= size2:
+        raise InvalidRequest(f"no consistency proof from size {size1} to size {size2}")
+    if size1 in (0, size2):
+        return []
+    ranges: list[tuple[int, int]] = []
+    _subproof_ranges(size1, 0, size2, True, ranges)
+    nodes = _Nodes(session, ranges)
+    return [nodes.mth(a, b) for a, b in ranges]
+
+
+def entries(session: Session, start: int, end: int) -> list[tuple[int, bytes]]:
+    """(index, record) for entries start..end-1 as stored (a missing row is simply absent)."""
+    rows = session.execute(
+        select(EventRow.log_index, EventRow.record)
+        .where(EventRow.log_index >= start, EventRow.log_index < end)
+        .order_by(EventRow.log_index)
+    )
+    return [(int(i), bytes(r)) for i, r in rows]
+
+
+def leaf_hashes(session: Session, start: int, end: int) -> dict[int, bytes]:
+    rows = session.execute(
+        select(AuditNodeRow.idx, AuditNodeRow.hash).where(
+            AuditNodeRow.level == 0, AuditNodeRow.idx >= start, AuditNodeRow.idx < end
+        )
+    )
+    return {int(i): bytes(h) for i, h in rows}
+
+
+__all__ = [
+    "append",
+    "consistency_proof",
+    "ensure_head",
+    "entries",
+    "inclusion_proof",
+    "leaf_hashes",
+    "logged",
+    "root",
+    "size",
+]

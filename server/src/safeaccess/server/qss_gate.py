@@ -1,0 +1,228 @@
+"""Admitting a checked output into its scope's query-set auditor state.
+
+After the rules check says release or review, the output's per-record query set (over the row
+positions of the dataset version that ran) is mapped to stable record ids, cells a mitigation
+suppressed are dropped (their values never leave), and `safeaccess.rules.qss.admit` either admits
+it, giving the scope's next state, or refuses: the step is then withheld with the auditor's reason
+and the state stays as it was. Review steps count as admitted (a checker may release them later
+without seeing what was released meanwhile). Script outputs carry no query set; they go to a
+person anyway.
+
+States are content-addressed files `qss/<scope folder>/<sha256>.state` under the data directory,
+written before the step's transaction; the database row `qss_states` points at the current one and
+moves in the step's transaction (`Store.settle_step(qss=...)`). A crash in between leaves an
+unreferenced file, the old pointer and a re-runnable step. The last few files of a scope are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from safeaccess.rules.decision import Decision, Finding, combine
+from safeaccess.rules.outputs import Output, ScriptOutput, TableOutput, query_set_of
+from safeaccess.rules.qss import (
+    Admission,
+    AuditMode,
+    AuditPolicy,
+    AuditState,
+    QuerySetError,
+    StateFormatError,
+    admit,
+)
+from safeaccess.server.qss_settings import QssSettings, scope_folder
+from safeaccess.server.store import QssCommit, QssPointer
+
+CHECK = "query_set"
+KEEP_FILES = 3
+
+
+class AuditUnavailable(Exception):
+    """The output reached the server without a usable query set: it cannot be audited, so it is
+    not released (a centre failure: the step stays re-runnable)."""
+
+
+def policy_for(settings: QssSettings, threshold: int) -> AuditPolicy:
+    mode = AuditMode.SPAN if settings.mode == "span" else AuditMode.ATOMS
+    return AuditPolicy(mode=mode, k=threshold, atom_cap=settings.atom_cap)
+
+
+class StateFiles:
+    """The scopes' auditor states on disk, with the most recent few kept decoded in memory."""
+
+    def __init__(self, root: Path, cache_size: int = 4):
+        self.root = root / "qss"
+        self._cache: OrderedDict[str, AuditState] = OrderedDict()
+        self._cache_size = cache_size
+        self._guard = threading.Lock()
+
+    def _path(self, scope: str, digest: str) -> Path:
+        return self.root / scope_folder(scope) / f"{digest}.state"
+
+    def load(self, scope: str, pointer: QssPointer | None, n_records: int) -> AuditState:
+        """The scope's current state, grown to at least `n_records` record ids."""
+        if pointer is None:
+            state = AuditState.empty(n_records)
+        else:
+            with self._guard:
+                cached = self._cache.get(pointer.digest)
+            if cached is None:
+                raw = self._path(scope, pointer.digest).read_bytes()
+                if hashlib.sha256(raw).hexdigest() != pointer.digest:
+                    raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
+                try:
+                    cached = AuditState.from_bytes(raw)
+                except StateFormatError as exc:
+                    raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
+                self._remember(pointer.digest, cached)
+            state = cached
+        if state.n_records < n_records:
+            grown = state.grow(n_records)
+            state = grown if isinstance(grown, AuditState) else state
+        return state
+
+    def _remember(self, digest: str, state: AuditState) -> None:
+        with self._guard:
+            self._cache[digest] = state
+            self._cache.move_to_end(digest)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def save(self, scope: str, state: AuditState) -> str:
+        """Write a state durably (tmp file, fsync, rename); returns its digest."""
+        raw = state.to_bytes()
+        digest = hashlib.sha256(raw).hexdigest()
+        target = self._path(scope, digest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            tmp = target.with_name(f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp")
+            with tmp.open("wb") as fh:
+                fh.write(raw)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        self._remember(digest, state)
+        return digest
+
+    def prune(self, scope: str, current: str) -> None:
+        """Remove all but the newest few state files of a scope (never the current one)."""
+        folder = self.root / scope_folder(scope)
+        files = sorted(folder.glob("*.state"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for path in files[KEEP_FILES:]:
+            if path.stem != current:
+                path.unlink(missing_ok=True)
+
+
+def _released_cells(output: Output, n_cells: int) -> np.ndarray:
+    """Which query-set cells are released: all but the body cells a mitigation suppressed."""
+    released = np.ones(n_cells, dtype=bool)
+    if not isinstance(output, TableOutput) or output.suppressed is None:
+        return released
+    width = len(output.col_labels) - (1 if output.margins and output.col_vars else 0)
+    if width <= 0:
+        return released
+    for i in range(n_cells):
+        r, c = divmod(i, width)
+        if r < len(output.suppressed) and c < len(output.suppressed[r]):
+            released[i] = not output.suppressed[r][c]
+    return released
+
+
+def stable_query_set(output: Output, ids: np.ndarray, n_records: int) -> np.ndarray | None:
+    """The output's query set over stable record ids (suppressed cells -1), or None for an
+    output without one (a script). Raises AuditUnavailable when it should have one and does not."""
+    qs = query_set_of(output)
+    if qs is None:
+        if isinstance(output, ScriptOutput):
+            return None
+        raise AuditUnavailable(f"a {output.type} output arrived without its query set")
+    if not qs.attached:
+        raise AuditUnavailable("the output's query-set array did not arrive")
+    positions = qs.to_array()
+    if len(positions) != len(ids):
+        raise AuditUnavailable(
+            f"the query set covers {len(positions)} records, the dataset version has {len(ids)}"
+        )
+    cells = positions.astype(np.int32, copy=True)
+    released = _released_cells(output, len(qs.labels))
+    inside = cells >= 0
+    cells[inside & ~released[np.clip(cells, 0, max(len(released) - 1, 0))]] = -1
+    stable = np.full(n_records, -1, dtype=np.int32)
+    stable[ids] = cells
+    return stable
+
+
+@dataclass
+class Gate:
+    """The auditor's verdict on one output, ready to be recorded."""
+
+    decision: Decision
+    facts: dict[str, Any] = field(default_factory=dict)
+    state: AuditState | None = None  # the scope's next state when admitted
+
+
+def _json_facts(admission: Admission) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in (admission.facts or {}).items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        out[str(key)] = value
+    return out
+
+
+def gate(
+    output: Output,
+    decision: Decision,
+    *,
+    ids: np.ndarray,
+    state: AuditState,
+    policy: AuditPolicy,
+    scope: str,
+) -> Gate:
+    """Admit `output` (already checked: `decision`) against `state`, or withhold it."""
+    base = {"scope": scope, "mode": policy.mode.value, "k": policy.k}
+    if decision.verdict == "withhold":
+        return Gate(decision, {**base, "admitted": False, "skipped": "withheld by the rules"})
+    stable = stable_query_set(output, ids, state.n_records)
+    if stable is None:
+        return Gate(decision, {**base, "admitted": False, "skipped": "no query set (script)"})
+    try:
+        admission = admit(state, [stable], policy)
+    except QuerySetError as exc:
+        raise AuditUnavailable(str(exc)) from exc
+    facts = {**base, "admitted": bool(admission.admitted), **_json_facts(admission)}
+    if admission.admitted:
+        return Gate(decision, facts, admission.state)
+    isolated = admission.smallest_isolated
+    finding = Finding(
+        check=CHECK,
+        verdict="withhold",
+        item=None if isolated is None else f"{isolated} record(s)",
+        message=str(admission.reason),
+    )
+    findings = [*decision.findings, finding]
+    withheld = decision.model_copy(update={"findings": findings, "verdict": combine(findings)})
+    return Gate(withheld, facts)
+
+
+def commit_for(
+    files: StateFiles, scope: str, pointer: QssPointer | None, result: Gate
+) -> QssCommit | None:
+    """Write the admitted state and describe the pointer move for `Store.settle_step`."""
+    if result.state is None:
+        return None
+    digest = files.save(scope, result.state)
+    result.facts["state_sha256"] = digest
+    return QssCommit(
+        scope=scope,
+        base=None if pointer is None else pointer.digest,
+        digest=digest,
+        n_records=result.state.n_records,
+    )

@@ -1,0 +1,113 @@
+"""Serialised admission per audit scope: the server-side half of the query-set auditor.
+
+One `AuditSession` per step. The sandbox runs outside any lock; once the rules have checked the
+output, the session takes the scope's lock (in this process), reads the scope's state pointer,
+admits or refuses (`qss_gate.gate`), writes an admitted state's file, and keeps the lock until the
+caller has recorded the step with `Store.settle_step(qss=session.commit)`. Across processes or
+replicas the pointer row is read `FOR UPDATE` in that transaction and compared with the state the
+admission started from; if another admission moved it, the caller asks the session to admit again
+against the new state (`regate`), without re-running the sandbox.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from safeaccess.rules.decision import Decision
+from safeaccess.rules.outputs import Output
+from safeaccess.server.errors import Unavailable
+from safeaccess.server.qss_gate import AuditUnavailable, StateFiles, commit_for, gate, policy_for
+from safeaccess.server.qss_settings import QssSettings, scope_key
+from safeaccess.server.store import QssCommit, Store
+
+
+class ScopeAuditor:
+    """The locks and state files of every scope, shared by all steps of one service."""
+
+    def __init__(self, root: Path, store: Store):
+        self.files = StateFiles(root)
+        self.store = store
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def lock(self, scope: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(scope, threading.Lock())
+
+    def session(
+        self,
+        *,
+        dataset: str,
+        settings: QssSettings,
+        threshold: int,
+        researcher: str,
+        project: str,
+        ids: np.ndarray,
+    ) -> AuditSession:
+        scope = scope_key(dataset, settings.scope, researcher=researcher, project=project)
+        return AuditSession(self, scope, settings, threshold, ids)
+
+
+class AuditSession:
+    """The audit of one step: call it as the pipeline's `audit`, then settle, then `release`."""
+
+    def __init__(
+        self,
+        auditor: ScopeAuditor,
+        scope: str,
+        settings: QssSettings,
+        threshold: int,
+        ids: np.ndarray,
+    ):
+        self.auditor = auditor
+        self.scope = scope
+        self.policy = policy_for(settings, threshold)
+        self.ids = ids
+        self.commit: QssCommit | None = None
+        self.facts: dict[str, Any] = {}
+        self._lock = auditor.lock(scope)
+        self._held = False
+        self._checked: tuple[Output, Decision] | None = None
+
+    def __call__(self, output: Output, decision: Decision) -> Decision:
+        self._checked = (output, decision)
+        if not self._held:
+            self._lock.acquire()
+            self._held = True
+        return self.regate()
+
+    def regate(self) -> Decision:
+        """Admit the checked output against the scope's current state (lock held)."""
+        assert self._checked is not None and self._held
+        output, decision = self._checked
+        store, files = self.auditor.store, self.auditor.files
+        pointer = store.qss_pointer(self.scope)
+        n_records = max(
+            int(self.ids.max()) + 1 if len(self.ids) else 0,
+            pointer.n_records if pointer is not None else 0,
+        )
+        try:
+            state = files.load(self.scope, pointer, n_records)
+            result = gate(
+                output, decision, ids=self.ids, state=state, policy=self.policy, scope=self.scope
+            )
+            self.commit = commit_for(files, self.scope, pointer, result)
+        except AuditUnavailable as exc:
+            raise Unavailable(
+                f"the query-set audit could not run ({exc}); retry the same reveal later",
+                code="audit_unavailable",
+            ) from exc
+        self.facts = result.facts
+        return result.decision
+
+    def release(self) -> None:
+        """Give up the scope's lock (after the step is recorded, or on failure)."""
+        if self._held:
+            self._held = False
+            self._lock.release()
+        if self.commit is not None:
+            self.auditor.files.prune(self.scope, self.commit.digest)

@@ -35,7 +35,8 @@ def test_a_script_that_crashes_the_sandbox_fails_its_step_and_cannot_be_rerun(
     # unavailable, retry later" with nothing recorded: the researcher could re-run it without
     # limit, no output checker ever saw it, and whether (or when) it crashed is hers to choose
     # from the data — an unreviewed channel out of the sandbox. It must count as the script's
-    # own failure: recorded, the sequence aborted, a retry answered from the record.
+    # own failure, recorded for the output checkers only (scripts are answered "in review" before
+    # they run; the researcher never learns that it crashed), and a retry answered from the record.
     service, srv = server
     crash = Script(code="import os\nos._exit(3 if len(df) > 0 else 0)\n")
     sealed = centre.seal([crash, SAFE])
@@ -43,8 +44,11 @@ def test_a_script_that_crashes_the_sandbox_fails_its_step_and_cannot_be_rerun(
     first = signed(srv.url, centre.keys["ada"], "ada", "POST", "/v1/sequences", body)
     assert first.status_code == 201, first.text
     view = first.json()
-    assert view["state"] == "failed" and view["sequence_state"] == "aborted"
-    assert view["error"]["code"] == "script_crashed"
+    assert view["state"] == "review" and view["sequence_state"] == "review"
+    assert view["error"] is None
+    assert service.scripts.wait_idle(120)
+    recorded = service.store.get_step(view["sequence_id"], 1)
+    assert recorded is not None and recorded.error_code == "script_crashed"
     # Retrying the reveal of step 1 (what "retry the same reveal later" invited) answers from the
     # record and runs nothing.
     retry = signed(
@@ -56,24 +60,21 @@ def test_a_script_that_crashes_the_sandbox_fails_its_step_and_cannot_be_rerun(
         reveal_body(sealed, 1),
     )
     assert retry.status_code == 200, retry.text
-    assert retry.json()["state"] == "failed"
+    assert retry.json()["state"] == "review" and retry.json()["error"] is None
+    assert retry.json()["updated_at"] == view["updated_at"]
     kinds = [e.kind for e in service.store.events(view["sequence_id"])]
-    assert kinds == [
-        "sequence_opened",
-        "step_revealed",
-        "run_started",
-        "run_finished",
-        "checks",
-        "step_failed",
-    ]
+    # Recorded in review at the reveal, the run's result afterwards, and nothing else.
+    assert kinds[0] == "sequence_opened" and kinds[-1] == "script_run_finished"
+    assert kinds.count("step_review") == 1 and "step_failed" not in kinds
 
 
 def test_a_script_forging_another_output_type_fails_its_step(
     centre: Centre, server: tuple[Service, EmbeddedServer], forged_table_script: str
 ) -> None:
     # The runner's response channel is reachable from the script; a forged table is refused by
-    # the backend, and that refusal is the script's failure, not a retryable centre outage.
-    _, srv = server
+    # the backend, and that refusal is the script's failure (for checkers), not a retryable centre
+    # outage.
+    service, srv = server
     code = forged_table_script
     sealed = centre.seal([Script(code=code), SAFE])
     response = signed(
@@ -81,8 +82,11 @@ def test_a_script_forging_another_output_type_fails_its_step(
     )
     assert response.status_code == 201, response.text
     view = response.json()
-    assert view["state"] == "failed" and view["sequence_state"] == "aborted"
+    assert view["state"] == "review" and view["sequence_state"] == "review"
     assert view["output"] is None
+    assert service.scripts.wait_idle(120)
+    recorded = service.store.get_step(view["sequence_id"], 1)
+    assert recorded is not None and recorded.error_code is not None and recorded.output is None
 
 
 # A 5-point score for site A (24 records) whose mean+SD alone and median alone pass every check,
@@ -211,7 +215,7 @@ def test_a_script_cannot_choose_the_error_code_its_researcher_sees(
     # A failed script's message is withheld (it could quote data) but its error code used to be
     # passed on, and a script can answer on the runner's response pipe itself: a forged error
     # whose code carries data reached the researcher with no output check.
-    _, srv = server
+    service, srv = server
     code = """
 import json, os, stat
 secret = "leak" + str(int(df["income"].sum()))
@@ -232,10 +236,16 @@ os._exit(0)
     )
     assert response.status_code == 201, response.text
     view = response.json()
-    assert view["state"] == "failed"
+    assert view["state"] == "review" and view["error"] is None
+    assert service.scripts.wait_idle(120)
     secret = str(int(centre.census["income"].sum()))
-    assert secret not in response.text
-    assert view["error"]["code"] == "script_failed"
+    later = signed(
+        srv.url, centre.keys["ada"], "ada", "GET", f"/v1/sequences/{view['sequence_id']}/steps/1"
+    )
+    assert secret not in response.text and secret not in later.text
+    assert later.json() == view
+    recorded = service.store.get_step(view["sequence_id"], 1)
+    assert recorded is not None and recorded.error_code == "script_failed"
 
 
 def test_a_mean_over_everyone_but_one_person_is_not_released_after_the_mean_over_everyone(
@@ -256,6 +266,10 @@ def test_a_mean_over_everyone_but_one_person_is_not_released_after_the_mean_over
     with connect(srv.url, centre.keys["ada"], "ada") as session:
         steps = session.run(centre.seal([everyone, all_but_one, SAFE]))
     assert [s.status for s in steps] == ["released", "withheld"]
+    assert [r.check for r in steps[1].reasons] == ["disclosure_control"]
+    recorded = server[0].store.get_step(steps[1].sequence_id, 2)
+    assert recorded is not None and recorded.decision is not None
+    assert [f["check"] for f in recorded.decision["findings"]] == ["query_set"]
     # bob, of the same project, shares the audit state: the two means are already combined.
     with connect(srv.url, centre.keys["bob"], "bob") as session:
         steps = session.run(centre.seal([all_but_one, everyone, SAFE], researcher="bob"))
@@ -271,7 +285,7 @@ def test_requests_are_bound_to_this_server(
     key = centre.keys["ada"]
     for_other = sign_request("GET", "/v1/sequences", "", b"", key, "ada", server="other-centre")
     refused = httpx.get(srv.url + "/v1/sequences", headers=for_other, timeout=60)
-    assert refused.status_code == 401 and refused.json()["error"]["code"] == "wrong_server"
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthenticated"
     # The client tags what it sends with the server's id, so its requests are bound too.
     seen: list[str] = []
     with connect(srv.url, key, "ada") as session:

@@ -88,7 +88,7 @@ def test_safeaccess_run_command(
     assert client_main(["run", *args]) == 1
     out = capsys.readouterr().out
     assert "step 1 (frequency_table): RELEASED" in out
-    assert "step 2 (frequency_table): WITHHELD" in out and "threshold" in out
+    assert "step 2 (frequency_table): WITHHELD" in out and "disclosure_control" in out
     assert "stopped at step 2 (withheld)" in out
     # Running the same file again resumes the (aborted) sequence rather than opening it twice,
     # here with the centre's key pinned from a PEM file.

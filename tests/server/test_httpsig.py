@@ -184,3 +184,26 @@ def test_a_request_tagged_for_another_server_is_refused() -> None:
         _verify(rewritten, server="centre-b")
     # Untagged requests (older clients) are still accepted.
     assert _verify(_sign(), server="centre-b").tag is None
+
+
+def test_an_unknown_signer_costs_a_signature_verification_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Refusing an unknown key id before any Ed25519 verification answered faster than refusing a
+    # registered one signed with another key: the time told who is registered.
+    from cryptography.exceptions import InvalidSignature
+
+    from safeaccess.client import httpsig
+
+    verified: list[bytes] = []
+
+    class Spy:
+        def verify(self, signature: bytes, data: bytes) -> None:
+            verified.append(data)
+            raise InvalidSignature
+
+    monkeypatch.setattr(httpsig, "_DUMMY_KEY", Spy())
+    other = sign_request("POST", "/v1/sequences", "", b"{}", KEY, "bob", created=NOW)
+    with pytest.raises(UnknownKey):
+        _verify(other)
+    assert len(verified) == 1 and b'"@method": POST' in verified[0]

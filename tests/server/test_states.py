@@ -20,6 +20,9 @@ from safeaccess.server.states import (
 # The allowed moves written out by hand from the design, independently of the tables.
 ALLOWED_SEQUENCE = {
     ("opened", "running"),
+    ("opened", "awaiting_approval"),
+    ("awaiting_approval", "running"),
+    ("awaiting_approval", "aborted"),
     ("running", "released"),
     ("running", "finished"),
     ("running", "review"),
@@ -30,6 +33,8 @@ ALLOWED_SEQUENCE = {
     ("review", "aborted"),
 }
 ALLOWED_STEP = {
+    ("pending", "running"),
+    ("pending", "withheld"),
     ("running", "released"),
     ("running", "withheld"),
     ("running", "review"),

@@ -39,6 +39,7 @@ _INPUT = re.compile(
 _PARAM = re.compile(r";([a-z]+)=(\"[^\"]*\"|\d+)")
 _SIGNATURE = re.compile(r"^sa=:(?P<sig>[A-Za-z0-9+/=]+):$")
 _DIGEST = re.compile(r"^sha-256=:(?P<digest>[A-Za-z0-9+/=]+):$")
+_DUMMY_KEY: Ed25519PublicKey = Ed25519PrivateKey.generate().public_key()
 
 
 class SignatureError(Exception):
@@ -240,17 +241,22 @@ def verify_request(
             "clock; check your clock and send a freshly signed request"
         )
     public_key = resolve_key(params.keyid)
-    if public_key is None:
-        raise UnknownKey(f"no researcher {params.keyid!r} is registered on this server")
+    # An unknown signer is checked against a throwaway key, so that the answer takes as long as
+    # for a known signer with a bad signature: the time must not tell who is registered.
     try:
         signature = base64.b64decode(sig_match.group("sig"), validate=True)
-        public_key.verify(
+        (public_key or _DUMMY_KEY).verify(
             signature, signature_base(method, path, query, raw_digest.strip(), params_value)
         )
-    except (ValueError, _CryptoInvalidSignature) as exc:
+        verified = True
+    except (ValueError, _CryptoInvalidSignature):
+        verified = False
+    if public_key is None:
+        raise UnknownKey(f"no researcher {params.keyid!r} is registered on this server")
+    if not verified:
         raise BadSignature(
             f"the request signature does not verify with {params.keyid}'s registered key"
-        ) from exc
+        )
     if server is not None and params.tag is not None and params.tag != server:
         raise WrongAudience(
             f"the request was signed for server {params.tag!r}; this server is {server!r}"

@@ -23,7 +23,7 @@ from safeaccess.client.dpresult import DPResult
 if TYPE_CHECKING:
     from safeaccess.client.protocol.sealed import SealedSequence
 
-StepStatus = Literal["running", "released", "withheld", "review", "failed"]
+StepStatus = Literal["pending", "running", "released", "withheld", "review", "failed"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,24 @@ class Reason:
     def __str__(self) -> str:
         where = f" [{self.item}]" if self.item else ""
         return f"{self.check}{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class WithholdBudget:
+    """How many more withholds you may receive on a dataset (all versions) within the window
+    before new sequences on it wait for an output checker's approval."""
+
+    dataset: str
+    count: int
+    days: int
+    used: int
+    remaining: int
+
+    def __str__(self) -> str:
+        return (
+            f"withhold budget on {self.dataset}: {self.remaining} of {self.count} left "
+            f"(last {self.days} days)"
+        )
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,8 @@ class StepResult:
     sequence_state: str = ""
     receipt: dict[str, Any] | None = field(default=None, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    review_note: str | None = None
+    withhold_budget: WithholdBudget | None = None
     dataset: str | None = None
     dataset_version: int | None = None
 
@@ -100,6 +120,10 @@ class StepResult:
             ),
             receipt=data.get("receipt"),
             raw=data,
+            review_note=data.get("review_note"),
+            withhold_budget=(
+                WithholdBudget(**data["withhold_budget"]) if data.get("withhold_budget") else None
+            ),
         )
 
     @property
@@ -124,6 +148,11 @@ class StepResult:
     @property
     def failed(self) -> bool:
         return self.status == "failed"
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """Past the withhold budget: an output checker must approve opening the sequence."""
+        return self.status == "pending"
 
     def frame(self) -> Any:
         """The released output as a pandas DataFrame (tables, regressions, correlations,
@@ -180,13 +209,17 @@ class StepResult:
         on = f" on {self.dataset_label}" if self.dataset_label else ""
         head = f"step {self.index} ({what}): {self.status.upper()}{on}"
         lines = [head]
-        if self.withheld or self.in_review:
+        if self.withheld or self.in_review or self.awaiting_approval:
             lines += [f"  - {reason}" for reason in self.reasons]
         dp = self.dp
         if dp is not None:
             lines += ["  " + line for line in dp.describe().splitlines()]
         if self.failed:
             lines.append(f"  - {self.error_code}: {self.error_message}")
+        if self.review_note:
+            lines.append(f"  - output checker: {self.review_note}")
+        if self.withhold_budget is not None:
+            lines.append(f"  ({self.withhold_budget})")
         return "\n".join(lines)
 
 

@@ -278,12 +278,18 @@ class Session:
         return next((s for s in self.sequences() if s["header_sha256"] == digest), None)
 
     def wait(
-        self, sequence_id: str, index: int, *, timeout: float, poll_interval: float = 2.0
+        self,
+        sequence_id: str,
+        index: int,
+        *,
+        timeout: float,
+        poll_interval: float = 2.0,
+        states: tuple[str, ...] = ("review", "running"),
     ) -> StepResult:
-        """Poll a step until it leaves `review` (or `running`), or until `timeout` seconds."""
+        """Poll a step until it leaves `states` (`review` or `running`), or until `timeout`."""
         deadline = time.monotonic() + timeout
         result = self.step(sequence_id, index)
-        while result.status in ("review", "running") and time.monotonic() < deadline:
+        while result.status in states and time.monotonic() < deadline:
             time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
             result = self.step(sequence_id, index)
         return result
@@ -336,6 +342,15 @@ class Session:
         else:
             current = self._resume(existing, sealed, results)
         while True:
+            if current.status == "pending" and review_timeout > 0:
+                # Past the withhold budget: wait for a checker to approve opening the sequence.
+                current = self.wait(
+                    current.sequence_id,
+                    current.index,
+                    timeout=review_timeout,
+                    poll_interval=poll_interval,
+                    states=("pending",),
+                )
             if current.status == "running":
                 # Left unfinished by a server restart: re-sending the reveal re-runs it.
                 current = self.reveal(current.sequence_id, sealed, current.index)

@@ -40,6 +40,19 @@ class RuleSetError(ValueError):
         self.line = line
 
 
+class WithholdBudget(BaseModel):
+    """How many withholds a researcher may receive on one dataset (every version) within a
+    rolling window before new sequences on it need an output checker's approval to open.
+
+    Every withhold tells a researcher one bit about the data (the result was disclosive), and
+    sequences are otherwise unlimited; the budget bounds the bits per window."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    count: int = Field(ge=1, description="Withholds allowed within the window.")
+    days: int = Field(ge=1, le=3650, description="Length of the rolling window in days.")
+
+
 class RuleSet(BaseModel):
     """All parameters of the output checks. Frozen: derive variants with `with_overrides`."""
 
@@ -90,6 +103,12 @@ class RuleSet(BaseModel):
     )
     reconstruction_time_budget: float = Field(
         default=2.0, gt=0.0, description="Seconds the reconstruction check may spend per output."
+    )
+
+    withhold_budget: WithholdBudget | None = Field(
+        default=WithholdBudget(count=25, days=30),
+        description="Withholds per researcher and dataset name within a window before opening a "
+        "sequence needs an output checker's approval; None disables the budget.",
     )
 
     leverage_limit: float | None = Field(
@@ -151,7 +170,13 @@ class RuleSet(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             key = str(err["loc"][0]) if err["loc"] else None
-            raise RuleSetError(err["msg"], key=key) from None
+            raise RuleSetError(_message(err), key=key) from None
+
+
+def _message(err: Any) -> str:
+    """A validation error's message, naming the sub-setting of a nested one (`days: ...`)."""
+    inner = ".".join(str(p) for p in err["loc"][1:])
+    return f"{inner}: {err['msg']}" if inner else str(err["msg"])
 
 
 def _key_lines(node: yaml.Node) -> dict[str, int]:
@@ -227,7 +252,7 @@ def load_ruleset(path_or_text: str | Path, *, base: RuleSet | None = None) -> Ru
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else None
-        raise RuleSetError(err["msg"], key=key, line=lines.get(key) if key else None) from None
+        raise RuleSetError(_message(err), key=key, line=lines.get(key) if key else None) from None
 
 
 def _load_default() -> RuleSet:

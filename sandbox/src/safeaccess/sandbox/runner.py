@@ -126,11 +126,16 @@ def execute(analysis: Analysis, frame: pd.DataFrame, metadata: DatasetMetadata) 
     """
     frame = frame.reset_index(drop=True)
     n_records = len(frame)
+    # Import what the kind needs before looking at the records: otherwise an empty selection
+    # (which fails before the import) answers seconds sooner than a selection of one record,
+    # and the reveal's latency tells 0 from 1 (the failure itself looks like a withhold).
+    preload(analysis.kind)
+    compute = _compute_for(analysis.kind)
     selected = apply_filter(analysis, frame)
     # A DP answer's shape and success never depend on the data: no rows answer zeros, noised.
     if len(selected) == 0 and analysis.kind != "script" and analysis.kind not in DP_KINDS:
         raise AnalysisError("no_rows", "no records satisfy the filter; widen the 'where' condition")
-    return _compute_for(analysis.kind)(analysis, selected, metadata, n_records)
+    return compute(analysis, selected, metadata, n_records)
 
 
 def _error(code: str, message: str) -> RunnerResponse:

@@ -237,8 +237,51 @@ def _review_list(args: argparse.Namespace) -> int:
             f"{item.sequence_id} step {item.index}: {item.kind} by {item.researcher} "
             f"({item.project}), waiting since {item.waiting_since}"
         )
+        if item.run is not None:
+            print(f"    script run: {item.run}")
         for finding in item.findings:
             print(f"    {finding}")
+    return EXIT_OK
+
+
+def _review_openings(args: argparse.Namespace) -> int:
+    from safeaccess.server.review import openings
+
+    store = _store(_data(args))
+    try:
+        items = openings(store)
+    finally:
+        store.close()
+    if not items:
+        print("no sequences wait for approval to open")
+    for item in items:
+        budget = item.budget or {}
+        print(
+            f"{item.sequence_id}: {item.researcher} ({item.project}) on {item.dataset}, waiting "
+            f"since {item.waiting_since}; withholds {budget.get('used')} of "
+            f"{budget.get('count')} in {budget.get('days')} days, "
+            f"{budget.get('open_sequences')} other sequence(s) then open"
+        )
+    return EXIT_OK
+
+
+def _review_opening_decide(args: argparse.Namespace) -> int:
+    from safeaccess.server.review import decide_opening
+
+    approve = args.review_command == "approve-opening"
+    store = _store(_data(args))
+    try:
+        state = decide_opening(
+            store,
+            args.sequence,
+            approve=approve,
+            reviewer=args.reviewer or getpass.getuser(),
+            note=args.note,
+        )
+    finally:
+        store.close()
+    verb = "approved: its step 1 runs when the researcher runs it again" if approve else "rejected"
+    print(f"opening of {args.sequence} {verb}; the sequence is now {state}")
     return EXIT_OK
 
 
@@ -258,6 +301,16 @@ def _review_show(args: argparse.Namespace) -> int:
         raise ConfigError(f"step {args.step} of sequence {args.sequence} does not exist")
     print(f"sequence {seq.id} step {step.index} by {seq.researcher} ({seq.project}): {step.state}")
     print("analysis:", step.body.decode("utf-8", "replace"))
+    if step.kind == "script":
+        from safeaccess.server.review import script_run_state
+
+        print(
+            "script run:",
+            script_run_state(step.output, step.error_code, step.error_message, step.wall_seconds),
+        )
+        if step.output is not None:
+            print("script stdout:")
+            print(step.output.get("stdout", ""))
     if step.decision:
         decision = Decision.model_validate(step.decision)
         print(f"rules {decision.ruleset} ({decision.ruleset_hash[:12]}): {decision.verdict}")
@@ -455,8 +508,29 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("sequence", metavar="SEQUENCE_ID")
         decide.add_argument("step", metavar="STEP", type=int)
         decide.add_argument("--reviewer", default=None, help="your name (default: login name)")
-        decide.add_argument("--note", default="", help="reason, kept in the event log")
+        decide.add_argument(
+            "--note",
+            default="",
+            help="message to the researcher (she sees it with the decision; its hash is logged)",
+        )
         decide.set_defaults(handler=_review_decide)
+    ropen = review.add_parser(
+        "openings", parents=[common], help="sequences past a withhold budget awaiting approval"
+    )
+    ropen.set_defaults(handler=_review_openings)
+    for action, text in (
+        ("approve-opening", "let a sequence past the withhold budget run"),
+        ("reject-opening", "refuse a sequence past the withhold budget (aborts it)"),
+    ):
+        decide = review.add_parser(action, parents=[common], help=text)
+        decide.add_argument("sequence", metavar="SEQUENCE_ID")
+        decide.add_argument("--reviewer", default=None, help="your name (default: login name)")
+        decide.add_argument(
+            "--note",
+            default="",
+            help="message to the researcher (she sees it with the decision; its hash is logged)",
+        )
+        decide.set_defaults(handler=_review_opening_decide)
 
     serve = sub.add_parser("serve", parents=[common], help="serve the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")

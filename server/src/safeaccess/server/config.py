@@ -50,6 +50,20 @@ class ServerConfig(BaseModel):
         description="Sandbox jobs run at once; further steps wait (bounds memory: each job may "
         "use sandbox.limits.memory_mb).",
     )
+    max_jobs_per_researcher: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Sandbox jobs one researcher may have running at once (in each queue); the "
+        "others' jobs take free slots first (fair queue).",
+    )
+    max_concurrent_scripts: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Script runs at once. Scripts run in the background in a queue of their own, "
+        "so they never delay a researcher's answer (their duration is not hers to observe).",
+    )
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     clock_skew_seconds: int = Field(default=300, ge=5, le=3600)
     trusted_cas: dict[str, str] = Field(

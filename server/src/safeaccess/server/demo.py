@@ -211,6 +211,8 @@ def _run(root: Path, rows: int, out: Callable[[str], None]) -> int:
             out(f"    decision: {result.status.upper()}")
             for reason in result.reasons:
                 out(f"      because {reason}")
+            if result.withheld and result.withhold_budget is not None:
+                out(f"      {result.withhold_budget}")
             if result.failed:
                 out(f"      {result.error_code}: {result.error_message}")
             if result.receipt is not None:

@@ -41,6 +41,7 @@ from safeaccess.sandbox.backend import (
 from safeaccess.server import dp_release
 from safeaccess.server.dp_release import DPContext
 from safeaccess.server.errors import Unavailable
+from safeaccess.server.failures import failure_decision, is_data_dependent
 from safeaccess.server.states import StepState
 from safeaccess.server.store import StepOutcome
 
@@ -63,6 +64,20 @@ def json_hash(value: Any) -> str:
 
 def _failed(code: str, message: str, kind: str | None) -> StepOutcome:
     return StepOutcome(state=StepState.FAILED, kind=kind, error_code=code, error_message=message)
+
+
+def _withheld(code: str, message: str, kind: str, ruleset: RuleSet) -> StepOutcome:
+    """A data-dependent failure: to the researcher exactly a withhold (see `failures.py`); the
+    code and message stay on the step for output checkers."""
+    decision = failure_decision(code, message, ruleset)
+    return StepOutcome(
+        state=StepState.WITHHELD,
+        kind=kind,
+        decision=decision.model_dump(mode="json"),
+        ruleset_hash=decision.ruleset_hash,
+        error_code=code,
+        error_message=message,
+    )
 
 
 def _parse(body: bytes) -> Analysis:
@@ -156,9 +171,15 @@ def run_step(
         # error text nor its error code may reach the researcher: both could carry data.
         if kind == "script":
             return _failed("script_failed", "the script failed", kind)
+        if is_data_dependent(exc.runner_code):
+            return _withheld(exc.runner_code, str(exc), kind, ruleset)
         return _failed(exc.runner_code, str(exc), kind)
     except LimitExceeded as exc:
-        return _failed("limit_exceeded", f"the analysis exceeded the {exc.limit} limit", kind)
+        message = f"the analysis exceeded the {exc.limit} limit"
+        if kind == "script":
+            return _failed("limit_exceeded", message, kind)
+        # How long or how much memory a declarative analysis takes depends on the records.
+        return _withheld("limit_exceeded", message, kind, ruleset)
     except JobCrashed as exc:
         if kind == "script":
             # The script controls its process: a crash or a forged answer is its own doing. Were

@@ -1,58 +1,67 @@
 """What a researcher may be told about why a step was withheld or sent to review.
 
-Rule findings are written for output checkers and may quote confidential numbers (for example the
-count of a small cell). Even naming the failing cell discloses something: a cell flagged by the
-zeros check is known to be empty, one flagged by the threshold check to hold 1-9 records. So a
-researcher sees, per check that fired, a fixed explanation and how many cells or items it fired
-on, never which ones nor the finding's own message. Output checkers see everything.
+This module is the one place that decides it. Rule findings are written for output checkers and
+may quote confidential numbers; but even the *name* of a check that fired is a fact about the
+data: a cell flagged by the zeros check is known to be empty, one flagged by the threshold check
+to hold 1-9 records, and a failure such as "no records satisfy the filter" tells zero from one.
+Asked in a binary search, each such distinction is a bit of confidential data per sequence.
+
+So every withhold whose cause depends on the data (every rule check, and every failure of the
+computation that the analysis and the published metadata alone do not decide, see
+`failures.py`) shows the same single reason, with no check name, no cell and no count. Only
+causes that follow from the analysis itself are named (a script's output always goes to a
+person). A check this module does not know (one added later) gets the uniform reason too, so a
+new check can never leak through here. Output checkers and the audit record see the findings.
 """
 
 from __future__ import annotations
 
-from safeaccess.rules.decision import Decision, Finding
+from safeaccess.rules.decision import Decision
 from safeaccess.server.schemas import Reason
 
-_EXPLANATIONS: dict[str, str] = {
-    "threshold": "too few records (or contributors) behind this number",
-    "dof": "too few residual degrees of freedom",
-    "nk_dominance": "a few contributors dominate this total",
-    "p_ratio": "the largest contribution could be estimated too closely (p% rule)",
-    "zeros": "an empty cell reveals that nobody has this combination",
-    "class_disclosure": "almost everyone in this row or column falls in one cell",
-    "negative": "negative contributions make dominance checks unreliable",
-    "missing": "missing values behind this cell need a person to check",
-    "extremes": "minima and maxima are values of single records",
-    "reconstruction": "the statistics released together determine the underlying records",
-    "differencing": "combined with earlier releases this isolates a small group",
-    "query_set": "combined with earlier releases this isolates a small group",
-    "script": "the output of a script is always checked by a person",
-    "survival": "too few records at risk or events at some time",
+#: The one reason shown for every withhold that depends on the data.
+WITHHELD = Reason(
+    check="disclosure_control",
+    verdict="withhold",
+    item=None,
+    message=(
+        "the result could reveal information about individual records (one answer for every "
+        "cause, so that it tells nothing about the data)"
+    ),
+)
+
+#: The one reason shown for every review whose cause depends on the data.
+REVIEWED = Reason(
+    check="output_review",
+    verdict="review",
+    item=None,
+    message="an output checker looks at this result before it can be released",
+)
+
+#: Checks whose firing is decided by the analysis alone (never by the data): named as they are.
+_ANALYSIS_DECIDED: dict[str, Reason] = {
+    "script": Reason(
+        check="script",
+        verdict="review",
+        item=None,
+        message="the output of a script is always checked by a person before release",
+    ),
 }
 
 
-_SEVERITY = {"release": 0, "review": 1, "withhold": 2}
-
-
-def _explain(check: str) -> str:
-    explanation = _EXPLANATIONS.get(check)
-    if explanation is None:
-        # Unknown (newer) checks: name the check, say nothing about the numbers.
-        explanation = _EXPLANATIONS.get(check.split("_")[0], f"the {check} check failed")
-    return explanation
-
-
 def researcher_reasons(decision: Decision) -> list[Reason]:
-    """One reason per check that fired (in order of first firing), with a count of items."""
-    grouped: dict[str, list[Finding]] = {}
-    for finding in decision.findings:
-        if finding.verdict != "release":
-            grouped.setdefault(finding.check, []).append(finding)
-    reasons = []
-    for check, findings in grouped.items():
-        verdict = max((f.verdict for f in findings), key=_SEVERITY.__getitem__)
-        items = sum(1 for f in findings if f.item is not None)
-        message = _explain(check)
-        if items:
-            message += f" ({items} {'cell or item' if items == 1 else 'cells or items'})"
-        reasons.append(Reason(check=check, verdict=verdict, item=None, message=message))
-    return reasons
+    """The reasons a researcher sees for a withheld or reviewed step's decision."""
+    fired = [f for f in decision.findings if f.verdict != "release"]
+    if decision.verdict == "release" or not fired:
+        return []
+    if all(f.check in _ANALYSIS_DECIDED for f in fired):
+        seen: dict[str, Reason] = {}
+        for finding in fired:
+            seen.setdefault(finding.check, _ANALYSIS_DECIDED[finding.check])
+        return list(seen.values())
+    return [WITHHELD] if decision.verdict == "withhold" else [REVIEWED]
+
+
+def script_reasons() -> list[Reason]:
+    """What a researcher sees for a script step, whatever its run did."""
+    return [_ANALYSIS_DECIDED["script"]]

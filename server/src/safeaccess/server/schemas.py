@@ -82,6 +82,16 @@ class ErrorInfo(BaseModel):
     message: str
 
 
+class BudgetView(BaseModel):
+    """The researcher's withhold budget on one dataset (see docs/researcher.md)."""
+
+    dataset: str = Field(description="Dataset name (the budget covers every version).")
+    count: int = Field(description="Withholds allowed within the window.")
+    days: int = Field(description="Length of the rolling window in days.")
+    used: int = Field(description="Withholds received within the window.")
+    remaining: int = Field(description="Withholds left before new sequences need approval.")
+
+
 class StepView(BaseModel):
     sequence_id: str
     index: int
@@ -89,7 +99,7 @@ class StepView(BaseModel):
     dataset_version: int | None = Field(
         default=None, description="The dataset version the sequence was opened on (and runs on)."
     )
-    state: Literal["running", "released", "withheld", "review", "failed"]
+    state: Literal["pending", "running", "released", "withheld", "review", "failed"]
     last: bool
     kind: str | None
     analysis: dict[str, Any] | None = Field(description="The researcher's own analysis body.")
@@ -107,6 +117,12 @@ class StepView(BaseModel):
         description="The centre's Ed25519-signed statement of this step's final outcome: "
         "{fields, signature}; absent while the step is running or in review.",
     )
+    review_note: str | None = Field(
+        default=None, description="The output checker's message, once a checker decided."
+    )
+    withhold_budget: BudgetView | None = Field(
+        default=None, description="Your withhold budget on this dataset now (None: no budget)."
+    )
 
 
 class SequenceView(BaseModel):
@@ -116,11 +132,16 @@ class SequenceView(BaseModel):
     project: str
     dataset: str
     dataset_version: int
-    state: Literal["opened", "running", "released", "review", "finished", "aborted"]
+    state: Literal[
+        "opened", "awaiting_approval", "running", "released", "review", "finished", "aborted"
+    ]
     current_index: int
     created_at: datetime
     updated_at: datetime
     steps: list[StepView]
+    withhold_budget: BudgetView | None = Field(
+        default=None, description="Your withhold budget on this dataset now (None: no budget)."
+    )
 
 
 class SequenceList(BaseModel):

@@ -16,6 +16,7 @@ import re
 import threading
 import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +53,24 @@ from safeaccess.server.errors import (
 from safeaccess.server.leverage_record import leverage_record
 from safeaccess.server.pipeline import run_step, sha256_hex, with_decision
 from safeaccess.server.qss_scope import ScopeAuditor
-from safeaccess.server.reasons import researcher_reasons
+from safeaccess.server.reasons import researcher_reasons, script_reasons
 from safeaccess.server.receipts import sign_receipt
 from safeaccess.server.record_ids import read_ids
+from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.schemas import (
+    BudgetView,
     DatasetView,
     ErrorInfo,
     OpenRequest,
+    Reason,
     RevealRequest,
     SequenceView,
     StepView,
 )
+from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
 from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.withhold_budget import budget, opening_needs_approval
 
 log = logging.getLogger("safeaccess.server")
 
@@ -72,6 +78,19 @@ try:
     RUNNER_VERSION = importlib.metadata.version("safeaccess-sandbox")
 except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
     RUNNER_VERSION = "unknown"
+
+AWAITING_APPROVAL = Reason(
+    check="withhold_budget",
+    verdict="review",
+    message="your withhold budget on this dataset is spent: an output checker must approve "
+    "opening this sequence; run it again once approved",
+)
+
+AUTHENTICATION_FAILED = (
+    "the request could not be authenticated: sign it with the key registered for your researcher "
+    "name, for this server, with the current time and a fresh nonce (the safeaccess client does "
+    "this; check your researcher name, key file and clock)"
+)
 
 
 def _protocol_code(exc: ProtocolError) -> str:
@@ -92,6 +111,12 @@ def _split_dataset(name: str) -> tuple[str, int | None]:
     if not version.isdigit():
         raise ProtocolRejected(f"dataset {name!r}: the version after '@' must be a number")
     return base, int(version)
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite returns stored UTC times without their zone: the same moment must read the same
+    whether it was just written or read back."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 class Service:
@@ -119,18 +144,38 @@ class Service:
                 self.trusted_cas[ca] = load_public_key(self.data.root / path)
             except KeyFileError as exc:
                 raise ConfigError(f"trusted CA {ca!r}: {exc}") from exc
-        self._jobs = threading.BoundedSemaphore(self.config.max_concurrent_jobs)
+        # Interactive steps and background scripts queue separately, each fair across
+        # researchers: a researcher's own scripts never delay her answers (their run time is not
+        # hers to observe), and nobody's jobs fill every slot.
+        self._jobs = FairScheduler(
+            self.config.max_concurrent_jobs, self.config.max_jobs_per_researcher
+        )
         self._locks: dict[str, threading.Lock] = {}
         self._dp_locks: dict[str, threading.Lock] = {}
         self.auditor = ScopeAuditor(self.data.root, self.store)
         self._ids: dict[int, Any] = {}
         self._locks_guard = threading.Lock()
+        self._budget_locks: dict[tuple[str, str], threading.Lock] = {}
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         self._rulesets: dict[int, RuleSet] = {}
+        self.scripts = ScriptRuns(
+            RunContext(
+                store=self.store,
+                backend=self.backend,
+                limits=self.config.sandbox.limits,
+                data_root=self.data.root,
+                ruleset_for=self.ruleset_for,
+            ),
+            FairScheduler(self.config.max_concurrent_scripts, self.config.max_jobs_per_researcher),
+        )
+        resumed = self.scripts.resume()
+        if resumed:
+            log.info("resumed %d script run(s) left unfinished", resumed)
         self.audit = AuditService(self)
         log_configuration(self)
 
     def close(self) -> None:
+        self.scripts.close()
         self.backend.close()
         self.store.close()
 
@@ -183,7 +228,10 @@ class Service:
                 server=self.server_id,
             )
         except SignatureError as exc:
-            raise Unauthenticated(str(exc), code=exc.code) from exc
+            # One answer for every cause: a distinct "unknown key" would tell who is registered.
+            # The true cause goes to the server log for the administrators.
+            log.info("authentication failed (%s): %s", exc.code, exc)
+            raise Unauthenticated(AUTHENTICATION_FAILED) from exc
         return params.keyid
 
     # -- catalogue ------------------------------------------------------------------------------
@@ -269,6 +317,12 @@ class Service:
             ruleset_hash=self.ruleset_for(dataset).content_hash(),
         )
 
+    def _budget_lock(self, researcher: str, dataset: str) -> threading.Lock:
+        """Serialises a researcher's openings on one dataset name, so that sequences opened at
+        once are each counted against the withhold budget."""
+        with self._locks_guard:
+            return self._budget_locks.setdefault((researcher, dataset), threading.Lock())
+
     def _own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
         seq = self.store.get_sequence(sequence_id)
         # Another researcher's sequence is reported as absent: its existence is not hers to know.
@@ -286,7 +340,7 @@ class Service:
     ) -> SequenceVerifier:
         key = self._researcher_key(researcher)
         if key is None:
-            raise Unauthenticated(f"researcher {researcher!r} is no longer registered")
+            raise Unauthenticated(AUTHENTICATION_FAILED)
         try:
             return SequenceVerifier(
                 header,
@@ -338,7 +392,10 @@ class Service:
             last=revealed.last,
         )
         header_hash = sha256_hex(request.header)
-        with self._lock(sequence_id):
+        with self._lock(sequence_id), self._budget_lock(researcher, dataset.name):
+            held, budget_facts = opening_needs_approval(
+                self.store, self.ruleset_for(dataset), researcher, dataset.name
+            )
             seq, step = self.store.create_sequence(
                 sequence_id=sequence_id,
                 researcher=researcher,
@@ -361,8 +418,13 @@ class Service:
                     "dataset_sha256": dataset.sha256,
                     "endorsed_by": sorted(verifier.endorsed_by),
                     "reveal": self._reveal_data(request.trace, step),
+                    "withhold_budget": budget_facts,
                 },
+                awaiting_approval=held,
             )
+            if held:
+                log.info("sequence %s by %s awaits approval (withhold budget)", seq.id, researcher)
+                return self._view(seq, step)
             return self._compute(seq, step, dataset)
 
     def reveal(
@@ -380,7 +442,7 @@ class Service:
                         f"step {index} was already revealed with another trace or body",
                         code="step_already_revealed",
                     )
-                if existing.state == StepState.RUNNING:
+                if existing.state == StepState.RUNNING and seq.state == SequenceState.RUNNING:
                     # Computed but never recorded (the server stopped mid-step): run it again.
                     return self._compute(seq, existing, self.store.get_dataset(seq.dataset_id))
                 return self._view(seq, existing)
@@ -471,6 +533,8 @@ class Service:
 
     def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
         ruleset = self.ruleset_for(dataset)
+        if is_script(step.body):
+            return self._queue_script(seq, step, ruleset)
         audit = self.auditor.session(
             dataset=dataset.name,
             settings=self.store.qss_settings(dataset.name),
@@ -490,7 +554,7 @@ class Service:
     ) -> StepView:
         """Run and record a step while holding its DP ledger's lock (if the dataset has DP)."""
         dp = self._dp_context(seq, dataset)
-        with self._jobs:
+        with self._jobs.slot(seq.researcher):
             outcome = run_step(
                 job_id=f"{seq.id}-{step.index}",
                 body=step.body,
@@ -531,6 +595,42 @@ class Service:
         )
         return self._view(seq, step)
 
+    def _queue_script(self, seq: SequenceRow, step: StepRow, ruleset: RuleSet) -> StepView:
+        """Answer a script step "in review" now; run it in the background (script_runs.py)."""
+        seq, step = self.store.settle_step(
+            seq.id,
+            step.index,
+            queued_outcome(ruleset),
+            event_data={
+                "trace_sha256": step.trace_hash,
+                "body_sha256": step.body_hash,
+                "ruleset_sha256": ruleset.content_hash(),
+                "script_run": "queued",
+            },
+        )
+        self.scripts.submit(seq.id, step.index, seq.researcher)
+        log.info("sequence %s step %d (script) by %s: queued", seq.id, step.index, seq.researcher)
+        return self._view(seq, step)
+
+    def _budget(self, seq: SequenceRow) -> BudgetView | None:
+        dataset = self.store.get_dataset(seq.dataset_id)
+        return budget(self.store, self.ruleset_for(dataset), seq.researcher, dataset.name)
+
+    def _reasons(self, step: StepRow, decision: Decision | None) -> list[Reason]:
+        state = StepState(step.state)
+        if state == StepState.PENDING:
+            return [AWAITING_APPROVAL]
+        if state not in (StepState.WITHHELD, StepState.REVIEW):
+            return []
+        if step.kind == "script":
+            # Whatever the run did (output, crash, limit): the same reason, from the analysis.
+            return script_reasons()
+        if decision is None:
+            return []
+        # A DP budget or risk-limit withhold depends only on the request and the public ledger,
+        # so its own message is shown; every other withhold goes through `reasons.py`.
+        return public_reasons(decision) or researcher_reasons(decision)
+
     # -- views ----------------------------------------------------------------------------------
 
     def _view(self, seq: SequenceRow, step: StepRow) -> StepView:
@@ -551,21 +651,26 @@ class Service:
             kind=step.kind,
             analysis=analysis if isinstance(analysis, dict) else None,
             output=step.public_output if state == StepState.RELEASED else None,
-            reasons=(
-                (public_reasons(decision) or researcher_reasons(decision))
-                if decision is not None and state in (StepState.WITHHELD, StepState.REVIEW)
-                else []
-            ),
+            reasons=self._reasons(step, decision),
             error=(
                 ErrorInfo(code=step.error_code or "failed", message=step.error_message or "")
                 if state == StepState.FAILED
                 else None
             ),
-            ruleset=decision.ruleset if decision else None,
-            ruleset_hash=decision.ruleset_hash if decision else None,
+            # A script's decision appears only when its run ends: not the researcher's to see.
+            ruleset=decision.ruleset if decision and step.kind != "script" else None,
+            ruleset_hash=(
+                step.ruleset_hash
+                if step.kind == "script"
+                else decision.ruleset_hash
+                if decision
+                else None
+            ),
             sequence_state=seq.state,
-            updated_at=step.updated_at,
+            updated_at=_utc(step.updated_at),
             receipt=sign_receipt(self.signing_key, self.server_id, seq, step),
+            review_note=step.review_note if step.reviewer else None,
+            withhold_budget=self._budget(seq),
         )
 
     def _sequence_view(self, seq: SequenceRow) -> SequenceView:
@@ -579,9 +684,10 @@ class Service:
             dataset_version=dataset.version,
             state=SequenceState(seq.state).value,
             current_index=seq.current_index,
-            created_at=seq.created_at,
-            updated_at=seq.updated_at,
+            created_at=_utc(seq.created_at),
+            updated_at=_utc(seq.updated_at),
             steps=[self._view(seq, s) for s in self.store.steps(seq.id)],
+            withhold_budget=self._budget(seq),
         )
 
     def sequence(self, researcher: str, sequence_id: str) -> SequenceView:
@@ -609,5 +715,18 @@ class Service:
             )
             seq = self.store.get_sequence(sequence_id)
             step = self.store.get_step(sequence_id, index)
+            assert seq is not None and step is not None
+            return self._view(seq, step)
+
+    def decide_opening(
+        self, sequence_id: str, *, approve: bool, reviewer: str, note: str = ""
+    ) -> StepView:
+        """An output checker approves or rejects opening a sequence past the withhold budget."""
+        with self._lock(sequence_id):
+            review.decide_opening(
+                self.store, sequence_id, approve=approve, reviewer=reviewer, note=note
+            )
+            seq = self.store.get_sequence(sequence_id)
+            step = self.store.get_step(sequence_id, 1)
             assert seq is not None and step is not None
             return self._view(seq, step)

@@ -2,7 +2,9 @@
 
 A sequence moves `opened -> running -> released | review -> ... -> finished | aborted`; each
 step moves `running -> released | withheld | review | failed` and a reviewed step `review ->
-released | withheld`. Any move not in a table is a programming or concurrency error and raises
+released | withheld`. A sequence opened past the researcher's withhold budget waits:
+`opened -> awaiting_approval -> running` (an output checker approved opening it) or `-> aborted`
+(rejected), its step 1 `pending -> running` or `pending -> withheld`. Any move not in a table is a programming or concurrency error and raises
 `IllegalTransition`, so the store never records an impossible history.
 """
 
@@ -13,6 +15,7 @@ from enum import StrEnum
 
 class SequenceState(StrEnum):
     OPENED = "opened"  # header accepted; step 1 not started yet
+    AWAITING_APPROVAL = "awaiting_approval"  # past the withhold budget: a checker must approve
     RUNNING = "running"  # step `current` is being computed (or must be re-run after a crash)
     RELEASED = "released"  # step `current` released; waiting for the next reveal
     REVIEW = "review"  # step `current` waits for an output checker
@@ -21,6 +24,7 @@ class SequenceState(StrEnum):
 
 
 class StepState(StrEnum):
+    PENDING = "pending"  # step 1 of a sequence awaiting approval to open; not run
     RUNNING = "running"
     RELEASED = "released"
     WITHHELD = "withheld"
@@ -35,7 +39,8 @@ class IllegalTransition(Exception):
 
 
 SEQUENCE_TRANSITIONS: dict[SequenceState, frozenset[SequenceState]] = {
-    SequenceState.OPENED: frozenset({SequenceState.RUNNING}),
+    SequenceState.OPENED: frozenset({SequenceState.RUNNING, SequenceState.AWAITING_APPROVAL}),
+    SequenceState.AWAITING_APPROVAL: frozenset({SequenceState.RUNNING, SequenceState.ABORTED}),
     SequenceState.RUNNING: frozenset(
         {
             SequenceState.RELEASED,
@@ -53,6 +58,7 @@ SEQUENCE_TRANSITIONS: dict[SequenceState, frozenset[SequenceState]] = {
 }
 
 STEP_TRANSITIONS: dict[StepState, frozenset[StepState]] = {
+    StepState.PENDING: frozenset({StepState.RUNNING, StepState.WITHHELD}),
     StepState.RUNNING: frozenset(
         {StepState.RELEASED, StepState.WITHHELD, StepState.REVIEW, StepState.FAILED}
     ),

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, delete, event, func, select, update
@@ -45,6 +46,9 @@ from safeaccess.server.states import (
     check_step_transition,
     sequence_state_after_step,
 )
+
+#: The error code recorded on step 1 of a sequence whose opening an output checker rejected.
+OPENING_REJECTED = "opening_rejected"
 
 
 @dataclass(frozen=True)
@@ -458,9 +462,17 @@ class Store:
         verifier_state: dict[str, Any],
         first_step: StepRow,
         event_data: dict[str, Any],
+        awaiting_approval: bool = False,
     ) -> tuple[SequenceRow, StepRow]:
-        """Accept a header and start its step 1 (state `running`) in one transaction."""
-        check_sequence_transition(SequenceState.OPENED, SequenceState.RUNNING)
+        """Accept a header and start its step 1 (state `running`) in one transaction; with
+        `awaiting_approval` (past the withhold budget) the sequence waits for an output checker
+        and step 1 is `pending`, not run."""
+        seq_state, step_state = (
+            (SequenceState.AWAITING_APPROVAL, StepState.PENDING)
+            if awaiting_approval
+            else (SequenceState.RUNNING, StepState.RUNNING)
+        )
+        check_sequence_transition(SequenceState.OPENED, seq_state)
         try:
             with self.transaction() as s:
                 seq = SequenceRow(
@@ -473,7 +485,7 @@ class Store:
                     nonce=nonce,
                     signature=signature,
                     endorsements=endorsements,
-                    state=SequenceState.RUNNING.value,
+                    state=seq_state.value,
                     current_index=1,
                     verifier_state=verifier_state,
                     version=1,
@@ -481,7 +493,7 @@ class Store:
                 s.add(seq)
                 s.flush()
                 first_step.sequence_id = sequence_id
-                first_step.state = StepState.RUNNING.value
+                first_step.state = step_state.value
                 s.add(first_step)
                 s.flush()
                 opened = {k: v for k, v in event_data.items() if k != "reveal"}
@@ -741,6 +753,30 @@ class Store:
                 row.updated_at = utcnow()
             self._event(s, "dp_configured", actor, {"dataset": dataset, "dp": config})
 
+    def record_script_run(
+        self, sequence_id: str, index: int, outcome: StepOutcome, event_data: dict[str, Any]
+    ) -> None:
+        """Store a background script run's result on its step (for output checkers), leaving
+        everything the researcher sees as it was: state, times, the sequence row, the rule-set
+        hash fixed when the step was queued."""
+        with self.transaction() as s:
+            step = s.scalars(
+                select(StepRow)
+                .where(StepRow.sequence_id == sequence_id, StepRow.index == index)
+                .with_for_update()
+            ).first()
+            if step is None:
+                raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
+            step.output = outcome.output
+            step.public_output = outcome.public_output
+            step.output_hash = outcome.output_hash
+            step.decision = outcome.decision
+            step.error_code = outcome.error_code
+            step.error_message = outcome.error_message
+            step.backend = outcome.backend
+            step.wall_seconds = outcome.wall_seconds
+            self._event(s, "script_run_finished", "server", event_data, sequence_id, index)
+
     @staticmethod
     def _reveal_entries(
         researcher: str, data: dict[str, Any], sequence_id: str, index: int
@@ -786,6 +822,101 @@ class Store:
             self._logged_rulesets.add(digest)
             return True
         return False
+
+    # -- the withhold budget ------------------------------------------------------------------
+
+    def withholds_since(
+        self, researcher: str, dataset_name: str, since: datetime
+    ) -> tuple[int, int]:
+        """(steps withheld, sequences still open) for a researcher on every version of a
+        dataset: withholds updated at or after `since`; rejected openings are not withholds of
+        data and do not count."""
+        with self.transaction() as s:
+            base = (
+                select(func.count())
+                .select_from(StepRow)
+                .join(SequenceRow, SequenceRow.id == StepRow.sequence_id)
+                .join(DatasetRow, DatasetRow.id == SequenceRow.dataset_id)
+                .where(SequenceRow.researcher == researcher, DatasetRow.name == dataset_name)
+            )
+            withheld = s.scalar(
+                base.where(
+                    StepRow.state == StepState.WITHHELD.value,
+                    StepRow.updated_at >= since,
+                    (StepRow.error_code.is_(None)) | (StepRow.error_code != OPENING_REJECTED),
+                )
+            )
+            # Each open sequence can still end in one withhold (a withhold aborts it): opened
+            # while the budget lasted, it must not be a way to collect withholds beyond it.
+            open_sequences = s.scalar(
+                select(func.count())
+                .select_from(SequenceRow)
+                .join(DatasetRow, DatasetRow.id == SequenceRow.dataset_id)
+                .where(
+                    SequenceRow.researcher == researcher,
+                    DatasetRow.name == dataset_name,
+                    SequenceRow.state.not_in(
+                        (SequenceState.FINISHED.value, SequenceState.ABORTED.value)
+                    ),
+                )
+            )
+            return int(withheld or 0), int(open_sequences or 0)
+
+    def openings_waiting(self) -> list[tuple[SequenceRow, DatasetRow]]:
+        """Sequences waiting for an output checker to approve their opening, oldest first."""
+        with self.transaction() as s:
+            query = (
+                select(SequenceRow, DatasetRow)
+                .join(DatasetRow, DatasetRow.id == SequenceRow.dataset_id)
+                .where(SequenceRow.state == SequenceState.AWAITING_APPROVAL.value)
+                .order_by(SequenceRow.created_at, SequenceRow.id)
+            )
+            return [(row[0], row[1]) for row in s.execute(query)]
+
+    def decide_opening(
+        self,
+        sequence_id: str,
+        *,
+        approve: bool,
+        reviewer: str,
+        note: str,
+        event_data: dict[str, Any],
+    ) -> tuple[SequenceRow, StepRow]:
+        """Approve (step 1 becomes `running`, run on the researcher's next reveal) or reject (the
+        sequence is aborted) a sequence waiting past the withhold budget."""
+        if not reviewer:
+            raise InvalidRequest("a decision needs the output checker's name")
+        with self.transaction() as s:
+            seq = s.get(SequenceRow, sequence_id)
+            step = s.scalars(
+                select(StepRow).where(StepRow.sequence_id == sequence_id, StepRow.index == 1)
+            ).first()
+            if seq is None or step is None:
+                raise NotFound(f"sequence {sequence_id} does not exist")
+            if seq.state != SequenceState.AWAITING_APPROVAL:
+                raise Conflict(f"sequence {sequence_id} is {seq.state}, not awaiting approval")
+            target = StepState.RUNNING if approve else StepState.WITHHELD
+            check_step_transition(StepState(step.state), target)
+            self._update_sequence(
+                s, seq, SequenceState.RUNNING if approve else SequenceState.ABORTED
+            )
+            step.state = target.value
+            step.reviewer = reviewer
+            step.review_note = note
+            if not approve:
+                step.error_code = OPENING_REJECTED
+            step.updated_at = utcnow()
+            self._event(
+                s,
+                "opening_approved" if approve else "opening_rejected",
+                reviewer,
+                event_data,
+                sequence_id,
+                1,
+            )
+            s.flush()
+            s.refresh(seq)
+            return seq, step
 
     def review_queue(self) -> list[tuple[SequenceRow, StepRow]]:
         with self.transaction() as s:

@@ -191,8 +191,21 @@ def test_truncation_then_extension_detected(
     verifier = SequenceVerifier.for_sealed(original, PUB)
     for j in range(1, k + 1):
         verifier.reveal(j, *original.reveal_for(j))
-    with pytest.raises(TamperedTraceError):
+    # When the new ending keeps the old sequence's later steps, trace k+1 is the original one
+    # (it depends only on the steps after it) and the swapped body is caught by its digest.
+    with pytest.raises((TamperedTraceError, BodyDigestError)):
         verifier.reveal(k + 1, *replacement.reveal_for(k + 1))
+
+
+def test_truncation_keeping_the_tail_is_caught_by_the_body_digest() -> None:
+    # The case hypothesis found: [a, b, c] replaced by [a, x, c] with the same locators.
+    original = make([b"", b"", b""], locators=[bytes([i]) * 16 for i in range(3)])
+    replacement = make([b"", b"\x00", b""], locators=[bytes([i]) * 16 for i in range(3)])
+    assert replacement.reveal_for(2)[0] == original.reveal_for(2)[0]
+    verifier = SequenceVerifier.for_sealed(original, PUB)
+    verifier.reveal(1, *original.reveal_for(1))
+    with pytest.raises(BodyDigestError):
+        verifier.reveal(2, *replacement.reveal_for(2))
 
 
 FIELDS = ["researcher", "project", "dataset", "server"]

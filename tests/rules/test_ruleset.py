@@ -39,7 +39,7 @@ def test_content_hash_is_sha256_of_canonical_json() -> None:
         "missing_values": "ignore", "negative_values": "review", "extremes": "withhold",
         "survival_threshold": 10, "reconstruction": True,
         "reconstruction_max_states": 200_000, "reconstruction_time_budget": 2.0,
-        "leverage_limit": None,
+        "withhold_budget": {"count": 25, "days": 30}, "leverage_limit": None,
     }  # fmt: skip
     expected = hashlib.sha256(
         json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()

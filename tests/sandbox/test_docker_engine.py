@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from safeaccess.sandbox.backend import (
 from safeaccess.sandbox.docker import DockerBackend
 from safeaccess.sandbox.docker.container import LABEL_OWNER, DatasetKey
 from safeaccess.sandbox.factory import DockerOptions, SandboxConfig, make_backend
+from safeaccess.sandbox.seccomp import docker_profile
 
 pytestmark = pytest.mark.docker
 
@@ -147,7 +149,12 @@ def test_engine_applies_the_hardening(
     assert host["NetworkMode"] == "none"
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
-    assert host["SecurityOpt"] == ["no-new-privileges"]
+    # no-new-privileges, and our own seccomp allow-list instead of the engine's default profile.
+    assert host["SecurityOpt"][0] == "no-new-privileges" and len(host["SecurityOpt"]) == 2
+    kind, _, profile = host["SecurityOpt"][1].partition("=")
+    assert kind == "seccomp"
+    assert json.loads(profile) == docker_profile()
+    assert json.loads(profile)["defaultAction"] == "SCMP_ACT_ERRNO"
     assert host["Privileged"] is False
     assert host["Init"] is True
     assert host["IpcMode"] == "none"

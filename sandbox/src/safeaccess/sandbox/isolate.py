@@ -73,6 +73,64 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
     )
 
 
+# open_tree(2) / move_mount(2) (x86_64 numbers): carry a mount across the job's fresh /tmp.
+SYS_OPEN_TREE = 428
+SYS_MOVE_MOUNT = 429
+OPEN_TREE_CLONE = 1
+AT_RECURSIVE = 0x8000
+AT_FDCWD = -100
+MOVE_MOUNT_F_EMPTY_PATH = 4
+
+
+def _mounts_under(root: str) -> list[str]:
+    """The outermost mount points strictly below `root` (e.g. an installation bound under /tmp)."""
+    points = []
+    with open("/proc/self/mountinfo", "rb") as fh:
+        for line in fh:
+            point = line.split()[4].decode("utf-8", "surrogateescape")
+            if point.startswith(root.rstrip("/") + "/"):
+                points.append(point)
+    points.sort()
+    outer: list[str] = []
+    for point in points:
+        if not any(point.startswith(o + "/") or point == o for o in outer):
+            outer.append(point)
+    return outer
+
+
+def _fresh_tmp(size: int) -> None:
+    """Mount an empty, size-capped tmpfs on /tmp, keeping the read-only binds the sandbox made
+    below it. When the installation itself lives under /tmp (a checkout there), bubblewrap binds
+    it at the same path; a plain tmpfs over /tmp would hide it and the job could not import the
+    libraries it loads lazily. Each bind is cloned (read-only, as it was) before the tmpfs goes
+    on and moved back onto the same path in the new tmpfs."""
+    carried = []
+    try:
+        for point in _mounts_under(TMP):
+            fd = _libc.syscall(
+                SYS_OPEN_TREE,
+                AT_FDCWD,
+                point.encode(),
+                OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC,
+            )
+            if fd < 0:
+                _check(-1, f"open_tree {point}")
+            carried.append((point, fd))
+        _mount("tmpfs", TMP, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+        for point, fd in carried:
+            os.makedirs(point, mode=0o755, exist_ok=True)
+            _check(
+                _libc.syscall(
+                    SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, point.encode(), MOVE_MOUNT_F_EMPTY_PATH
+                ),
+                f"move_mount {point}",
+            )
+    finally:
+        for _, fd in carried:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def _only_fds(keep: dict[int, int]) -> None:
     """Make the descriptors exactly `keep` (target fd -> current fd), closing all others."""
     # Copies above every target first, so that no dup2 below clobbers a descriptor still needed.
@@ -167,7 +225,7 @@ def run_isolated_job(
         _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         size = limits.tmp_mb * 1024 * 1024
-        _mount("tmpfs", TMP, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+        _fresh_tmp(size)
         os.chdir(TMP)
         _rlimits(limits)
         _switch_user(uid)

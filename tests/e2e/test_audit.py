@@ -183,6 +183,18 @@ def test_auditors_and_researchers_cannot_use_each_others_endpoints(
     assert signed(audited.url, eve, "eve", "GET", "/v1/audit/checkpoint").status_code == 200
 
 
+def test_auditor_authentication_failures_do_not_say_whether_the_auditor_exists(
+    audited: Audited,
+) -> None:
+    # An unknown auditor name and a known name signed with the wrong key: one answer, so the
+    # audit endpoints cannot be used to learn who holds an auditor account.
+    stranger = Ed25519PrivateKey.generate()
+    unknown = signed(audited.url, stranger, "nobody", "GET", "/v1/audit/checkpoint")
+    wrong_key = signed(audited.url, stranger, "eve", "GET", "/v1/audit/checkpoint")
+    assert unknown.status_code == wrong_key.status_code == 401
+    assert unknown.json() == wrong_key.json()
+
+
 def test_a_researcher_checks_her_receipt_against_the_log(
     audited: Audited, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -74,7 +75,15 @@ class AuditService:
                 server=self.service.server_id,
             )
         except SignatureError as exc:
-            raise Unauthenticated(str(exc), code=exc.code) from exc
+            # The researchers' rule holds for auditors too: one answer for every cause, so a
+            # distinct "unknown key" cannot tell who is registered. (Imported here: service
+            # imports this module.)
+            from safeaccess.server.service import AUTHENTICATION_FAILED
+
+            logging.getLogger("safeaccess.server").info(
+                "auditor authentication failed (%s): %s", exc.code, exc
+            )
+            raise Unauthenticated(AUTHENTICATION_FAILED) from exc
         return params.keyid
 
     # -- log views ------------------------------------------------------------------------------

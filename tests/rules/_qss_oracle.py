@@ -127,3 +127,47 @@ def smallest_determined_up_to_three(n: int, sets: Sequence[frozenset[int]], k: i
                     total = size[a] + size[b] + size[c]
                     best = total if best is None else min(best, total)
     return best
+
+
+def _rational_rank(rows: Sequence[Sequence[Fraction]]) -> int:
+    """Rank over the rationals by plain Gaussian elimination."""
+    work = [list(r) for r in rows if any(x != 0 for x in r)]
+    rank = 0
+    n_cols = len(work[0]) if work else 0
+    for col in range(n_cols):
+        pivot = next((i for i in range(rank, len(work)) if work[i][col] != 0), None)
+        if pivot is None:
+            continue
+        work[rank], work[pivot] = work[pivot], work[rank]
+        lead = work[rank][col]
+        for i in range(len(work)):
+            if i != rank and work[i][col] != 0:
+                f = work[i][col] / lead
+                work[i] = [a - f * b for a, b in zip(work[i], work[rank], strict=True)]
+        rank += 1
+    return rank
+
+
+def smallest_determined_combination(
+    n: int, sets: Sequence[frozenset[int]], k: int
+) -> int | None:
+    """Records in the smallest support of a nonzero rational combination of the query sets,
+    any signs and any number of atoms, below k (None if there is none).
+
+    By brute force over every set S of atoms with fewer than k records: some nonzero combination
+    is supported inside S exactly when the columns outside S have lower rank than all columns."""
+    atoms = atoms_of(n, sets)
+    matrix = [[Fraction(1 if atom <= s else 0) for atom in atoms] for s in sets]
+    full = _rational_rank(matrix)
+    size = [len(a) for a in atoms]
+    small = [i for i in range(len(atoms)) if size[i] < k]
+    best: int | None = None
+    for count in range(1, len(small) + 1):
+        for combo in combinations(small, count):
+            total = sum(size[i] for i in combo)
+            if total >= k or (best is not None and total >= best):
+                continue
+            outside = [j for j in range(len(atoms)) if j not in combo]
+            if _rational_rank([[row[j] for j in outside] for row in matrix]) < full:
+                best = total
+    return best

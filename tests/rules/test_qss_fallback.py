@@ -1,4 +1,5 @@
-"""Span mode's fallback to the atoms rule, and the facts an admission records."""
+"""Span mode's refusals for cost (named, never a silent switch of rule), the atoms rule for states
+admitted under atoms mode, and the facts an admission records."""
 
 from __future__ import annotations
 
@@ -38,27 +39,47 @@ def test_span_admits_what_atoms_refuses_below_the_cap() -> None:
     assert not atoms.admitted and atoms.facts["rule"] == "atoms"
 
 
-def test_above_the_atom_cap_span_falls_back_and_says_so() -> None:
+def test_above_the_atom_cap_span_refuses_for_cost_and_says_so() -> None:
     outputs = _two_margins()
     policy = AuditPolicy(k=10, atom_cap=20)
     state = _admit_all(AuditState.empty(N), outputs[:1], policy)
     result = admit(state, outputs[1], policy)
-    assert not result.admitted
-    assert result.facts["fallback"] == "atom_cap" and result.facts["rule"] == "atoms"
-    assert result.reason is not None and "fell back" in result.reason
-    assert "cap" in result.reason
-    assert result.smallest_isolated is not None and result.smallest_isolated < 10
+    assert not result.admitted and result.state is None
+    assert result.facts["cost"] == "atom_cap" and result.facts["rule"] == "span"
+    assert result.facts["fallback"] is None
+    assert result.reason is not None and result.reason.startswith("refused for cost")
+    assert "atom cap (20)" in result.reason
+    # nothing changed: a coarser output is still audited by the span criterion
+    coarse = admit(state, [(np.arange(N) % 2).astype(np.int32)], policy)
+    assert coarse.admitted and coarse.facts["rule"] == "span"
 
 
-def test_admitted_under_the_fallback_the_scope_keeps_the_atoms_rule() -> None:
-    policy = AuditPolicy(k=10, atom_cap=2)
-    thirds = (np.arange(N) % 3).astype(np.int32)
-    result = admit(AuditState.empty(N), [thirds], policy)
-    assert result.admitted and result.facts["fallback"] == "atom_cap"
-    assert result.state is not None and not result.state.tracks_constraints
-    later = admit(result.state, [(np.arange(N) % 2).astype(np.int32)], AuditPolicy(k=10))
-    assert later.facts["fallback"] == "no_constraints"
-    assert later.admitted  # atoms of about 33 records: the atoms rule admits
+def test_past_its_branch_budget_the_exact_search_refuses_for_cost() -> None:
+    """Four people in four atoms, then everyone but them: the certificate cannot be completed,
+    so the exact search runs; with a budget of one branch it stops and refuses, named."""
+    rng = np.random.default_rng(3)
+    everyone = np.zeros(N, dtype=np.int32)
+
+    def cells(members: list[int]) -> np.ndarray:
+        array = np.full(N, -1, dtype=np.int32)
+        array[members] = 0
+        return array
+
+    pool = np.arange(4, N)
+    d_set = [int(x) for x in rng.choice(pool, 80, replace=False)]
+    e_set = [int(x) for x in rng.choice(pool, 80, replace=False)]
+    state = _admit_all(
+        AuditState.empty(N),
+        [[everyone], [cells([*d_set, 0, 1])], [cells([*e_set, 0, 2])]],
+        AuditPolicy(k=10),
+    )
+    last = [cells(list(range(4, N)))]
+    capped = admit(state, last, AuditPolicy(k=10, search_nodes=1))
+    assert not capped.admitted and capped.facts["cost"] == "search_nodes"
+    assert capped.reason is not None and "exceeded its budget of 1 branch(es)" in capped.reason
+    exact = admit(state, last, AuditPolicy(k=10))
+    assert not exact.admitted and "cost" not in exact.facts
+    assert exact.smallest_isolated == 4
 
 
 def test_state_from_atoms_mode_is_audited_by_the_atoms_rule_in_span_mode() -> None:
@@ -68,15 +89,6 @@ def test_state_from_atoms_mode_is_audited_by_the_atoms_rule_in_span_mode() -> No
     result = admit(state, outputs[1], AuditPolicy(k=10))
     assert not result.admitted and result.facts["fallback"] == "no_constraints"
     assert result.reason is not None and "atoms mode" in result.reason
-
-
-def test_too_many_small_atoms_for_the_triple_search_falls_back() -> None:
-    outputs = _two_margins()
-    policy = AuditPolicy(k=10, small_atom_cap=3)
-    state = _admit_all(AuditState.empty(N), outputs[:1], policy)
-    result = admit(state, outputs[1], policy)
-    assert not result.admitted and result.facts["fallback"] == "small_atom_cap"
-    assert result.reason is not None and "fell back" in result.reason
 
 
 def test_facts_are_json_and_name_what_was_decided() -> None:
@@ -95,6 +107,8 @@ def test_facts_are_json_and_name_what_was_decided() -> None:
             "new_query_sets",
             "fallback",
             "smallest_isolated",
+            "origin",
+            "certificate",
         ):
             assert key in facts
         assert result.state is not None

@@ -1,9 +1,10 @@
-"""The auditor against brute force over every union of atoms, on small random sequences."""
+"""The auditor against brute force on small random sequences: every signed combination of any
+number of atoms (exact rational rank over every small support), and the atoms rule."""
 
 from __future__ import annotations
 
 import numpy as np
-from _qss_oracle import atoms_of, determined_small_unions, query_sets_of
+from _qss_oracle import atoms_of, query_sets_of, smallest_determined_combination
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,11 +44,13 @@ def _run(mode: AuditMode, n: int, k: int, outputs: list[list[np.ndarray]]) -> No
             if not result.admitted:
                 assert result.smallest_isolated == smallest
         else:
-            up_to_three = determined_small_unions(n, trial, k, max_atoms=3)
-            if up_to_three:
-                assert not result.admitted, f"missed determined union(s) {up_to_three}"
-                assert result.smallest_isolated == min(t for t, _ in up_to_three)
-            elif not determined_small_unions(n, trial, k):
+            smallest = smallest_determined_combination(n, trial, k)
+            if smallest is not None:
+                assert not result.admitted, f"missed a determined combination of {smallest}"
+                # the auditor names a determined support, not always the smallest one
+                assert result.smallest_isolated is not None
+                assert smallest <= result.smallest_isolated < k
+            else:
                 assert result.admitted, result.reason
         assert result.state is None or result.state.n_atoms == len(atoms)
         if result.admitted:
@@ -56,7 +59,7 @@ def _run(mode: AuditMode, n: int, k: int, outputs: list[list[np.ndarray]]) -> No
             admitted_sets = trial
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sequences())
 def test_span_mode_matches_brute_force(case: tuple[int, int, list[list[np.ndarray]]]) -> None:
     _run(AuditMode.SPAN, *case)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from safeaccess.rules.qss.certificate import Certified, Determined, TooCostly, decide
 from safeaccess.rules.qss.constraints import (
     Constraints,
     LaneFailure,
@@ -24,15 +25,19 @@ from safeaccess.rules.qss.search import (
     LaneVectors,
     determined_atoms,
     smallest_pair,
-    smallest_triple,
 )
 from safeaccess.rules.qss.state import AuditState
 
 _FALLBACK_WHY = {
-    "atom_cap": "the partition would have more atoms than the span mode's cap",
-    "small_atom_cap": "more atoms below k than the span mode's search of three-atom unions covers",
-    "no_constraints": "this scope's state has no constraint record (admitted under atoms mode "
-    "or past the atom cap)",
+    "no_constraints": "this scope's state has no constraint record (it was admitted under "
+    "atoms mode)",
+}
+
+#: Refusals for cost: named, never a silent switch to another rule (docs/qss.md measures them).
+_COST_WHY = {
+    "atom_cap": "the partition would have more atoms than the auditor's atom cap ({cap})",
+    "search_nodes": "the exact search for a determined combination exceeded its budget of "
+    "{nodes} branch(es)",
 }
 
 
@@ -123,55 +128,53 @@ def admit(
         "fallback": None,
     }
 
-    fallback: str | None = None
     constraints = state.constraints
-    if policy.mode is AuditMode.SPAN:
-        if constraints is None:
-            fallback = "no_constraints"
-        elif m_after > policy.atom_cap:
-            fallback = "atom_cap"
+    fallback = "no_constraints" if policy.mode is AuditMode.SPAN and constraints is None else None
+    facts["origin"] = state.n_query_sets
 
-    isolated: Isolated | None = None
-    new_constraints: Constraints | None = None
-    if policy.mode is AuditMode.SPAN and fallback is None and constraints is not None:
-        outcome = _span_audit(constraints, refinements, sizes, policy, facts)
-        if isinstance(outcome, _Fallback):
-            fallback = outcome.name
-        elif isinstance(outcome, _Unverified):
-            facts["rule"] = "span"
-            facts["constraints_after"] = state.n_constraints
-            return Admission(
-                admitted=False,
-                state=None,
-                reason=f"span mode could not verify its exact computation ({outcome.what}); "
-                "refused rather than released (a chance event: the next output is unaffected)",
-                smallest_isolated=None,
-                facts=facts,
-            )
-        else:
-            isolated, new_constraints = outcome
-    if policy.mode is AuditMode.ATOMS or fallback is not None:
-        facts["rule"] = "atoms"
-        facts["fallback"] = fallback
-        isolated = _atoms_rule(sizes, k)
-    else:
-        facts["rule"] = "span"
-
-    facts["smallest_atom"] = int(sizes.min()) if sizes.size else None
-    if isolated is not None:
-        facts["smallest_isolated"] = isolated.size
-        facts["isolated_kind"] = isolated.kind
-        reason = f"would isolate {isolated.size} record(s), fewer than k={k}, as {_kind(isolated)}"
-        if fallback is not None:
-            reason = f"span mode fell back to the atoms rule ({_FALLBACK_WHY[fallback]}); {reason}"
+    def refused(reason: str, isolated: Isolated | None = None) -> Admission:
         facts["constraints_after"] = state.n_constraints
+        if isolated is not None:
+            facts["smallest_isolated"] = isolated.size
+            facts["isolated_kind"] = isolated.kind
         return Admission(
             admitted=False,
             state=None,
             reason=reason,
-            smallest_isolated=isolated.size,
+            smallest_isolated=None if isolated is None else isolated.size,
             facts=facts,
         )
+
+    isolated: Isolated | None = None
+    new_constraints: Constraints | None = None
+    if policy.mode is AuditMode.SPAN and constraints is not None:
+        facts["rule"] = "span"
+        if m_after > policy.atom_cap:
+            facts["cost"] = "atom_cap"
+            return refused("refused for cost: " + _COST_WHY["atom_cap"].format(cap=policy.atom_cap))
+        outcome = _span_audit(constraints, refinements, sizes, policy, facts, state.n_query_sets)
+        if isinstance(outcome, _Unverified):
+            return refused(
+                f"span mode could not verify its exact computation ({outcome.what}); "
+                "refused rather than released (a chance event: the next output is unaffected)"
+            )
+        if isinstance(outcome, _Costly):
+            facts["cost"] = "search_nodes"
+            return refused(
+                "refused for cost: " + _COST_WHY["search_nodes"].format(nodes=policy.search_nodes)
+            )
+        isolated, new_constraints = outcome
+    else:
+        facts["rule"] = "atoms"
+        facts["fallback"] = fallback
+        isolated = _atoms_rule(sizes, k)
+
+    facts["smallest_atom"] = int(sizes.min()) if sizes.size else None
+    if isolated is not None:
+        reason = f"would isolate {isolated.size} record(s), fewer than k={k}, as {_kind(isolated)}"
+        if fallback is not None:
+            reason = f"span mode applied the atoms rule ({_FALLBACK_WHY[fallback]}); {reason}"
+        return refused(reason, isolated)
     if not copied:
         atom_of = atom_of.copy()
     if refinements:
@@ -199,13 +202,13 @@ def _kind(isolated: Isolated) -> str:
 
 
 @dataclass(frozen=True)
-class _Fallback:
-    name: str
+class _Unverified:
+    what: str
 
 
 @dataclass(frozen=True)
-class _Unverified:
-    what: str
+class _Costly:
+    nodes: int
 
 
 def _span_audit(
@@ -214,9 +217,10 @@ def _span_audit(
     sizes: npt.NDArray[np.int64],
     policy: AuditPolicy,
     facts: dict[str, Any],
-) -> tuple[Isolated | None, Constraints] | _Fallback | _Unverified:
-    """Span mode: the smallest determined set below k (None) and the constraints to keep, or
-    the name of the fallback to apply."""
+    origin: int,
+) -> tuple[Isolated | None, Constraints] | _Unverified | _Costly:
+    """Span mode: a determined combination below k (None when there is none) and the
+    constraints to keep, decided exactly (see certificate.py)."""
     k = policy.k
     rng = np.random.default_rng(secrets.randbits(128))
     cells: list[Int32Array] = []
@@ -225,16 +229,14 @@ def _span_audit(
         cells.append(ref.cell)
         constraints = constraints.split(ref.parent, rng)
     try:
-        candidate = add_rows(constraints, cells)
+        candidate = add_rows(constraints, cells, origin)
     except LaneFailure:
         facts["lane_failure"] = True
         return _Unverified("a lane's random weights made independent rows look singular")
     grown = candidate.constraints
     facts["new_independent"] = grown.n_rows - constraints.n_rows
+    facts["rank"] = grown.n_rows
     vectors: list[LaneVectors] = []
-    in_any_basis = np.zeros(grown.n_rows, dtype=bool)
-    for lane in grown.lanes:
-        in_any_basis[lane.basis] = True
     verified = True
     for lane in grown.lanes:
         two = (null_vector(grown, lane, rng), null_vector(grown, lane, rng))
@@ -250,23 +252,56 @@ def _span_audit(
         # a new row every lane called dependent is not in a lane's span: refuse, never guess
         facts["verification_failed"] = True
         return _Unverified("a new query set no lane kept is not in the span of the kept ones")
+    # Fast, exact-enough refusals first: a determined atom or pair (random null vectors: a
+    # chance zero only refuses). The certificate then decides everything else exactly.
     determined = determined_atoms(vectors, grown.n_atoms)
     facts["determined_atoms"] = int(determined.sum())
-    best: Isolated | None = None
     small_determined = np.flatnonzero(determined & (sizes < k))
     if small_determined.size:
         worst = int(small_determined[np.argmin(sizes[small_determined])])
-        best = Isolated(atoms=(worst,), size=int(sizes[worst]))
-    free = ~determined
-    pair = smallest_pair(vectors, np.flatnonzero(free & (sizes <= k - 2)), sizes, k)
-    if pair is not None and (best is None or pair.size < best.size):
-        best = pair
-    if best is None or best.size > 3:
-        triple_candidates = np.flatnonzero(free & (sizes <= k - 3))
-        facts["triple_candidates"] = int(triple_candidates.size)
-        if triple_candidates.size > policy.small_atom_cap:
-            return _Fallback("small_atom_cap")
-        triple = smallest_triple(vectors, triple_candidates, sizes, k)
-        if triple is not None and (best is None or triple.size < best.size):
-            best = triple
-    return best, grown
+        return _conflict(Isolated(atoms=(worst,), size=int(sizes[worst])), grown, facts), grown
+    pair = smallest_pair(vectors, np.flatnonzero(~determined & (sizes <= k - 2)), sizes, k)
+    if pair is not None:
+        return _conflict(pair, grown, facts), grown
+    # The certificate needs a prime in which every kept row is independent: then
+    # rank_p(A) = rank_Q(A) and a certificate found mod p holds over the rationals.
+    full = [lane for lane in grown.lanes if int(lane.basis.shape[0]) == grown.n_rows]
+    if not full:
+        return _Unverified("no lane holds every admitted row independent")
+    verdict = decide(
+        grown.indptr, grown.indices, grown.n_atoms, sizes, k, full[0].p, policy.search_nodes
+    )
+    facts["certificate"] = {
+        "verdict": type(verdict).__name__.lower(),
+        "nodes": verdict.nodes,
+        **(
+            {
+                "sets": verdict.sets,
+                "atoms_used": verdict.atoms_used,
+                "quotient_dim": verdict.quotient_dim,
+                "big_rank": verdict.big_rank,
+            }
+            if isinstance(verdict, Certified)
+            else {}
+        ),
+    }
+    if isinstance(verdict, TooCostly):
+        return _Costly(verdict.nodes)
+    if isinstance(verdict, Determined):
+        found = Isolated(atoms=verdict.atoms, size=verdict.records)
+        facts["conflicts_with"] = sorted(
+            {int(grown.origin[r]) for r in verdict.rows if int(grown.origin[r]) != origin}
+        )
+        return found, grown
+    return None, grown
+
+
+def _conflict(isolated: Isolated, grown: Constraints, facts: dict[str, Any]) -> Isolated:
+    """Record, for the controller, which earlier admissions the isolated atoms' rows came from
+    (the rows that contain them; the researcher is never shown this)."""
+    atoms = np.asarray(isolated.atoms, dtype=np.int64)
+    rows = np.repeat(np.arange(grown.n_rows), np.diff(grown.indptr))
+    hit = np.isin(grown.indices, atoms)
+    origins = {int(o) for o in grown.origin[np.unique(rows[hit])]}
+    facts["conflicts_with"] = sorted(o for o in origins if o >= 0 and o != int(facts["origin"]))
+    return isolated

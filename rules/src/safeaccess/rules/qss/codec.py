@@ -3,7 +3,7 @@
 Layout (little-endian): magic b"SAQSS\\0", u16 version, u16 flags (bit 0: constraints
 tracked), u64 n_records, n_atoms, outside + 1, n_query_sets, n_rows, nnz, n_lanes, then per lane
 u64 p and r; then atom_of int32[n_records], and when tracked: indptr int64[n_rows + 1], indices
-int32[nnz], per lane d uint32[n_atoms], basis int32[r], K uint32[r*r], K⁻¹ uint32[r*r]; last a
+int32[nnz], origin int32[n_rows] (version 2 on; the admission each row came with), per lane d uint32[n_atoms], basis int32[r], K uint32[r*r], K⁻¹ uint32[r*r]; last a
 SHA-256 of everything before it. Atom sizes are recomputed from atom_of on load.
 """
 
@@ -20,7 +20,9 @@ from safeaccess.rules.qss.constraints import Constraints, Lane
 from safeaccess.rules.qss.state import AuditState
 
 MAGIC = b"SAQSS\0"
-VERSION = 1
+VERSION = 2
+#: Versions this decoder reads (1: rows carry no origin).
+READABLE = (1, 2)
 _HEAD = struct.Struct("<6sHH7Q")
 _LANE = struct.Struct("<2Q")
 _DIGEST = 32
@@ -53,6 +55,7 @@ def encode_state(state: AuditState) -> bytes:
     if constraints is not None:
         parts.append(constraints.indptr.astype("<i8").tobytes())
         parts.append(constraints.indices.astype("<i4").tobytes())
+        parts.append(constraints.origin.astype("<i4").tobytes())
         for lane in lanes:
             parts.append(lane.d.astype("<u4").tobytes())
             parts.append(lane.basis.astype("<i4").tobytes())
@@ -86,8 +89,8 @@ def decode_state(data: bytes) -> AuditState:
     (_, version, flags, n_records, n_atoms, outside1, n_query_sets, n_rows, nnz, n_lanes) = (
         _HEAD.unpack_from(body)
     )
-    if version != VERSION:
-        raise StateFormatError(f"state format version {version}; this auditor reads {VERSION}")
+    if version not in READABLE:
+        raise StateFormatError(f"state format version {version}; this auditor reads {READABLE}")
     if hashlib.sha256(body).digest() != digest:
         raise StateFormatError("state checksum mismatch: the bytes are corrupted or truncated")
     if flags not in (0, 1):
@@ -111,7 +114,7 @@ def decode_state(data: bytes) -> AuditState:
         raise StateFormatError("outside atom out of range")
     constraints: Constraints | None = None
     if flags & 1:
-        constraints = _decode_constraints(reader, lane_heads, n_atoms, n_rows, nnz)
+        constraints = _decode_constraints(reader, lane_heads, n_atoms, n_rows, nnz, version)
     elif n_lanes or n_rows or nnz:
         raise StateFormatError("constraint data present in a state marked untracked")
     if reader.pos != len(body):
@@ -120,10 +123,19 @@ def decode_state(data: bytes) -> AuditState:
 
 
 def _decode_constraints(
-    reader: _Reader, lane_heads: list[tuple[int, int]], n_atoms: int, n_rows: int, nnz: int
+    reader: _Reader,
+    lane_heads: list[tuple[int, int]],
+    n_atoms: int,
+    n_rows: int,
+    nnz: int,
+    version: int,
 ) -> Constraints:
     indptr = reader.take("<i8", n_rows + 1, "row pointers").astype(np.int64)
     indices = reader.take("<i4", nnz, "row entries").astype(np.int32)
+    if version >= 2:
+        origin = reader.take("<i4", n_rows, "row origins").astype(np.int32)
+    else:
+        origin = np.full(n_rows, -1, dtype=np.int32)
     if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) <= 0):
         raise StateFormatError("row pointers are not increasing from 0 to the entry count")
     if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n_atoms):
@@ -150,4 +162,6 @@ def _decode_constraints(
             if not np.array_equal(modp.matmul(k_mat, modp.matmul(k_inv, x, p), p), x):
                 raise StateFormatError("stored K inverse does not invert K")
         lanes.append(Lane(p=int(p), d=d, basis=basis, k_mat=k_mat, k_inv=k_inv))
-    return Constraints(n_atoms=n_atoms, indptr=indptr, indices=indices, lanes=tuple(lanes))
+    return Constraints(
+        n_atoms=n_atoms, indptr=indptr, indices=indices, lanes=tuple(lanes), origin=origin
+    )

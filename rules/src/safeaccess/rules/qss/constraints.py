@@ -76,6 +76,7 @@ class Constraints:
     indptr: Int64Array  # (R + 1,)
     indices: Int32Array  # (nnz,) atom ids
     lanes: tuple[Lane, ...]
+    origin: Int32Array  # (R,) the admission each row came in with (-1: unknown, older states)
 
     @classmethod
     def empty(cls, n_atoms: int, rng: np.random.Generator | None = None) -> Constraints:
@@ -85,6 +86,7 @@ class Constraints:
             indptr=np.zeros(1, dtype=np.int64),
             indices=np.empty(0, dtype=np.int32),
             lanes=tuple(Lane.fresh(n_atoms, rng) for _ in range(N_LANES)),
+            origin=np.empty(0, dtype=np.int32),
         )
 
     @property
@@ -141,7 +143,9 @@ class Constraints:
             cum = np.concatenate([[0], ends]).astype(np.int64)
             indptr = cum[indptr]
             indices = expanded.astype(np.int32)
-        return Constraints(n_atoms=m_new, indptr=indptr, indices=indices, lanes=tuple(lanes))
+        return Constraints(
+            n_atoms=m_new, indptr=indptr, indices=indices, lanes=tuple(lanes), origin=self.origin
+        )
 
 
 def _secure_rng() -> np.random.Generator:
@@ -179,8 +183,9 @@ def _rows_from_cells(cells: list[Int32Array]) -> tuple[list[Int64Array], Int64Ar
     return rows, np.asarray(offsets, dtype=np.int64)
 
 
-def add_rows(constraints: Constraints, cells: list[Int32Array]) -> Candidate:
-    """Add the rows given by cell arrays over the current atoms (one per query-set array)."""
+def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1) -> Candidate:
+    """Add the rows given by cell arrays over the current atoms (one per query-set array); the
+    rows kept are tagged with `origin` (the admission they come from)."""
     new_rows, offsets = _rows_from_cells(cells)
     nonempty = [j for j, row in enumerate(new_rows) if row.size]
     n_new = len(new_rows)
@@ -265,7 +270,15 @@ def add_rows(constraints: Constraints, cells: list[Int32Array]) -> Candidate:
         out_lanes.append(replace(lane, basis=basis.astype(np.int64), k_mat=k_mat, k_inv=k_inv))
     dropped = [new_rows[j] for j in nonempty if not kept_any[j]]
     return Candidate(
-        constraints=Constraints(n_atoms=m, indptr=indptr, indices=indices, lanes=tuple(out_lanes)),
+        constraints=Constraints(
+            n_atoms=m,
+            indptr=indptr,
+            indices=indices,
+            lanes=tuple(out_lanes),
+            origin=np.concatenate(
+                [constraints.origin, np.full(kept.size, origin, dtype=np.int32)]
+            ).astype(np.int32),
+        ),
         dropped=dropped,
         n_new_rows=len(nonempty),
     )

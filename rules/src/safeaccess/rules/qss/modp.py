@@ -120,3 +120,86 @@ def invert(matrix: Int64Array, p: int) -> Int64Array | None:
         if hit.size:
             work[hit] = (work[hit] - factors[hit, None] * work[col][None, :]) % p
     return work[:, n:].copy()
+
+
+class ColumnBasis:
+    """An incrementally built basis of a subspace of GF(p)^n, kept fully reduced on its pivot
+    rows (vectors[pivots] is the identity), so reducing a batch of columns is one matrix product.
+
+    Inserting a vector costs O(n · rank); a whole basis of GF(p)^n costs O(n³) over its life.
+    Exact: every rank it reports is the rank over GF(p)."""
+
+    def __init__(self, n: int, p: int, capacity: int | None = None) -> None:
+        self.n = n
+        self.p = p
+        self._vectors = np.zeros((n, max(1, capacity if capacity is not None else n)), np.int64)
+        self._pivots: list[int] = []
+
+    @property
+    def rank(self) -> int:
+        return len(self._pivots)
+
+    @property
+    def vectors(self) -> Int64Array:
+        """(n, rank): the basis vectors as columns."""
+        return self._vectors[:, : self.rank]
+
+    @property
+    def pivots(self) -> Int64Array:
+        return np.asarray(self._pivots, dtype=np.int64)
+
+    def reduce(self, columns: Int64Array) -> Int64Array:
+        """The residues of `columns` (n, b) modulo the span: zero on the pivot rows, and zero
+        everywhere exactly for the columns inside the span."""
+        columns = columns % self.p
+        if self.rank == 0 or columns.shape[1] == 0:
+            return columns
+        return (columns - matmul(self.vectors, columns[self.pivots, :], self.p)) % self.p
+
+    def insert(self, columns: Int64Array) -> list[int]:
+        """Add the columns (n, b) in order, each one that is independent of the span so far;
+        returns the positions of those added."""
+        p = self.p
+        work = self.reduce(columns)
+        added: list[int] = []
+        for j in range(work.shape[1]):
+            if self.rank == self.n:
+                break
+            col = work[:, j]
+            nonzero = np.flatnonzero(col)
+            if nonzero.size == 0:
+                continue
+            q = int(nonzero[0])
+            col = col * inverse(int(col[q]), p) % p
+            r = self.rank
+            if r == self._vectors.shape[1]:
+                grown = np.zeros((self.n, 2 * r), np.int64)
+                grown[:, :r] = self._vectors[:, :r]
+                self._vectors = grown
+            row = self._vectors[q, :r].copy()
+            hit = np.flatnonzero(row)
+            if hit.size:  # keep the old vectors zero on the new pivot row
+                self._vectors[:, hit] = (self._vectors[:, hit] - np.outer(col, row[hit])) % p
+            rest = work[q, j + 1 :].copy()
+            hit = np.flatnonzero(rest)
+            if hit.size:  # and the batch's later columns reduced against the new vector
+                cols = j + 1 + hit
+                work[:, cols] = (work[:, cols] - np.outer(col, rest[hit])) % p
+            self._vectors[:, r] = col
+            self._pivots.append(q)
+            added.append(j)
+        return added
+
+    def annihilator(self) -> Int64Array | None:
+        """A nonzero y with yᵀv = 0 for every basis vector v, or None when the basis spans."""
+        if self.rank == self.n:
+            return None
+        free = np.ones(self.n, dtype=bool)
+        free[self.pivots] = False
+        q = int(np.flatnonzero(free)[0])
+        y = np.zeros(self.n, dtype=np.int64)
+        y[q] = 1
+        # yᵀV = y[P]ᵀ·I + y[q]·V[q, :] = 0
+        if self.rank:
+            y[self.pivots] = (-self.vectors[q, :]) % self.p
+        return y

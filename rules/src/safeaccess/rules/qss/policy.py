@@ -1,4 +1,4 @@
-"""How a scope's query sets are audited: the mode, the threshold and the span mode's atom cap."""
+"""How a scope's query sets are audited: the mode, the threshold and the span mode's cost limits."""
 
 from __future__ import annotations
 
@@ -24,19 +24,18 @@ class AuditPolicy(BaseModel):
     mode: AuditMode = AuditMode.SPAN
     k: int = Field(ge=2, description="smallest number of records an isolated set may hold")
     atom_cap: int = Field(
-        default=100_000,
+        default=2_000_000,
         ge=1,
         description=(
-            "span mode keeps its linear algebra while the partition has at most this many atoms; "
-            "above it, it refuses what atoms mode would refuse and says so"
+            "span mode refuses, for cost and under that name, an output that would split the "
+            "partition into more atoms than this (never a silent switch to another rule)"
         ),
     )
-    small_atom_cap: int = Field(
-        default=20_000,
-        ge=0,
+    search_nodes: int = Field(
+        default=400,
+        ge=1,
         description=(
-            "span mode searches unions of three among at most this many atoms below k "
-            "(the search is quadratic in their number); above it, it refuses what atoms mode "
-            "would refuse and says so"
+            "branches of the exact search run when the rank certificate cannot be completed; "
+            "past them the output is refused for cost, under that name"
         ),
     )

@@ -4,8 +4,8 @@ For a null vector v of the released constraints, a set S of atoms is determined 
 follows from the released ones) exactly when Σ_S v = 0 for every null vector. With two
 independent uniformly random null vectors per lane, a set that is *not* determined passes both
 tests with probability 1/p² (p ≈ 2**30): a chance zero can only make the auditor refuse, never
-release. Singles are a scan; pairs are a hash join of v against −v; triples are a 3-SUM among the
-small atoms (quadratic in their number, with a bitmap prefilter).
+release. Singles are a scan; pairs are a hash join of v against −v. These are the auditor's fast
+refusals; every other combination is decided by the rank certificate (certificate.py).
 """
 
 from __future__ import annotations
@@ -82,58 +82,4 @@ def smallest_pair(
                 size = int(sizes[a] + sizes[b])
                 if size < k and (best is None or size < best.size):
                     best = Isolated(atoms=tuple(sorted((a, b))), size=size)
-    return best
-
-
-def smallest_triple(
-    lanes: list[LaneVectors], candidates: Int64Array, sizes: Int64Array, k: int
-) -> Isolated | None:
-    """The smallest determined union of three candidate atoms with fewer than k records.
-
-    For each atom a (candidates sorted by size, so the partners b that leave room for a third
-    atom form a contiguous range), the sums g_a + g_b of negated first-vector entries are looked
-    up in a bitmap of the candidates' entries (both representatives mod p); the rare hits are
-    checked exactly on both vectors."""
-    s = int(candidates.size)
-    if s < 3:
-        return None
-    best: Isolated | None = None
-    order = np.argsort(sizes[candidates], kind="stable")
-    cand = candidates[order]
-    cand_sizes = sizes[cand]
-    # partners b of a need size_a + size_b <= k - 2 (the third atom holds at least one record)
-    limit = np.searchsorted(cand_sizes, (k - 2) - cand_sizes, side="right")
-    mask = (1 << _BUCKET_BITS) - 1
-    for lane in lanes:
-        p = lane.p
-        first = lane.first[cand]
-        negated = ((p - first) % p).astype(np.uint32)
-        bitmap = np.zeros(1 << _BUCKET_BITS, dtype=bool)
-        bitmap[first & mask] = True
-        bitmap[(first + p) & mask] = True
-        keys = lane.keys(cand)
-        key_order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[key_order]
-        for a in range(s - 2):
-            hi = int(limit[a])
-            if hi <= a + 1:
-                continue
-            sums = negated[a + 1 : hi] + negated[a]
-            hits = np.flatnonzero(bitmap[sums & mask])
-            if hits.size == 0:
-                continue
-            b = hits + a + 1
-            target = lane.negated_sum_keys(cand[np.full(b.size, a)], cand[b])
-            lo_pos = np.searchsorted(sorted_keys, target, side="left")
-            hi_pos = np.searchsorted(sorted_keys, target, side="right")
-            for i in np.flatnonzero(hi_pos > lo_pos):
-                for pos in range(int(lo_pos[i]), int(hi_pos[i])):
-                    c = int(key_order[pos])
-                    bb = int(b[i])
-                    if c in (a, bb):
-                        continue
-                    size = int(cand_sizes[a] + cand_sizes[bb] + cand_sizes[c])
-                    if size < k and (best is None or size < best.size):
-                        atoms = tuple(sorted(int(cand[x]) for x in (a, bb, c)))
-                        best = Isolated(atoms=atoms, size=size)
     return best

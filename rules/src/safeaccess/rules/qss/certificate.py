@@ -1,0 +1,280 @@
+"""The span criterion decided exactly: a rank certificate, and a bounded exact search behind it.
+
+A is the R × m matrix of the admitted query sets (independent rows) over atoms; nₐ is atom a's
+record count. A combination c of the atoms' aggregates is revealed iff c ∈ rowspace(A). The
+criterion: **refuse iff some nonzero c ∈ rowspace(A) is supported on atoms holding fewer than k
+records in all** — any signs, any number of atoms, and every power sum at once (the same row
+space acts on y, y², y³, …). By the cocircuit lemma, such a c supported inside a set S exists iff
+the columns outside S have rank < R.
+
+Certificate (`../shared/notes/qss-certificate.md`): Big = atoms with nₐ ≥ k; a support S with
+fewer than k records avoids Big. If T₁ … T_t are pairwise disjoint sets of small atoms with each
+Big ∪ Tᵢ of rank R, S must meet every Tᵢ (else the columns outside S hold Big ∪ Tᵢ), which costs
+Σᵢ min_{a∈Tᵢ} nₐ records; once that sum reaches k no small combination is determined. The sets
+are built greedily, largest atoms first, in the quotient of GF(p)^R by the span of Big.
+
+When the packing stops short, the search branches exactly: S must contain one atom of some Tᵢ;
+each branch removes that atom and packs again with the budget left. A branch whose remaining
+atoms (with Big) no longer span has found a determined combination supported on the removed
+atoms. The search visits at most `max_nodes` branches; past that the output is refused for cost,
+under its own name.
+
+Exactness: ranks are computed exactly over GF(p) for the prime of a lane in which all R rows are
+independent, so rank_p(A) = R = rank_Q(A). A set spanning mod p spans over Q (rank_Q ≥ rank_p),
+so a certificate is never wrong. A rank that drops only mod p can make the search report a
+combination that does not exist over Q: an error that only refuses (probability below
+R·log₂R / 2^30 per refusal), never one that releases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from safeaccess.rules.qss import modp
+
+Int64Array = npt.NDArray[np.int64]
+Int32Array = npt.NDArray[np.int32]
+
+#: Columns densified and reduced at a time.
+_CHUNK = 256
+#: Branches of the exact search before the output is refused for cost.
+MAX_NODES = 400
+
+
+@dataclass(frozen=True)
+class Certified:
+    """No small combination is determined. `sets` disjoint completing sets were needed."""
+
+    sets: int
+    atoms_used: int
+    quotient_dim: int
+    big_rank: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Determined:
+    """A nonzero combination of released aggregates supported on `atoms` (fewer than k records
+    in all) is determined. `rows` are the admitted rows (local indices) it combines."""
+
+    atoms: tuple[int, ...]
+    records: int
+    rows: tuple[int, ...]
+    nodes: int
+
+
+@dataclass(frozen=True)
+class TooCostly:
+    """The exact search exceeded its budget of branches: refused for cost, never released."""
+
+    nodes: int
+    quotient_dim: int
+
+
+Verdict = Certified | Determined | TooCostly
+
+
+@dataclass
+class _Quotient:
+    """Small atoms' columns in the quotient of GF(p)^R by the span of the big atoms' columns,
+    computed lazily in size order (largest first) and cached."""
+
+    csc: sp.csc_matrix
+    big: modp.ColumnBasis
+    free_rows: Int64Array
+    order: Int64Array  # small atom ids, largest first
+    p: int
+    cache: Int64Array = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    filled: int = 0
+
+    @property
+    def dim(self) -> int:
+        return int(self.free_rows.shape[0])
+
+    def columns(self, positions: Int64Array) -> Int64Array:
+        """(dim, len(positions)) quotient columns of the atoms at these positions of `order`."""
+        if positions.size == 0:
+            return np.zeros((self.dim, 0), np.int64)
+        top = int(positions.max()) + 1
+        if top > self.filled:
+            if top > self.cache.shape[1]:
+                size = max(top, 2 * self.cache.shape[1], _CHUNK)
+                size = min(size, int(self.order.shape[0]))
+                grown = np.zeros((self.dim, size), np.int64)
+                if self.filled:
+                    grown[:, : self.filled] = self.cache[:, : self.filled]
+                self.cache = grown
+            new = self.order[self.filled : top]
+            dense = _dense(self.csc, new)
+            self.cache[:, self.filled : top] = self.big.reduce(dense)[self.free_rows, :]
+            self.filled = top
+        return self.cache[:, positions]
+
+    def lift(self, u: Int64Array) -> Int64Array:
+        """The y in GF(p)^R that acts on every column x as u acts on x's quotient image."""
+        n = int(self.csc.shape[0])
+        y = np.zeros(n, np.int64)
+        y[self.free_rows] = u
+        if self.big.rank:
+            # z(x) = (x − V x[P])[Q]  ⇒  uᵀz(x) = uᵀx[Q] − (V[Q,:]ᵀu)ᵀ x[P]
+            v_free = self.big.vectors[self.free_rows, :]
+            back = modp.matmul(v_free.T.copy(), u.reshape(-1, 1), self.p).reshape(-1)
+            y[self.big.pivots] = (-back) % self.p
+        return y
+
+
+def _dense(csc: sp.csc_matrix, atoms: Int64Array) -> Int64Array:
+    return np.asarray(csc[:, atoms].toarray(), dtype=np.int64)
+
+
+@dataclass
+class _Packing:
+    sets: list[Int64Array]  # positions in the quotient's order
+    bound: float
+    failed: modp.ColumnBasis | None  # the last set's basis when the atoms left did not complete it
+
+
+def _pack(
+    q: _Quotient, sizes: Int64Array, excluded: npt.NDArray[np.bool_], budget: int
+) -> _Packing:
+    """Greedy disjoint completing sets among the small atoms not excluded, until the sum of
+    their smallest atoms reaches `budget` or the atoms left no longer complete a set."""
+    d = q.dim
+    n = int(q.order.shape[0])
+    used = excluded.copy()
+    order_sizes = sizes[q.order]
+    sets: list[Int64Array] = []
+    bound = 0.0
+    while bound < budget:
+        basis = modp.ColumnBasis(d, q.p)
+        members: list[int] = []
+        start = 0
+        while basis.rank < d and start < n:
+            stop = min(n, start + _CHUNK)
+            positions = start + np.flatnonzero(~used[start:stop])
+            start = stop
+            if positions.size == 0:
+                continue
+            added = basis.insert(q.columns(positions))
+            members.extend(int(x) for x in positions[added])
+        if basis.rank < d:
+            return _Packing(sets, bound, failed=basis)
+        chosen = np.asarray(members, dtype=np.int64)
+        used[chosen] = True
+        sets.append(chosen)
+        bound += float(order_sizes[chosen].min()) if chosen.size else float("inf")
+    return _Packing(sets, bound, failed=None)
+
+
+def decide(
+    indptr: Int64Array,
+    indices: Int32Array,
+    n_atoms: int,
+    sizes: Int64Array,
+    k: int,
+    p: int,
+    max_nodes: int = MAX_NODES,
+) -> Verdict:
+    """Decide the criterion for the CSR rows (independent mod p) over atoms of these sizes."""
+    n_rows = int(indptr.shape[0]) - 1
+    if n_rows == 0:
+        return Certified(sets=0, atoms_used=0, quotient_dim=0, big_rank=0, nodes=0)
+    data = np.ones(indices.shape[0], dtype=np.float64)
+    csc = sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_atoms)).tocsc()
+    big_atoms = np.flatnonzero(sizes >= k)
+    big = modp.ColumnBasis(n_rows, p)
+    for start in range(0, int(big_atoms.shape[0]), _CHUNK):
+        big.insert(_dense(csc, big_atoms[start : start + _CHUNK]))
+        if big.rank == n_rows:
+            break
+    free = np.ones(n_rows, dtype=bool)
+    free[big.pivots] = False
+    small = np.flatnonzero((sizes > 0) & (sizes < k))
+    order = small[np.argsort(-sizes[small], kind="stable")].astype(np.int64)
+    q = _Quotient(
+        csc=csc, big=big, free_rows=np.flatnonzero(free).astype(np.int64), order=order, p=p
+    )
+    if q.dim == 0:
+        return Certified(sets=0, atoms_used=0, quotient_dim=0, big_rank=big.rank, nodes=0)
+
+    nodes = 0
+    seen: set[frozenset[int]] = set()
+    order_sizes = sizes[order]
+
+    def search(
+        removed: tuple[int, ...], weight: int
+    ) -> tuple[tuple[int, ...], modp.ColumnBasis] | None:
+        nonlocal nodes
+        nodes += 1
+        if nodes > max_nodes:
+            raise _Budget
+        excluded = np.zeros(int(order.shape[0]), dtype=bool)
+        if removed:
+            excluded[list(removed)] = True
+        packing = _pack(q, sizes, excluded, k - weight)
+        if not packing.sets and packing.failed is not None:
+            return removed, packing.failed  # the atoms left do not span: found
+        if packing.bound >= k - weight:
+            return None
+        if not packing.sets:
+            return None
+        # S must meet every completing set: branch on the atoms of the one with fewest options
+        budget = k - weight
+        options = [s[order_sizes[s] < budget] for s in packing.sets]
+        branch = min(options, key=lambda s: int(s.shape[0]))
+        for position in branch[np.argsort(order_sizes[branch], kind="stable")]:
+            key = frozenset((*removed, int(position)))
+            if key in seen:
+                continue
+            seen.add(key)
+            found = search((*removed, int(position)), weight + int(order_sizes[position]))
+            if found is not None:
+                return found
+        return None
+
+    try:
+        root = _pack(q, sizes, np.zeros(int(order.shape[0]), dtype=bool), k)
+        if root.bound >= k:
+            return Certified(
+                sets=len(root.sets),
+                atoms_used=int(sum(s.shape[0] for s in root.sets)),
+                quotient_dim=q.dim,
+                big_rank=big.rank,
+                nodes=1,
+            )
+        found = search((), 0)
+    except _Budget:
+        return TooCostly(nodes=nodes, quotient_dim=q.dim)
+    if found is None:
+        return Certified(
+            sets=len(root.sets),
+            atoms_used=int(sum(s.shape[0] for s in root.sets)),
+            quotient_dim=q.dim,
+            big_rank=big.rank,
+            nodes=nodes,
+        )
+    removed, basis = found
+    u = basis.annihilator()
+    assert u is not None  # the basis did not span
+    y = q.lift(u)
+    atoms = order[np.asarray(removed, dtype=np.int64)] if removed else np.empty(0, np.int64)
+    c = (
+        modp.matmul(_dense(csc, atoms).T.copy(), y.reshape(-1, 1), p).reshape(-1)
+        if atoms.size
+        else atoms
+    )
+    support = atoms[c != 0] if atoms.size else atoms
+    return Determined(
+        atoms=tuple(int(a) for a in np.sort(support)),
+        records=int(sizes[support].sum()),
+        rows=tuple(int(r) for r in np.flatnonzero(y)),
+        nodes=nodes,
+    )
+
+
+class _Budget(Exception):
+    pass

@@ -555,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--qss-atom-cap",
         type=int,
         default=None,
-        help="above this many atoms span mode refuses what atoms mode would (default 100000)",
+        help="refuse, for cost and by that name, an output that would make more atoms "
+        "(default 2000000)",
     )
     dadd.set_defaults(handler=_dataset_add)
     dlist = dataset.add_parser("list", parents=[common], help="list dataset versions")

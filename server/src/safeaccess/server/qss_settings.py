@@ -6,7 +6,8 @@ Set per dataset name (so they span its versions) when its first version is regis
   or `atoms` (refuse what would create a non-empty atom of fewer than k records);
 - `scope`: whose releases are audited together: `researcher`, `project` (default: colleagues in
   one project share a state, so they cannot collude) or `dataset` (everyone);
-- `atom_cap`: above this many atoms, span mode falls back to the atoms rule.
+- `atom_cap`: an output that would split the partition into more atoms than this is refused for
+  cost, under that name (span mode never switches to another rule).
 
 k is the threshold of the dataset's rule set.
 """
@@ -26,7 +27,7 @@ class QssSettings(BaseModel):
 
     mode: Literal["span", "atoms"] = "span"
     scope: Scope = "project"
-    atom_cap: int = Field(default=100_000, ge=1)
+    atom_cap: int = Field(default=2_000_000, ge=1)
 
 
 DEFAULT_QSS = QssSettings()

@@ -11,7 +11,7 @@ Certificate (`../shared/notes/qss-certificate.md`): Big = atoms with nₐ ≥ k;
 fewer than k records avoids Big. If T₁ … T_t are pairwise disjoint sets of small atoms with each
 Big ∪ Tᵢ of rank R, S must meet every Tᵢ (else the columns outside S hold Big ∪ Tᵢ), which costs
 Σᵢ min_{a∈Tᵢ} nₐ records; once that sum reaches k no small combination is determined. The sets
-are built greedily, largest atoms first, in the quotient of GF(p)^R by the span of Big.
+are built greedily, from atoms in random order, in the quotient of GF(p)^R by the span of Big.
 
 When the packing stops short, the search branches exactly: S must contain one atom of some Tᵢ;
 each branch removes that atom and packs again with the budget left. A branch whose remaining
@@ -28,6 +28,7 @@ R·log₂R / 2^30 per refusal), never one that releases.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,8 +40,10 @@ from safeaccess.rules.qss import modp
 Int64Array = npt.NDArray[np.int64]
 Int32Array = npt.NDArray[np.int32]
 
-#: Columns densified and reduced at a time.
-_CHUNK = 256
+#: Columns reduced at a time against a completing set's basis.
+_CHUNK = 48
+#: Atoms projected into the quotient at a time (most project to zero and are dropped).
+_GROW = 4096
 #: Branches of the exact search before the output is refused for cost.
 MAX_NODES = 400
 
@@ -81,38 +84,52 @@ Verdict = Certified | Determined | TooCostly
 @dataclass
 class _Quotient:
     """Small atoms' columns in the quotient of GF(p)^R by the span of the big atoms' columns,
-    computed lazily in size order (largest first) and cached."""
+    computed lazily in `order` and kept only when nonzero: an atom whose
+    column lies in the big atoms' span is never in the support of a combination that avoids
+    Big, so it is dropped for good. `atoms[u]` is the atom of useful index u."""
 
     csc: sp.csc_matrix
     big: modp.ColumnBasis
     free_rows: Int64Array
-    order: Int64Array  # small atom ids, largest first
+    order: Int64Array
     p: int
+    scanned: int = 0
+    count: int = 0
+    atoms: Int64Array = field(default_factory=lambda: np.zeros(0, np.int64))
     cache: Int64Array = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    filled: int = 0
 
     @property
     def dim(self) -> int:
         return int(self.free_rows.shape[0])
 
-    def columns(self, positions: Int64Array) -> Int64Array:
-        """(dim, len(positions)) quotient columns of the atoms at these positions of `order`."""
-        if positions.size == 0:
-            return np.zeros((self.dim, 0), np.int64)
-        top = int(positions.max()) + 1
-        if top > self.filled:
-            if top > self.cache.shape[1]:
-                size = max(top, 2 * self.cache.shape[1], _CHUNK)
-                size = min(size, int(self.order.shape[0]))
-                grown = np.zeros((self.dim, size), np.int64)
-                if self.filled:
-                    grown[:, : self.filled] = self.cache[:, : self.filled]
-                self.cache = grown
-            new = self.order[self.filled : top]
-            dense = _dense(self.csc, new)
-            self.cache[:, self.filled : top] = self.big.reduce(dense)[self.free_rows, :]
-            self.filled = top
-        return self.cache[:, positions]
+    @property
+    def exhausted(self) -> bool:
+        return self.scanned >= int(self.order.shape[0])
+
+    def grow(self) -> None:
+        """Project the next chunk of `order` and keep its nonzero columns."""
+        new = self.order[self.scanned : self.scanned + _GROW]
+        self.scanned += int(new.shape[0])
+        z = self.big.reduce(_dense(self.csc, new), zero_one=True)[self.free_rows, :]
+        keep = np.flatnonzero(z.any(axis=0))
+        if keep.size == 0:
+            return
+        need = self.count + int(keep.size)
+        if need > self.cache.shape[1]:
+            size = max(need, 2 * self.cache.shape[1], _CHUNK)
+            grown = np.zeros((self.dim, size), np.int64)
+            atoms = np.zeros(size, np.int64)
+            if self.count:
+                grown[:, : self.count] = self.cache[:, : self.count]
+                atoms[: self.count] = self.atoms[: self.count]
+            self.cache = grown
+            self.atoms = atoms
+        self.cache[:, self.count : need] = z[:, keep]
+        self.atoms[self.count : need] = new[keep]
+        self.count = need
+
+    def columns(self, useful: Int64Array) -> Int64Array:
+        return self.cache[:, useful]
 
     def lift(self, u: Int64Array) -> Int64Array:
         """The y in GF(p)^R that acts on every column x as u acts on x's quotient image."""
@@ -133,40 +150,46 @@ def _dense(csc: sp.csc_matrix, atoms: Int64Array) -> Int64Array:
 
 @dataclass
 class _Packing:
-    sets: list[Int64Array]  # positions in the quotient's order
+    sets: list[Int64Array]  # useful indices of the quotient
     bound: float
     failed: modp.ColumnBasis | None  # the last set's basis when the atoms left did not complete it
 
 
-def _pack(
-    q: _Quotient, sizes: Int64Array, excluded: npt.NDArray[np.bool_], budget: int
-) -> _Packing:
-    """Greedy disjoint completing sets among the small atoms not excluded, until the sum of
-    their smallest atoms reaches `budget` or the atoms left no longer complete a set."""
+def _pack(q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int) -> _Packing:
+    """Greedy disjoint completing sets among the useful small atoms not excluded, until the sum
+    of their smallest atoms reaches `budget` or the atoms left no longer complete a set."""
     d = q.dim
-    n = int(q.order.shape[0])
-    used = excluded.copy()
-    order_sizes = sizes[q.order]
+    used = np.zeros(int(q.order.shape[0]), dtype=bool)
+    if excluded:
+        used[list(excluded)] = True
     sets: list[Int64Array] = []
     bound = 0.0
     while bound < budget:
         basis = modp.ColumnBasis(d, q.p)
         members: list[int] = []
         start = 0
-        while basis.rank < d and start < n:
-            stop = min(n, start + _CHUNK)
-            positions = start + np.flatnonzero(~used[start:stop])
-            start = stop
-            if positions.size == 0:
+        chunk = _CHUNK
+        while basis.rank < d:
+            if start >= q.count:
+                if q.exhausted:
+                    break
+                q.grow()
                 continue
-            added = basis.insert(q.columns(positions))
-            members.extend(int(x) for x in positions[added])
+            stop = min(q.count, start + chunk)
+            useful = start + np.flatnonzero(~used[start:stop])
+            start = stop
+            if useful.size == 0:
+                continue
+            added = basis.insert(q.columns(useful))
+            members.extend(int(x) for x in useful[added])
+            # a batch that adds nothing says the span is nearly full: read further at a time
+            chunk = _CHUNK if added else min(chunk * 2, _GROW)
         if basis.rank < d:
             return _Packing(sets, bound, failed=basis)
         chosen = np.asarray(members, dtype=np.int64)
         used[chosen] = True
         sets.append(chosen)
-        bound += float(order_sizes[chosen].min()) if chosen.size else float("inf")
+        bound += float(sizes[q.atoms[chosen]].min()) if chosen.size else float("inf")
     return _Packing(sets, bound, failed=None)
 
 
@@ -194,7 +217,10 @@ def decide(
     free = np.ones(n_rows, dtype=bool)
     free[big.pivots] = False
     small = np.flatnonzero((sizes > 0) & (sizes < k))
-    order = small[np.argsort(-sizes[small], kind="stable")].astype(np.int64)
+    # random order: atoms taken in size order (or neighbouring ids, split from one parent) are
+    # nearly parallel, and the scan wastes itself on dependent columns; random atoms are generic
+    order = small[np.random.default_rng(secrets.randbits(64)).permutation(small.shape[0])]
+    order = order.astype(np.int64)
     q = _Quotient(
         csc=csc, big=big, free_rows=np.flatnonzero(free).astype(np.int64), order=order, p=p
     )
@@ -203,7 +229,6 @@ def decide(
 
     nodes = 0
     seen: set[frozenset[int]] = set()
-    order_sizes = sizes[order]
 
     def search(
         removed: tuple[int, ...], weight: int
@@ -212,10 +237,7 @@ def decide(
         nodes += 1
         if nodes > max_nodes:
             raise _Budget
-        excluded = np.zeros(int(order.shape[0]), dtype=bool)
-        if removed:
-            excluded[list(removed)] = True
-        packing = _pack(q, sizes, excluded, k - weight)
+        packing = _pack(q, sizes, frozenset(removed), k - weight)
         if not packing.sets and packing.failed is not None:
             return removed, packing.failed  # the atoms left do not span: found
         if packing.bound >= k - weight:
@@ -224,20 +246,20 @@ def decide(
             return None
         # S must meet every completing set: branch on the atoms of the one with fewest options
         budget = k - weight
-        options = [s[order_sizes[s] < budget] for s in packing.sets]
+        options = [s[sizes[q.atoms[s]] < budget] for s in packing.sets]
         branch = min(options, key=lambda s: int(s.shape[0]))
-        for position in branch[np.argsort(order_sizes[branch], kind="stable")]:
-            key = frozenset((*removed, int(position)))
+        for useful in branch[np.argsort(sizes[q.atoms[branch]], kind="stable")]:
+            key = frozenset((*removed, int(useful)))
             if key in seen:
                 continue
             seen.add(key)
-            found = search((*removed, int(position)), weight + int(order_sizes[position]))
+            found = search((*removed, int(useful)), weight + int(sizes[q.atoms[useful]]))
             if found is not None:
                 return found
         return None
 
     try:
-        root = _pack(q, sizes, np.zeros(int(order.shape[0]), dtype=bool), k)
+        root = _pack(q, sizes, frozenset(), k)
         if root.bound >= k:
             return Certified(
                 sets=len(root.sets),
@@ -261,7 +283,7 @@ def decide(
     u = basis.annihilator()
     assert u is not None  # the basis did not span
     y = q.lift(u)
-    atoms = order[np.asarray(removed, dtype=np.int64)] if removed else np.empty(0, np.int64)
+    atoms = q.atoms[np.asarray(removed, dtype=np.int64)] if removed else np.empty(0, np.int64)
     c = (
         modp.matmul(_dense(csc, atoms).T.copy(), y.reshape(-1, 1), p).reshape(-1)
         if atoms.size

@@ -76,6 +76,16 @@ def matmul(a: Int64Array, b: Int64Array, p: int) -> Int64Array:
     return (out + ll) % p
 
 
+def matmul_01(a: Int64Array, b: Int64Array, p: int) -> Int64Array:
+    """(a @ b) mod p for `a` with entries in [0, p) and `b` a 0/1 matrix: one float64 product,
+    exact while the inner dimension stays below 2**21 (each partial sum is below 2**52)."""
+    if a.shape[1] >= 1 << 21:
+        raise ValueError("inner dimension too large for an exact 0/1 product")
+    if a.size == 0 or b.size == 0:
+        return np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64) % p
+
+
 def pivot_columns(matrix: Int64Array, p: int) -> list[int]:
     """Columns of a maximal linearly independent set of columns, by elimination mod p."""
     work = matrix.copy() % p
@@ -148,22 +158,34 @@ class ColumnBasis:
     def pivots(self) -> Int64Array:
         return np.asarray(self._pivots, dtype=np.int64)
 
-    def reduce(self, columns: Int64Array) -> Int64Array:
+    def reduce(self, columns: Int64Array, zero_one: bool = False) -> Int64Array:
         """The residues of `columns` (n, b) modulo the span: zero on the pivot rows, and zero
-        everywhere exactly for the columns inside the span."""
+        everywhere exactly for the columns inside the span. `zero_one`: the columns hold only
+        0 and 1 (columns of query sets), which allows a single exact float product."""
         columns = columns % self.p
         if self.rank == 0 or columns.shape[1] == 0:
             return columns
-        return (columns - matmul(self.vectors, columns[self.pivots, :], self.p)) % self.p
+        product = matmul_01 if zero_one else matmul
+        return (columns - product(self.vectors, columns[self.pivots, :], self.p)) % self.p
 
     def insert(self, columns: Int64Array) -> list[int]:
         """Add the columns (n, b) in order, each one that is independent of the span so far;
-        returns the positions of those added."""
+        returns the positions of those added.
+
+        The batch's new vectors W are first made fully reduced among themselves (work of
+        n × b per new vector); the old vectors V are then cleared on the new pivot rows in one
+        product, V − W·V[new pivots], instead of one outer product per new vector."""
         p = self.p
         work = self.reduce(columns)
         added: list[int] = []
-        for j in range(work.shape[1]):
-            if self.rank == self.n:
+        fresh: list[int] = []  # columns of `work` that became new basis vectors, in order
+        new_pivots: list[int] = []
+        room = self.n - self.rank
+        # most columns of a batch reduce to zero once the span is large: visit only the others
+        # (a later insertion can zero a column that was not, so each is checked again)
+        for candidate in np.flatnonzero(work.any(axis=0)):
+            j = int(candidate)
+            if len(fresh) == room:
                 break
             col = work[:, j]
             nonzero = np.flatnonzero(col)
@@ -171,23 +193,31 @@ class ColumnBasis:
                 continue
             q = int(nonzero[0])
             col = col * inverse(int(col[q]), p) % p
-            r = self.rank
-            if r == self._vectors.shape[1]:
-                grown = np.zeros((self.n, 2 * r), np.int64)
-                grown[:, :r] = self._vectors[:, :r]
-                self._vectors = grown
-            row = self._vectors[q, :r].copy()
-            hit = np.flatnonzero(row)
-            if hit.size:  # keep the old vectors zero on the new pivot row
-                self._vectors[:, hit] = (self._vectors[:, hit] - np.outer(col, row[hit])) % p
-            rest = work[q, j + 1 :].copy()
-            hit = np.flatnonzero(rest)
-            if hit.size:  # and the batch's later columns reduced against the new vector
-                cols = j + 1 + hit
-                work[:, cols] = (work[:, cols] - np.outer(col, rest[hit])) % p
-            self._vectors[:, r] = col
-            self._pivots.append(q)
+            work[:, j] = col
+            others = fresh + [c for c in range(j + 1, work.shape[1])]
+            if others:
+                idx = np.asarray(others, dtype=np.int64)
+                factors = work[q, idx]
+                hit = idx[factors != 0]
+                if hit.size:
+                    work[:, hit] = (work[:, hit] - np.outer(col, work[q, hit])) % p
+            fresh.append(j)
+            new_pivots.append(q)
             added.append(j)
+        if not fresh:
+            return added
+        w = work[:, fresh]
+        r = self.rank
+        s = len(fresh)
+        if r + s > self._vectors.shape[1]:
+            grown = np.zeros((self.n, max(r + s, 2 * self._vectors.shape[1])), np.int64)
+            grown[:, :r] = self._vectors[:, :r]
+            self._vectors = grown
+        if r:
+            old = self._vectors[:, :r]
+            self._vectors[:, :r] = (old - matmul(w, old[new_pivots, :], p)) % p
+        self._vectors[:, r : r + s] = w
+        self._pivots.extend(new_pivots)
         return added
 
     def annihilator(self) -> Int64Array | None:

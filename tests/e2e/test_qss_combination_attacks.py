@@ -153,9 +153,10 @@ def centre_server(centre: Centre) -> Iterator[tuple[Centre, EmbeddedServer]]:
         yield centre, srv
 
 
-def register(centre: Centre, frame: pd.DataFrame) -> str:
-    """Register `frame` as version 1 of a fresh dataset name of project p1; return the name."""
-    name = f"combo{next(_names)}"
+def register(centre: Centre, frame: pd.DataFrame, name: str | None = None) -> str:
+    """Register `frame` as the next version of `name` (default: version 1 of a fresh name) in
+    project p1; return the name."""
+    name = name or f"combo{next(_names)}"
     data = DataDir(centre.root)
     store = Store(data.database_url(data.load_config()))
     try:
@@ -674,3 +675,25 @@ def test_whole_population_table_stays_released_after_a_colleague(
     whole = run(centre, srv.url, name, [EVERYONE, FrequencyTable(rows=["sex"])], researcher="bob")
     assert all(o is not None for o in colleague)
     assert all(o is not None for o in whole)
+
+
+def test_a_later_version_population_is_admitted_when_the_scope_first_sees_it(
+    centre_server: tuple[Centre, EmbeddedServer],
+) -> None:
+    # The scope exists (v1's population admitted); v2 adds 50 people. At the scope's first
+    # admission on v2, v2's published count is admitted too: "everyone on v2 but the oldest"
+    # by sex is refused (without v2's count it differs from v1's population by the 50
+    # newcomers and the oldest person, which determines nothing small), and a whole v2
+    # population table is released.
+    centre, srv = centre_server
+    name = register(centre, OLD)
+    assert run(centre, srv.url, name, [EVERYONE])[0] is not None
+    newcomers = population(old_bulk=False, seed=21).iloc[100:150].copy()
+    newcomers["person_id"] = np.arange(9001, 9051)
+    register(centre, pd.concat([OLD, newcomers], ignore_index=True), name)
+    but_one = FrequencyTable(rows=["sex"], where="age != 97")
+    assert run(centre, srv.url, f"{name}@2", [but_one]) == [None]
+    # by sex: by region, v2's cells minus v1's would count the newcomers of each region
+    whole = run(centre, srv.url, f"{name}@2", [FrequencyTable(rows=["sex"])], researcher="bob")[0]
+    assert whole is not None
+    assert sum(float(row[0] or 0) for row in whole["values"]) == N + 50

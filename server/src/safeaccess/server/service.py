@@ -53,6 +53,7 @@ from safeaccess.server.errors import (
 from safeaccess.server.leverage_record import leverage_record
 from safeaccess.server.pipeline import run_step, sha256_hex, with_decision
 from safeaccess.server.qss_scope import ScopeAuditor
+from safeaccess.server.qss_universe import Population
 from safeaccess.server.reasons import researcher_reasons, script_reasons
 from safeaccess.server.receipts import sign_receipt
 from safeaccess.server.record_ids import read_ids
@@ -280,6 +281,14 @@ class Service:
             with self._locks_guard:
                 self._ids[dataset.id] = ids
         return ids
+
+    def _populations(self, name: str) -> list[Population]:
+        """Every registered version of dataset `name` as a population of record ids: the
+        catalogue publishes their row counts, so the auditor admits them before any output."""
+        return [
+            Population(version=row.version, ids=self._record_ids(row))
+            for row in self.store.dataset_versions(name)
+        ]
 
     def _dp_guard(
         self, seq: SequenceRow, dataset: DatasetRow
@@ -561,6 +570,7 @@ class Service:
             researcher=seq.researcher,
             project=seq.project,
             ids=self._record_ids(dataset),
+            populations=lambda: self._populations(dataset.name),
         )
         try:
             with self._dp_guard(seq, dataset):

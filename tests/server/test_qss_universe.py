@@ -40,7 +40,7 @@ def test_the_population_is_admitted_first_so_everyone_but_one_is_refused() -> No
     plain = fresh().state
     # Without the population, "everyone but one" is an ordinary large set.
     assert admit(plain, [everyone_but(N, [7])], POLICY).admitted
-    prepared, facts = admit_populations(fresh(), [Population(1, np.arange(N))], POLICY)
+    prepared, facts = admit_populations(fresh(), [Population.of(1, np.arange(N))], POLICY)
     assert prepared.populations == {1: "admitted"}
     assert facts == {"versions_admitted": [1]}
     assert prepared.state.n_query_sets == 1
@@ -51,14 +51,14 @@ def test_the_population_is_admitted_first_so_everyone_but_one_is_refused() -> No
 
 
 def test_a_decided_population_is_not_admitted_again() -> None:
-    first, _ = admit_populations(fresh(), [Population(1, np.arange(N))], POLICY)
-    again, facts = admit_populations(first, [Population(1, np.arange(N))], POLICY)
+    first, _ = admit_populations(fresh(), [Population.of(1, np.arange(N))], POLICY)
+    again, facts = admit_populations(first, [Population.of(1, np.arange(N))], POLICY)
     assert facts == {}
     assert again.state is first.state
 
 
 def test_a_version_differing_by_one_record_is_refused_and_recorded() -> None:
-    versions = [Population(2, np.arange(N - 1)), Population(1, np.arange(N))]
+    versions = [Population.of(2, np.arange(N - 1)), Population.of(1, np.arange(N))]
     prepared, facts = admit_populations(fresh(), versions, POLICY)
     # version order, whatever the list's order: v1 is admitted, v2 would isolate record N-1
     assert prepared.populations == {1: "admitted", 2: "refused"}
@@ -68,8 +68,8 @@ def test_a_version_differing_by_one_record_is_refused_and_recorded() -> None:
 
 
 def test_a_later_version_with_new_records_grows_the_state_and_is_admitted() -> None:
-    first, _ = admit_populations(fresh(), [Population(1, np.arange(N))], POLICY)
-    later = [Population(1, np.arange(N)), Population(2, np.arange(N + 50))]
+    first, _ = admit_populations(fresh(), [Population.of(1, np.arange(N))], POLICY)
+    later = [Population.of(1, np.arange(N)), Population.of(2, np.arange(N + 50))]
     prepared, facts = admit_populations(first, later, POLICY)
     assert prepared.populations == {1: "admitted", 2: "admitted"}
     assert facts == {"versions_admitted": [2]}
@@ -84,7 +84,7 @@ def test_population_set_marks_the_versions_records() -> None:
 
 
 def test_the_envelope_round_trips_and_a_bare_state_has_no_population() -> None:
-    prepared, _ = admit_populations(fresh(), [Population(1, np.arange(N))], POLICY)
+    prepared, _ = admit_populations(fresh(), [Population.of(1, np.arange(N))], POLICY)
     raw = encode(prepared)
     assert raw.startswith(MAGIC)
     back = decode(raw)
@@ -111,7 +111,7 @@ def test_a_damaged_envelope_is_a_format_error(raw: bytes) -> None:
 
 def test_state_files_keep_the_population_decisions(tmp_path: Path) -> None:
     files = StateFiles(tmp_path)
-    prepared, _ = admit_populations(fresh(), [Population(1, np.arange(N))], POLICY)
+    prepared, _ = admit_populations(fresh(), [Population.of(1, np.arange(N))], POLICY)
     digest = files.save("d/project/p", prepared)
     loaded = StateFiles(tmp_path).load("d/project/p", QssPointer(digest, N, 1), N)
     assert loaded.populations == {1: "admitted"}
@@ -134,7 +134,7 @@ def test_a_state_from_before_populations_admits_them_on_next_load(tmp_path: Path
         (folder / f"{digest}.state").write_bytes(raw)
         pointers[label] = QssPointer(digest, N, 1)
     files = StateFiles(tmp_path)
-    population = [Population(1, np.arange(N))]
+    population = [Population.of(1, np.arange(N))]
     clean, _ = admit_populations(files.load(scope, pointers["clean"], N), population, POLICY)
     assert clean.populations == {1: "admitted"}
     but_one, facts = admit_populations(

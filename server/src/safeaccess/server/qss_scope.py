@@ -56,7 +56,7 @@ class ScopeAuditor:
         researcher: str,
         project: str,
         ids: np.ndarray,
-        populations: Callable[[], Sequence[Population]] = tuple,
+        populations: Callable[[], Sequence[Population]],
     ) -> AuditSession:
         """The audit of one step on a version whose positions map to `ids`; `populations`
         lists every registered version's population (read when the step is admitted)."""
@@ -74,7 +74,7 @@ class AuditSession:
         settings: QssSettings,
         threshold: int,
         ids: np.ndarray,
-        populations: Callable[[], Sequence[Population]] = tuple,
+        populations: Callable[[], Sequence[Population]],
     ):
         self.auditor = auditor
         self.populations = populations

@@ -49,10 +49,17 @@ class PopulationUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Population:
-    """One dataset version's whole population: its record ids (stable across versions)."""
+    """One dataset version's whole population: its record ids (stable across versions) and
+    the number of record ids they span (the largest plus one)."""
 
     version: int
     ids: npt.NDArray[np.integer[Any]]
+    span: int
+
+    @classmethod
+    def of(cls, version: int, ids: npt.NDArray[np.integer[Any]]) -> Population:
+        """A version's population; computes its span once (a pass over the ids)."""
+        return cls(version=version, ids=ids, span=int(ids.max()) + 1 if len(ids) else 0)
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ def decode(raw: bytes) -> ScopeState:
 
 def records_needed(populations: Sequence[Population]) -> int:
     """The number of record ids the populations span (the largest id plus one)."""
-    return max((int(p.ids.max()) + 1 for p in populations if len(p.ids)), default=0)
+    return max((p.span for p in populations), default=0)
 
 
 def population_set(ids: npt.NDArray[np.integer[Any]], n_records: int) -> npt.NDArray[np.int32]:

@@ -155,6 +155,7 @@ class Service:
         self._dp_locks: dict[str, threading.Lock] = {}
         self.auditor = ScopeAuditor(self.data.root, self.store)
         self._ids: dict[int, Any] = {}
+        self._population_of: dict[int, Population] = {}  # by dataset version id
         self._locks_guard = threading.Lock()
         self._budget_locks: dict[tuple[str, str], threading.Lock] = {}
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
@@ -285,10 +286,15 @@ class Service:
     def _populations(self, name: str) -> list[Population]:
         """Every registered version of dataset `name` as a population of record ids: the
         catalogue publishes their row counts, so the auditor admits them before any output."""
-        return [
-            Population(version=row.version, ids=self._record_ids(row))
-            for row in self.store.dataset_versions(name)
-        ]
+        populations = []
+        for row in self.store.dataset_versions(name):
+            population = self._population_of.get(row.id)
+            if population is None:
+                population = Population.of(row.version, self._record_ids(row))
+                with self._locks_guard:
+                    self._population_of[row.id] = population
+            populations.append(population)
+        return populations
 
     def _dp_guard(
         self, seq: SequenceRow, dataset: DatasetRow

@@ -47,6 +47,7 @@ from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.qss_gate import Gate
+from safeaccess.server.qss_settings import QssSettings, Scope
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 
@@ -153,14 +154,24 @@ def centre_server(centre: Centre) -> Iterator[tuple[Centre, EmbeddedServer]]:
         yield centre, srv
 
 
-def register(centre: Centre, frame: pd.DataFrame, name: str | None = None) -> str:
+def register(
+    centre: Centre, frame: pd.DataFrame, name: str | None = None, scope: Scope = "project"
+) -> str:
     """Register `frame` as the next version of `name` (default: version 1 of a fresh name) in
-    project p1; return the name."""
+    project p1, audited in `scope`; return the name."""
     name = name or f"combo{next(_names)}"
     data = DataDir(centre.root)
     store = Store(data.database_url(data.load_config()))
     try:
-        register_dataset(data, store, name=name, frame=frame, metadata=metadata(name), project="p1")
+        register_dataset(
+            data,
+            store,
+            name=name,
+            frame=frame,
+            metadata=metadata(name),
+            project="p1",
+            qss=QssSettings(scope=scope),
+        )
     finally:
         store.close()
     return name
@@ -641,14 +652,15 @@ def test_public_row_count(centre_server: tuple[Centre, EmbeddedServer], guard: s
 EVERYONE = FrequencyTable(rows=["region"])
 
 
+@pytest.mark.parametrize("scope", ["project", "dataset"])
 def test_everyone_but_one_is_the_refused_release(
-    centre_server: tuple[Centre, EmbeddedServer],
+    centre_server: tuple[Centre, EmbeddedServer], scope: Scope
 ) -> None:
     # ada asks for everyone but the oldest person: with the universe admitted first that is a
     # table over the whole population minus one, refused; bob's whole-population table, after
-    # it, in the same project scope, is released.
+    # it, in the same scope, is released.
     centre, srv = centre_server
-    name = register(centre, OLD)
+    name = register(centre, OLD, scope=scope)
     but_one = run(centre, srv.url, name, [FrequencyTable(rows=["region"], where="age != 97")])
     whole = run(centre, srv.url, name, [EVERYONE], researcher="bob")
     assert but_one == [None]
@@ -656,13 +668,14 @@ def test_everyone_but_one_is_the_refused_release(
     assert sum(float(row[0] or 0) for row in whole[0]["values"]) == N
 
 
+@pytest.mark.parametrize("scope", ["project", "dataset"])
 def test_whole_population_table_stays_released_after_a_colleague(
-    centre_server: tuple[Centre, EmbeddedServer],
+    centre_server: tuple[Centre, EmbeddedServer], scope: Scope
 ) -> None:
     # An ordinary colleague's release (women by region, an income summary of the over-60s)
-    # does not make the whole-population table withheld, whoever asks first.
+    # does not make the whole-population table withheld.
     centre, srv = centre_server
-    name = register(centre, OLD)
+    name = register(centre, OLD, scope=scope)
     colleague = run(
         centre,
         srv.url,

@@ -376,6 +376,8 @@ GRID = [round(p, 4) for p in np.arange(0.02, 0.98, 0.0005)]
 def test_signed_swap_with_type_1_quantiles(
     centre_server: tuple[Centre, EmbeddedServer], guard: str
 ) -> None:
+    # Over 19 quantiles, each from one record: the single-output quantile rules (C) will withhold
+    # these in both cases (the rules run unguarded too); the swap then needs the certificate.
     centre, srv = centre_server
     name = register(centre, YOUNG)
     asked = [
@@ -561,6 +563,8 @@ def padded_estimate(m: Moments, low: float, high: float) -> float | None:
 def test_padding_by_the_filtered_variable(
     centre_server: tuple[Centre, EmbeddedServer], guard: str
 ) -> None:
+    # Closed by a single-output rule (C), so its unguarded case fails too when that lands: the
+    # rules run in both cases. Then assert that the summary is withheld in both.
     centre, srv = centre_server
     name = register(centre, OLD)
     where = f"age == 97 or income between {BAND[0]:.0f} and {BAND[1]:.0f}"

@@ -8,8 +8,9 @@ and the state stays as it was. Review steps count as admitted (a checker may rel
 without seeing what was released meanwhile). Script outputs carry no query set; they go to a
 person anyway.
 
-States are content-addressed files `qss/<scope folder>/<sha256>.state` under the data directory,
-written before the step's transaction; the database row `qss_states` points at the current one and
+States are content-addressed files `qss/<scope folder>/<sha256>.state` under the data directory
+(the auditor's state in the envelope of `qss_universe`, which records the dataset versions whose
+populations the scope has admitted before any output), written before the step's transaction; the database row `qss_states` points at the current one and
 moves in the step's transaction (`Store.settle_step(qss=...)`). A crash in between leaves an
 unreferenced file, the old pointer and a re-runnable step. The last few files of a scope are kept.
 """
@@ -45,6 +46,7 @@ from safeaccess.rules.qss import (
     admit,
 )
 from safeaccess.server.qss_settings import QssSettings, scope_folder
+from safeaccess.server.qss_universe import ScopeState, decode, encode
 from safeaccess.server.store import QssCommit, QssPointer
 
 CHECK = "query_set"
@@ -66,17 +68,17 @@ class StateFiles:
 
     def __init__(self, root: Path, cache_size: int = 4):
         self.root = root / "qss"
-        self._cache: OrderedDict[str, AuditState] = OrderedDict()
+        self._cache: OrderedDict[str, ScopeState] = OrderedDict()
         self._cache_size = cache_size
         self._guard = threading.Lock()
 
     def _path(self, scope: str, digest: str) -> Path:
         return self.root / scope_folder(scope) / f"{digest}.state"
 
-    def load(self, scope: str, pointer: QssPointer | None, n_records: int) -> AuditState:
+    def load(self, scope: str, pointer: QssPointer | None, n_records: int) -> ScopeState:
         """The scope's current state, grown to at least `n_records` record ids."""
         if pointer is None:
-            state = AuditState.empty(n_records)
+            loaded = ScopeState(AuditState.empty(n_records), {})
         else:
             with self._guard:
                 cached = self._cache.get(pointer.digest)
@@ -85,26 +87,28 @@ class StateFiles:
                 if hashlib.sha256(raw).hexdigest() != pointer.digest:
                     raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
                 try:
-                    cached = AuditState.from_bytes(raw)
+                    cached = decode(raw)
                 except StateFormatError as exc:
                     raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
                 self._remember(pointer.digest, cached)
-            state = cached
+            loaded = cached
+        state = loaded.state
         if state.n_records < n_records:
             grown = state.grow(n_records)
-            state = grown if isinstance(grown, AuditState) else state
-        return state
+            if isinstance(grown, AuditState):
+                loaded = ScopeState(grown, loaded.populations)
+        return loaded
 
-    def _remember(self, digest: str, state: AuditState) -> None:
+    def _remember(self, digest: str, state: ScopeState) -> None:
         with self._guard:
             self._cache[digest] = state
             self._cache.move_to_end(digest)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
 
-    def save(self, scope: str, state: AuditState) -> str:
+    def save(self, scope: str, state: ScopeState) -> str:
         """Write a state durably (tmp file, fsync, rename); returns its digest."""
-        raw = state.to_bytes()
+        raw = encode(state)
         digest = hashlib.sha256(raw).hexdigest()
         target = self._path(scope, digest)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -231,12 +235,18 @@ def gate(
 
 
 def commit_for(
-    files: StateFiles, scope: str, pointer: QssPointer | None, result: Gate
+    files: StateFiles,
+    scope: str,
+    pointer: QssPointer | None,
+    result: Gate,
+    populations: ScopeState | None = None,
 ) -> QssCommit | None:
-    """Write the admitted state and describe the pointer move for `Store.settle_step`."""
+    """Write the admitted state, with the population decisions of `populations` (the state the
+    output was admitted against), and describe the pointer move for `Store.settle_step`."""
     if result.state is None:
         return None
-    digest = files.save(scope, result.state)
+    decided = {} if populations is None else populations.populations
+    digest = files.save(scope, ScopeState(result.state, decided))
     result.facts["state_sha256"] = digest
     return QssCommit(
         scope=scope,

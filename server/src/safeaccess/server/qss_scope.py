@@ -3,7 +3,9 @@
 One `AuditSession` per step. The sandbox runs outside any lock; once the rules have checked the
 output, the session takes the scope's lock (in this process), reads the scope's state pointer,
 admits or refuses (`qss_gate.gate`), writes an admitted state's file, and keeps the lock until the
-caller has recorded the step with `Store.settle_step(qss=session.commit)`. Across processes or
+caller has recorded the step with `Store.settle_step(qss=session.commit)`. Before the output, the
+state admits the populations of the dataset's versions it has not decided yet (`qss_universe`):
+their row counts are published, so they are released before anything else. Across processes or
 replicas the pointer row is read `FOR UPDATE` in that transaction and compared with the state the
 admission started from; if another admission moved it, the caller asks the session to admit again
 against the new state (`regate`), without re-running the sandbox.
@@ -12,6 +14,7 @@ against the new state (`regate`), without re-running the sandbox.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,12 @@ from safeaccess.rules.outputs import Output
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.qss_gate import AuditUnavailable, StateFiles, commit_for, gate, policy_for
 from safeaccess.server.qss_settings import QssSettings, scope_key
+from safeaccess.server.qss_universe import (
+    Population,
+    PopulationUnavailable,
+    admit_populations,
+    records_needed,
+)
 from safeaccess.server.store import QssCommit, Store
 
 
@@ -47,9 +56,12 @@ class ScopeAuditor:
         researcher: str,
         project: str,
         ids: np.ndarray,
+        populations: Callable[[], Sequence[Population]],
     ) -> AuditSession:
+        """The audit of one step on a version whose positions map to `ids`; `populations`
+        lists every registered version's population (read when the step is admitted)."""
         scope = scope_key(dataset, settings.scope, researcher=researcher, project=project)
-        return AuditSession(self, scope, settings, threshold, ids)
+        return AuditSession(self, scope, settings, threshold, ids, populations)
 
 
 class AuditSession:
@@ -62,8 +74,10 @@ class AuditSession:
         settings: QssSettings,
         threshold: int,
         ids: np.ndarray,
+        populations: Callable[[], Sequence[Population]],
     ):
         self.auditor = auditor
+        self.populations = populations
         self.scope = scope
         self.policy = policy_for(settings, threshold)
         self.ids = ids
@@ -86,16 +100,29 @@ class AuditSession:
         output, decision = self._checked
         store, files = self.auditor.store, self.auditor.files
         pointer = store.qss_pointer(self.scope)
+        populations = self.populations()
         n_records = max(
             int(self.ids.max()) + 1 if len(self.ids) else 0,
             pointer.n_records if pointer is not None else 0,
+            records_needed(populations),
         )
         try:
-            state = files.load(self.scope, pointer, n_records)
+            loaded = files.load(self.scope, pointer, n_records)
+            try:
+                prepared, universe = admit_populations(loaded, populations, self.policy)
+            except PopulationUnavailable as exc:
+                raise AuditUnavailable(str(exc)) from exc
             result = gate(
-                output, decision, ids=self.ids, state=state, policy=self.policy, scope=self.scope
+                output,
+                decision,
+                ids=self.ids,
+                state=prepared.state,
+                policy=self.policy,
+                scope=self.scope,
             )
-            self.commit = commit_for(files, self.scope, pointer, result)
+            if universe:
+                result.facts["populations"] = universe
+            self.commit = commit_for(files, self.scope, pointer, result, prepared)
         except AuditUnavailable as exc:
             raise Unavailable(
                 f"the query-set audit could not run ({exc}); retry the same reveal later",

@@ -53,6 +53,7 @@ from safeaccess.server.errors import (
 from safeaccess.server.leverage_record import leverage_record
 from safeaccess.server.pipeline import run_step, sha256_hex, with_decision
 from safeaccess.server.qss_scope import ScopeAuditor
+from safeaccess.server.qss_universe import Population
 from safeaccess.server.reasons import researcher_reasons, script_reasons
 from safeaccess.server.receipts import sign_receipt
 from safeaccess.server.record_ids import read_ids
@@ -154,6 +155,7 @@ class Service:
         self._dp_locks: dict[str, threading.Lock] = {}
         self.auditor = ScopeAuditor(self.data.root, self.store)
         self._ids: dict[int, Any] = {}
+        self._population_of: dict[int, Population] = {}  # by dataset version id
         self._locks_guard = threading.Lock()
         self._budget_locks: dict[tuple[str, str], threading.Lock] = {}
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
@@ -280,6 +282,19 @@ class Service:
             with self._locks_guard:
                 self._ids[dataset.id] = ids
         return ids
+
+    def _populations(self, name: str) -> list[Population]:
+        """Every registered version of dataset `name` as a population of record ids: the
+        catalogue publishes their row counts, so the auditor admits them before any output."""
+        populations = []
+        for row in self.store.dataset_versions(name):
+            population = self._population_of.get(row.id)
+            if population is None:
+                population = Population.of(row.version, self._record_ids(row))
+                with self._locks_guard:
+                    self._population_of[row.id] = population
+            populations.append(population)
+        return populations
 
     def _dp_guard(
         self, seq: SequenceRow, dataset: DatasetRow
@@ -561,6 +576,7 @@ class Service:
             researcher=seq.researcher,
             project=seq.project,
             ids=self._record_ids(dataset),
+            populations=lambda: self._populations(dataset.name),
         )
         try:
             with self._dp_guard(seq, dataset):

@@ -430,6 +430,12 @@ class Store:
                 query = query.where(DatasetRow.version == version)
             return s.scalars(query.order_by(DatasetRow.version.desc()).limit(1)).first()
 
+    def dataset_versions(self, name: str) -> list[DatasetRow]:
+        """Every registered version of dataset `name`, oldest first."""
+        with self.transaction() as s:
+            query = select(DatasetRow).where(DatasetRow.name == name)
+            return list(s.scalars(query.order_by(DatasetRow.version)))
+
     def datasets_for(self, researcher: str) -> list[DatasetRow]:
         """Every dataset version of the projects the researcher belongs to."""
         with self.transaction() as s:

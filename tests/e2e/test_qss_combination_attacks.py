@@ -60,7 +60,6 @@ FOUR = {92: 25_111.11, 93: 33_222.22, 94: 47_333.33, 95: 56_444.44}
 OLDEST = 81_234.56  # the one person aged 97
 BAND = (30_000.0, 30_150.0)  # attack 5's filter on income
 
-CERTIFICATE = "open until the certificate (signed and large unions of atoms)"
 SUBGROUPS = "open until regression sub-groups (B)"
 SINGLE = "open until single-output rules (C)"
 REFUSAL = "open until the refusal rule (refusals that are not oracles)"
@@ -334,7 +333,6 @@ def assert_swap(guard: str, found: tuple[float, float] | None) -> None:
         assert not extracted
 
 
-@open_until(CERTIFICATE)
 def test_signed_swap_with_count_mean_sd(
     centre_server: tuple[Centre, EmbeddedServer], guard: str
 ) -> None:
@@ -352,7 +350,6 @@ def test_signed_swap_with_count_mean_sd(
     assert_swap(guard, found)
 
 
-@open_until(CERTIFICATE)
 def test_signed_swap_with_regressions(
     centre_server: tuple[Centre, EmbeddedServer], guard: str
 ) -> None:
@@ -372,7 +369,6 @@ def test_signed_swap_with_regressions(
 GRID = [round(p, 4) for p in np.arange(0.02, 0.98, 0.0005)]
 
 
-@open_until(CERTIFICATE)
 def test_signed_swap_with_type_1_quantiles(
     centre_server: tuple[Centre, EmbeddedServer], guard: str
 ) -> None:
@@ -409,7 +405,6 @@ def newton_roots(p: np.ndarray) -> np.ndarray:
     return np.sort(np.roots([1.0, -e1, e2, -e3, e4]).real)
 
 
-@open_until(CERTIFICATE)
 def test_four_incomes_from_higher_moments(
     centre_server: tuple[Centre, EmbeddedServer], guard: str
 ) -> None:

@@ -42,13 +42,13 @@ def census(n: int, seed: int) -> dict[str, np.ndarray]:
         weights = 1.0 / np.arange(1, levels + 1) ** power
         return rng.choice(levels, size=n, p=weights / weights.sum()).astype(np.int16)
 
-    age = np.clip(rng.gamma(6.0, 7.0, n), 0, 99).astype(np.int16)
+    age = np.clip(rng.normal(40.0, 22.0, n), 0, 99).astype(np.int16)
     income = np.clip(rng.lognormal(10.2, 0.6, n), 0, 400_000)
     return {
         "region": skewed(12, 0.6),
         "sex": rng.integers(0, 2, n).astype(np.int16),
         "age": age,
-        "band": (age // 5).astype(np.int16),  # 20 bands
+        "band": np.minimum(age // 5, 17).astype(np.int16),  # 18 bands, 85+ top-coded
         "ethnicity": skewed(6, 1.5),
         "employment": skewed(4, 1.0),
         "health": skewed(5, 0.8),
@@ -62,7 +62,7 @@ def census(n: int, seed: int) -> dict[str, np.ndarray]:
 LEVELS = {
     "region": 12,
     "sex": 2,
-    "band": 20,
+    "band": 18,
     "ethnicity": 6,
     "employment": 4,
     "health": 5,

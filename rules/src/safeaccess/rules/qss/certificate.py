@@ -155,13 +155,24 @@ class _Packing:
     failed: modp.ColumnBasis | None  # the last set's basis when the atoms left did not complete it
 
 
-def _pack(q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int) -> _Packing:
+def _pack(
+    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int, by_size: bool
+) -> _Packing:
     """Greedy disjoint completing sets among the useful small atoms not excluded, until the sum
-    of their smallest atoms reaches `budget` or the atoms left no longer complete a set."""
+    of their smallest atoms reaches `budget` or the atoms left no longer complete a set.
+
+    In random order (fast: random atoms are generic, so few are scanned), or largest atoms first
+    (`by_size`: every useful atom is projected, but each set's smallest atom is as large as the
+    greedy can make it, which is what the bound adds up)."""
     d = q.dim
     used = np.zeros(int(q.order.shape[0]), dtype=bool)
     if excluded:
         used[list(excluded)] = True
+    sequence: Int64Array | None = None
+    if by_size:
+        while not q.exhausted:
+            q.grow()
+        sequence = np.argsort(-sizes[q.atoms[: q.count]], kind="stable").astype(np.int64)
     sets: list[Int64Array] = []
     bound = 0.0
     while bound < budget:
@@ -176,7 +187,8 @@ def _pack(q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
                 q.grow()
                 continue
             stop = min(q.count, start + chunk)
-            useful = start + np.flatnonzero(~used[start:stop])
+            window = np.arange(start, stop) if sequence is None else sequence[start:stop]
+            useful = window[~used[window]]
             start = stop
             if useful.size == 0:
                 continue
@@ -191,6 +203,17 @@ def _pack(q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
         sets.append(chosen)
         bound += float(sizes[q.atoms[chosen]].min()) if chosen.size else float("inf")
     return _Packing(sets, bound, failed=None)
+
+
+def _best_packing(
+    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
+) -> _Packing:
+    """The random-order packing, or the largest-first one when that one falls short."""
+    fast = _pack(q, sizes, excluded, budget, by_size=False)
+    if fast.bound >= budget or (not fast.sets and fast.failed is not None):
+        return fast
+    slow = _pack(q, sizes, excluded, budget, by_size=True)
+    return slow if slow.bound > fast.bound else fast
 
 
 def decide(
@@ -237,7 +260,7 @@ def decide(
         nodes += 1
         if nodes > max_nodes:
             raise _Budget
-        packing = _pack(q, sizes, frozenset(removed), k - weight)
+        packing = _best_packing(q, sizes, frozenset(removed), k - weight)
         if not packing.sets and packing.failed is not None:
             return removed, packing.failed  # the atoms left do not span: found
         if packing.bound >= k - weight:
@@ -259,7 +282,7 @@ def decide(
         return None
 
     try:
-        root = _pack(q, sizes, frozenset(), k)
+        root = _best_packing(q, sizes, frozenset(), k)
         if root.bound >= k:
             return Certified(
                 sets=len(root.sets),

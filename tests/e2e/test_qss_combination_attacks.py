@@ -60,7 +60,6 @@ FOUR = {92: 25_111.11, 93: 33_222.22, 94: 47_333.33, 95: 56_444.44}
 OLDEST = 81_234.56  # the one person aged 97
 BAND = (30_000.0, 30_150.0)  # attack 5's filter on income
 
-SUBGROUPS = "open until regression sub-groups (B)"
 SINGLE = "open until single-output rules (C)"
 REFUSAL = "open until the refusal rule (refusals that are not oracles)"
 
@@ -480,7 +479,6 @@ def men_total(sex_age: dict | None, age_only: dict | None) -> float | None:
     return men_n * (coef["Intercept"][0] + coef[male][0]) + coef["age"][0] * sm
 
 
-@open_until(SUBGROUPS)
 def test_regression_dummy_subgroups(
     centre_server: tuple[Centre, EmbeddedServer], guard: str
 ) -> None:
@@ -506,7 +504,6 @@ def test_regression_dummy_subgroups(
 # ------------------------------------------------ 4. weighted sums of a few-valued regressor
 
 
-@open_until(SUBGROUPS)
 def test_weighted_sums_of_a_few_valued_regressor(
     centre_server: tuple[Centre, EmbeddedServer], guard: str
 ) -> None:

@@ -243,6 +243,12 @@ class RegressionFacts(_Model):
     saturated: bool = Field(description="Parameters equal the number of distinct covariate cells.")
     regressors: list[RegressorFacts]
     query_set: QuerySet | None = None
+    extra_query_sets: list[QuerySet] = Field(
+        default_factory=list,
+        description="The sub-groups whose totals the fit releases, each a partition of the "
+        "model's records: the records with each dummy or interaction column 1 (and 0), and the "
+        "level sets of numeric columns with few distinct values (side arrays 1, 2, ...).",
+    )
     leverage: LeverageFacts | None = Field(
         default=None, description="Hat values of the fitted model (None: not computed)."
     )

@@ -15,11 +15,23 @@ import pandas as pd
 
 from safeaccess.client.analyses import Regression
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.rules.outputs import Coefficient, RegressionFacts, RegressionOutput, RegressorFacts
+from safeaccess.rules.outputs import (
+    Coefficient,
+    QuerySet,
+    RegressionFacts,
+    RegressionOutput,
+    RegressorFacts,
+)
 from safeaccess.sandbox.compute._common import AnalysisError, fnum, query_set
 from safeaccess.sandbox.compute.leverage import glm_weights, hat_values, leverage_facts
 
 INTERCEPT_NAMES = frozenset({"Intercept", "const", "(Intercept)"})
+#: A numeric column with at most this many distinct values among the records used has its level
+#: sets admitted to the query-set auditor: several fits with transforms of it (x, x², x³, …) on
+#: one set release each value group's total. Columns with more values are left to the leverage
+#: and model checks (their level sets are mostly single records, and as many fits as values
+#: would be needed).
+FEW_VALUES = 10
 SEPARATION_MESSAGE = (
     "the regressors perfectly predict the outcome, so the estimates do not exist; "
     "merge sparse categories or drop the separating regressor"
@@ -127,6 +139,36 @@ def _regressor_facts(design: Any, x: np.ndarray, columns: list[str]) -> list[Reg
     return facts
 
 
+def subgroup_query_sets(
+    design: Any, x: np.ndarray, frame: pd.DataFrame, n_records: int
+) -> list[QuerySet]:
+    """The sub-groups a fit releases totals over, each as a partition of the model's records.
+
+    X'y and X'X hold, for each 0/1 column (a dummy, or a product of dummies for an interaction),
+    the totals over the records where it is 1; and for a numeric column with few values,
+    weighted sums that several fits turn into each value group's total. Each such column gives
+    one partition: its distinct values over the records used (identical partitions, such as x and
+    x², are given once)."""
+    rows = np.asarray(design.rows, dtype=np.int64)
+    sets: list[QuerySet] = []
+    seen: set[bytes] = set()
+    for j, info in enumerate(design.terms):
+        if info.name in INTERCEPT_NAMES:
+            continue
+        values, codes = np.unique(x[:, j], return_inverse=True)
+        if values.size < 2 or (not info.binary and values.size > FEW_VALUES):
+            continue
+        key = codes.astype(np.int32).tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        cell = np.full(len(frame), -1, dtype=np.int64)
+        cell[rows] = codes
+        labels = [f"{info.name} = {v:g}" for v in values]
+        sets.append(query_set(labels, frame, cell, n_records))
+    return sets
+
+
 def regression(
     analysis: Regression, frame: pd.DataFrame, metadata: DatasetMetadata, n_records: int
 ) -> RegressionOutput:
@@ -188,6 +230,7 @@ def regression(
         saturated=bool(k >= patterns),
         regressors=_regressor_facts(design, x, columns),
         query_set=query_set(["model"], frame, used, n_records),
+        extra_query_sets=subgroup_query_sets(design, x, frame, n_records),
         leverage=leverage_facts(hat_values(x, glm_weights(analysis.family, x, params))),
     )
     return RegressionOutput(

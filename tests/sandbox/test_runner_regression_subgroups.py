@@ -1,0 +1,119 @@
+"""The sub-groups a regression releases totals over travel as extra query sets.
+
+Expected partitions are computed with pandas groupby on the generated frame, not by the code
+under test: each dummy's level groups, each interaction cell, each few-valued numeric column's
+value groups, all within the records the model used (the filter and missing values applied)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from safeaccess.client.analyses import parse_analysis
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.rules.outputs import RegressionOutput
+from safeaccess.sandbox.compute.regression import FEW_VALUES
+from safeaccess.sandbox.runner import execute
+
+META = DatasetMetadata.model_validate(
+    {
+        "name": "m",
+        "columns": [
+            {"name": "sex", "type": "categorical", "levels": ["F", "M"]},
+            {"name": "region", "type": "categorical", "levels": ["N", "S", "E"]},
+            {"name": "children", "type": "integer"},
+            {"name": "age", "type": "integer"},
+            {"name": "income", "type": "continuous"},
+        ],
+    }
+)
+
+
+def _frame(n: int = 400, seed: int = 5) -> pd.DataFrame:
+    r = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {
+            "sex": pd.Categorical(r.choice(["F", "M"], n), categories=["F", "M"]),
+            "region": pd.Categorical(r.choice(["N", "S", "E"], n), categories=["N", "S", "E"]),
+            "children": r.integers(0, 4, n),
+            "age": r.integers(18, 90, n),
+            "income": r.normal(30_000, 8_000, n),
+        }
+    )
+    frame.loc[r.choice(n, 15, replace=False), "income"] = np.nan  # listwise deletion
+    return frame
+
+
+def _partitions(output: RegressionOutput) -> list[frozenset[frozenset[int]]]:
+    out = []
+    for qs in output.facts.extra_query_sets:
+        cells = qs.to_array()
+        out.append(
+            frozenset(
+                frozenset(int(i) for i in np.flatnonzero(cells == c))
+                for c in np.unique(cells[cells >= 0])
+            )
+        )
+    return out
+
+
+def _groups(frame: pd.DataFrame, used: pd.Series, *by: str) -> frozenset[frozenset[int]]:
+    sub = frame[used]
+    return frozenset(
+        frozenset(int(i) for i in idx)
+        for idx in sub.groupby(list(by), observed=True).groups.values()
+    )
+
+
+def _run(formula: str, frame: pd.DataFrame, where: str | None = None) -> RegressionOutput:
+    body: dict[str, object] = {"kind": "regression", "formula": formula}
+    if where is not None:
+        body["where"] = where
+    output = execute(parse_analysis(body), frame, META)
+    assert isinstance(output, RegressionOutput)
+    return output
+
+
+def test_dummy_groups_and_the_model_set_are_admitted() -> None:
+    frame = _frame()
+    output = _run("income ~ C(sex) + C(region) + age", frame, where="age >= 30")
+    used = frame["income"].notna() & (frame["age"] >= 30)
+    model = output.facts.query_set
+    assert model is not None
+    assert set(np.flatnonzero(model.to_array() >= 0)) == set(np.flatnonzero(used.to_numpy()))
+    parts = _partitions(output)
+    # sex[T.M] splits the used records by sex; each region dummy splits them into that region
+    # and the rest
+    assert _groups(frame, used, "sex") in parts
+    for level in ("S", "E"):
+        mask = used & (frame["region"] == level)
+        split = frozenset(
+            {
+                frozenset(int(i) for i in np.flatnonzero(mask.to_numpy())),
+                frozenset(int(i) for i in np.flatnonzero((used & ~mask).to_numpy())),
+            }
+        )
+        assert split in parts
+    # age has more than FEW_VALUES distinct values: its level sets are not admitted
+    assert frame.loc[used, "age"].nunique() > FEW_VALUES
+    assert all(len(p) <= FEW_VALUES for p in parts)
+
+
+def test_interaction_cells_are_admitted() -> None:
+    frame = _frame()
+    output = _run("income ~ C(sex) * C(region)", frame)
+    used = frame["income"].notna()
+    parts = _partitions(output)
+    # each interaction column is one sex x region cell against the rest of the model's records
+    for sex, region in (("M", "S"), ("M", "E")):
+        mask = used & (frame["sex"] == sex) & (frame["region"] == region)
+        cell = frozenset(int(i) for i in np.flatnonzero(mask.to_numpy()))
+        assert any(cell in p for p in parts), (sex, region)
+
+
+def test_a_few_valued_numeric_regressor_gives_its_value_groups_once() -> None:
+    frame = _frame()
+    output = _run("income ~ children + I(children**2) + I(children**3)", frame)
+    used = frame["income"].notna()
+    parts = _partitions(output)
+    assert parts == [_groups(frame, used, "children")]  # x, x², x³: one partition, given once

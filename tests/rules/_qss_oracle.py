@@ -148,26 +148,29 @@ def _rational_rank(rows: Sequence[Sequence[Fraction]]) -> int:
     return rank
 
 
-def smallest_determined_combination(
-    n: int, sets: Sequence[frozenset[int]], k: int
-) -> int | None:
-    """Records in the smallest support of a nonzero rational combination of the query sets,
-    any signs and any number of atoms, below k (None if there is none).
+def smallest_support(rows: Sequence[Sequence[int]], sizes: Sequence[int], k: int) -> int | None:
+    """Records in the smallest support of a nonzero rational combination of `rows` (over atoms
+    of these sizes), any signs and any number of atoms, below k (None if there is none).
 
     By brute force over every set S of atoms with fewer than k records: some nonzero combination
     is supported inside S exactly when the columns outside S have lower rank than all columns."""
-    atoms = atoms_of(n, sets)
-    matrix = [[Fraction(1 if atom <= s else 0) for atom in atoms] for s in sets]
+    matrix = [[Fraction(x) for x in row] for row in rows]
     full = _rational_rank(matrix)
-    size = [len(a) for a in atoms]
-    small = [i for i in range(len(atoms)) if size[i] < k]
+    small = [i for i in range(len(sizes)) if sizes[i] < k]
     best: int | None = None
     for count in range(1, len(small) + 1):
         for combo in combinations(small, count):
-            total = sum(size[i] for i in combo)
+            total = sum(sizes[i] for i in combo)
             if total >= k or (best is not None and total >= best):
                 continue
-            outside = [j for j in range(len(atoms)) if j not in combo]
+            outside = [j for j in range(len(sizes)) if j not in combo]
             if _rational_rank([[row[j] for j in outside] for row in matrix]) < full:
                 best = total
     return best
+
+
+def smallest_determined_combination(n: int, sets: Sequence[frozenset[int]], k: int) -> int | None:
+    """`smallest_support` for query sets over n records (their atoms computed here)."""
+    atoms = atoms_of(n, sets)
+    rows = [[1 if atom <= s else 0 for atom in atoms] for s in sets]
+    return smallest_support(rows, [len(a) for a in atoms], k)

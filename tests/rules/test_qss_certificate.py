@@ -7,10 +7,9 @@ exact rational ranks, so every signed combination of every size is covered."""
 from __future__ import annotations
 
 from fractions import Fraction
-from itertools import combinations
 
 import numpy as np
-from _qss_oracle import _rational_rank
+from _qss_oracle import _rational_rank, smallest_support
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,22 +25,6 @@ def _independent(rows: list[list[int]]) -> list[list[int]]:
         if _rational_rank([[Fraction(x) for x in r] for r in trial]) == len(trial):
             kept = trial
     return kept
-
-
-def _smallest(rows: list[list[int]], sizes: list[int], k: int) -> int | None:
-    matrix = [[Fraction(x) for x in r] for r in rows]
-    full = len(rows)
-    small = [a for a, s in enumerate(sizes) if s < k]
-    best: int | None = None
-    for count in range(1, len(small) + 1):
-        for combo in combinations(small, count):
-            total = sum(sizes[a] for a in combo)
-            if total >= k or (best is not None and total >= best):
-                continue
-            outside = [j for j in range(len(sizes)) if j not in combo]
-            if _rational_rank([[r[j] for j in outside] for r in matrix]) < full:
-                best = total
-    return best
 
 
 def _csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +59,7 @@ def test_decide_matches_the_rational_oracle(case: tuple[list[list[int]], list[in
     verdict = decide(
         indptr, indices, len(sizes), np.asarray(sizes, np.int64), k, random_prime(), 10_000
     )
-    smallest = _smallest(rows, sizes, k)
+    smallest = smallest_support(rows, sizes, k)
     assert not isinstance(verdict, TooCostly)
     if smallest is None:
         assert isinstance(verdict, Certified), verdict

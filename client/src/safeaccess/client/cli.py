@@ -118,6 +118,7 @@ def _add_keys(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _run(args: argparse.Namespace) -> int:
     from safeaccess.client.protocol.sealed import SealedSequence
     from safeaccess.client.results import StepResult, format_output
+    from safeaccess.client.results_folder import ResultsFolderError
     from safeaccess.client.session import SessionError, connect
 
     sealed = SealedSequence.from_json(Path(args.sealed).read_bytes())
@@ -134,6 +135,12 @@ def _run(args: argparse.Namespace) -> int:
             results = session.run(sealed, review_timeout=args.review_timeout, on_step=show)
     except SessionError as exc:
         raise CommandError(str(exc)) from exc
+    if args.out is not None:
+        try:
+            folder = results.save(args.out)
+        except ResultsFolderError as exc:
+            raise CommandError(str(exc)) from exc
+        print(f"results saved to {folder} (README.md lists every step)")
     final = results[-1]
     if final.released and final.last:
         print(f"sequence {final.sequence_id}: finished, all {final.index} steps released")
@@ -161,6 +168,14 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=0.0,
         help="seconds to wait for an output checker on a step in review (default: do not wait)",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the results folder here: outputs (CSV, JSON), receipts, the sealed sequence, "
+        "summary.json and README.md",
     )
     run.set_defaults(handler=_run)
 

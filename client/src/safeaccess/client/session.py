@@ -30,6 +30,7 @@ from safeaccess.client.metadata import Column, DatasetMetadata, split_dataset
 from safeaccess.client.plan import Plan
 from safeaccess.client.protocol.sealed import SealedSequence
 from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
+from safeaccess.client.results_folder import Results
 
 
 class SessionError(Exception):
@@ -304,13 +305,14 @@ class Session:
         review_timeout: float = 0.0,
         poll_interval: float = 2.0,
         on_step: Callable[[StepResult], None] | None = None,
-    ) -> list[StepResult]:
+    ) -> Results:
         """Drive a sealed sequence tit-for-tat and return the result of every revealed step.
 
         Reveals step j+1 only after step j was released; stops after a withhold or failure; a
         step in review is polled for up to `review_timeout` seconds and returned as `review` if
         still undecided (call `run` again later to continue). A sequence already opened on the
-        server is resumed, never opened twice.
+        server is resumed, never opened twice, and its earlier steps are returned (and passed to
+        `on_step`) too. The returned `Results` is a list with `.save(dir)`.
         """
         fields = sealed.header_fields
         health = self.health()
@@ -329,7 +331,7 @@ class Session:
                 f"{self.url} announces a different signing key than the one pinned for it; "
                 "nothing was revealed"
             )
-        results: list[StepResult] = []
+        results = Results(sealed)
         existing = self.find(sealed)
         if existing is None:
             try:
@@ -341,9 +343,9 @@ class Session:
                 existing = self._retrying(lambda: self.find(sealed))
                 if existing is None:
                     raise
-                current = self._resume(existing, sealed, results)
+                current = self._resume(existing, sealed, results, on_step)
         else:
-            current = self._resume(existing, sealed, results)
+            current = self._resume(existing, sealed, results, on_step)
         while True:
             if current.status == "pending" and review_timeout > 0:
                 # Past the withhold budget: wait for a checker to approve opening the sequence.
@@ -364,11 +366,7 @@ class Session:
                     timeout=review_timeout,
                     poll_interval=poll_interval,
                 )
-            if current.status in FINAL_STATES:
-                try:
-                    verify_receipt(current, self.server_key, sealed)
-                except ReceiptInvalid as exc:
-                    raise BadReceipt(str(exc)) from exc
+            self._check_receipt(current, sealed)
             results.append(current)
             if on_step is not None:
                 on_step(current)
@@ -377,14 +375,31 @@ class Session:
             current = self.reveal(current.sequence_id, sealed, current.index + 1)
 
     def _resume(
-        self, existing: dict[str, Any], sealed: SealedSequence, results: list[StepResult]
+        self,
+        existing: dict[str, Any],
+        sealed: SealedSequence,
+        results: list[StepResult],
+        on_step: Callable[[StepResult], None] | None,
     ) -> StepResult:
         """Collect the finished steps of an opened sequence; return the step to continue from."""
         steps = [StepResult.from_json(s) for s in existing["steps"]]
         if not steps:
             return self.reveal(existing["id"], sealed, 1)
-        results.extend(steps[:-1])
+        for step in steps[:-1]:
+            self._check_receipt(step, sealed)
+            results.append(step)
+            if on_step is not None:
+                on_step(step)
         return steps[-1]
+
+    def _check_receipt(self, result: StepResult, sealed: SealedSequence) -> None:
+        if result.status not in FINAL_STATES:
+            return
+        assert self.server_key is not None  # pinned or learnt at the start of run()
+        try:
+            verify_receipt(result, self.server_key, sealed)
+        except ReceiptInvalid as exc:
+            raise BadReceipt(str(exc)) from exc
 
 
 def _b64(data: bytes) -> str:

@@ -117,6 +117,19 @@ def test_bad_input_changes_nothing() -> None:
     assert plan.bodies() == before
 
 
+def test_histogram_bins_without_declared_bounds_are_refused_by_name() -> None:
+    bounded = Plan("census", META).histogram("age", bins=4)
+    assert bounded.analyses[0].model_dump()["edges"] == [0, 27.5, 55, 82.5, 110]
+    for plan in (Plan("census"), Plan("census", META)):
+        with pytest.raises(AnalysisInvalid, match="minimum and maximum") as info:
+            plan.add(Histogram(variable="age", bins=4))
+        assert info.value.problems[0].field == "bins" and len(plan) == 0
+    with pytest.raises(AnalysisInvalid, match="bins"):
+        Plan("census").histogram("age", bins=4)  # no metadata: the bounds are unknown
+    with pytest.raises(AnalysisInvalid, match="whole number"):
+        Plan("census", META).histogram("age", bins=0)
+
+
 def test_grammar_is_checked_without_metadata() -> None:
     plan = Plan("census")
     with pytest.raises(AnalysisInvalid) as info:
@@ -129,7 +142,8 @@ def test_grammar_is_checked_without_metadata() -> None:
 
 
 def test_validate_reports_positions() -> None:
-    plan = Plan("census").frequency_table("sex").ols("income ~ agee").histogram("sex", bins=3)
+    plan = Plan("census").frequency_table("sex").ols("income ~ agee")
+    plan.histogram("sex", edges=[0, 1, 2])
     with pytest.raises(AnalysisInvalid) as info:
         plan.validate(META)
     fields = [p.field for p in info.value.problems]

@@ -49,6 +49,12 @@ if TYPE_CHECKING:
 
 Columns = str | Sequence[str]
 
+_DATA_EDGES = (
+    "'bins' without 'edges' would take the outer bin edges from the data (its minimum and "
+    "maximum), which the output rules always withhold; give edges=[...] yourself, or use "
+    "plan.histogram(variable, bins=N) on a column with declared bounds"
+)
+
 
 def _names(value: Columns | None) -> list[str]:
     if value is None:
@@ -93,11 +99,17 @@ class Plan:
 
     def add(self, analysis: Analysis) -> Plan:
         """Append an analysis model, checked against the metadata when the plan has it and
-        against the filter and formula grammar always."""
+        against the filter and formula grammar always.
+
+        Refused here too: what the analysis alone dooms to a withhold whatever the data, such as
+        a histogram whose bin edges would come from the data (see `histogram`).
+        """
         if self.metadata is not None:
             validate(analysis, self.metadata)
         else:
             check_grammar(analysis)
+        if isinstance(analysis, Histogram) and analysis.edges is None:
+            raise AnalysisInvalid([Problem("bins", _DATA_EDGES)])
         self._analyses.append(analysis)
         return self
 
@@ -228,7 +240,17 @@ class Plan:
         by: Columns | None = None,
         where: str | None = None,
     ) -> Plan:
-        """Counts of `variable` in `bins` equal-width bins or between explicit `edges`."""
+        """Counts of `variable` between explicit `edges`, or in `bins` equal-width bins between
+        the column's declared bounds.
+
+        `bins` alone on a column without declared bounds is refused: the edges would be the
+        data's minimum and maximum, which the output rules always withhold (and a withhold costs
+        one from your withhold budget).
+        """
+        if bins is not None and edges is None:
+            derived = self._edges_from_bounds(variable, bins)
+            if derived is not None:
+                edges, bins = derived, None
         return self._build(
             Histogram,
             variable=variable,
@@ -237,6 +259,22 @@ class Plan:
             by=_names(by),
             where=where,
         )
+
+    def _edges_from_bounds(self, variable: str, bins: int) -> list[float] | None:
+        """`bins` + 1 equal-width edges between the declared bounds of `variable`; None when
+        the plan cannot know them (`add` then reports why)."""
+        if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1000:
+            raise AnalysisInvalid([Problem("bins", "give a whole number of bins from 1 to 1000")])
+        column = self.metadata.column(variable) if self.metadata is not None else None
+        if column is None or column.bounds is None:
+            return None
+        low, high = column.bounds
+        if not low < high:
+            raise AnalysisInvalid(
+                [Problem("bins", f"{variable!r} has no width between its declared bounds")]
+            )
+        # Computed from the ends each time (not by adding a step) so the last edge is `high`.
+        return [low + (high - low) * i / bins for i in range(bins)] + [high]
 
     def chi2(self, rows: str, cols: str, *, where: str | None = None) -> Plan:
         """Chi-squared test of independence between two categorical columns."""

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from safeaccess.client.budgets import Budgets, DPBudget
 from safeaccess.client.httpsig import sign_request
 from safeaccess.client.keys import load_private_key, public_key_from_raw, public_key_raw
 from safeaccess.client.metadata import Column, DatasetMetadata, split_dataset
@@ -31,6 +32,7 @@ from safeaccess.client.plan import Plan
 from safeaccess.client.protocol.sealed import SealedSequence
 from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
 from safeaccess.client.results_folder import Results
+from safeaccess.client.validation import AnalysisInvalid, Problem
 
 
 class SessionError(Exception):
@@ -212,6 +214,30 @@ class Session:
         metadata = self.metadata(dataset)
         return Plan(metadata.label, metadata)
 
+    def budgets(self, dataset: str) -> Budgets:
+        """Your remaining DP budget and withhold budget on `dataset`, from the catalogue."""
+        return Budgets.from_catalogue(self.catalogue_entry(dataset))
+
+    def check_plan(self, plan: Plan) -> DPBudget | None:
+        """Ask the server what the plan's analyses alone doom, whatever the data: a DP request
+        the remaining budget (with the plan's earlier DP requests counted) cannot cover or the
+        controller's risk limit forbids, a kind the dataset's DP setting refuses. Raises
+        `AnalysisInvalid` naming each; otherwise returns the DP budget that would remain after
+        the plan (None without DP). Nothing runs and nothing is charged."""
+        name, version = split_dataset(plan.dataset)
+        body = {"version": version, "analyses": [a.model_dump(mode="json") for a in plan]}
+        data = self._retrying(
+            lambda: self._request("POST", f"/v1/datasets/{name}/plan-check", body)
+        )
+        problems = [
+            Problem(f"analyses[{p['index']}]", f"{p['kind']}: {p['message']}")
+            for p in data["problems"]
+        ]
+        if problems:
+            raise AnalysisInvalid(problems)
+        after = data.get("dp_budget_after")
+        return DPBudget.from_json(after) if after else None
+
     def seal(
         self,
         plan: Plan,
@@ -224,8 +250,10 @@ class Session:
         the catalogue files the dataset under, the server id the one this server announces.
 
         `key` defaults to the session's signing key (the researcher's own). `declare_kinds`
-        lists the plan's analysis kinds in the signed header (see `Plan.seal`).
+        lists the plan's analysis kinds in the signed header (see `Plan.seal`). The plan is
+        first checked by `check_plan`: a plan doomed by its analyses alone is not sealed.
         """
+        self.check_plan(plan)
         entry = self.catalogue_entry(plan.dataset)
         server = str(self.health()["server_id"])
         return plan.seal(

@@ -148,6 +148,21 @@ class SequenceList(BaseModel):
     sequences: list[SequenceView]
 
 
+class DPBudgetView(BaseModel):
+    """The differential-privacy budget of the researcher's scope on a dataset."""
+
+    scope: Literal["researcher", "project", "dataset"] = Field(
+        description="Whose releases share this budget."
+    )
+    epsilon: float = Field(description="The whole budget's epsilon (at delta).")
+    delta: float
+    epsilon_spent: float = Field(description="Epsilon spent so far, composed exactly.")
+    epsilon_remaining: float = Field(
+        description="The largest epsilon (at delta) one more request may still ask for."
+    )
+    releases: int = Field(description="DP answers charged to this budget.")
+
+
 class DatasetView(BaseModel):
     name: str
     version: int
@@ -163,6 +178,37 @@ class DatasetView(BaseModel):
         default=None,
         description="The DP configuration (epsilon, delta, scope, mandatory, max_tpr_at_5pct) "
         "when the dataset answers differentially private kinds.",
+    )
+    dp_budget: DPBudgetView | None = Field(
+        default=None, description="Your DP budget on this dataset now (None: no DP)."
+    )
+    withhold_budget: BudgetView | None = Field(
+        default=None, description="Your withhold budget on this dataset now (None: no budget)."
+    )
+
+
+class PlanCheckRequest(_In):
+    """An unsealed plan's analyses, checked for what they alone doom (nothing runs)."""
+
+    version: int | None = Field(default=None, ge=1, description="Dataset version; newest if None.")
+    analyses: list[dict[str, Any]] = Field(max_length=1000)
+
+
+class PlanProblem(BaseModel):
+    index: int = Field(description="Position of the analysis in the plan (0-based).")
+    kind: str
+    message: str
+
+
+class PlanCheckView(BaseModel):
+    dataset: str
+    version: int
+    problems: list[PlanProblem] = Field(
+        description="Analyses refused whatever the data (DP budget, DP policy, DP setting)."
+    )
+    dp_budget: DPBudgetView | None = Field(description="Your DP budget now (None: no DP).")
+    dp_budget_after: DPBudgetView | None = Field(
+        description="What would remain once every DP request of the plan that fits is answered."
     )
 
 

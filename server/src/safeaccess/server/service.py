@@ -36,7 +36,7 @@ from safeaccess.rules.decision import Decision
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
-from safeaccess.server import claim_gate, review
+from safeaccess.server import budgets, claim_gate, review
 from safeaccess.server.audit_service import AuditService, log_configuration
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
@@ -262,6 +262,8 @@ class Service:
                     ruleset=self.ruleset_for(row).label,
                     neighbours=meta.neighbours.model_dump(mode="json"),
                     dp=self.store.get_dp_config(row.name),
+                    dp_budget=budgets.dp_budget(self.store, row, researcher),
+                    withhold_budget=budget(self.store, self.ruleset_for(row), researcher, row.name),
                 )
             )
         return views

@@ -124,7 +124,7 @@ def test_dp_requests_past_the_budget_are_refused_before_sealing(running: Running
         assert f"{now.epsilon_remaining:.4g}" in str(now)
 
         again = session.plan("dpcensus").dp_count(epsilon=0.8, delta=1e-5)
-        with pytest.raises(AnalysisInvalid, match="only .* remains") as info:
+        with pytest.raises(AnalysisInvalid, match=r"only .* remains") as info:
             session.seal(again)
         assert f"at most ε = {now.epsilon_remaining:.4g} at δ = 1e-05" in str(info.value)
     # Nothing was charged for the refusals and no sequence was opened for them.

@@ -196,9 +196,7 @@ def create_app(service: Service) -> FastAPI:
         """Datasets of your projects: names, descriptions and column metadata (never data)."""
         return Catalogue(datasets=service.catalogue(auth.researcher))
 
-    @app.post(
-        "/v1/datasets/{name}/plan-check", response_model=PlanCheckView, tags=["catalogue"]
-    )
+    @app.post("/v1/datasets/{name}/plan-check", response_model=PlanCheckView, tags=["catalogue"])
     def plan_check(name: DatasetName, auth: Auth) -> PlanCheckView:
         """Check an unsealed plan for what its analyses alone doom (a DP request the budget
         cannot cover, a kind the dataset's DP setting refuses); nothing runs or is charged."""

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import httpx
+
 from safeaccess.client.audit.cli import CommandError as AuditCommandError
 from safeaccess.client.ca.policy import PolicyError
 from safeaccess.client.keys import (
@@ -221,6 +223,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except USER_ERRORS as exc:
         print(f"safeaccess: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except httpx.TransportError as exc:
+        # The audit and CA commands talk to the server directly: the same one line as a session.
+        from safeaccess.client.session import transport_reason
+
+        where = getattr(getattr(exc, "_request", None), "url", None)
+        url = f"{where.scheme}://{where.netloc.decode()}" if where is not None else "the server"
+        print(f"safeaccess: error: cannot reach {url}: {transport_reason(exc)}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 

@@ -15,7 +15,7 @@ where it is made and never enters the plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,6 +34,8 @@ from safeaccess.client.analyses import (
     Histogram,
     MagnitudeTable,
     Mitigations,
+    ModelParams,
+    ModelTraining,
     Regression,
     Script,
     StatTest,
@@ -41,6 +43,7 @@ from safeaccess.client.analyses import (
     SummaryStatistic,
     to_body,
 )
+from safeaccess.client.analysis_errors import problems_from
 from safeaccess.client.metadata import DatasetMetadata, check_describes, split_dataset
 from safeaccess.client.validation import AnalysisInvalid, Problem, check_grammar, validate
 
@@ -59,7 +62,9 @@ _DATA_EDGES = (
 def _names(value: Columns | None) -> list[str]:
     if value is None:
         return []
-    return [value] if isinstance(value, str) else list(value)
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        return [value]  # a non-name is then reported by the schema
+    return list(value)
 
 
 class Plan:
@@ -116,13 +121,8 @@ class Plan:
     def _build(self, model: type[Any], **fields: Any) -> Plan:
         try:
             analysis = model(**fields)
-        except ValidationError as exc:
-            raise AnalysisInvalid(
-                [
-                    Problem(".".join(str(p) for p in err["loc"]) or model.__name__, err["msg"])
-                    for err in exc.errors()
-                ]
-            ) from exc
+        except ValidationError as exc:  # models outside the analyses, e.g. a nested one
+            raise AnalysisInvalid(problems_from(exc, model)) from None
         return self.add(analysis)
 
     # ---------------------------------------------------------------------------- analyses
@@ -483,6 +483,49 @@ class Plan:
             sigma=sigma,
             alpha=alpha,
         )
+
+    def train_model(
+        self,
+        family: Literal[
+            "decision_tree", "random_forest", "gradient_boosting", "logistic_regression"
+        ],
+        target: str,
+        features: Columns,
+        *,
+        params: Mapping[str, Any] | ModelParams | None = None,
+        test_fraction: float = 0.3,
+        seed: int = 0,
+        protected: str | None = None,
+        treatment: Literal[
+            "none", "reweighing", "exponentiated_gradient", "threshold_optimizer"
+        ] = "none",
+        constraint: Literal["demographic_parity", "equalized_odds"] = "demographic_parity",
+        where: str | None = None,
+    ) -> Plan:
+        """Train a classifier of `target` on `features` (docs/models.md): `params` are its
+        hyper-parameters (e.g. `{"max_depth": 3, "min_samples_leaf": 50}`); `protected` names a
+        protected attribute whose fairness metrics are reported, mitigated by `treatment`."""
+        fields: dict[str, Any] = {
+            "family": family,
+            "target": target,
+            "features": _names(features),
+            "test_fraction": test_fraction,
+            "seed": seed,
+            "where": where,
+        }
+        if params is not None:
+            fields["params"] = params if isinstance(params, ModelParams) else dict(params)
+        if protected is not None:
+            fields["fairness"] = {
+                "protected": protected,
+                "treatment": treatment,
+                "constraint": constraint,
+            }
+        elif treatment != "none":
+            raise AnalysisInvalid(
+                [Problem("treatment", "a fairness treatment needs protected=COLUMN")]
+            )
+        return self._build(ModelTraining, **fields)
 
     def script(self, code: str, *, where: str | None = None) -> Plan:
         """Arbitrary Python run in the sandbox; its output always goes to human review."""

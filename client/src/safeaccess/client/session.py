@@ -51,6 +51,30 @@ class ServerError(SessionError):
         self.message = message
 
 
+class Unreachable(SessionError):
+    """No answer from the server: refused, timed out, unknown host, broken connection."""
+
+    code = "unreachable"
+
+    def __init__(self, url: str, exc: httpx.TransportError):
+        super().__init__(f"cannot reach {url}: {transport_reason(exc)}")
+        self.url = url
+
+
+def transport_reason(exc: httpx.TransportError) -> str:
+    """A few words for why a connection failed (no traceback, no library internals)."""
+    text = str(exc).lower()
+    if "refused" in text:
+        return "connection refused"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host name"
+    if "certificate" in text or "ssl" in text:
+        return f"TLS failed ({exc})"
+    return str(exc) or type(exc).__name__
+
+
 class WrongServer(SessionError):
     code = "wrong_server"
 
@@ -120,6 +144,7 @@ class Session:
         self._key = key
         self.retries = retries
         self.retry_wait = retry_wait
+        self._reached = False
         self._http = httpx.Client(
             base_url=self.url,
             auth=_Signer(key, researcher, self.url + "/v1/health"),
@@ -143,7 +168,11 @@ class Session:
     # -- plumbing -------------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        response = self._http.request(method, path, json=body)
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise Unreachable(self.url, exc) from None
+        self._reached = True
         if response.status_code >= 400:
             try:
                 error = response.json()["error"]
@@ -158,8 +187,10 @@ class Session:
         for attempt in range(self.retries + 1):
             try:
                 return call()
-            except httpx.TransportError:
-                if attempt == self.retries:
+            except Unreachable:
+                # Worth waiting for once the server answered (a restart mid-run); a server never
+                # reached is reported at once (a wrong URL, or it is down).
+                if attempt == self.retries or not self._reached:
                     raise
             except ServerError as exc:
                 transient = exc.status == 503 or exc.code == "concurrent_update"
@@ -364,7 +395,7 @@ class Session:
         if existing is None:
             try:
                 current = self.open(sealed)
-            except (httpx.TransportError, ServerError) as exc:
+            except (Unreachable, ServerError) as exc:
                 # The open may have been accepted before the connection broke: look for it.
                 if isinstance(exc, ServerError) and exc.status not in (409, 503):
                     raise

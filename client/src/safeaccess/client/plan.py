@@ -50,6 +50,8 @@ from safeaccess.client.validation import AnalysisInvalid, Problem, check_grammar
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from safeaccess.client.rehearsal import Rehearsal
+
 Columns = str | Sequence[str]
 
 _DATA_EDGES = (
@@ -84,6 +86,8 @@ class Plan:
         self.dataset = dataset
         self.metadata = metadata
         self._analyses: list[Analysis] = []
+        # The session that made the plan (`session.plan`), for `rehearse`; None otherwise.
+        self.session: Any = None
 
     # ------------------------------------------------------------------------------ contents
 
@@ -550,6 +554,26 @@ class Plan:
                 problems += [Problem(f"analyses[{i}].{p.field}", p.message) for p in exc.problems]
         if problems:
             raise AnalysisInvalid(problems)
+
+    def rehearse(self, session: Any = None, *, show: bool = True) -> Rehearsal:
+        """Dry-run the plan on a mock of the dataset built from its metadata, at the centre,
+        with the same compute code and output rules (nothing touches the data; nothing is
+        logged or charged). Prints, per analysis, what is refused by the analysis alone and
+        what the rules said on the mock, unless `show=False`; returns the report.
+
+        A mock predicts nothing about the real verdicts: its values are drawn uniformly within
+        the declared levels and bounds. `session` defaults to the one that made the plan.
+        """
+        session = session or self.session
+        if session is None:
+            raise ValueError(
+                "rehearse() needs a session: make the plan with session.plan(...) or pass "
+                "plan.rehearse(session)"
+            )
+        report: Rehearsal = session.rehearse(self)
+        if show:
+            print(report)
+        return report
 
     def seal(
         self,

@@ -30,6 +30,7 @@ from safeaccess.client.keys import load_private_key, public_key_from_raw, public
 from safeaccess.client.metadata import Column, DatasetMetadata, split_dataset
 from safeaccess.client.plan import Plan
 from safeaccess.client.protocol.sealed import SealedSequence
+from safeaccess.client.rehearsal import Rehearsal
 from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
 from safeaccess.client.results_folder import Results
 from safeaccess.client.validation import AnalysisInvalid, Problem
@@ -243,7 +244,21 @@ class Session:
         catalogue lists now, the one whose metadata the plan is checked against.
         """
         metadata = self.metadata(dataset)
-        return Plan(metadata.label, metadata)
+        plan = Plan(metadata.label, metadata)
+        plan.session = self  # so that plan.rehearse() knows where to ask
+        return plan
+
+    def rehearse(self, plan: Plan) -> Rehearsal:
+        """Dry-run `plan` on a mock of its dataset built from the metadata (declared levels,
+        bounds, row count), with the same compute code and output rules as a real step: per
+        analysis, what refuses it whatever the data and what the rules said on the mock. The
+        centre touches no data and logs or charges nothing. A mock predicts nothing about the
+        real verdicts."""
+        name, version = split_dataset(plan.dataset)
+        body = {"version": version, "analyses": [a.model_dump(mode="json") for a in plan]}
+        return Rehearsal.from_json(
+            self._retrying(lambda: self._request("POST", f"/v1/datasets/{name}/rehearse", body))
+        )
 
     def budgets(self, dataset: str) -> Budgets:
         """Your remaining DP budget and withhold budget on `dataset`, from the catalogue."""

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from safeaccess.server import api_audit, budgets
+from safeaccess.server import api_audit, budgets, rehearsal
 from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
 from safeaccess.server.schemas import (
     Catalogue,
@@ -27,6 +27,7 @@ from safeaccess.server.schemas import (
     OpenRequest,
     PlanCheckRequest,
     PlanCheckView,
+    RehearsalView,
     RevealRequest,
     SequenceList,
     SequenceView,
@@ -202,6 +203,18 @@ def create_app(service: Service) -> FastAPI:
         cannot cover, a kind the dataset's DP setting refuses); nothing runs or is charged."""
         return budgets.plan_check(
             service.store, auth.researcher, name, parse_body(PlanCheckRequest, auth.body)
+        )
+
+    @app.post("/v1/datasets/{name}/rehearse", response_model=RehearsalView, tags=["catalogue"])
+    def rehearse(name: DatasetName, auth: Auth) -> RehearsalView:
+        """Rehearse an unsealed plan on a mock built from the metadata, with the same compute
+        code and output rules; nothing touches the data, is logged or charged."""
+        return rehearsal.rehearse(
+            service.store,
+            service.ruleset_for,
+            auth.researcher,
+            name,
+            parse_body(PlanCheckRequest, auth.body),
         )
 
     @app.get("/v1/sequences", response_model=SequenceList, tags=["sequences"])

@@ -212,6 +212,33 @@ class PlanCheckView(BaseModel):
     )
 
 
+class RehearsalStep(BaseModel):
+    """One analysis of a rehearsed plan: what refuses it whatever the data, and its verdict on
+    the mock under the dataset's output rules."""
+
+    index: int = Field(description="Position of the analysis in the plan (0-based).")
+    kind: str
+    refused: list[str] = Field(
+        default_factory=list, description="Refused by the analysis alone, whatever the data."
+    )
+    mock_verdict: Literal["release", "withhold", "review", "failed", "not_rehearsed"]
+    checks: list[Reason] = Field(
+        default_factory=list, description="The checks that fired on the mock's output."
+    )
+    note: str | None = None
+
+
+class RehearsalView(BaseModel):
+    dataset: str
+    version: int
+    rows: int = Field(description="The dataset's published row count.")
+    mock_rows: int
+    ruleset: str
+    notes: list[str] = Field(description="What the mock had to invent.")
+    disclaimer: str
+    steps: list[RehearsalStep]
+
+
 class Catalogue(BaseModel):
     datasets: list[DatasetView]
 

@@ -340,3 +340,9 @@ def test_plan_train_model_is_sealed_run_and_released_through_the_session(
         (result,) = session.run(session.seal(plan))
     assert result.released, result.describe()
     assert result.kind == "model_training" and result.model() is not None
+    card = result.model()._repr_html_()
+    assert 'data-safeaccess="model"' in card and "logistic_regression" in card
+    metrics = result.frame()
+    assert result.output is not None
+    assert metrics.loc["n_test", "value"] == result.output["n_test"]
+    assert metrics.loc["accuracy", "value"] == result.output["metrics"]["accuracy"]

@@ -117,6 +117,10 @@ def test_dp_requests_past_the_budget_are_refused_before_sealing(running: Running
         assert after is not None and 0 < after.epsilon_remaining < 0.8
         results = session.run(session.seal(one))
         assert results[0].released, results[0].describe()
+        dp = results[0].dp
+        assert dp is not None and 'data-safeaccess="dp"' in dp._repr_html_()
+        assert "sigma" in dp._repr_html_() or "σ" in dp._repr_html_()
+        assert list(results[0].frame().columns) == ["count", "se count"]
         now = session.budgets("dpcensus").dp
         assert now is not None and now.releases == 1
         assert now.epsilon_remaining == pytest.approx(after.epsilon_remaining, rel=1e-9)

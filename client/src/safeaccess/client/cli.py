@@ -134,7 +134,13 @@ def _run(args: argparse.Namespace) -> int:
     server_key = load_public_key(args.server_key) if args.server_key is not None else None
     try:
         with connect(args.server, args.key, args.researcher, server_key=server_key) as session:
-            results = session.run(sealed, review_timeout=args.review_timeout, on_step=show)
+            results = session.run(
+                sealed,
+                review_timeout=args.review_timeout,
+                on_step=show,
+                # Only the lines between results: each result is printed by `show`.
+                progress=lambda line: print(line, flush=True) if line.endswith("…") else None,
+            )
     except SessionError as exc:
         raise CommandError(str(exc)) from exc
     if args.out is not None:

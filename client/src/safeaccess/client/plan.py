@@ -102,6 +102,11 @@ class Plan:
     def __iter__(self) -> Iterator[Analysis]:
         return iter(tuple(self._analyses))
 
+    def _repr_html_(self) -> str:
+        from safeaccess.client.notebook import plan_html
+
+        return plan_html(self)
+
     def bodies(self) -> list[bytes]:
         """The canonical JSON body (RFC 8785) of each analysis, in order."""
         return [to_body(a) for a in self._analyses]

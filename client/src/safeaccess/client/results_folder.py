@@ -47,6 +47,11 @@ class Results(list[StepResult]):
         """Every step of the sequence was released."""
         return bool(self) and self[-1].released and self[-1].last
 
+    def _repr_html_(self) -> str:
+        from safeaccess.client.notebook import results_html
+
+        return results_html(self)
+
     def save(self, directory: str | Path) -> Path:
         """Write the results folder into `directory` (created if needed); returns its path."""
         return save_results(self, self.sealed, directory)

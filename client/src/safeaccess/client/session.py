@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import time
 from collections.abc import Callable, Generator
 from datetime import datetime, timedelta
@@ -379,6 +380,7 @@ class Session:
         review_timeout: float = 0.0,
         poll_interval: float = 2.0,
         on_step: Callable[[StepResult], None] | None = None,
+        progress: bool | Callable[[str], None] = False,
     ) -> Results:
         """Drive a sealed sequence tit-for-tat and return the result of every revealed step.
 
@@ -387,7 +389,34 @@ class Session:
         still undecided (call `run` again later to continue). A sequence already opened on the
         server is resumed, never opened twice, and its earlier steps are returned (and passed to
         `on_step`) too. The returned `Results` is a list with `.save(dir)`.
+
+        `on_step(result)` is called with each step's result as soon as it is final (or left in
+        review or pending), in order, before the next step is revealed: e.g. to save or plot as
+        results arrive. `progress=True` prints a line per step as it goes ("step 2 of 5
+        (regression): revealed, running…", "waiting for an output checker…"); pass a function
+        taking a line to send them elsewhere.
         """
+        say: Callable[[str], None] = (
+            (lambda line: print(line, flush=True))
+            if progress is True
+            else (progress if callable(progress) else (lambda line: None))
+        )
+        total = sealed.steps
+
+        def kind_of(index: int) -> str:
+            try:
+                return str(json.loads(sealed.bodies[index - 1]).get("kind", "analysis"))
+            except (ValueError, AttributeError):
+                return "analysis"
+
+        def step_done(result: StepResult) -> None:
+            say(
+                f"step {result.index} of {total} ({result.kind or kind_of(result.index)}): "
+                f"{result.status.upper()}"
+            )
+            if on_step is not None:
+                on_step(result)
+
         fields = sealed.header_fields
         health = self.health()
         server_id = health["server_id"]
@@ -408,6 +437,7 @@ class Session:
         results = Results(sealed)
         existing = self.find(sealed)
         if existing is None:
+            say(f"step 1 of {total} ({kind_of(1)}): opening the sequence, running…")
             try:
                 current = self.open(sealed)
             except (Unreachable, ServerError) as exc:
@@ -417,12 +447,14 @@ class Session:
                 existing = self._retrying(lambda: self.find(sealed))
                 if existing is None:
                     raise
-                current = self._resume(existing, sealed, results, on_step)
+                current = self._resume(existing, sealed, results, step_done)
         else:
-            current = self._resume(existing, sealed, results, on_step)
+            say(f"resuming sequence {existing['id']}")
+            current = self._resume(existing, sealed, results, step_done)
         while True:
             if current.status == "pending" and review_timeout > 0:
                 # Past the withhold budget: wait for a checker to approve opening the sequence.
+                say("waiting for an output checker to approve opening the sequence…")
                 current = self.wait(
                     current.sequence_id,
                     current.index,
@@ -434,6 +466,10 @@ class Session:
                 # Left unfinished by a server restart: re-sending the reveal re-runs it.
                 current = self.reveal(current.sequence_id, sealed, current.index)
             if current.status == "review" and review_timeout > 0:
+                say(
+                    f"step {current.index} of {total}: in review, waiting for an output "
+                    f"checker… (up to {review_timeout:g} s)"
+                )
                 current = self.wait(
                     current.sequence_id,
                     current.index,
@@ -442,11 +478,12 @@ class Session:
                 )
             self._check_receipt(current, sealed)
             results.append(current)
-            if on_step is not None:
-                on_step(current)
+            step_done(current)
             if not current.released or current.last:
                 return results
-            current = self.reveal(current.sequence_id, sealed, current.index + 1)
+            following = current.index + 1
+            say(f"step {following} of {total} ({kind_of(following)}): revealed, running…")
+            current = self.reveal(current.sequence_id, sealed, following)
 
     def _resume(
         self,

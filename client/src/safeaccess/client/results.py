@@ -389,6 +389,11 @@ def format_output(result: StepResult) -> str:
     """The released output as text: a DataFrame rendering where pandas is available."""
     if result.output is None:
         return ""
+    if result.output.get("type") == "script":
+        # Everything a script gave (its printed output and its result), not only the result.
+        import json
+
+        return json.dumps(result.output, indent=2, sort_keys=True)
     try:
         frame = result.frame()
     except ImportError:

@@ -185,6 +185,11 @@ class DatasetView(BaseModel):
     withhold_budget: BudgetView | None = Field(
         default=None, description="Your withhold budget on this dataset now (None: no budget)."
     )
+    rules: dict[str, Any] | None = Field(
+        default=None,
+        description="The output-checking rule set in force: every threshold (threshold, dof, "
+        "nk_n/nk_k, p_ratio, zeros_disclosive, ...) and its content hash (`sha256`).",
+    )
 
 
 class PlanCheckRequest(_In):

@@ -192,3 +192,12 @@ def test_dataset_add_says_which_na_markers_were_read_as_missing(
     out = capsys.readouterr().out
     assert "read as missing values" in out
     assert "income: 2 cells empty, 5 cells 'NA'" in out
+
+
+def test_the_annotated_metadata_example_describes_the_demo_census() -> None:
+    from safeaccess.server.datasets import check_against_metadata, load_metadata
+
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "census.yaml"
+    metadata = load_metadata(example)
+    assert metadata == census_metadata("census")
+    assert check_against_metadata(generate_census(500, seed=1), metadata) == []

@@ -133,3 +133,26 @@ def test_dp_requests_past_the_budget_are_refused_before_sealing(running: Running
         assert f"at most ε = {now.epsilon_remaining:.4g} at δ = 1e-05" in str(info.value)
     # Nothing was charged for the refusals and no sequence was opened for them.
     assert len(running.service.store.list_sequences("ada")) == before + 1
+
+
+def test_a_dp_histogram_plots_its_noisy_counts_with_intervals(running: Running) -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with connect(running.url, running.key, "ada") as session:
+        plan = session.plan("dpcensus").dp_histogram("age", [16, 40, 65, 95], sigma=200.0)
+        (result,) = session.run(session.seal(plan))
+    assert result.released, result.describe()
+    dp = result.dp
+    assert dp is not None
+    ax = result.plot()
+    assert [p.get_height() for p in ax.patches] == pytest.approx(dp.estimates()[0])
+    assert [t.get_text() for t in ax.get_xticklabels()] == dp.components
+    # The whiskers are ±1.96 released standard errors.
+    bars = ax.containers[-1]  # the bars (the error bars are a container of their own)
+    assert bars.errorbar is not None
+    segments = bars.errorbar.lines[2][0].get_segments()
+    half = [(seg[1][1] - seg[0][1]) / 2 for seg in segments]
+    assert half == pytest.approx([1.959963984540054 * s for s in dp.standard_errors()[0]])
+    plt.close("all")

@@ -233,6 +233,13 @@ class StepResult:
             return pd.DataFrame(rows)
         return None
 
+    def plot(self, ax: Any = None) -> Any:
+        """Draw the released output with matplotlib (optional; see
+        `safeaccess.client.plots`) on `ax` or a new figure; returns the axes."""
+        from safeaccess.client.plots import plot_result
+
+        return plot_result(self, ax)
+
     def _repr_html_(self) -> str:
         from safeaccess.client.notebook import step_html
 

@@ -337,6 +337,9 @@ def test_plan_train_model_is_sealed_run_and_released_through_the_session(
             features=["age", "income", "region"],
             params=ModelParams(C=1.0),
         )
+        (rehearsed,) = plan.rehearse(show=False).steps
+        assert rehearsed.kind == "model_training" and not rehearsed.doomed
+        assert rehearsed.mock_verdict in ("release", "withhold", "review")
         (result,) = session.run(session.seal(plan))
     assert result.released, result.describe()
     assert result.kind == "model_training" and result.model() is not None

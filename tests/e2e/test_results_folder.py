@@ -70,6 +70,12 @@ def test_session_results_save_writes_outputs_receipts_and_summary(
     readme = (folder / "README.md").read_text()
     assert "finished: all 2 steps released" in readme and "receipts/02.json" in readme
 
+    # Running the finished sequence again returns every step and saves the same folder.
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        again = session.run(sealed)
+    assert [r.index for r in again] == [1, 2] and again.finished
+    assert _tree(again.save(tmp_path / "again")) == _tree(folder)
+
     # Another sequence's results never go into the same folder.
     other = centre.seal([FrequencyTable(rows=["sex"])])
     with connect(srv.url, centre.keys["ada"], "ada") as session:
@@ -103,6 +109,7 @@ def test_run_out_writes_the_folder_and_again_the_same_folder(
     assert client_main(["run", *base, "--out", str(tmp_path / "first")]) == 1
     first_out = capsys.readouterr().out
     assert "results saved to" in first_out
+    assert "step 2 of 3 (frequency_table): revealed, running…" in first_out
 
     # Running the stopped sequence again prints every step and writes the same folder.
     assert client_main(["run", *base, "--out", str(tmp_path / "second")]) == 1

@@ -17,10 +17,10 @@ from safeaccess.server.service import Service
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "researcher.md"
 
 
-def _quickstart() -> str:
+def _block(marker: str) -> str:
     text = GUIDE.read_text(encoding="utf-8")
-    match = re.search(r"<!-- quickstart:[^>]*-->\n```python\n(.*?)```", text, re.S)
-    assert match is not None, "the guide's quickstart block is missing"
+    match = re.search(rf"<!-- {marker}:[^>]*-->\n```python\n(.*?)```", text, re.S)
+    assert match is not None, f"the guide's {marker} block is missing"
     return match.group(1)
 
 
@@ -31,7 +31,7 @@ def test_the_guides_common_path_runs_and_saves(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = _quickstart()
+    code = _block("quickstart")
     lines = [line for line in code.splitlines() if line.strip()]
     assert len(lines) <= 12, lines
     _, srv = server
@@ -54,3 +54,9 @@ def test_the_guides_common_path_runs_and_saves(
     summary = json.loads((tmp_path / "census-results" / "summary.json").read_text())
     assert summary["outcome"] == "finished: all 5 steps released"
     assert (tmp_path / "census-results" / "README.md").exists()
+
+    # The Plots section's example continues from there.
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    exec(compile(_block("plot"), str(GUIDE), "exec"), namespace)
+    assert (tmp_path / "census-results" / "age.png").stat().st_size > 1000

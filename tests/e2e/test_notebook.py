@@ -125,3 +125,21 @@ def test_script_frames_and_cards() -> None:
     )
     assert printed.frame().loc[0, "stdout"] == "<b>hi</b>"
     assert "&lt;b&gt;hi&lt;/b&gt;" in printed._repr_html_()
+
+
+def test_progress_says_when_it_waits_for_an_output_checker(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    _, srv = server
+    lines: list[str] = []
+    with connect(srv.url, centre.keys["bob"], "bob") as session:
+        plan = session.plan("census").script("result = 1")
+        results = session.run(
+            session.seal(plan), review_timeout=0.3, poll_interval=0.1, progress=lines.append
+        )
+    assert [r.status for r in results] == ["review"]
+    assert lines == [
+        "step 1 of 1 (script): opening the sequence, running…",
+        "step 1 of 1: in review, waiting for an output checker… (up to 0.3 s)",
+        "step 1 of 1 (script): REVIEW",
+    ]

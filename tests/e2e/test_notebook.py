@@ -4,51 +4,13 @@ scripts and regressions that keep their fit, progress lines and the `on_step` ca
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
-
 import pytest
-from e2e_helpers import Centre
+from e2e_helpers import Centre, HtmlCards
 
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.service import Service
-
-
-class _Cards(HTMLParser):
-    """Collects the cards, the badges and the text of an HTML fragment; checks tags balance."""
-
-    VOID = frozenset({"br", "hr", "img", "meta", "input", "col"})
-
-    def __init__(self, markup: str) -> None:
-        super().__init__()
-        self.cards: list[str] = []
-        self.badges: list[str] = []
-        self.text: list[str] = []
-        self.open: list[str] = []
-        self.feed(markup)
-        self.close()
-        assert self.open == [], f"unclosed tags {self.open}"
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        if "data-safeaccess" in found:
-            self.cards.append(str(found["data-safeaccess"]))
-        if "data-status" in found:
-            self.badges.append(str(found["data-status"]))
-        if tag not in self.VOID:
-            self.open.append(tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        assert self.open and self.open[-1] == tag, f"</{tag}> closes {self.open[-1:]}"
-        self.open.pop()
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-    @property
-    def words(self) -> str:
-        return " ".join(" ".join(self.text).split())
 
 
 def test_cards_frames_progress_and_on_step(
@@ -66,11 +28,11 @@ def test_cards_frames_progress_and_on_step(
             .ols("income ~ age")
             .frequency_table("ethnicity", "region")  # withheld: small cells
         )
-        shown = _Cards(plan._repr_html_())
+        shown = HtmlCards(plan._repr_html_())
         assert shown.cards == ["plan"] and "Plan on census@1: 4 analyses" in shown.words
         assert "sex == &#x27;F&#x27;" in plan._repr_html_()  # values are escaped
         sealed = session.seal(plan)
-        sealed_card = _Cards(sealed._repr_html_())
+        sealed_card = HtmlCards(sealed._repr_html_())
         assert sealed_card.cards == ["sealed"] and "researcher ada" in sealed_card.words
         results = session.run(sealed, on_step=seen.append, progress=lines.append)
 
@@ -87,7 +49,7 @@ def test_cards_frames_progress_and_on_step(
         "step 4 of 4 (frequency_table): WITHHELD",
     ]
 
-    page = _Cards(results._repr_html_())
+    page = HtmlCards(results._repr_html_())
     assert page.cards == ["results", "step", "step", "step", "step"]
     assert page.badges == ["released"] * 3 + ["withheld"] + ["released"] * 3 + ["withheld"]
     adults_f = census[(census.sex == "F") & (census.age >= 18)]
@@ -102,7 +64,7 @@ def test_cards_frames_progress_and_on_step(
     assert ols.attrs["n"] == census[["income", "age"]].dropna().shape[0]
     assert ols.attrs["df_resid"] == ols.attrs["n"] - 2
     assert 0 <= ols.attrs["adj_r2"] <= ols.attrs["r2"] <= 1
-    step = _Cards(results[2]._repr_html_())
+    step = HtmlCards(results[2]._repr_html_())
     assert "r2" in step.words.split() and "df_resid" in step.words
 
 

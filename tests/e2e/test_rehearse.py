@@ -5,7 +5,7 @@ dooms and what the rules said on the mock, and touching nothing at the centre.""
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import Centre
+from e2e_helpers import Centre, HtmlCards
 
 from safeaccess.client.session import connect
 from safeaccess.server.embedded import EmbeddedServer
@@ -47,3 +47,8 @@ def test_rehearse_reports_mock_verdicts_and_refusals_and_changes_nothing(
     assert "step 2 (frequency_table): on the mock: WITHHOLD" in printed
     assert "likely withhold: threshold" in printed
     assert "step 3 (dp_count): REFUSED by the analysis alone" in printed
+
+    card = HtmlCards(report._repr_html_())
+    assert card.cards == ["rehearsal"]
+    assert card.badges == ["release", "withhold", "refused", "not rehearsed", ols.mock_verdict]
+    assert "predicts nothing about the real verdicts" in card.words

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from safeaccess.client.models import Predictor
     from safeaccess.client.plan import Plan
     from safeaccess.client.protocol.sealed import SealedSequence
+    from safeaccess.client.rehearsal import Rehearsal
     from safeaccess.client.results import StepResult
 
 _COLOURS = {
@@ -25,6 +26,9 @@ _COLOURS = {
     "failed": "#b3261e",
     "review": "#9a6700",
     "pending": "#9a6700",
+    "release": "#1b7f3b",
+    "withhold": "#b3261e",
+    "refused": "#b3261e",
     "running": "#3b5bdb",
 }
 _CARD = (
@@ -165,6 +169,36 @@ def predictor_html(model: Predictor) -> str:
     return card("model", "Released model", _rows(pairs))
 
 
+def rehearsal_html(report: Rehearsal) -> str:
+    rows = []
+    for step in report.steps:
+        if step.refused:
+            verdict = badge("refused")
+            detail = "<br>".join(esc(r) for r in step.refused)
+        elif step.mock_verdict == "not_rehearsed":
+            verdict, detail = badge("not rehearsed"), esc(step.note or "")
+        else:
+            verdict = badge(step.mock_verdict)
+            detail = "<br>".join(esc(c) for c in step.checks) or "passed every check on the mock"
+        rows.append(
+            f"<tr><td>{step.index}</td><td><code>{esc(step.kind)}</code></td>"
+            f"<td>{verdict}</td><td>{detail}</td></tr>"
+        )
+    notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+    body = (
+        f"<p><strong>{esc(report.disclaimer)}</strong></p>"
+        + (f"<ul>{notes}</ul>" if notes else "")
+        + "<table><tr><th>step</th><th>kind</th><th>on the mock</th><th>why</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+    title = (
+        f"Rehearsal on a mock of {esc(report.dataset)} ({report.mock_rows} mock rows, "
+        f"rules {esc(report.ruleset)})"
+    )
+    return card("rehearsal", title, body)
+
+
 def dp_html(dp: DPResult) -> str:
     return card("dp", f"DP answer <code>{esc(dp.kind)}</code>", f"<pre>{esc(dp.describe())}</pre>")
 
@@ -174,6 +208,7 @@ __all__ = [
     "dp_html",
     "plan_html",
     "predictor_html",
+    "rehearsal_html",
     "results_html",
     "sealed_html",
     "step_html",

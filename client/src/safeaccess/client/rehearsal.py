@@ -89,6 +89,11 @@ class Rehearsal:
             ),
         )
 
+    def _repr_html_(self) -> str:
+        from safeaccess.client.notebook import rehearsal_html
+
+        return rehearsal_html(self)
+
     @property
     def doomed(self) -> tuple[RehearsedStep, ...]:
         """The steps refused by the analysis alone."""

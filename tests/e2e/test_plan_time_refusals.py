@@ -156,3 +156,14 @@ def test_a_dp_histogram_plots_its_noisy_counts_with_intervals(running: Running) 
     half = [(seg[1][1] - seg[0][1]) / 2 for seg in segments]
     assert half == pytest.approx([1.959963984540054 * s for s in dp.standard_errors()[0]])
     plt.close("all")
+
+
+def test_a_dp_mean_test_has_a_one_row_frame_of_its_result(running: Running) -> None:
+    with connect(running.url, running.key, "ada") as session:
+        plan = session.plan("dpcensus").dp_mean_test("income", "sex", epsilon=0.2, delta=1e-5)
+        (result,) = session.run(session.seal(plan))
+    assert result.released, result.describe()
+    assert result.output is not None and result.output["test"]
+    frame = result.frame()
+    assert frame.shape[0] == 1
+    assert frame.iloc[0].to_dict() == result.output["test"]

@@ -248,3 +248,15 @@ def test_client_modules_stay_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_load_private_key_expands_the_home_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safeaccess.client.keys import generate_keypair, load_private_key
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    private, _ = generate_keypair("ada", tmp_path / ".safeaccess" / "keys")
+    assert load_private_key("~/.safeaccess/keys/ada.key") is not None
+    assert load_private_key(Path("~") / ".safeaccess" / "keys" / "ada.key") is not None
+    assert private.exists()

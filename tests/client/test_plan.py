@@ -22,7 +22,7 @@ from safeaccess.client.analyses import (
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.plan import Plan
 from safeaccess.client.protocol import verify_whole
-from safeaccess.client.validation import AnalysisInvalid
+from safeaccess.client.validation import AnalysisInvalid, validate
 
 META = DatasetMetadata(
     name="census",
@@ -117,6 +117,19 @@ def test_bad_input_changes_nothing() -> None:
     assert plan.bodies() == before
 
 
+def test_histogram_bins_without_declared_bounds_are_refused_by_name() -> None:
+    bounded = Plan("census", META).histogram("age", bins=4)
+    assert bounded.analyses[0].model_dump()["edges"] == [0, 27.5, 55, 82.5, 110]
+    for plan in (Plan("census"), Plan("census", META)):
+        with pytest.raises(AnalysisInvalid, match="minimum and maximum") as info:
+            plan.add(Histogram(variable="age", bins=4))
+        assert info.value.problems[0].field == "bins" and len(plan) == 0
+    with pytest.raises(AnalysisInvalid, match="bins"):
+        Plan("census").histogram("age", bins=4)  # no metadata: the bounds are unknown
+    with pytest.raises(AnalysisInvalid, match="whole number"):
+        Plan("census", META).histogram("age", bins=0)
+
+
 def test_grammar_is_checked_without_metadata() -> None:
     plan = Plan("census")
     with pytest.raises(AnalysisInvalid) as info:
@@ -129,7 +142,8 @@ def test_grammar_is_checked_without_metadata() -> None:
 
 
 def test_validate_reports_positions() -> None:
-    plan = Plan("census").frequency_table("sex").ols("income ~ agee").histogram("sex", bins=3)
+    plan = Plan("census").frequency_table("sex").ols("income ~ agee")
+    plan.histogram("sex", edges=[0, 1, 2])
     with pytest.raises(AnalysisInvalid) as info:
         plan.validate(META)
     fields = [p.field for p in info.value.problems]
@@ -198,3 +212,48 @@ def test_metadata_of_another_version_does_not_describe_a_pinned_plan() -> None:
 def test_a_malformed_version_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match=r"version|name"):
         Plan(bad)
+
+
+def test_train_model_and_every_schema_error_is_an_analysis_invalid_saying_what_to_fix() -> None:
+    from safeaccess.client.analyses import Fairness, ModelParams, ModelTraining
+
+    plan = Plan("census", META).train_model(
+        "decision_tree",
+        "employed",
+        ["age", "income"],
+        params={"max_depth": 3},
+        protected="sex",
+        treatment="reweighing",
+    )
+    assert plan.analyses[0] == ModelTraining(
+        family="decision_tree",
+        target="employed",
+        features=["age", "income"],
+        params=ModelParams(max_depth=3),
+        fairness=Fairness(protected="sex", treatment="reweighing"),
+    )
+    with pytest.raises(AnalysisInvalid) as info:
+        Plan("census", META).train_model(
+            "decision_tree", "employed", ["age"], params={"max_depht": 3, "max_depth": 99}
+        )
+    text = str(info.value)
+    assert "params.max_depht: unknown field; the fields are C, learning_rate, max_depth" in text
+    assert "params.max_depth: " in text and "30" in text
+    assert "pydantic" not in text and "http" not in text and "extra_forbidden" not in text
+    with pytest.raises(AnalysisInvalid, match="protected=COLUMN"):
+        Plan("census", META).train_model(
+            "decision_tree", "employed", ["age"], treatment="reweighing"
+        )
+
+    # The plan's methods and the validation of bodies say the same, never pydantic's listing.
+    with pytest.raises(AnalysisInvalid) as info:
+        validate({"kind": "frequency_table", "rows": ["sex"], "colums": ["region"]}, META)
+    assert [p.field for p in info.value.problems] == ["frequency_table.colums"]
+    assert "unknown field" in str(info.value) and "http" not in str(info.value)
+    with pytest.raises(AnalysisInvalid, match="family: must be 'decision_tree'"):
+        Plan("census", META).train_model("svm", "employed", ["age"])  # type: ignore[arg-type]
+    with pytest.raises(AnalysisInvalid, match="exactly one of 'bins'"):
+        Plan("census", META).histogram("age")
+    with pytest.raises(AnalysisInvalid) as info:
+        Plan("census", META).frequency_table(3)  # type: ignore[arg-type]
+    assert info.value.problems[0].field == "rows[0]" and "http" not in str(info.value)

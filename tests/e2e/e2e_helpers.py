@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 import httpx
@@ -116,3 +117,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class HtmlCards(HTMLParser):
+    """Collects the cards, the badges and the text of an HTML fragment; checks tags balance."""
+
+    VOID = frozenset({"br", "hr", "img", "meta", "input", "col"})
+
+    def __init__(self, markup: str) -> None:
+        super().__init__()
+        self.cards: list[str] = []
+        self.badges: list[str] = []
+        self.text: list[str] = []
+        self.open: list[str] = []
+        self.feed(markup)
+        self.close()
+        assert self.open == [], f"unclosed tags {self.open}"
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if "data-safeaccess" in found:
+            self.cards.append(str(found["data-safeaccess"]))
+        if "data-status" in found:
+            self.badges.append(str(found["data-status"]))
+        if tag not in self.VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open and self.open[-1] == tag, f"</{tag}> closes {self.open[-1:]}"
+        self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    @property
+    def words(self) -> str:
+        return " ".join(" ".join(self.text).split())

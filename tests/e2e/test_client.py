@@ -144,3 +144,41 @@ def test_receipts_bind_the_outcome_and_are_signed_by_the_centre(
         pytest.raises(WrongServer, match="different signing key"),
     ):
         session.run(centre.seal([FrequencyTable(rows=["sex"])]))
+
+
+def test_a_server_that_is_down_is_one_line_not_a_traceback(
+    centre: Centre, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from cryptography.hazmat.primitives import serialization
+    from e2e_helpers import free_port
+
+    from safeaccess.client.session import Unreachable
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    with connect(url, centre.keys["ada"], "ada") as session, pytest.raises(Unreachable) as info:
+        session.datasets()
+    assert str(info.value) == f"cannot reach {url}: connection refused"
+    assert time.monotonic() - started < 5  # a server never reached is not retried for long
+
+    key_file = tmp_path / "ada.key"
+    key_file.write_bytes(
+        centre.keys["ada"].private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    sealed_file = tmp_path / "seq.json"
+    sealed_file.write_text(centre.seal([FrequencyTable(rows=["sex"])]).to_json())
+    common = ["--server", url, "--key", str(key_file)]
+    for argv in (
+        ["run", str(sealed_file), *common, "--researcher", "ada"],
+        ["audit", "receipt", str(sealed_file), *common, "--researcher", "ada"],
+    ):
+        assert client_main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.err == f"safeaccess: error: cannot reach {url}: connection refused\n"
+        assert "Traceback" not in captured.out

@@ -316,3 +316,36 @@ def test_a_deep_tree_on_an_identifying_selection_does_not_give_ones_outcome(
     assert result.withheld, result.describe()
     assert [r.check for r in result.reasons] == ["disclosure_control"]
     assert {"leaf_threshold", "leaf_class_disclosure"} <= _withheld_by(server[0], result)
+
+
+def test_plan_train_model_is_sealed_run_and_released_through_the_session(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    service, srv = server
+    name = f"modeller{next(_FRESH)}"
+    key = Ed25519PrivateKey.generate()
+    service.store.add_researcher(
+        name, public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
+    )
+    with connect(srv.url, key, name) as session:
+        plan = session.plan(DATASET).train_model(
+            "logistic_regression", "approved", ["age", "income", "region"], params={"C": 1.0}
+        )
+        assert plan.analyses[0] == ModelTraining(
+            family="logistic_regression",
+            target="approved",
+            features=["age", "income", "region"],
+            params=ModelParams(C=1.0),
+        )
+        (rehearsed,) = plan.rehearse(show=False).steps
+        assert rehearsed.kind == "model_training" and not rehearsed.doomed
+        assert rehearsed.mock_verdict in ("release", "withhold", "review")
+        (result,) = session.run(session.seal(plan))
+    assert result.released, result.describe()
+    assert result.kind == "model_training" and result.model() is not None
+    card = result.model()._repr_html_()
+    assert 'data-safeaccess="model"' in card and "logistic_regression" in card
+    metrics = result.frame()
+    assert result.output is not None
+    assert metrics.loc["n_test", "value"] == result.output["n_test"]
+    assert metrics.loc["accuracy", "value"] == result.output["metrics"]["accuracy"]

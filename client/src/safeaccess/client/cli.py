@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import httpx
+
 from safeaccess.client.audit.cli import CommandError as AuditCommandError
 from safeaccess.client.ca.policy import PolicyError
 from safeaccess.client.keys import (
@@ -118,6 +120,7 @@ def _add_keys(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _run(args: argparse.Namespace) -> int:
     from safeaccess.client.protocol.sealed import SealedSequence
     from safeaccess.client.results import StepResult, format_output
+    from safeaccess.client.results_folder import ResultsFolderError
     from safeaccess.client.session import SessionError, connect
 
     sealed = SealedSequence.from_json(Path(args.sealed).read_bytes())
@@ -131,9 +134,21 @@ def _run(args: argparse.Namespace) -> int:
     server_key = load_public_key(args.server_key) if args.server_key is not None else None
     try:
         with connect(args.server, args.key, args.researcher, server_key=server_key) as session:
-            results = session.run(sealed, review_timeout=args.review_timeout, on_step=show)
+            results = session.run(
+                sealed,
+                review_timeout=args.review_timeout,
+                on_step=show,
+                # Only the lines between results: each result is printed by `show`.
+                progress=lambda line: print(line, flush=True) if line.endswith("…") else None,
+            )
     except SessionError as exc:
         raise CommandError(str(exc)) from exc
+    if args.out is not None:
+        try:
+            folder = results.save(args.out)
+        except ResultsFolderError as exc:
+            raise CommandError(str(exc)) from exc
+        print(f"results saved to {folder} (README.md lists every step)")
     final = results[-1]
     if final.released and final.last:
         print(f"sequence {final.sequence_id}: finished, all {final.index} steps released")
@@ -161,6 +176,14 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=0.0,
         help="seconds to wait for an output checker on a step in review (default: do not wait)",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the results folder here: outputs (CSV, JSON), receipts, the sealed sequence, "
+        "summary.json and README.md",
     )
     run.set_defaults(handler=_run)
 
@@ -206,6 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except USER_ERRORS as exc:
         print(f"safeaccess: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except httpx.TransportError as exc:
+        # The audit and CA commands talk to the server directly: the same one line as a session.
+        from safeaccess.client.session import transport_reason
+
+        where = getattr(getattr(exc, "_request", None), "url", None)
+        url = f"{where.scheme}://{where.netloc.decode()}" if where is not None else "the server"
+        print(f"safeaccess: error: cannot reach {url}: {transport_reason(exc)}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 

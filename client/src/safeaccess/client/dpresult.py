@@ -131,6 +131,11 @@ class DPResult:
         self.ledger: dict[str, Any] = output["ledger"]
         self.risk: dict[str, Any] = output["risk"]
 
+    def _repr_html_(self) -> str:
+        from safeaccess.client.notebook import dp_html
+
+        return dp_html(self)
+
     @property
     def flat(self) -> list[float]:
         return [v for row in self.values for v in row]

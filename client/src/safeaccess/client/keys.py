@@ -101,7 +101,7 @@ def generate_keypair(
 def _read(source: Path | str | bytes) -> tuple[bytes, str]:
     if isinstance(source, bytes):
         return source, "the given key bytes"
-    path = Path(source)
+    path = Path(source).expanduser()  # "~/.safeaccess/keys/ada.key" as written in the guides
     try:
         return path.read_bytes(), str(path)
     except FileNotFoundError:

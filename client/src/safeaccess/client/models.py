@@ -143,6 +143,11 @@ class Predictor:
     def from_output(cls, output: Mapping[str, Any]) -> Predictor:
         return cls(output)
 
+    def _repr_html_(self) -> str:
+        from safeaccess.client.notebook import predictor_html
+
+        return predictor_html(self)
+
     # ------------------------------------------------------------------------------ encoding
 
     def encode(self, record: Record) -> list[float]:

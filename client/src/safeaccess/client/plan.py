@@ -15,7 +15,7 @@ where it is made and never enters the plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,6 +34,8 @@ from safeaccess.client.analyses import (
     Histogram,
     MagnitudeTable,
     Mitigations,
+    ModelParams,
+    ModelTraining,
     Regression,
     Script,
     StatTest,
@@ -41,19 +43,30 @@ from safeaccess.client.analyses import (
     SummaryStatistic,
     to_body,
 )
+from safeaccess.client.analysis_errors import problems_from
 from safeaccess.client.metadata import DatasetMetadata, check_describes, split_dataset
 from safeaccess.client.validation import AnalysisInvalid, Problem, check_grammar, validate
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from safeaccess.client.rehearsal import Rehearsal
+
 Columns = str | Sequence[str]
+
+_DATA_EDGES = (
+    "'bins' without 'edges' would take the outer bin edges from the data (its minimum and "
+    "maximum), which the output rules always withhold; give edges=[...] yourself, or use "
+    "plan.histogram(variable, bins=N) on a column with declared bounds"
+)
 
 
 def _names(value: Columns | None) -> list[str]:
     if value is None:
         return []
-    return [value] if isinstance(value, str) else list(value)
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        return [value]  # a non-name is then reported by the schema
+    return list(value)
 
 
 class Plan:
@@ -73,6 +86,8 @@ class Plan:
         self.dataset = dataset
         self.metadata = metadata
         self._analyses: list[Analysis] = []
+        # The session that made the plan (`session.plan`), for `rehearse`; None otherwise.
+        self.session: Any = None
 
     # ------------------------------------------------------------------------------ contents
 
@@ -87,30 +102,36 @@ class Plan:
     def __iter__(self) -> Iterator[Analysis]:
         return iter(tuple(self._analyses))
 
+    def _repr_html_(self) -> str:
+        from safeaccess.client.notebook import plan_html
+
+        return plan_html(self)
+
     def bodies(self) -> list[bytes]:
         """The canonical JSON body (RFC 8785) of each analysis, in order."""
         return [to_body(a) for a in self._analyses]
 
     def add(self, analysis: Analysis) -> Plan:
         """Append an analysis model, checked against the metadata when the plan has it and
-        against the filter and formula grammar always."""
+        against the filter and formula grammar always.
+
+        Refused here too: what the analysis alone dooms to a withhold whatever the data, such as
+        a histogram whose bin edges would come from the data (see `histogram`).
+        """
         if self.metadata is not None:
             validate(analysis, self.metadata)
         else:
             check_grammar(analysis)
+        if isinstance(analysis, Histogram) and analysis.edges is None:
+            raise AnalysisInvalid([Problem("bins", _DATA_EDGES)])
         self._analyses.append(analysis)
         return self
 
     def _build(self, model: type[Any], **fields: Any) -> Plan:
         try:
             analysis = model(**fields)
-        except ValidationError as exc:
-            raise AnalysisInvalid(
-                [
-                    Problem(".".join(str(p) for p in err["loc"]) or model.__name__, err["msg"])
-                    for err in exc.errors()
-                ]
-            ) from exc
+        except ValidationError as exc:  # models outside the analyses, e.g. a nested one
+            raise AnalysisInvalid(problems_from(exc, model)) from None
         return self.add(analysis)
 
     # ---------------------------------------------------------------------------- analyses
@@ -228,7 +249,17 @@ class Plan:
         by: Columns | None = None,
         where: str | None = None,
     ) -> Plan:
-        """Counts of `variable` in `bins` equal-width bins or between explicit `edges`."""
+        """Counts of `variable` between explicit `edges`, or in `bins` equal-width bins between
+        the column's declared bounds.
+
+        `bins` alone on a column without declared bounds is refused: the edges would be the
+        data's minimum and maximum, which the output rules always withhold (and a withhold costs
+        one from your withhold budget).
+        """
+        if bins is not None and edges is None:
+            derived = self._edges_from_bounds(variable, bins)
+            if derived is not None:
+                edges, bins = derived, None
         return self._build(
             Histogram,
             variable=variable,
@@ -237,6 +268,22 @@ class Plan:
             by=_names(by),
             where=where,
         )
+
+    def _edges_from_bounds(self, variable: str, bins: int) -> list[float] | None:
+        """`bins` + 1 equal-width edges between the declared bounds of `variable`; None when
+        the plan cannot know them (`add` then reports why)."""
+        if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1000:
+            raise AnalysisInvalid([Problem("bins", "give a whole number of bins from 1 to 1000")])
+        column = self.metadata.column(variable) if self.metadata is not None else None
+        if column is None or column.bounds is None:
+            return None
+        low, high = column.bounds
+        if not low < high:
+            raise AnalysisInvalid(
+                [Problem("bins", f"{variable!r} has no width between its declared bounds")]
+            )
+        # Computed from the ends each time (not by adding a step) so the last edge is `high`.
+        return [low + (high - low) * i / bins for i in range(bins)] + [high]
 
     def chi2(self, rows: str, cols: str, *, where: str | None = None) -> Plan:
         """Chi-squared test of independence between two categorical columns."""
@@ -446,6 +493,49 @@ class Plan:
             alpha=alpha,
         )
 
+    def train_model(
+        self,
+        family: Literal[
+            "decision_tree", "random_forest", "gradient_boosting", "logistic_regression"
+        ],
+        target: str,
+        features: Columns,
+        *,
+        params: Mapping[str, Any] | ModelParams | None = None,
+        test_fraction: float = 0.3,
+        seed: int = 0,
+        protected: str | None = None,
+        treatment: Literal[
+            "none", "reweighing", "exponentiated_gradient", "threshold_optimizer"
+        ] = "none",
+        constraint: Literal["demographic_parity", "equalized_odds"] = "demographic_parity",
+        where: str | None = None,
+    ) -> Plan:
+        """Train a classifier of `target` on `features` (docs/models.md): `params` are its
+        hyper-parameters (e.g. `{"max_depth": 3, "min_samples_leaf": 50}`); `protected` names a
+        protected attribute whose fairness metrics are reported, mitigated by `treatment`."""
+        fields: dict[str, Any] = {
+            "family": family,
+            "target": target,
+            "features": _names(features),
+            "test_fraction": test_fraction,
+            "seed": seed,
+            "where": where,
+        }
+        if params is not None:
+            fields["params"] = params if isinstance(params, ModelParams) else dict(params)
+        if protected is not None:
+            fields["fairness"] = {
+                "protected": protected,
+                "treatment": treatment,
+                "constraint": constraint,
+            }
+        elif treatment != "none":
+            raise AnalysisInvalid(
+                [Problem("treatment", "a fairness treatment needs protected=COLUMN")]
+            )
+        return self._build(ModelTraining, **fields)
+
     def script(self, code: str, *, where: str | None = None) -> Plan:
         """Arbitrary Python run in the sandbox; its output always goes to human review."""
         return self._build(Script, code=code, where=where)
@@ -469,6 +559,26 @@ class Plan:
                 problems += [Problem(f"analyses[{i}].{p.field}", p.message) for p in exc.problems]
         if problems:
             raise AnalysisInvalid(problems)
+
+    def rehearse(self, session: Any = None, *, show: bool = True) -> Rehearsal:
+        """Dry-run the plan on a mock of the dataset built from its metadata, at the centre,
+        with the same compute code and output rules (nothing touches the data; nothing is
+        logged or charged). Prints, per analysis, what is refused by the analysis alone and
+        what the rules said on the mock, unless `show=False`; returns the report.
+
+        A mock predicts nothing about the real verdicts: its values are drawn uniformly within
+        the declared levels and bounds. `session` defaults to the one that made the plan.
+        """
+        session = session or self.session
+        if session is None:
+            raise ValueError(
+                "rehearse() needs a session: make the plan with session.plan(...) or pass "
+                "plan.rehearse(session)"
+            )
+        report: Rehearsal = session.rehearse(self)
+        if show:
+            print(report)
+        return report
 
     def seal(
         self,

@@ -163,8 +163,12 @@ class StepResult:
         return self.status == "pending"
 
     def frame(self) -> Any:
-        """The released output as a pandas DataFrame (tables, regressions, correlations,
-        summaries); None if nothing was released or the output has no tabular form.
+        """The released output as a pandas DataFrame; None if nothing was released.
+
+        Tables and histograms, summaries, correlations, regressions (coefficients; `attrs` keeps
+        n, df_resid, df_model and the fit such as R²), tests (one row), trained models (their
+        test metrics), scripts (their `result`, else their printed output), survival tables (one
+        row per step) and DP answers (estimates and standard errors; a DP mean test's result).
 
         Raises ImportError with an install hint when pandas is missing.
         """
@@ -174,14 +178,32 @@ class StepResult:
             import pandas as pd
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
-                "pandas is needed for DataFrames: pip install 'safeaccess-client[pandas]'"
+                "pandas is needed for DataFrames: pip install pandas (or install the client with its 'pandas' extra)"
             ) from exc
         out = self.output
         kind = out.get("type")
         if kind == "table":
             return _table_frame(pd, out)
         if kind == "regression":
-            return pd.DataFrame(out["coefficients"]).set_index("term")
+            frame = pd.DataFrame(out["coefficients"]).set_index("term")
+            # The fit travels with the coefficients: n, residual and model df, R² and the rest.
+            frame.attrs.update(
+                {"n": out["n"], "df_resid": out["df_resid"], "df_model": out["df_model"]}
+            )
+            frame.attrs.update(out.get("fit") or {})
+            return frame
+        if kind == "test":
+            row = {k: out[k] for k in ("test", "statistic", "df", "p_value", "n")}
+            return pd.DataFrame([{**row, **(out.get("details") or {})}])
+        if kind == "model":
+            metrics = {**out["metrics"], "n_train": out["n_train"], "n_test": out["n_test"]}
+            return pd.DataFrame({"value": metrics}).rename_axis("metric")
+        if kind == "script":
+            return _script_frame(pd, out)
+        if kind == "survival":
+            return _survival_frame(pd, out)
+        if kind == "dp_answer" and out["kind"] == "dp_mean_test" and out.get("test"):
+            return pd.DataFrame([out["test"]])
         if kind == "correlation":
             return pd.DataFrame(out["matrix"], index=out["variables"], columns=out["variables"])
         if kind == "dp_answer" and out["kind"] == "dp_mean":
@@ -210,6 +232,18 @@ class StepResult:
                     rows.append(row)
             return pd.DataFrame(rows)
         return None
+
+    def plot(self, ax: Any = None) -> Any:
+        """Draw the released output with matplotlib (optional; see
+        `safeaccess.client.plots`) on `ax` or a new figure; returns the axes."""
+        from safeaccess.client.plots import plot_result
+
+        return plot_result(self, ax)
+
+    def _repr_html_(self) -> str:
+        from safeaccess.client.notebook import step_html
+
+        return step_html(self)
 
     def describe(self) -> str:
         """A short human account of this step's outcome."""
@@ -327,6 +361,29 @@ def _table_frame(pd: Any, out: dict[str, Any]) -> Any:
     return frame
 
 
+def _script_frame(pd: Any, out: dict[str, Any]) -> Any:
+    """A script's `result` as a frame where it is tabular, else one cell; else its stdout."""
+    result = out.get("result")
+    if result is None:
+        return pd.DataFrame({"stdout": [out.get("stdout", "")]})
+    if isinstance(result, list) and all(isinstance(r, dict) for r in result):
+        return pd.DataFrame(result)
+    if isinstance(result, dict):
+        try:
+            return pd.DataFrame(result)
+        except ValueError:  # scalars only: one row
+            return pd.DataFrame([result])
+    return pd.DataFrame({"result": result if isinstance(result, list) else [result]})
+
+
+def _survival_frame(pd: Any, out: dict[str, Any]) -> Any:
+    rows = []
+    for curve in out["curves"]:
+        labels = dict(zip(out.get("by", []), curve["labels"], strict=False))
+        rows += [{**labels, **step} for step in curve["steps"]]
+    return pd.DataFrame(rows)
+
+
 def _margin_index(pd: Any, labels: list[list[Any]], names: list[str]) -> Any:
     width = len(names)
     padded = [tuple(lab) + ("",) * (width - len(lab)) for lab in labels]
@@ -339,6 +396,11 @@ def format_output(result: StepResult) -> str:
     """The released output as text: a DataFrame rendering where pandas is available."""
     if result.output is None:
         return ""
+    if result.output.get("type") == "script":
+        # Everything a script gave (its printed output and its result), not only the result.
+        import json
+
+        return json.dumps(result.output, indent=2, sort_keys=True)
     try:
         frame = result.frame()
     except ImportError:

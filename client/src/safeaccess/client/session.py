@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import time
 from collections.abc import Callable, Generator
 from datetime import datetime, timedelta
@@ -24,12 +25,16 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from safeaccess.client.budgets import Budgets, DPBudget
 from safeaccess.client.httpsig import sign_request
 from safeaccess.client.keys import load_private_key, public_key_from_raw, public_key_raw
 from safeaccess.client.metadata import Column, DatasetMetadata, split_dataset
 from safeaccess.client.plan import Plan
 from safeaccess.client.protocol.sealed import SealedSequence
+from safeaccess.client.rehearsal import Rehearsal
 from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
+from safeaccess.client.results_folder import Results
+from safeaccess.client.validation import AnalysisInvalid, Problem
 
 
 class SessionError(Exception):
@@ -46,6 +51,30 @@ class ServerError(SessionError):
         self.status = status
         self.code = code
         self.message = message
+
+
+class Unreachable(SessionError):
+    """No answer from the server: refused, timed out, unknown host, broken connection."""
+
+    code = "unreachable"
+
+    def __init__(self, url: str, exc: httpx.TransportError):
+        super().__init__(f"cannot reach {url}: {transport_reason(exc)}")
+        self.url = url
+
+
+def transport_reason(exc: httpx.TransportError) -> str:
+    """A few words for why a connection failed (no traceback, no library internals)."""
+    text = str(exc).lower()
+    if "refused" in text:
+        return "connection refused"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host name"
+    if "certificate" in text or "ssl" in text:
+        return f"TLS failed ({exc})"
+    return str(exc) or type(exc).__name__
 
 
 class WrongServer(SessionError):
@@ -117,6 +146,7 @@ class Session:
         self._key = key
         self.retries = retries
         self.retry_wait = retry_wait
+        self._reached = False
         self._http = httpx.Client(
             base_url=self.url,
             auth=_Signer(key, researcher, self.url + "/v1/health"),
@@ -140,7 +170,11 @@ class Session:
     # -- plumbing -------------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        response = self._http.request(method, path, json=body)
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise Unreachable(self.url, exc) from None
+        self._reached = True
         if response.status_code >= 400:
             try:
                 error = response.json()["error"]
@@ -155,8 +189,10 @@ class Session:
         for attempt in range(self.retries + 1):
             try:
                 return call()
-            except httpx.TransportError:
-                if attempt == self.retries:
+            except Unreachable:
+                # Worth waiting for once the server answered (a restart mid-run); a server never
+                # reached is reported at once (a wrong URL, or it is down).
+                if attempt == self.retries or not self._reached:
                     raise
             except ServerError as exc:
                 transient = exc.status == 503 or exc.code == "concurrent_update"
@@ -209,7 +245,45 @@ class Session:
         catalogue lists now, the one whose metadata the plan is checked against.
         """
         metadata = self.metadata(dataset)
-        return Plan(metadata.label, metadata)
+        plan = Plan(metadata.label, metadata)
+        plan.session = self  # so that plan.rehearse() knows where to ask
+        return plan
+
+    def rehearse(self, plan: Plan) -> Rehearsal:
+        """Dry-run `plan` on a mock of its dataset built from the metadata (declared levels,
+        bounds, row count), with the same compute code and output rules as a real step: per
+        analysis, what refuses it whatever the data and what the rules said on the mock. The
+        centre touches no data and logs or charges nothing. A mock predicts nothing about the
+        real verdicts."""
+        name, version = split_dataset(plan.dataset)
+        body = {"version": version, "analyses": [a.model_dump(mode="json") for a in plan]}
+        return Rehearsal.from_json(
+            self._retrying(lambda: self._request("POST", f"/v1/datasets/{name}/rehearse", body))
+        )
+
+    def budgets(self, dataset: str) -> Budgets:
+        """Your remaining DP budget and withhold budget on `dataset`, from the catalogue."""
+        return Budgets.from_catalogue(self.catalogue_entry(dataset))
+
+    def check_plan(self, plan: Plan) -> DPBudget | None:
+        """Ask the server what the plan's analyses alone doom, whatever the data: a DP request
+        the remaining budget (with the plan's earlier DP requests counted) cannot cover or the
+        controller's risk limit forbids, a kind the dataset's DP setting refuses. Raises
+        `AnalysisInvalid` naming each; otherwise returns the DP budget that would remain after
+        the plan (None without DP). Nothing runs and nothing is charged."""
+        name, version = split_dataset(plan.dataset)
+        body = {"version": version, "analyses": [a.model_dump(mode="json") for a in plan]}
+        data = self._retrying(
+            lambda: self._request("POST", f"/v1/datasets/{name}/plan-check", body)
+        )
+        problems = [
+            Problem(f"analyses[{p['index']}]", f"{p['kind']}: {p['message']}")
+            for p in data["problems"]
+        ]
+        if problems:
+            raise AnalysisInvalid(problems)
+        after = data.get("dp_budget_after")
+        return DPBudget.from_json(after) if after else None
 
     def seal(
         self,
@@ -223,8 +297,10 @@ class Session:
         the catalogue files the dataset under, the server id the one this server announces.
 
         `key` defaults to the session's signing key (the researcher's own). `declare_kinds`
-        lists the plan's analysis kinds in the signed header (see `Plan.seal`).
+        lists the plan's analysis kinds in the signed header (see `Plan.seal`). The plan is
+        first checked by `check_plan`: a plan doomed by its analyses alone is not sealed.
         """
+        self.check_plan(plan)
         entry = self.catalogue_entry(plan.dataset)
         server = str(self.health()["server_id"])
         return plan.seal(
@@ -304,14 +380,43 @@ class Session:
         review_timeout: float = 0.0,
         poll_interval: float = 2.0,
         on_step: Callable[[StepResult], None] | None = None,
-    ) -> list[StepResult]:
+        progress: bool | Callable[[str], None] = False,
+    ) -> Results:
         """Drive a sealed sequence tit-for-tat and return the result of every revealed step.
 
         Reveals step j+1 only after step j was released; stops after a withhold or failure; a
         step in review is polled for up to `review_timeout` seconds and returned as `review` if
         still undecided (call `run` again later to continue). A sequence already opened on the
-        server is resumed, never opened twice.
+        server is resumed, never opened twice, and its earlier steps are returned (and passed to
+        `on_step`) too. The returned `Results` is a list with `.save(dir)`.
+
+        `on_step(result)` is called with each step's result as soon as it is final (or left in
+        review or pending), in order, before the next step is revealed: e.g. to save or plot as
+        results arrive. `progress=True` prints a line per step as it goes ("step 2 of 5
+        (regression): revealed, running…", "waiting for an output checker…"); pass a function
+        taking a line to send them elsewhere.
         """
+        say: Callable[[str], None] = (
+            (lambda line: print(line, flush=True))
+            if progress is True
+            else (progress if callable(progress) else (lambda line: None))
+        )
+        total = sealed.steps
+
+        def kind_of(index: int) -> str:
+            try:
+                return str(json.loads(sealed.bodies[index - 1]).get("kind", "analysis"))
+            except (ValueError, AttributeError):
+                return "analysis"
+
+        def step_done(result: StepResult) -> None:
+            say(
+                f"step {result.index} of {total} ({result.kind or kind_of(result.index)}): "
+                f"{result.status.upper()}"
+            )
+            if on_step is not None:
+                on_step(result)
+
         fields = sealed.header_fields
         health = self.health()
         server_id = health["server_id"]
@@ -329,24 +434,27 @@ class Session:
                 f"{self.url} announces a different signing key than the one pinned for it; "
                 "nothing was revealed"
             )
-        results: list[StepResult] = []
+        results = Results(sealed)
         existing = self.find(sealed)
         if existing is None:
+            say(f"step 1 of {total} ({kind_of(1)}): opening the sequence, running…")
             try:
                 current = self.open(sealed)
-            except (httpx.TransportError, ServerError) as exc:
+            except (Unreachable, ServerError) as exc:
                 # The open may have been accepted before the connection broke: look for it.
                 if isinstance(exc, ServerError) and exc.status not in (409, 503):
                     raise
                 existing = self._retrying(lambda: self.find(sealed))
                 if existing is None:
                     raise
-                current = self._resume(existing, sealed, results)
+                current = self._resume(existing, sealed, results, step_done)
         else:
-            current = self._resume(existing, sealed, results)
+            say(f"resuming sequence {existing['id']}")
+            current = self._resume(existing, sealed, results, step_done)
         while True:
             if current.status == "pending" and review_timeout > 0:
                 # Past the withhold budget: wait for a checker to approve opening the sequence.
+                say("waiting for an output checker to approve opening the sequence…")
                 current = self.wait(
                     current.sequence_id,
                     current.index,
@@ -358,33 +466,51 @@ class Session:
                 # Left unfinished by a server restart: re-sending the reveal re-runs it.
                 current = self.reveal(current.sequence_id, sealed, current.index)
             if current.status == "review" and review_timeout > 0:
+                say(
+                    f"step {current.index} of {total}: in review, waiting for an output "
+                    f"checker… (up to {review_timeout:g} s)"
+                )
                 current = self.wait(
                     current.sequence_id,
                     current.index,
                     timeout=review_timeout,
                     poll_interval=poll_interval,
                 )
-            if current.status in FINAL_STATES:
-                try:
-                    verify_receipt(current, self.server_key, sealed)
-                except ReceiptInvalid as exc:
-                    raise BadReceipt(str(exc)) from exc
+            self._check_receipt(current, sealed)
             results.append(current)
-            if on_step is not None:
-                on_step(current)
+            step_done(current)
             if not current.released or current.last:
                 return results
-            current = self.reveal(current.sequence_id, sealed, current.index + 1)
+            following = current.index + 1
+            say(f"step {following} of {total} ({kind_of(following)}): revealed, running…")
+            current = self.reveal(current.sequence_id, sealed, following)
 
     def _resume(
-        self, existing: dict[str, Any], sealed: SealedSequence, results: list[StepResult]
+        self,
+        existing: dict[str, Any],
+        sealed: SealedSequence,
+        results: list[StepResult],
+        on_step: Callable[[StepResult], None] | None,
     ) -> StepResult:
         """Collect the finished steps of an opened sequence; return the step to continue from."""
         steps = [StepResult.from_json(s) for s in existing["steps"]]
         if not steps:
             return self.reveal(existing["id"], sealed, 1)
-        results.extend(steps[:-1])
+        for step in steps[:-1]:
+            self._check_receipt(step, sealed)
+            results.append(step)
+            if on_step is not None:
+                on_step(step)
         return steps[-1]
+
+    def _check_receipt(self, result: StepResult, sealed: SealedSequence) -> None:
+        if result.status not in FINAL_STATES:
+            return
+        assert self.server_key is not None  # pinned or learnt at the start of run()
+        try:
+            verify_receipt(result, self.server_key, sealed)
+        except ReceiptInvalid as exc:
+            raise BadReceipt(str(exc)) from exc
 
 
 def _b64(data: bytes) -> str:

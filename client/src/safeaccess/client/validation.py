@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from pydantic import ValidationError
 
@@ -33,6 +32,7 @@ from safeaccess.client.analyses import (
     Summary,
     parse_analysis,
 )
+from safeaccess.client.analysis_errors import AnalysisInvalid, Problem, problems_from
 from safeaccess.client.dpquery import LayoutError, declared_levels, layout
 from safeaccess.client.grammar import (
     And,
@@ -81,26 +81,6 @@ _KINDS = (
 _LABEL_STATISTICS = frozenset({"count", "mode"})
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with an analysis: the field (e.g. 'rows[1]', 'where') and what to do."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
-class AnalysisInvalid(ValueError):
-    """An analysis that cannot run on this dataset; `problems` lists every reason found."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = list(problems)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"the analysis is not valid for this dataset:\n{lines}")
-
-
 def validate(
     analysis: Analysis | dict[str, object] | bytes | str, metadata: DatasetMetadata
 ) -> None:
@@ -113,12 +93,7 @@ def validate(
         try:
             analysis = parse_analysis(analysis)
         except ValidationError as exc:
-            raise AnalysisInvalid(
-                [
-                    Problem(".".join(str(p) for p in err["loc"]) or "analysis", err["msg"])
-                    for err in exc.errors()
-                ]
-            ) from exc
+            raise AnalysisInvalid(problems_from(exc)) from None
     checker = _Checker(metadata)
     checker.check(analysis)
     if checker.problems:

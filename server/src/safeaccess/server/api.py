@@ -19,12 +19,15 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from safeaccess.server import api_audit
+from safeaccess.server import api_audit, budgets, rehearsal
 from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
 from safeaccess.server.schemas import (
     Catalogue,
     Health,
     OpenRequest,
+    PlanCheckRequest,
+    PlanCheckView,
+    RehearsalView,
     RevealRequest,
     SequenceList,
     SequenceView,
@@ -42,6 +45,7 @@ M = TypeVar("M", bound=BaseModel)
 
 SequenceId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
 StepIndex = Annotated[int, Path(ge=1, le=65535)]
+DatasetName = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.-]{1,128}$")]
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
@@ -192,6 +196,26 @@ def create_app(service: Service) -> FastAPI:
     def datasets(auth: Auth) -> Catalogue:
         """Datasets of your projects: names, descriptions and column metadata (never data)."""
         return Catalogue(datasets=service.catalogue(auth.researcher))
+
+    @app.post("/v1/datasets/{name}/plan-check", response_model=PlanCheckView, tags=["catalogue"])
+    def plan_check(name: DatasetName, auth: Auth) -> PlanCheckView:
+        """Check an unsealed plan for what its analyses alone doom (a DP request the budget
+        cannot cover, a kind the dataset's DP setting refuses); nothing runs or is charged."""
+        return budgets.plan_check(
+            service.store, auth.researcher, name, parse_body(PlanCheckRequest, auth.body)
+        )
+
+    @app.post("/v1/datasets/{name}/rehearse", response_model=RehearsalView, tags=["catalogue"])
+    def rehearse(name: DatasetName, auth: Auth) -> RehearsalView:
+        """Rehearse an unsealed plan on a mock built from the metadata, with the same compute
+        code and output rules; nothing touches the data, is logged or charged."""
+        return rehearsal.rehearse(
+            service.store,
+            service.ruleset_for,
+            auth.researcher,
+            name,
+            parse_body(PlanCheckRequest, auth.body),
+        )
 
     @app.get("/v1/sequences", response_model=SequenceList, tags=["sequences"])
     def list_sequences(auth: Auth) -> SequenceList:

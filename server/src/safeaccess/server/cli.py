@@ -16,7 +16,7 @@ from typing import Any
 
 from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
-from safeaccess.server import cli_sandbox
+from safeaccess.server import cli_admin, cli_sandbox
 from safeaccess.server.config import DataDir, default_data_dir, initialise
 from safeaccess.server.errors import ConfigError, ServiceError
 from safeaccess.server.store import Store
@@ -38,13 +38,21 @@ def _store(data: DataDir) -> Store:
 
 def _init(args: argparse.Namespace) -> int:
     data = _data(args)
-    config = initialise(data.root, server_id=args.server_id)
+    config = initialise(data.root, server_id=args.server_id, database_url=args.database_url)
     _store(data).close()
     print(f"initialised {data.root}")
+    print(f"  database:    {_redacted(data.database_url(config))}")
     print(f"  server id:   {config.server_id}")
     print(f"  config:      {data.config_path} (sandbox backend: {config.sandbox.backend})")
     print(f"  signing key: {data.key_path} (mode 0600)")
     return EXIT_OK
+
+
+def _redacted(url: str) -> str:
+    """A database URL without its password, for printing."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _project_add(args: argparse.Namespace) -> int:
@@ -109,7 +117,12 @@ def _auditor_add(args: argparse.Namespace) -> int:
 
 
 def _dataset_add(args: argparse.Namespace) -> int:
-    from safeaccess.server.datasets import load_metadata, read_table, register_dataset
+    from safeaccess.server.datasets import (
+        load_metadata,
+        missing_markers,
+        read_table,
+        register_dataset,
+    )
 
     data = _data(args)
     store = _store(data)
@@ -138,6 +151,11 @@ def _dataset_add(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(f"dataset {row.name} version {row.version}: {row.rows} rows, sha256 {row.sha256}")
+    markers = missing_markers(args.data)
+    if markers:
+        print("read as missing values (pandas' NA markers; check none of them is a real value):")
+        for note in markers:
+            print(f"  {note}")
     return EXIT_OK
 
 
@@ -494,6 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     init = sub.add_parser("init", parents=[common], help="create a data directory")
     init.add_argument("--server-id", default=None, help="this centre's id (default: random)")
+    init.add_argument(
+        "--database-url",
+        default=None,
+        help="SQLAlchemy URL of the database, e.g. postgresql+psycopg://user@host/safeaccess "
+        "(default: SQLite in the data directory)",
+    )
     init.set_defaults(handler=_init)
 
     project = sub.add_parser("project", help="projects").add_subparsers(
@@ -694,6 +718,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The docker engineer's `sandbox build-image` / `sandbox check` commands.
     cli_sandbox.register(sub)
+    # key show; list/remove of accounts and projects; dataset rules.
+    cli_admin.register(
+        sub,
+        common,
+        researcher=researcher,
+        auditor=auditor,
+        project=project,
+        checker=checker,
+        dataset=dataset,
+    )
     return parser
 
 

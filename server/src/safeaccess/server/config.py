@@ -194,9 +194,26 @@ def set_sandbox_image(path: Path, image_id: str) -> None:
         raise
 
 
-def initialise(root: Path, *, server_id: str | None = None) -> ServerConfig:
-    """Create a data directory with a fresh config and signing key; refuse to overwrite one."""
+def initialise(
+    root: Path, *, server_id: str | None = None, database_url: str | None = None
+) -> ServerConfig:
+    """Create a data directory with a fresh config and signing key; refuse to overwrite one.
+
+    `database_url` (SQLAlchemy, e.g. PostgreSQL) goes into the config; None keeps SQLite in the
+    data directory. A malformed URL is refused before anything is created.
+    """
     data = DataDir(root)
+    if database_url is not None:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(database_url)
+        except ArgumentError as exc:
+            raise ConfigError(
+                f"--database-url {database_url!r} is not a database URL (e.g. "
+                "postgresql+psycopg://user@host/safeaccess)"
+            ) from exc
     if data.config_path.exists() or data.key_path.exists():
         raise ConfigError(f"{root} is already initialised; choose another --data-dir")
     root.mkdir(parents=True, exist_ok=True)
@@ -212,6 +229,8 @@ def initialise(root: Path, *, server_id: str | None = None) -> ServerConfig:
     fd = os.open(data.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(pem)
-    config = ServerConfig(server_id=server_id or f"sac-{secrets.token_hex(6)}")
+    config = ServerConfig(
+        server_id=server_id or f"sac-{secrets.token_hex(6)}", database_url=database_url
+    )
     data.save_config(config)
     return config

@@ -53,6 +53,52 @@ def read_table(path: Path) -> pd.DataFrame:
     raise InvalidRequest(f"{path}: data must be a .csv or .parquet file")
 
 
+# The strings `pandas.read_csv` reads as missing by default (its `na_values` documentation).
+PANDAS_NA_MARKERS = frozenset(
+    {
+        "",
+        "#N/A",
+        "#N/A N/A",
+        "#NA",
+        "-1.#IND",
+        "-1.#QNAN",
+        "-NaN",
+        "-nan",
+        "1.#IND",
+        "1.#QNAN",
+        "<NA>",
+        "N/A",
+        "NA",
+        "NULL",
+        "NaN",
+        "None",
+        "n/a",
+        "nan",
+        "null",
+    }
+)
+
+
+def missing_markers(path: Path) -> list[str]:
+    """For a CSV file: which text markers pandas read as missing values, per column (e.g.
+    'region: 12 cells "NA"'), so the controller sees that "NA" (say, a region's code) became
+    missing. Empty for Parquet, which has real nulls."""
+    if path.suffix.lower() != ".csv":
+        return []
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    notes = []
+    for column in raw.columns:
+        counts = raw[column].value_counts()
+        found = [(str(v), int(n)) for v, n in counts.items() if v in PANDAS_NA_MARKERS]
+        if found:
+            what = ", ".join(
+                f"{n} cell{'s' if n != 1 else ''} {'empty' if v == '' else repr(v)}"
+                for v, n in sorted(found)
+            )
+            notes.append(f"{column}: {what}")
+    return notes
+
+
 def _level_key(value: object) -> str:
     """Compare levels as text, with 3.0 read from a CSV column with gaps equal to level 3."""
     if isinstance(value, float) and value.is_integer():

@@ -86,7 +86,8 @@ def _parse(body: bytes) -> Analysis:
     return parse_analysis(body)
 
 
-def _mitigate(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
+def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
+    """The output as it would be released: mitigations asked for, a model's release view."""
     if isinstance(output, ModelOutput):
         return model_release_view(output, ruleset)
     mitigations = getattr(analysis, "mitigations", None)
@@ -219,7 +220,7 @@ def run_step(
             ) from exc
         return replace(outcome, backend=result.backend, wall_seconds=result.wall_seconds)
     try:
-        output = _mitigate(result.output, analysis, ruleset)
+        output = mitigate_output(result.output, analysis, ruleset)
     except MitigationError as exc:
         return _failed("mitigation_failed", str(exc), kind)
     decision = check(output, ruleset)

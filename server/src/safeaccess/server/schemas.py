@@ -148,6 +148,21 @@ class SequenceList(BaseModel):
     sequences: list[SequenceView]
 
 
+class DPBudgetView(BaseModel):
+    """The differential-privacy budget of the researcher's scope on a dataset."""
+
+    scope: Literal["researcher", "project", "dataset"] = Field(
+        description="Whose releases share this budget."
+    )
+    epsilon: float = Field(description="The whole budget's epsilon (at delta).")
+    delta: float
+    epsilon_spent: float = Field(description="Epsilon spent so far, composed exactly.")
+    epsilon_remaining: float = Field(
+        description="The largest epsilon (at delta) one more request may still ask for."
+    )
+    releases: int = Field(description="DP answers charged to this budget.")
+
+
 class DatasetView(BaseModel):
     name: str
     version: int
@@ -164,6 +179,69 @@ class DatasetView(BaseModel):
         description="The DP configuration (epsilon, delta, scope, mandatory, max_tpr_at_5pct) "
         "when the dataset answers differentially private kinds.",
     )
+    dp_budget: DPBudgetView | None = Field(
+        default=None, description="Your DP budget on this dataset now (None: no DP)."
+    )
+    withhold_budget: BudgetView | None = Field(
+        default=None, description="Your withhold budget on this dataset now (None: no budget)."
+    )
+    rules: dict[str, Any] | None = Field(
+        default=None,
+        description="The output-checking rule set in force: every threshold (threshold, dof, "
+        "nk_n/nk_k, p_ratio, zeros_disclosive, ...) and its content hash (`sha256`).",
+    )
+
+
+class PlanCheckRequest(_In):
+    """An unsealed plan's analyses, checked for what they alone doom (nothing runs)."""
+
+    version: int | None = Field(default=None, ge=1, description="Dataset version; newest if None.")
+    analyses: list[dict[str, Any]] = Field(max_length=1000)
+
+
+class PlanProblem(BaseModel):
+    index: int = Field(description="Position of the analysis in the plan (0-based).")
+    kind: str
+    message: str
+
+
+class PlanCheckView(BaseModel):
+    dataset: str
+    version: int
+    problems: list[PlanProblem] = Field(
+        description="Analyses refused whatever the data (DP budget, DP policy, DP setting)."
+    )
+    dp_budget: DPBudgetView | None = Field(description="Your DP budget now (None: no DP).")
+    dp_budget_after: DPBudgetView | None = Field(
+        description="What would remain once every DP request of the plan that fits is answered."
+    )
+
+
+class RehearsalStep(BaseModel):
+    """One analysis of a rehearsed plan: what refuses it whatever the data, and its verdict on
+    the mock under the dataset's output rules."""
+
+    index: int = Field(description="Position of the analysis in the plan (0-based).")
+    kind: str
+    refused: list[str] = Field(
+        default_factory=list, description="Refused by the analysis alone, whatever the data."
+    )
+    mock_verdict: Literal["release", "withhold", "review", "failed", "not_rehearsed"]
+    checks: list[Reason] = Field(
+        default_factory=list, description="The checks that fired on the mock's output."
+    )
+    note: str | None = None
+
+
+class RehearsalView(BaseModel):
+    dataset: str
+    version: int
+    rows: int = Field(description="The dataset's published row count.")
+    mock_rows: int
+    ruleset: str
+    notes: list[str] = Field(description="What the mock had to invent.")
+    disclaimer: str
+    steps: list[RehearsalStep]
 
 
 class Catalogue(BaseModel):

@@ -36,9 +36,10 @@ from safeaccess.rules.decision import Decision
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
-from safeaccess.server import claim_gate, review
+from safeaccess.server import budgets, claim_gate, review
 from safeaccess.server.audit_service import AuditService, log_configuration
 from safeaccess.server.config import DataDir, ServerConfig
+from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.dp_config import DPConfig, ledger_key
 from safeaccess.server.dp_release import DPContext, public_reasons
@@ -159,7 +160,7 @@ class Service:
         self._locks_guard = threading.Lock()
         self._budget_locks: dict[tuple[str, str], threading.Lock] = {}
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
-        self._rulesets: dict[int, RuleSet] = {}
+        self._rulesets: dict[str, RuleSet] = {}
         self.scripts = ScriptRuns(
             RunContext(
                 store=self.store,
@@ -240,12 +241,14 @@ class Service:
 
     def ruleset_for(self, dataset: DatasetRow) -> RuleSet:
         """The dataset's rule set: its override file on top of the defaults, else the defaults."""
-        if dataset.rules_path is None:
+        # Read the path now, not from the (cached) row: `dataset rules` may have changed it.
+        path = current_rules_path(self.store, dataset.id)
+        if path is None:
             return DEFAULT_RULESET
-        cached = self._rulesets.get(dataset.id)
+        cached = self._rulesets.get(path)
         if cached is None:
-            cached = load_ruleset(self.data.root / dataset.rules_path, base=DEFAULT_RULESET)
-            self._rulesets[dataset.id] = cached
+            cached = load_ruleset(self.data.root / path, base=DEFAULT_RULESET)
+            self._rulesets[path] = cached
         return cached
 
     def catalogue(self, researcher: str) -> list[DatasetView]:
@@ -253,6 +256,7 @@ class Service:
         views = []
         for row in self.store.datasets_for(researcher):
             meta = DatasetMetadata.model_validate(row.dataset_metadata)
+            rs = self.ruleset_for(row)
             views.append(
                 DatasetView(
                     name=row.name,
@@ -261,9 +265,12 @@ class Service:
                     description=meta.description,
                     rows=row.rows,
                     columns=[c.model_dump(mode="json") for c in meta.columns],
-                    ruleset=self.ruleset_for(row).label,
+                    ruleset=rs.label,
+                    rules={**rs.model_dump(mode="json"), "sha256": rs.content_hash()},
                     neighbours=meta.neighbours.model_dump(mode="json"),
                     dp=self.store.get_dp_config(row.name),
+                    dp_budget=budgets.dp_budget(self.store, row, researcher),
+                    withhold_budget=budget(self.store, rs, researcher, row.name),
                 )
             )
         return views

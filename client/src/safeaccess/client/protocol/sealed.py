@@ -105,6 +105,11 @@ class SealedSequence(BaseModel):
         """A copy with one more endorsement appended."""
         return self.model_copy(update={"endorsements": (*self.endorsements, endorsement)})
 
+    def _repr_html_(self) -> str:
+        from safeaccess.client.notebook import sealed_html
+
+        return sealed_html(self)
+
     def to_json(self) -> str:
         """The sealed-sequence file (JSON; binary fields in base64, traces in hex)."""
         return self.model_dump_json(indent=2)

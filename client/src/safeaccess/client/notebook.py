@@ -1,0 +1,215 @@
+"""Compact HTML cards for notebooks: what `_repr_html_` of a plan, a sealed sequence, a step
+result, a list of results, a released model and a DP answer shows.
+
+Plain HTML with inline styles (notebooks strip stylesheets and scripts), every value escaped.
+Each card carries a `data-safeaccess` attribute naming what it shows, and each verdict badge a
+`data-status`, so a page can be checked by machine.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from safeaccess.client.dpresult import DPResult
+    from safeaccess.client.models import Predictor
+    from safeaccess.client.plan import Plan
+    from safeaccess.client.protocol.sealed import SealedSequence
+    from safeaccess.client.rehearsal import Rehearsal
+    from safeaccess.client.results import StepResult
+
+_COLOURS = {
+    "released": "#1b7f3b",
+    "withheld": "#b3261e",
+    "failed": "#b3261e",
+    "review": "#9a6700",
+    "pending": "#9a6700",
+    "release": "#1b7f3b",
+    "withhold": "#b3261e",
+    "refused": "#b3261e",
+    "running": "#3b5bdb",
+}
+_CARD = (
+    "border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;margin:6px 0;"
+    "font-family:system-ui,sans-serif;font-size:13px"
+)
+MAX_ROWS = 30
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def badge(status: str) -> str:
+    colour = _COLOURS.get(status, "#57606a")
+    return (
+        f'<span data-status="{esc(status)}" style="background:{colour};color:#fff;'
+        f'border-radius:10px;padding:1px 8px;font-size:11px;font-weight:600">'
+        f"{esc(status.upper())}</span>"
+    )
+
+
+def card(what: str, title: str, body: str) -> str:
+    return (
+        f'<div data-safeaccess="{esc(what)}" style="{_CARD}">'
+        f'<div style="font-weight:600;margin-bottom:4px">{title}</div>{body}</div>'
+    )
+
+
+def _rows(pairs: list[tuple[str, object]]) -> str:
+    cells = "".join(
+        f'<tr><th style="text-align:left;padding-right:12px">{esc(k)}</th><td>{esc(v)}</td></tr>'
+        for k, v in pairs
+    )
+    return f"<table>{cells}</table>"
+
+
+def _json(data: Any) -> str:
+    text = json.dumps(data, indent=1, sort_keys=True, default=str)
+    if len(text) > 4000:
+        text = text[:4000] + "\n..."
+    return f'<pre style="max-height:20em;overflow:auto">{esc(text)}</pre>'
+
+
+def frame_html(frame: Any) -> str:
+    """A DataFrame as HTML (pandas escapes the values), at most MAX_ROWS rows."""
+    text: str = frame.to_html(max_rows=MAX_ROWS, border=0)
+    return text
+
+
+def plan_html(plan: Plan) -> str:
+    items = "".join(
+        f"<li><code>{esc(a.kind)}</code> "
+        f"<span style='color:#57606a'>{esc(_brief(a.model_dump(mode='json')))}</span></li>"
+        for a in plan
+    )
+    body = f"<ol>{items}</ol>" if items else "<em>no analyses yet</em>"
+    return card("plan", f"Plan on {esc(plan.dataset)}: {len(plan)} analyses", body)
+
+
+def _brief(body: dict[str, Any]) -> str:
+    shown = {k: v for k, v in body.items() if k != "kind" and v not in (None, [], {}, "")}
+    return ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in shown.items())[:300]
+
+
+def sealed_html(sealed: SealedSequence) -> str:
+    import hashlib
+
+    fields = sealed.header_fields
+    pairs: list[tuple[str, object]] = [
+        ("researcher", fields.researcher),
+        ("project", fields.project),
+        ("dataset", fields.dataset),
+        ("server", fields.server),
+        ("steps", sealed.steps),
+        ("created", fields.created.isoformat()),
+        ("expires", fields.expires.isoformat()),
+        ("header SHA-256", hashlib.sha256(sealed.header).hexdigest()),
+        ("endorsements", ", ".join(e.ca for e in sealed.endorsements) or "none"),
+    ]
+    return card("sealed", "Sealed sequence", _rows(pairs))
+
+
+def step_html(result: StepResult) -> str:
+    on = f" on {esc(result.dataset_label)}" if result.dataset_label else ""
+    title = f"Step {result.index} <code>{esc(result.kind or 'analysis')}</code>{on} " + badge(
+        result.status
+    )
+    parts = []
+    if result.reasons and not result.released:
+        parts.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in result.reasons) + "</ul>")
+    if result.failed:
+        parts.append(f"<p>{esc(result.error_code)}: {esc(result.error_message)}</p>")
+    if result.review_note:
+        parts.append(f"<p>output checker: {esc(result.review_note)}</p>")
+    if result.output is not None:
+        parts.append(_output_html(result))
+    if result.withhold_budget is not None:
+        parts.append(f"<p style='color:#57606a'>{esc(result.withhold_budget)}</p>")
+    return card("step", title, "".join(parts))
+
+
+def _output_html(result: StepResult) -> str:
+    try:
+        frame = result.frame()
+    except ImportError:
+        frame = None
+    body = frame_html(frame) if frame is not None else _json(result.output)
+    if frame is not None and frame.attrs:
+        body += _rows([(k, v) for k, v in frame.attrs.items()])
+    dp = result.dp
+    if dp is not None:
+        body += f"<pre>{esc(dp.describe())}</pre>"
+    return body
+
+
+def results_html(results: list[StepResult]) -> str:
+    if not results:
+        return card("results", "No step has run", "")
+    head = "".join(
+        f"<tr><td>{r.index}</td><td><code>{esc(r.kind)}</code></td><td>{badge(r.status)}</td></tr>"
+        for r in results
+    )
+    summary = f"<table><tr><th>step</th><th>kind</th><th>verdict</th></tr>{head}</table>"
+    title = f"Sequence {esc(results[0].sequence_id)}: {len(results)} steps revealed"
+    return card("results", title, summary + "".join(step_html(r) for r in results))
+
+
+def predictor_html(model: Predictor) -> str:
+    out = model.output
+    pairs: list[tuple[str, object]] = [
+        ("family", out.get("family")),
+        ("target", f"{out.get('target')} ({', '.join(str(c) for c in model.classes)})"),
+        ("features", ", ".join(str(f.get("name", f)) for f in out.get("features", []))),
+        ("trained on", f"{out.get('n_train')} records; tested on {out.get('n_test')}"),
+    ]
+    pairs += [(k, v) for k, v in (out.get("metrics") or {}).items()]
+    return card("model", "Released model", _rows(pairs))
+
+
+def rehearsal_html(report: Rehearsal) -> str:
+    rows = []
+    for step in report.steps:
+        if step.refused:
+            verdict = badge("refused")
+            detail = "<br>".join(esc(r) for r in step.refused)
+        elif step.mock_verdict == "not_rehearsed":
+            verdict, detail = badge("not rehearsed"), esc(step.note or "")
+        else:
+            verdict = badge(step.mock_verdict)
+            detail = "<br>".join(esc(c) for c in step.checks) or "passed every check on the mock"
+        rows.append(
+            f"<tr><td>{step.index}</td><td><code>{esc(step.kind)}</code></td>"
+            f"<td>{verdict}</td><td>{detail}</td></tr>"
+        )
+    notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+    body = (
+        f"<p><strong>{esc(report.disclaimer)}</strong></p>"
+        + (f"<ul>{notes}</ul>" if notes else "")
+        + "<table><tr><th>step</th><th>kind</th><th>on the mock</th><th>why</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+    title = (
+        f"Rehearsal on a mock of {esc(report.dataset)} ({report.mock_rows} mock rows, "
+        f"rules {esc(report.ruleset)})"
+    )
+    return card("rehearsal", title, body)
+
+
+def dp_html(dp: DPResult) -> str:
+    return card("dp", f"DP answer <code>{esc(dp.kind)}</code>", f"<pre>{esc(dp.describe())}</pre>")
+
+
+__all__ = [
+    "badge",
+    "dp_html",
+    "plan_html",
+    "predictor_html",
+    "rehearsal_html",
+    "results_html",
+    "sealed_html",
+    "step_html",
+]

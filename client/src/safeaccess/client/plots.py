@@ -1,0 +1,139 @@
+"""`result.plot()`: a matplotlib figure of a released output, drawn from the released numbers only.
+
+Histograms and DP histograms as bars over their bins (DP ones with ±1.96 standard-error whiskers),
+frequency and magnitude tables as grouped bars, regressions as coefficients with 95 % intervals,
+survival tables as Kaplan–Meier step curves, trained models as their test metrics. matplotlib
+is optional: install it (or the client's `plot` extra) to plot.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from safeaccess.client.dpresult import DPResult
+
+if TYPE_CHECKING:
+    from safeaccess.client.results import StepResult
+
+Z95 = 1.959963984540054
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "plotting needs matplotlib: pip install matplotlib (or the client's 'plot' extra)"
+        ) from exc
+    return plt
+
+
+def _axes(ax: Any) -> Any:
+    if ax is not None:
+        return ax
+    _, new = _pyplot().subplots(figsize=(7, 4))
+    return new
+
+
+def _label(labels: list[Any]) -> str:
+    return ", ".join(str(v) for v in labels) or "all"
+
+
+def _table(result: StepResult, out: dict[str, Any], ax: Any) -> Any:
+    frame = result.frame()
+    histogram = out.get("source") == "histogram"
+    if frame.columns.size == 1 or histogram:
+        # One series per row label for a histogram by groups: the bins are the columns.
+        data = frame.T if histogram and frame.shape[0] > 1 else frame
+        data = data.astype("float64")
+        data.plot.bar(ax=ax, legend=data.shape[1] > 1, width=0.9 if histogram else 0.8)
+    else:
+        frame.astype("float64").plot.bar(ax=ax)
+    what = out.get("value") or "records"
+    ax.set_ylabel(f"{out.get('statistic', 'count')} of {what}")
+    ax.set_title(f"step {result.index}: {out.get('source', 'table').replace('_', ' ')}")
+    return ax
+
+
+def _dp(result: StepResult, dp: DPResult, ax: Any) -> Any:
+    estimates, errors = dp.estimates(), dp.standard_errors()
+    width = 0.8 / max(1, len(estimates))
+    positions = range(len(dp.components))
+    for g, (est, se) in enumerate(zip(estimates, errors, strict=True)):
+        offset = (g - (len(estimates) - 1) / 2) * width
+        ax.bar(
+            [p + offset for p in positions],
+            est,
+            width=width,
+            yerr=[Z95 * s for s in se],
+            capsize=2,
+            label=_label(dp.groups[g]) if dp.groups[g] else None,
+        )
+    ax.set_xticks(list(positions), dp.components, rotation=45, ha="right")
+    if any(dp.groups):
+        ax.legend()
+    ax.set_title(f"step {result.index}: {dp.kind} (noisy, ±95 % interval)")
+    return ax
+
+
+def _regression(result: StepResult, out: dict[str, Any], ax: Any) -> Any:
+    rows = [c for c in out["coefficients"] if c["term"] != "Intercept"] or out["coefficients"]
+    terms = [c["term"] for c in rows]
+    estimates = [c["estimate"] for c in rows]
+    half = [Z95 * (c["std_error"] or 0.0) for c in rows]
+    ax.errorbar(estimates, range(len(rows)), xerr=half, fmt="o", capsize=3)
+    ax.axvline(0.0, color="grey", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), terms)
+    ax.set_xlabel("estimate (95 % interval)")
+    ax.set_title(f"step {result.index}: {out['family']} {out['formula']}")
+    return ax
+
+
+def _survival(result: StepResult, out: dict[str, Any], ax: Any) -> Any:
+    for curve in out["curves"]:
+        times = [0.0] + [s["time"] for s in curve["steps"]]
+        values = [1.0] + [s["survival"] for s in curve["steps"]]
+        ax.step(times, values, where="post", label=_label(curve["labels"]))
+    ax.set_ylim(0.0, 1.05)
+    ax.set_xlabel(out["time"])
+    ax.set_ylabel("survival")
+    if out.get("by"):
+        ax.legend()
+    ax.set_title(f"step {result.index}: Kaplan–Meier estimate")
+    return ax
+
+
+def _model(result: StepResult, out: dict[str, Any], ax: Any) -> Any:
+    metrics = {k: v for k, v in out["metrics"].items() if v is not None}
+    ax.bar(list(metrics), list(metrics.values()))
+    ax.set_ylim(0.0, 1.0)
+    ax.set_title(f"step {result.index}: {out['family']} test metrics (n = {out['n_test']})")
+    return ax
+
+
+def plot_result(result: StepResult, ax: Any = None) -> Any:
+    """Draw the released output of `result` on `ax` (a new figure's axes by default); returns
+    the axes. Raises ValueError for a step with nothing released or nothing to draw."""
+    out = result.output
+    if out is None:
+        raise ValueError(f"step {result.index} is {result.status}: nothing was released to plot")
+    kind = out.get("type")
+    drawers = {"table", "dp_answer", "regression", "survival", "model"}
+    if kind not in drawers or (kind == "dp_answer" and out.get("kind") == "dp_mean_test"):
+        raise ValueError(
+            f"a {kind} output has no plot; plots exist for tables and histograms, DP answers, "
+            "regressions, survival tables and trained models"
+        )
+    ax = _axes(ax)
+    if kind == "table":
+        return _table(result, out, ax)
+    if kind == "dp_answer":
+        return _dp(result, DPResult(out), ax)
+    if kind == "regression":
+        return _regression(result, out, ax)
+    if kind == "survival":
+        return _survival(result, out, ax)
+    return _model(result, out, ax)
+
+
+__all__ = ["plot_result"]

@@ -15,6 +15,9 @@ import numpy.typing as npt
 Int64Array = npt.NDArray[np.int64]
 
 _LIMB = 1 << 16
+#: Primes below this make products exact in one float64 matrix product for inner dimensions up
+#: to 2**53 / p² (above 2 000 for p < 2**21).
+SMALL_PRIME_LIMIT = 1 << 21
 _MAX_INNER = 1 << 20
 _MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
 
@@ -64,6 +67,9 @@ def matmul(a: Int64Array, b: Int64Array, p: int) -> Int64Array:
         raise ValueError("inner dimension too large for exact limb products")
     if a.size == 0 or b.size == 0:
         return np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
+    if p < SMALL_PRIME_LIMIT and a.shape[1] < (1 << 53) // (p * p):
+        # every product and partial sum stays below 2**53: one exact float product
+        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64) % p
     a_hi = (a >> 16).astype(np.float64)
     a_lo = (a & (_LIMB - 1)).astype(np.float64)
     b_hi = (b >> 16).astype(np.float64)

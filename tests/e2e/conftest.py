@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import ROWS, SEED, Centre
+from e2e_helpers import ROWS, SEED, Centre, unguard
 
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.server.api import create_app
@@ -63,3 +63,11 @@ def server(centre: Centre) -> Iterator[tuple[Service, EmbeddedServer]]:
     service = Service(centre.root)
     with service, EmbeddedServer(create_app(service)) as srv:
         yield service, srv
+
+
+@pytest.fixture(params=["unguarded", "guarded"])
+def guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each attack twice: with admission disabled (it must extract the value) and as deployed."""
+    if request.param == "unguarded":
+        unguard(monkeypatch)
+    return str(request.param)

@@ -42,11 +42,9 @@ from e2e_helpers import Centre
 from safeaccess.client.analyses import Analysis, FrequencyTable, Regression, Summary
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
-from safeaccess.server import qss_scope
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.embedded import EmbeddedServer
-from safeaccess.server.qss_gate import Gate
 from safeaccess.server.qss_settings import QssSettings, Scope
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
@@ -173,20 +171,6 @@ def register(
     finally:
         store.close()
     return name
-
-
-def unguard(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The centre before the auditor: every checked output is admitted, no state is kept."""
-    monkeypatch.setattr(
-        qss_scope, "gate", lambda output, decision, **_: Gate(decision, {"admitted": True})
-    )
-
-
-@pytest.fixture(params=["unguarded", "guarded"])
-def guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "unguarded":
-        unguard(monkeypatch)
-    return str(request.param)
 
 
 def run(

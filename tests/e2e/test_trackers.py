@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre
+from e2e_helpers import Centre, unguard
 
 from safeaccess.client.analyses import (
     Analysis,
@@ -40,11 +40,9 @@ from safeaccess.client.analyses import (
 )
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import ServerError, connect
-from safeaccess.server import qss_scope
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.embedded import EmbeddedServer
-from safeaccess.server.qss_gate import Gate
 from safeaccess.server.qss_settings import QssSettings
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
@@ -146,20 +144,6 @@ def register(
     finally:
         store.close()
     return name
-
-
-def unguard(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The centre before the auditor: every checked output is admitted, no state is kept."""
-    monkeypatch.setattr(
-        qss_scope, "gate", lambda output, decision, **_: Gate(decision, {"admitted": True})
-    )
-
-
-@pytest.fixture(params=["unguarded", "guarded"])
-def guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "unguarded":
-        unguard(monkeypatch)
-    return str(request.param)
 
 
 @dataclass(frozen=True)

@@ -155,24 +155,20 @@ class _Packing:
     failed: modp.ColumnBasis | None  # the last set's basis when the atoms left did not complete it
 
 
-def _pack(
-    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int, by_size: bool
+def _pack_by_size(
+    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
 ) -> _Packing:
-    """Greedy disjoint completing sets among the useful small atoms not excluded, until the sum
-    of their smallest atoms reaches `budget` or the atoms left no longer complete a set.
-
-    In random order (fast: random atoms are generic, so few are scanned), or largest atoms first
-    (`by_size`: every useful atom is projected, but each set's smallest atom is as large as the
-    greedy can make it, which is what the bound adds up)."""
+    """Greedy disjoint completing sets, one after the other, largest atoms first, until the sum
+    of their smallest atoms reaches `budget` or the atoms left no longer complete a set: every
+    useful atom is projected, but each set's smallest atom is as large as the greedy can make
+    it, which is what the bound adds up."""
     d = q.dim
     used = np.zeros(int(q.order.shape[0]), dtype=bool)
     if excluded:
         used[list(excluded)] = True
-    sequence: Int64Array | None = None
-    if by_size:
-        while not q.exhausted:
-            q.grow()
-        sequence = np.argsort(-sizes[q.atoms[: q.count]], kind="stable").astype(np.int64)
+    while not q.exhausted:
+        q.grow()
+    sequence = np.argsort(-sizes[q.atoms[: q.count]], kind="stable").astype(np.int64)
     sets: list[Int64Array] = []
     bound = 0.0
     while bound < budget:
@@ -180,14 +176,9 @@ def _pack(
         members: list[int] = []
         start = 0
         chunk = _CHUNK
-        while basis.rank < d:
-            if start >= q.count:
-                if q.exhausted:
-                    break
-                q.grow()
-                continue
+        while basis.rank < d and start < q.count:
             stop = min(q.count, start + chunk)
-            window = np.arange(start, stop) if sequence is None else sequence[start:stop]
+            window = sequence[start:stop]
             useful = window[~used[window]]
             start = stop
             if useful.size == 0:
@@ -205,14 +196,62 @@ def _pack(
     return _Packing(sets, bound, failed=None)
 
 
+def _pack_first_fit(
+    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
+) -> _Packing:
+    """Disjoint completing sets filled side by side in one pass over the atoms (random order):
+    each batch goes to the first set it extends, what is left to the next. An atom in the span
+    of every set so far is in their spans for good (spans only grow), so it is never read again:
+    the scan is shared by all the sets instead of repeated for each."""
+    d = q.dim
+    limit = max(1, budget)  # every atom holds a record: `budget` sets always suffice
+    bases = [modp.ColumnBasis(d, q.p) for _ in range(limit)]
+    members: list[list[int]] = [[] for _ in range(limit)]
+    skip = np.zeros(int(q.order.shape[0]), dtype=bool)
+    if excluded:
+        skip[list(excluded)] = True
+    start = 0
+
+    def bound() -> float:
+        return sum(
+            float(sizes[q.atoms[np.asarray(m, dtype=np.int64)]].min()) if m else float("inf")
+            for b, m in zip(bases, members, strict=True)
+            if b.rank == d
+        )
+
+    while bound() < budget:
+        if start >= q.count:
+            if q.exhausted:
+                break
+            q.grow()
+            continue
+        stop = min(q.count, start + _GROW)
+        pending = start + np.flatnonzero(~skip[start:stop])
+        start = stop
+        for basis, chosen in zip(bases, members, strict=True):
+            if pending.size == 0:
+                break
+            if basis.rank == d:
+                continue
+            added = basis.insert(q.columns(pending))
+            if added:
+                chosen.extend(int(x) for x in pending[added])
+                pending = np.delete(pending, added)
+    complete = [
+        np.asarray(m, dtype=np.int64) for b, m in zip(bases, members, strict=True) if b.rank == d
+    ]
+    failed = bases[0] if bases[0].rank < d else None
+    return _Packing(complete, bound(), failed=failed)
+
+
 def _best_packing(
     q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
 ) -> _Packing:
-    """The random-order packing, or the largest-first one when that one falls short."""
-    fast = _pack(q, sizes, excluded, budget, by_size=False)
+    """The first-fit packing in random order, or the largest-first one when that falls short."""
+    fast = _pack_first_fit(q, sizes, excluded, budget)
     if fast.bound >= budget or (not fast.sets and fast.failed is not None):
         return fast
-    slow = _pack(q, sizes, excluded, budget, by_size=True)
+    slow = _pack_by_size(q, sizes, excluded, budget)
     return slow if slow.bound > fast.bound else fast
 
 

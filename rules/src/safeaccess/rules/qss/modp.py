@@ -168,9 +168,9 @@ class ColumnBasis:
         """The residues of `columns` (n, b) modulo the span: zero on the pivot rows, and zero
         everywhere exactly for the columns inside the span. `zero_one`: the columns hold only
         0 and 1 (columns of query sets), which allows a single exact float product."""
-        columns = columns % self.p
         if self.rank == 0 or columns.shape[1] == 0:
-            return columns
+            return columns % self.p
+        # entries are in [0, p) (or 0/1): the difference needs one reduction, not two
         product = matmul_01 if zero_one else matmul
         return (columns - product(self.vectors, columns[self.pivots, :], self.p)) % self.p
 

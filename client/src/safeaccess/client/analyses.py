@@ -77,6 +77,11 @@ class MagnitudeTable(_Analysis):
     mitigations: Mitigations = Field(default_factory=Mitigations)
 
 
+# Most quantiles one summary may ask for: every 5 %. Many quantiles of one group outline its
+# sorted values; the rule set's `max_quantiles` (same default) may lower it per dataset.
+MAX_QUANTILES = 19
+
+
 class Summary(_Analysis):
     kind: Literal["summary"] = "summary"
     variables: list[str] = Field(min_length=1)
@@ -95,6 +100,11 @@ class Summary(_Analysis):
         for p in self.quantiles:
             if not 0.0 < p < 1.0:
                 raise ValueError(f"quantile probability {p} must lie strictly between 0 and 1")
+        if len(self.quantiles) > MAX_QUANTILES:
+            raise ValueError(
+                f"a summary may ask for at most {MAX_QUANTILES} quantiles (every 5 %), got "
+                f"{len(self.quantiles)}; split them over fewer, coarser probabilities"
+            )
         if "quantiles" in self.statistics and not self.quantiles:
             raise ValueError("statistic 'quantiles' needs a list of probabilities in 'quantiles'")
         return self

@@ -38,8 +38,8 @@ from safeaccess.rules.outputs import (
 from safeaccess.rules.reconstruction._exact import (
     Admissible,
     ReconstructionError,
-    median_weights,
-    quantile_weights,
+    windowed_median_weights,
+    windowed_quantile_weights,
 )
 from safeaccess.rules.reconstruction.matching import (
     BudgetExceeded,
@@ -276,7 +276,7 @@ def _constraints(
         elif name == "var" and n >= 2:
             variances.append(adm)
         elif name == "median":
-            order.append(OrderConstraint(name, median_weights(n), adm))
+            order.append(OrderConstraint(name, windowed_median_weights(n), adm))
         elif name == "min":
             order.append(OrderConstraint(name, ((1, Fraction(1)),), adm))
         elif name == "max":
@@ -287,7 +287,7 @@ def _constraints(
             except ValueError:
                 continue
             if 0 < p < 1:
-                order.append(OrderConstraint(name, quantile_weights(n, p, qtype), adm))
+                order.append(OrderConstraint(name, windowed_quantile_weights(n, p, qtype), adm))
     cons = SampleConstraints(low, high, n, tuple(means), tuple(sds), tuple(variances), tuple(order))
     return None if cons.is_empty() else cons
 

@@ -2,8 +2,11 @@
 
 Definitions (stated because output checkers and researchers compare against other software):
 - sd and var use the n - 1 denominator.
-- quantiles follow Hyndman & Fan (1996) types 1-9; numpy's `method` names are mapped explicitly
-  in `HF_METHODS`. iqr is q(0.75) - q(0.25) of the same type.
+- quantiles (and the median, and the ends of the iqr) are windowed: the mean of the
+  QUANTILE_WINDOW (10) order statistics nearest the position Hyndman & Fan (1996) type 1-9 gives
+  the quantile ((n + 1) / 2 for the median), so no released quantile is one record's value
+  (`safeaccess.rules.reconstruction.windowed_quantile_weights`, which the release check and the
+  reconstruction check use too). iqr is q(0.75) - q(0.25) of the same definition.
 - skewness is the adjusted Fisher-Pearson coefficient G1 = sqrt(n(n-1))/(n-2) * g1 (SAS, SPSS,
   Excel; scipy.stats.skew(bias=False)); needs n >= 3.
 - kurtosis is the excess kurtosis G2 = ((n+1) g2 + 6) (n-1) / ((n-2)(n-3)) (SAS, SPSS, Excel;
@@ -16,13 +19,14 @@ Statistics that are undefined for a group (too few values, zero variance) are No
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 
 from safeaccess.client.analyses import Summary
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.rules.facts import dominance_facts
+from safeaccess.rules.facts import dominance_facts, spread_facts
 from safeaccess.rules.outputs import (
     SummaryFacts,
     SummaryGroup,
@@ -30,6 +34,12 @@ from safeaccess.rules.outputs import (
     SummaryOutput,
     SummaryVariableFacts,
     VariableSummary,
+)
+from safeaccess.rules.reconstruction._exact import (
+    QUANTILE_WINDOW,
+    QuantileWeights,
+    windowed_median_weights,
+    windowed_quantile_weights,
 )
 from safeaccess.sandbox.compute._common import (
     code_variable,
@@ -66,6 +76,22 @@ def quantile_key(p: float) -> str:
 def hf_quantile(values: np.ndarray, p: float, hf_type: int) -> float:
     """Sample quantile of Hyndman-Fan type `hf_type` (values non-empty, no NaN)."""
     return float(np.quantile(values, p, method=HF_METHODS[hf_type]))  # type: ignore[call-overload]
+
+
+def _apply(sorted_values: np.ndarray, weights: QuantileWeights) -> float:
+    return float(sum(float(w) * sorted_values[i - 1] for i, w in weights))
+
+
+def windowed_quantile(sorted_values: np.ndarray, p: float, hf_type: int) -> float:
+    """The released quantile p: the mean of the QUANTILE_WINDOW order statistics nearest the
+    type-`hf_type` position (sorted_values non-empty, no NaN)."""
+    n = sorted_values.size
+    return _apply(sorted_values, windowed_quantile_weights(n, Fraction(repr(p)), hf_type))
+
+
+def windowed_median(sorted_values: np.ndarray) -> float:
+    """The released median: the mean of the QUANTILE_WINDOW order statistics around the middle."""
+    return _apply(sorted_values, windowed_median_weights(sorted_values.size))
 
 
 def skewness(values: np.ndarray) -> float | None:
@@ -119,6 +145,7 @@ def _value_key(v: float) -> str:
 
 def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None]:
     n = values.size
+    ordered = np.sort(values)
     stats: dict[str, float | None] = {}
     for name in analysis.statistics:
         if name == "count":
@@ -135,10 +162,10 @@ def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None
         elif name == "var":
             stats["var"] = float(values.var(ddof=1)) if n > 1 else None
         elif name == "median":
-            stats["median"] = float(np.median(values))
+            stats["median"] = windowed_median(ordered)
         elif name == "quantiles":
             for p in analysis.quantiles:
-                stats[quantile_key(p)] = hf_quantile(values, p, analysis.quantile_type)
+                stats[quantile_key(p)] = windowed_quantile(ordered, p, analysis.quantile_type)
         elif name == "min":
             stats["min"] = float(values.min())
         elif name == "max":
@@ -150,9 +177,9 @@ def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None
         elif name == "kurtosis":
             stats["kurtosis"] = excess_kurtosis(values)
         elif name == "iqr":
-            stats["iqr"] = hf_quantile(values, 0.75, analysis.quantile_type) - hf_quantile(
-                values, 0.25, analysis.quantile_type
-            )
+            stats["iqr"] = windowed_quantile(
+                ordered, 0.75, analysis.quantile_type
+            ) - windowed_quantile(ordered, 0.25, analysis.quantile_type)
     out: dict[str, float | None] = {}
     for key, value in stats.items():
         value = fnum(value)
@@ -183,6 +210,8 @@ def _facts(
         # Dominance and extremes (top contributions, records at min/max), computed by the rules'
         # own helper so researcher-side checks and the server agree.
         **dominance_facts(raw, contributor),
+        spread=spread_facts(raw, contributor),
+        quantile_window=min(QUANTILE_WINDOW, n) if n else None,
     )
 
 

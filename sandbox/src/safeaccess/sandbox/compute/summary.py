@@ -28,6 +28,7 @@ from safeaccess.client.analyses import Summary
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.facts import dominance_facts, spread_facts
 from safeaccess.rules.outputs import (
+    BoundClass,
     SummaryFacts,
     SummaryGroup,
     SummaryGroupFacts,
@@ -50,6 +51,7 @@ from safeaccess.sandbox.compute._common import (
     query_set,
     require_columns,
 )
+from safeaccess.sandbox.compute.bounds import bound_classes, record_bounds
 
 # Hyndman & Fan (1996) sample quantile types -> numpy.quantile method names.
 HF_METHODS: dict[int, str] = {
@@ -139,6 +141,11 @@ def _scale(name: str, metadata: DatasetMetadata) -> tuple[int, int] | None:
     return None
 
 
+def _is_integer(name: str, metadata: DatasetMetadata) -> bool:
+    column = metadata.column(name)
+    return column is not None and column.type in ("integer", "ordinal")
+
+
 def _value_key(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
@@ -189,11 +196,45 @@ def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None
     return out
 
 
+def _declared(name: str, metadata: DatasetMetadata) -> tuple[float, float] | None:
+    column = metadata.column(name)
+    if column is None:
+        return None
+    if column.bounds is not None:
+        return float(column.bounds[0]), float(column.bounds[1])
+    if column.scale is not None:
+        return float(column.scale[0]), float(column.scale[1])
+    return None
+
+
+def _tightened(
+    scale: tuple[int, int] | None, classes: list[BoundClass], integer: bool
+) -> tuple[int, int] | None:
+    """The reconstruction scale once a filter confines every record of the group to one
+    interval: the exact analysis then runs on the values the filter leaves possible."""
+    if len(classes) != 1 or classes[0].low is None or classes[0].high is None:
+        return scale
+    low, high = math.ceil(classes[0].low), math.floor(classes[0].high)
+    if scale is not None:
+        low, high = max(low, scale[0]), min(high, scale[1])
+    elif not integer or high - low > MAX_SCALE_POINTS:
+        return None
+    return (low, high) if low < high else scale
+
+
 def _facts(
-    raw: np.ndarray, scale: tuple[int, int] | None, contributor: np.ndarray | None
+    raw: np.ndarray,
+    scale: tuple[int, int] | None,
+    contributor: np.ndarray | None,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
+    integer: bool = False,
 ) -> SummaryVariableFacts:
-    values = raw[~np.isnan(raw)]
+    present = ~np.isnan(raw)
+    values = raw[present]
     n = values.size
+    classes = None if bounds is None else bound_classes(bounds[0][present], bounds[1][present])
+    if classes is not None:
+        scale = _tightened(scale, classes, integer)
     uniq, counts = np.unique(values, return_counts=True)
     value_counts: dict[str, int] | None = None
     if scale is not None and np.all(np.equal(np.mod(values, 1), 0)):
@@ -212,6 +253,7 @@ def _facts(
         **dominance_facts(raw, contributor),
         spread=spread_facts(raw, contributor),
         quantile_window=min(QUANTILE_WINDOW, n) if n else None,
+        bounds=classes,
     )
 
 
@@ -222,6 +264,12 @@ def summary(
     require_columns(frame, [*analysis.variables, *analysis.by])
     columns = {v: numeric_values(frame, v) for v in analysis.variables}
     scales = {v: _scale(v, metadata) for v in analysis.variables}
+    # what the filter itself tells about each selected record's value (per record: see bounds.py)
+    filter_bounds = {
+        v: record_bounds(analysis.where, frame, v, _declared(v, metadata))
+        for v in analysis.variables
+    }
+    integer = {v: _is_integer(v, metadata) for v in analysis.variables}
     unit = metadata.contributor_column
     units = frame[unit].to_numpy() if unit is not None and unit in frame.columns else None
     groups = combine([code_variable(frame, v, metadata) for v in analysis.by], len(frame))
@@ -241,7 +289,14 @@ def summary(
             summaries.append(
                 VariableSummary(variable=v, n=values.size, stats=_statistics(analysis, values))
             )
-            var_facts[v] = _facts(raw, scales[v], None if units is None else units[members])
+            fb = filter_bounds[v]
+            var_facts[v] = _facts(
+                raw,
+                scales[v],
+                None if units is None else units[members],
+                None if fb is None else (fb[0][members], fb[1][members]),
+                integer[v],
+            )
         out_groups.append(SummaryGroup(labels=labels, variables=summaries))
         fact_groups.append(
             SummaryGroupFacts(labels=labels, n=int(members.size), variables=var_facts)

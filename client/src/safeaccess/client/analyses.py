@@ -87,10 +87,13 @@ class Summary(_Analysis):
     variables: list[str] = Field(min_length=1)
     statistics: list[SummaryStatistic] = Field(default_factory=_default_statistics)
     quantiles: list[float] = Field(
-        default_factory=list, description="Probabilities in (0, 1), used when 'quantiles' is asked."
+        default_factory=list,
+        description="Probabilities in (0, 1), used when 'quantiles' is asked; at most 19.",
     )
     quantile_type: Literal[1, 2, 3, 4, 5, 6, 7, 8, 9] = Field(
-        default=7, description="Hyndman-Fan quantile definition (7 = R default, 6 = SPSS, 2 = SAS)."
+        default=7,
+        description="Hyndman-Fan position of each quantile (7 = R default, 6 = SPSS, 2 = SAS); the "
+        "released value is the mean of the 10 order statistics nearest that position.",
     )
     by: list[str] = Field(default_factory=list)
     round: int | None = Field(default=None, ge=0, le=12, description="Decimals to round to.")

@@ -12,6 +12,7 @@ companions have incomes in 30 000..30 150 and nobody else does.
 - The quantile variant of attack 1: type-1 quantile lists on "C + target" and "C + another"
   used to be lists of exact record values (the target sits at the median position of her
   set); the server now releases windowed quantiles, none of which is a record's value.
+- The same padding through `income ~ 1`: the residual spread rule withholds it.
 - At most 19 quantiles per summary: refused by the client, and by the server when a body
   skips the client's check.
 - Benign: ordinary income summaries (a few hundred people, grouped, with quantiles) are
@@ -298,3 +299,32 @@ def test_ordinary_income_summaries_are_released(
     ordered = np.sort(DATA["income"].to_numpy())
     # type 7 median position 200.5 -> the mean of order statistics 196..205
     assert whole["median"] == pytest.approx(ordered[195:205].mean())
+
+
+def test_padding_through_an_intercept_only_regression(
+    centre_server: tuple[Centre, EmbeddedServer], monkeypatch: pytest.MonkeyPatch, guard: str
+) -> None:
+    # `income ~ 1` is a count, mean and sd in another form: estimate = mean, se = sd / sqrt(n)
+    from safeaccess.client.analyses import Regression
+    from safeaccess.rules import engine
+
+    if guard == "unguarded":
+        original = engine.regression_findings
+
+        def without_spread(output, rs):  # type: ignore[no-untyped-def]
+            return [f for f in original(output, rs) if f.check != "spread_dominance"]
+
+        monkeypatch.setattr(engine, "regression_findings", without_spread)
+    centre, srv = centre_server
+    name = register(centre, DATA)
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        sealed = centre.seal([Regression(formula="income ~ 1", where=PADDED)], dataset=name)
+        step = session.run(sealed)[0]
+    if guard == "unguarded":
+        assert step.released and step.output is not None
+        coef = step.output["coefficients"][0]
+        n = step.output["n"]
+        stats = {"count": n, "mean": coef["estimate"], "sd": coef["std_error"] * math.sqrt(n)}
+        assert abs(from_count_mean_sd(stats) - TARGET_INCOME) < 2.0
+    else:
+        assert not step.released

@@ -69,3 +69,11 @@ def spread_facts(
         top = np.sort(np.partition(d, d.size - k)[-k:])[::-1]
         out.append(SpreadFacts(power=r, top=[float(t) for t in top], total=float(d.sum())))
     return out
+
+
+def residual_spread(residuals: Any) -> SpreadFacts:
+    """The three largest squared residuals of a fit and their sum (power 2)."""
+    r2 = np.asarray(residuals, dtype=float) ** 2
+    k = min(3, r2.size)
+    top = np.sort(np.partition(r2, r2.size - k)[-k:])[::-1] if k else np.zeros(0)
+    return SpreadFacts(power=2, top=[float(t) for t in top], total=float(r2.sum()))

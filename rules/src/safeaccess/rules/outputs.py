@@ -287,6 +287,11 @@ class RegressionFacts(_Model):
     leverage: LeverageFacts | None = Field(
         default=None, description="Hat values of the fitted model (None: not computed)."
     )
+    residual_spread: SpreadFacts | None = Field(
+        default=None,
+        description="OLS: the largest squared residuals and their sum, which the released "
+        "standard errors and fit statistics are computed from (None: not recorded).",
+    )
 
 
 class RegressionOutput(_Model):

@@ -165,3 +165,20 @@ def test_statistics_undefined_for_tiny_groups_are_none() -> None:
     s = out.groups[0].variables[0].stats
     assert s["sd"] == pytest.approx(np.std([1.0, 2.0], ddof=1))
     assert s["skewness"] is None and s["kurtosis"] is None
+
+
+def test_a_filter_on_the_variable_narrows_the_reconstruction_scale() -> None:
+    # kids is declared 0..10; 'kids >= 2' confines every selected record to 2..10
+    out = run(
+        {"kind": "summary", "variables": ["kids"], "statistics": ["mean"], "where": "kids >= 2"}
+    )
+    facts = out.facts.groups[0].variables["kids"]
+    assert facts.scale == (2, 10)
+    assert [(c.low, c.high, c.count) for c in facts.bounds or []] == [(2.0, 10.0, 6)]
+    assert set(facts.value_counts or {}) == {str(v) for v in range(2, 11)}
+    # a filter on another column records no bounds and keeps the declared scale
+    other = run(
+        {"kind": "summary", "variables": ["kids"], "statistics": ["mean"], "where": "x > 2"}
+    )
+    assert other.facts.groups[0].variables["kids"].bounds is None
+    assert other.facts.groups[0].variables["kids"].scale == (0, 10)

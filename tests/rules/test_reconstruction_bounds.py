@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 from safeaccess.rules.outputs import BoundClass, SummaryVariableFacts
-from safeaccess.rules.reconstruction.bounds import bounded_findings
+from safeaccess.rules.reconstruction.bounds import bounded_findings, record_ranges
 
 BAND = BoundClass(low=30000.0, high=30150.0, count=16)
 
@@ -56,3 +59,68 @@ def test_everyone_at_the_top_of_their_bound_is_fixed() -> None:
 def test_no_mean_no_finding() -> None:
     target = BoundClass(low=0.0, high=1e6, count=1)
     assert _checks({"count": 17.0, "sd": 12000.0}, target, BAND) == []
+
+
+def _sd(values: list[float]) -> float:
+    n = len(values)
+    m = sum(values) / n
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+
+
+def test_two_outsiders_are_fixed_by_the_sd_though_not_by_the_mean() -> None:
+    # 10 companions in the band and two records bounded only by 0..1e6 (80 000 and 60 000): the
+    # total and the sum of squares give a + b and a^2 + b^2, so both follow (up to which is which)
+    companions = [30000.0 + 15 * i for i in range(10)]
+    values = [*companions, 80000.0, 60000.0]
+    mean = sum(values) / len(values)
+    two = BoundClass(low=0.0, high=1e6, count=2)
+    band = BoundClass(low=30000.0, high=30150.0, count=10)
+    assert _checks({"mean": mean}, two, band) == []
+    assert _checks({"mean": mean, "sd": _sd(values)}, two, band) == ["bounded_reconstruction"]
+    # both true values lie in the range the check computes, which is about [60 000, 80 000]
+    (low, high), _ = record_ranges({"mean": mean, "sd": _sd(values)}, [two, band], None)
+    assert 55_000 < low <= 60_000 and 80_000 <= high < 85_000
+
+
+def test_true_values_always_lie_in_their_range() -> None:
+    # soundness on random instances: the truth is one consistent sample, so every record's
+    # value must be inside its class' computed range (else the check claims too much)
+    rng = random.Random(20)
+    for _ in range(300):
+        classes: list[BoundClass] = []
+        values: list[tuple[int, float]] = []
+        for k in range(rng.randint(1, 3)):
+            lo = rng.choice([None, rng.uniform(-50, 50)])
+            hi = rng.choice([None, (lo or 0.0) + rng.uniform(0, 100)])
+            count = rng.randint(1, 6)
+            classes.append(BoundClass(low=lo, high=hi, count=count))
+            a = lo if lo is not None else (hi if hi is not None else 0.0) - 200
+            b = hi if hi is not None else a + 300
+            values += [(k, rng.uniform(a, b)) for _ in range(count)]
+        ys = [v for _, v in values]
+        if len(ys) < 2:
+            continue
+        decimals = rng.choice([None, 2])
+        mean = sum(ys) / len(ys)
+        stats: dict[str, float | None] = {
+            "mean": round(mean, decimals) if decimals is not None else mean,
+            "sd": round(_sd(ys), decimals) if decimals is not None else _sd(ys),
+        }
+        ranges = record_ranges(stats, classes, decimals)
+        for k, v in values:
+            low, high = ranges[k]
+            assert low - 1e-6 <= v <= high + 1e-6, (classes, values, ranges)
+
+
+def test_ordinary_spread_among_bounded_records_is_released() -> None:
+    # 300 records, all in 0..1e6 and 40 of them in a band: nothing is narrowed by a tenth
+    rng = random.Random(4)
+    free = [rng.uniform(20_000, 90_000) for _ in range(260)]
+    band = [rng.uniform(30_000, 30_150) for _ in range(40)]
+    values = free + band
+    stats = {"mean": sum(values) / 300, "sd": _sd(values)}
+    classes = [
+        BoundClass(low=0.0, high=1e6, count=260),
+        BoundClass(low=30000.0, high=30150.0, count=40),
+    ]
+    assert _checks(stats, *classes) == []

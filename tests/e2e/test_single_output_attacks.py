@@ -12,6 +12,7 @@ companions have incomes in 30 000..30 150 and nobody else does.
 - The quantile variant of attack 1: type-1 quantile lists on "C + target" and "C + another"
   used to be lists of exact record values (the target sits at the median position of her
   set); the server now releases windowed quantiles, none of which is a record's value.
+- Two outsiders (ages 96 and 97) among the companions: the total and the sd give both.
 - The same padding through `income ~ 1`: the residual spread rule withholds it.
 - At most 19 quantiles per summary: refused by the client, and by the server when a body
   skips the client's check.
@@ -328,3 +329,28 @@ def test_padding_through_an_intercept_only_regression(
         assert abs(from_count_mean_sd(stats) - TARGET_INCOME) < 2.0
     else:
         assert not step.released
+
+
+def test_two_outsiders_padded_by_the_filtered_variable(
+    centre_server: tuple[Centre, EmbeddedServer], guard: str
+) -> None:
+    # the target (97) and the 96-year-old among the 16 companions: the total gives a + b, the
+    # sd a^2 + b^2, so both incomes follow (which is whose is the only thing left open)
+    centre, srv = centre_server
+    name = register(centre, DATA)
+    where = "age >= 96 or income between 30000 and 30150"
+    analysis = Summary(variables=["income"], statistics=["count", "mean", "sd"], where=where)
+    stats = stats_of(run(centre, srv.url, name, [analysis])[0])
+    truth = sorted(DATA.query("age >= 96")["income"].tolist())
+    if guard == "unguarded":
+        assert stats is not None and stats["count"] == 18
+        n, mean, sd = stats["count"], stats["mean"], stats["sd"]
+        mid = sum(BAND) / 2
+        pair_sum = n * mean - 16 * mid
+        pair_squares = (n - 1) * sd**2 + n * mean**2 - 16 * mid**2
+        gap = math.sqrt(max(2 * pair_squares - pair_sum**2, 0.0))
+        found = sorted([(pair_sum - gap) / 2, (pair_sum + gap) / 2])
+        for estimate, value in zip(found, truth, strict=True):
+            assert abs(estimate - value) < 0.03 * value
+    else:
+        assert stats is None

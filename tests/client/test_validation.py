@@ -197,3 +197,15 @@ def test_check_grammar_needs_no_metadata() -> None:
     with pytest.raises(AnalysisInvalid) as info:
         check_grammar(Regression(formula="y ~ x ~ z", where="a = = 1"))
     assert [p.field for p in info.value.problems] == ["where", "formula"]
+
+
+def test_a_summary_asks_for_at_most_19_quantiles() -> None:
+    from pydantic import ValidationError
+
+    from safeaccess.client.analyses import parse_analysis
+
+    body = {"kind": "summary", "variables": ["income"], "statistics": ["quantiles"]}
+    every_5 = [round(0.05 * k, 2) for k in range(1, 20)]
+    assert isinstance(parse_analysis({**body, "quantiles": every_5}), Summary)
+    with pytest.raises(ValidationError, match="at most 19 quantiles"):
+        parse_analysis({**body, "quantiles": [*every_5, 0.99]})

@@ -35,7 +35,7 @@ def test_content_hash_is_sha256_of_canonical_json() -> None:
     rs = RuleSet(name="x", version="2", threshold=5)
     fields = {
         "name": "x", "version": "2", "description": "", "threshold": 5, "dof": 10, "nk_n": 2,
-        "nk_k": 0.9, "p_ratio": 0.1, "zeros_disclosive": True, "class_disclosure": 0.9,
+        "nk_k": 0.9, "spread_n": 2, "spread_k": 0.9, "max_quantiles": 19, "p_ratio": 0.1, "zeros_disclosive": True, "class_disclosure": 0.9,
         "missing_values": "ignore", "negative_values": "review", "extremes": "withhold",
         "survival_threshold": 10, "reconstruction": True,
         "reconstruction_max_states": 200_000, "reconstruction_time_budget": 2.0,

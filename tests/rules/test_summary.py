@@ -8,6 +8,7 @@ import pytest
 
 from safeaccess.rules.engine import DEFAULT_RULESET, check
 from safeaccess.rules.outputs import (
+    SpreadFacts,
     SummaryFacts,
     SummaryGroup,
     SummaryGroupFacts,
@@ -21,6 +22,11 @@ NO_RECON = DEFAULT_RULESET.with_overrides({"reconstruction": False})
 
 def _summary(stats: dict[str, float | None], **facts: Any) -> SummaryOutput:
     n = facts.pop("n")
+    # an even spread (every record 1/n of each moment) unless a test says otherwise
+    facts.setdefault(
+        "spread", [SpreadFacts(power=r, top=[1.0] * 3, total=float(n)) for r in (2, 3, 4)]
+    )
+    facts.setdefault("quantile_window", min(10, n))
     vf = SummaryVariableFacts(n=n, n_distinct=facts.pop("n_distinct", n), **facts)
     return SummaryOutput(
         by=["sex"],
@@ -133,3 +139,72 @@ def test_dominance_facts_by_hand() -> None:
     g = dominance_facts([5, 1, 9, 9, -2], contributor=["a", "b", "a", "b", "c"])
     assert g["top"] == [14.0, 10.0, -2.0] and g["contributors"] == 3
     SummaryVariableFacts(n=5, n_distinct=4, **g)  # the keys are fields of the facts model
+
+
+def test_spread_facts_by_hand() -> None:
+    from safeaccess.rules.facts import spread_facts
+
+    # values 0, 0, 0, 4: mean 1, deviations 1, 1, 1, 3
+    by_power = {s.power: s for s in spread_facts([0.0, 0.0, 0.0, 4.0])}
+    assert by_power[2].top == [9.0, 1.0, 1.0] and by_power[2].total == 12.0
+    assert by_power[3].top == [27.0, 1.0, 1.0] and by_power[3].total == 30.0
+    assert by_power[4].top == [81.0, 1.0, 1.0] and by_power[4].total == 84.0
+
+
+def _from_values(values: list[float], stats: dict[str, float | None]) -> SummaryOutput:
+    from safeaccess.rules.facts import dominance_facts, spread_facts
+
+    return _summary(
+        stats,
+        n=len(values),
+        spread=spread_facts(values),
+        **dominance_facts(values),
+    )
+
+
+def test_one_outlier_among_pinned_companions_is_withheld() -> None:
+    # attack 5's shape: 16 companions pinned to 30000..30150 by the filter and one target; the
+    # target holds about 16/17 = 94 % of the squared deviations, so the sd tells |y - mean|
+    values = [30000.0 + 10 * i for i in range(16)] + [80000.0]
+    out = _from_values(values, {"count": 17.0, "mean": 0.0, "sd": 0.0})
+    found = {f.check for f in check(out, NO_RECON).findings}
+    assert "spread_dominance" in found
+    assert check(out, NO_RECON).verdict == "withhold"
+    # the same group with only a count and mean has no spread statistic to dominate
+    only_mean = _from_values(values, {"count": 17.0, "mean": 0.0})
+    assert "spread_dominance" not in {f.check for f in check(only_mean, NO_RECON).findings}
+
+
+def test_single_outlier_at_the_threshold_is_caught() -> None:
+    # nine equal companions and one outlier: top share 9/10 = 0.9 >= spread_k
+    values = [50.0] * 9 + [1000.0]
+    out = _from_values(values, {"count": 10.0, "sd": 0.0})
+    assert "spread_dominance" in {f.check for f in check(out, NO_RECON).findings}
+
+
+def test_ordinary_incomes_spread_is_released() -> None:
+    import numpy as np
+
+    values = list(np.random.default_rng(7).lognormal(10.3, 0.6, 300).round())
+    out = _from_values(values, {"count": 300.0, "mean": 0.0, "sd": 0.0, "skewness": 0.0})
+    assert "spread_dominance" not in {f.check for f in check(out, NO_RECON).findings}
+
+
+def test_spread_facts_missing_goes_to_review() -> None:
+    out = _summary({"sd": 1.0}, n=30, spread=None)
+    assert "facts_missing" in _checks(out)
+
+
+def test_quantiles_need_a_window_of_threshold_records() -> None:
+    stats = {"q0.5": 1.0}
+    assert "quantile_window" not in _checks(_summary(stats, n=100, quantile_window=10))
+    assert "quantile_window" in _checks(_summary(stats, n=100, quantile_window=1))
+    assert "quantile_window" in _checks(_summary(stats, n=100, quantile_window=None))
+
+
+def test_at_most_max_quantiles_per_summary() -> None:
+    def qs(k: int) -> dict[str, float | None]:
+        return {f"q{j / (k + 1)!r}": 1.0 for j in range(1, k + 1)}
+
+    assert "max_quantiles" not in _checks(_summary(qs(19), n=1000))
+    assert "max_quantiles" in _checks(_summary(qs(20), n=1000))

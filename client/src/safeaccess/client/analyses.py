@@ -77,15 +77,23 @@ class MagnitudeTable(_Analysis):
     mitigations: Mitigations = Field(default_factory=Mitigations)
 
 
+# Most quantiles one summary may ask for: every 5 %. Many quantiles of one group outline its
+# sorted values; the rule set's `max_quantiles` (same default) may lower it per dataset.
+MAX_QUANTILES = 19
+
+
 class Summary(_Analysis):
     kind: Literal["summary"] = "summary"
     variables: list[str] = Field(min_length=1)
     statistics: list[SummaryStatistic] = Field(default_factory=_default_statistics)
     quantiles: list[float] = Field(
-        default_factory=list, description="Probabilities in (0, 1), used when 'quantiles' is asked."
+        default_factory=list,
+        description="Probabilities in (0, 1), used when 'quantiles' is asked; at most 19.",
     )
     quantile_type: Literal[1, 2, 3, 4, 5, 6, 7, 8, 9] = Field(
-        default=7, description="Hyndman-Fan quantile definition (7 = R default, 6 = SPSS, 2 = SAS)."
+        default=7,
+        description="Hyndman-Fan position of each quantile (7 = R default, 6 = SPSS, 2 = SAS); the "
+        "released value is the mean of the 10 order statistics nearest that position.",
     )
     by: list[str] = Field(default_factory=list)
     round: int | None = Field(default=None, ge=0, le=12, description="Decimals to round to.")
@@ -95,6 +103,11 @@ class Summary(_Analysis):
         for p in self.quantiles:
             if not 0.0 < p < 1.0:
                 raise ValueError(f"quantile probability {p} must lie strictly between 0 and 1")
+        if len(self.quantiles) > MAX_QUANTILES:
+            raise ValueError(
+                f"a summary may ask for at most {MAX_QUANTILES} quantiles (every 5 %), got "
+                f"{len(self.quantiles)}; split them over fewer, coarser probabilities"
+            )
         if "quantiles" in self.statistics and not self.quantiles:
             raise ValueError("statistic 'quantiles' needs a list of probabilities in 'quantiles'")
         return self

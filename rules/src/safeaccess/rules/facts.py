@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from safeaccess.rules.outputs import SpreadFacts
+
 
 def dominance_facts(values: Any, contributor: Any = None) -> dict[str, Any]:
     """Top-3 contributions, total, negatives, records at the extremes and contributor count.
@@ -41,3 +43,37 @@ def dominance_facts(values: Any, contributor: Any = None) -> dict[str, Any]:
     top = np.sort(np.partition(contributions, contributions.size - k)[-k:])[::-1]
     out["top"] = [float(t) for t in top]
     return out
+
+
+def spread_facts(
+    values: Any, contributor: Any = None, powers: tuple[int, ...] = (2, 3, 4)
+) -> list[SpreadFacts]:
+    """Per power r, the largest |y - mean|^r (per contributor unit where given) and their sum.
+
+    Computed here so the runner and researcher-side tools agree; an empty list when fewer than
+    two values are present.
+    """
+    v = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
+    ok = ~np.isnan(v)
+    x = v[ok]
+    if x.size < 2:
+        return []
+    dev = np.abs(x - x.mean())
+    out: list[SpreadFacts] = []
+    for r in powers:
+        d = dev**r
+        if contributor is not None:
+            units = pd.Series(np.asarray(contributor))[ok].to_numpy()
+            d = pd.Series(d).groupby(units, sort=False).sum().to_numpy()
+        k = min(3, d.size)
+        top = np.sort(np.partition(d, d.size - k)[-k:])[::-1]
+        out.append(SpreadFacts(power=r, top=[float(t) for t in top], total=float(d.sum())))
+    return out
+
+
+def residual_spread(residuals: Any) -> SpreadFacts:
+    """The three largest squared residuals of a fit and their sum (power 2)."""
+    r2 = np.asarray(residuals, dtype=float) ** 2
+    k = min(3, r2.size)
+    top = np.sort(np.partition(r2, r2.size - k)[-k:])[::-1] if k else np.zeros(0)
+    return SpreadFacts(power=2, top=[float(t) for t in top], total=float(r2.sum()))

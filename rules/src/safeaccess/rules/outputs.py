@@ -135,6 +135,34 @@ class SummaryGroup(_Model):
     variables: list[VariableSummary]
 
 
+class SpreadFacts(_Model):
+    """How concentrated one central moment is: the largest records' shares of sum |y - mean|^r.
+
+    A released sd/variance (r = 2), skewness (r = 3) or kurtosis (r = 4) is a magnitude over
+    the records' deviations; when one or two records hold nearly all of it, the statistic
+    tells their deviation (the spread analogue of N-K dominance on a total)."""
+
+    power: int = Field(ge=2, le=4, description="r: 2 for sd/var, 3 skewness, 4 kurtosis.")
+    top: list[float] = Field(
+        description="Largest |y - mean|^r (summed per contributor unit where declared), "
+        "descending, at most 3."
+    )
+    total: float = Field(ge=0.0, description="Sum of |y - mean|^r over the group.")
+
+
+class BoundClass(_Model):
+    """Records of a group whose value the `where` filter confines to the same interval.
+
+    For each record the runner finds every value of the summarised variable for which the
+    filter would still hold with the record's other columns unchanged; the hull of those
+    values, cut to the declared bounds, is what the filter tells about the record. None: no
+    bound on that side."""
+
+    low: float | None
+    high: float | None
+    count: int = Field(ge=1)
+
+
 class SummaryVariableFacts(_Model):
     n: int
     n_distinct: int
@@ -169,6 +197,19 @@ class SummaryVariableFacts(_Model):
     )
     missing: int | None = Field(
         default=None, description="Records of the group whose value was missing and was ignored."
+    )
+    spread: list[SpreadFacts] | None = Field(
+        default=None, description="Concentration of the central moments (None: not recorded)."
+    )
+    bounds: list[BoundClass] | None = Field(
+        default=None,
+        description="What the filter and the declared bounds confine each record's value to, "
+        "by class of equal intervals (None: not recorded).",
+    )
+    quantile_window: int | None = Field(
+        default=None,
+        description="Order statistics averaged into each released quantile, median and iqr "
+        "end (None: not recorded).",
     )
 
 
@@ -251,6 +292,11 @@ class RegressionFacts(_Model):
     )
     leverage: LeverageFacts | None = Field(
         default=None, description="Hat values of the fitted model (None: not computed)."
+    )
+    residual_spread: SpreadFacts | None = Field(
+        default=None,
+        description="OLS: the largest squared residuals and their sum, which the released "
+        "standard errors and fit statistics are computed from (None: not recorded).",
     )
 
 

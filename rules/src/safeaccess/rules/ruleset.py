@@ -73,6 +73,25 @@ class RuleSet(BaseModel):
     p_ratio: float = Field(
         default=0.1, ge=0.0, lt=1.0, description="Withhold when (total-top1-top2)/top1 < p."
     )
+    spread_n: int = Field(
+        default=2,
+        ge=1,
+        le=3,
+        description="Records whose joint share of a released spread statistic is limited "
+        "(facts keep the top 3).",
+    )
+    spread_k: float = Field(
+        default=0.9,
+        gt=0.0,
+        le=1.0,
+        description="Withhold an sd/variance (skewness, kurtosis) when the spread_n records "
+        "farthest from the mean hold at least this share of sum |y - mean|^r.",
+    )
+    max_quantiles: int = Field(
+        default=19,
+        ge=1,
+        description="Most quantiles one summary may ask for (19: every 5 %).",
+    )
     zeros_disclosive: bool = Field(default=True, description="Empty cells are disclosive.")
     class_disclosure: float | None = Field(
         default=0.9,
@@ -150,6 +169,11 @@ class RuleSet(BaseModel):
     model_max_features: int | None = Field(
         default=None, ge=1, description="Trained models: the most features a model may use."
     )
+
+    @field_validator("spread_k", mode="before")
+    @classmethod
+    def _spread_number(cls, value: object) -> object:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     @field_validator("model_mia_auc_limit", "model_fairness_limit", mode="before")
     @classmethod

@@ -58,4 +58,20 @@ def regression_findings(output: RegressionOutput, rs: RuleSet) -> list[Finding]:
                     )
                 )
     out += leverage_findings(f.leverage, rs, "model")
+    spread = f.residual_spread
+    if output.family == "ols" and spread is not None and spread.total > 0.0:
+        # the spread concentration rule of summaries, on the residuals: `income ~ 1` on a
+        # padded filter is a count, mean and sd in another form (docs/rules.md)
+        share = sum(spread.top[: rs.spread_n]) / spread.total
+        if share >= rs.spread_k:
+            out.append(
+                Finding(
+                    check="spread_dominance",
+                    verdict="withhold",
+                    item="model",
+                    message=f"the {rs.spread_n} largest residuals hold {share:.1%} of the "
+                    f"residual sum of squares (limit {rs.spread_k:.0%}), so the standard "
+                    "errors reveal how far those records lie from the fit.",
+                )
+            )
     return out

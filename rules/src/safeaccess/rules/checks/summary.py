@@ -26,6 +26,8 @@ from safeaccess.rules.outputs import (
 from safeaccess.rules.ruleset import RuleSet
 
 _MOMENTS = {"sd", "var", "skewness", "kurtosis"}
+# The central moment each spread statistic is a magnitude over: sum |y - mean|^r.
+_SPREAD_POWER = {"sd": 2, "var": 2, "skewness": 3, "kurtosis": 4}
 _TOTALS = {"mean", "sum", "total"}
 
 
@@ -112,6 +114,20 @@ def variable_findings(
                 "zero_variance",
                 f"all values in {item} are equal, so a zero spread tells every record's value.",
             )
+        out += _spread_findings(item, names, f, rs)
+    asked = sum(1 for s in names if s.startswith("q"))
+    if asked > rs.max_quantiles:
+        add(
+            "max_quantiles",
+            f"{asked} quantiles of {item} were asked for; at most {rs.max_quantiles} may be "
+            "released per summary.",
+        )
+    if _quantiles(stats) and (f.quantile_window is None or f.quantile_window < rs.threshold):
+        add(
+            "quantile_window",
+            f"the quantiles of {item} were not each averaged over at least {rs.threshold} "
+            "records around their position, so one could be a single record's value.",
+        )
     for name, p in _quantiles(stats):
         support = round(min(p, 1.0 - p) * f.n, 9)  # 1 - 0.9 is 0.0999...: not a failure
         if support < rs.threshold:
@@ -138,6 +154,52 @@ def variable_findings(
             "checker will confirm this is what you intended.",
             "review",
         )
+    return out
+
+
+def _spread_findings(
+    item: str, names: set[str], f: SummaryVariableFacts, rs: RuleSet
+) -> list[Finding]:
+    """Concentration of the spread: N-K dominance on the deviations |y - mean|^r.
+
+    A released sd (r = 2), skewness (3) or kurtosis (4) with the count and mean tells
+    sum |y - mean|^r; when the spread_n records farthest from the mean hold most of it, their
+    deviation follows (a record holding a share s of sum (y - mean)^2 has |y - mean| within
+    1 - sqrt(s) of sd * sqrt(n - 1)).
+    """
+    powers = sorted({_SPREAD_POWER[s] for s in names if s in _SPREAD_POWER})
+    if not powers:
+        return []
+    by_power = {s.power: s for s in f.spread or []}
+    out: list[Finding] = []
+    for r in powers:
+        facts = by_power.get(r)
+        if facts is None:
+            out.append(
+                Finding(
+                    check="facts_missing",
+                    verdict="review",
+                    item=item,
+                    message=f"how concentrated the spread of {item} is was not recorded; an "
+                    "output checker must judge whether one record dominates it.",
+                )
+            )
+            continue
+        if facts.total <= 0.0:
+            continue  # a zero spread is the zero_variance check's business
+        share = sum(facts.top[: rs.spread_n]) / facts.total
+        if share >= rs.spread_k:
+            what = {2: "squared deviations", 3: "cubed deviations", 4: "fourth-power deviations"}
+            out.append(
+                Finding(
+                    check="spread_dominance",
+                    verdict="withhold",
+                    item=item,
+                    message=f"in {item} the {rs.spread_n} records farthest from the mean hold "
+                    f"{share:.1%} of the sum of {what[r]} (limit {rs.spread_k:.0%}), so the "
+                    "spread statistics reveal how far they lie from the mean.",
+                )
+            )
     return out
 
 

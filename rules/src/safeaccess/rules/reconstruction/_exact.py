@@ -196,3 +196,36 @@ def median_weights(n: int) -> QuantileWeights:
 def weighted_order_statistic(sorted_values: tuple[int, ...], weights: QuantileWeights) -> Fraction:
     """Evaluate sum(w * x_(i)) on a sorted sample."""
     return sum((w * sorted_values[i - 1] for i, w in weights), Fraction(0))
+
+
+QUANTILE_WINDOW = 10
+"""Order statistics averaged into every released quantile (the DwB threshold of 10)."""
+
+
+def window_weights(n: int, centre: Fraction, window: int = QUANTILE_WINDOW) -> QuantileWeights:
+    """Equal weights on the `window` consecutive order statistics nearest `centre` (1-based).
+
+    The window [j, j + m - 1], m = min(window, n), is centred on the position (ties of the
+    rounding go up) and slid inside 1..n at the ends, so a released quantile is always the
+    mean of m records and never one record's value once n >= window.
+    """
+    if n < 1:
+        raise ReconstructionError("a quantile needs at least one observation")
+    m = min(window, n)
+    start = math.floor(centre - Fraction(m - 1, 2) + _HALF)
+    start = min(max(start, 1), n - m + 1)
+    return tuple((i, Fraction(1, m)) for i in range(start, start + m))
+
+
+def windowed_quantile_weights(
+    n: int, p: Fraction, qtype: int, window: int = QUANTILE_WINDOW
+) -> QuantileWeights:
+    """The released quantile p: the mean of the `window` order statistics nearest the
+    position that Hyndman-Fan type `qtype` gives it (the weighted centre of its weights)."""
+    centre = sum((i * w for i, w in quantile_weights(n, p, qtype)), Fraction(0))
+    return window_weights(n, centre, window)
+
+
+def windowed_median_weights(n: int, window: int = QUANTILE_WINDOW) -> QuantileWeights:
+    """The released median: the mean of the `window` order statistics around (n + 1) / 2."""
+    return window_weights(n, Fraction(n + 1, 2), window)

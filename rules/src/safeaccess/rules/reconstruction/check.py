@@ -9,6 +9,11 @@ and the consistent samples are analysed:
   release implies a frequency cell below the threshold -> withhold;
 - the question cannot be settled within the budget -> review by an output checker.
 
+Where the `where` filter bounds the summarised variable, the facts carry per-record bounds
+(`bounds`): the scale above is then the one the filter leaves (when it confines every record
+of the group alike), and `bounds.py` checks how tightly the released mean fixes any one record
+given the others' bounds, on any scale.
+
 Statistics released in *different* outputs about the same group are not combined here: the server
 keeps no list of earlier outputs (one mechanism across releases, the query-set auditor
 `safeaccess.rules.qss`, which controls which record sets an aggregate may be taken over, not which
@@ -38,9 +43,10 @@ from safeaccess.rules.outputs import (
 from safeaccess.rules.reconstruction._exact import (
     Admissible,
     ReconstructionError,
-    median_weights,
-    quantile_weights,
+    windowed_median_weights,
+    windowed_quantile_weights,
 )
+from safeaccess.rules.reconstruction.bounds import bounded_findings
 from safeaccess.rules.reconstruction.matching import (
     BudgetExceeded,
     OrderConstraint,
@@ -88,9 +94,15 @@ def reconstruction_findings(output: SummaryOutput, ruleset: RuleSet | Any) -> li
             continue
         for summary in group.variables:
             vfacts = gfacts.get(summary.variable)
-            if vfacts is None or vfacts.scale is None:
+            if vfacts is None:
                 continue
-            findings.extend(_check_variable(output, group.labels, summary, vfacts, settings))
+            if vfacts.bounds:
+                # any scale: what the mean fixes given the filter's bounds (bounds.py)
+                item = f"{summary.variable} in {_group_name(output.by, group.labels)}"
+                ratio = float(getattr(ruleset, "p_ratio", 0.1))
+                findings.extend(bounded_findings(item, summary.stats, vfacts, output.round, ratio))
+            if vfacts.scale is not None:
+                findings.extend(_check_variable(output, group.labels, summary, vfacts, settings))
     return findings
 
 
@@ -276,7 +288,7 @@ def _constraints(
         elif name == "var" and n >= 2:
             variances.append(adm)
         elif name == "median":
-            order.append(OrderConstraint(name, median_weights(n), adm))
+            order.append(OrderConstraint(name, windowed_median_weights(n), adm))
         elif name == "min":
             order.append(OrderConstraint(name, ((1, Fraction(1)),), adm))
         elif name == "max":
@@ -287,7 +299,7 @@ def _constraints(
             except ValueError:
                 continue
             if 0 < p < 1:
-                order.append(OrderConstraint(name, quantile_weights(n, p, qtype), adm))
+                order.append(OrderConstraint(name, windowed_quantile_weights(n, p, qtype), adm))
     cons = SampleConstraints(low, high, n, tuple(means), tuple(sds), tuple(variances), tuple(order))
     return None if cons.is_empty() else cons
 

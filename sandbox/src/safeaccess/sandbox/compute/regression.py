@@ -15,6 +15,7 @@ import pandas as pd
 
 from safeaccess.client.analyses import Regression
 from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.rules.facts import residual_spread
 from safeaccess.rules.outputs import (
     Coefficient,
     QuerySet,
@@ -232,6 +233,8 @@ def regression(
         query_set=query_set(["model"], frame, used, n_records),
         extra_query_sets=subgroup_query_sets(design, x, frame, n_records),
         leverage=leverage_facts(hat_values(x, glm_weights(analysis.family, x, params))),
+        # the residual sum of squares behind the OLS standard errors: one record may dominate it
+        residual_spread=residual_spread(y - x @ params) if analysis.family == "ols" else None,
     )
     return RegressionOutput(
         family=analysis.family,

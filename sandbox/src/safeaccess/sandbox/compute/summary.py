@@ -2,8 +2,11 @@
 
 Definitions (stated because output checkers and researchers compare against other software):
 - sd and var use the n - 1 denominator.
-- quantiles follow Hyndman & Fan (1996) types 1-9; numpy's `method` names are mapped explicitly
-  in `HF_METHODS`. iqr is q(0.75) - q(0.25) of the same type.
+- quantiles (and the median, and the ends of the iqr) are windowed: the mean of the
+  QUANTILE_WINDOW (10) order statistics nearest the position Hyndman & Fan (1996) type 1-9 gives
+  the quantile ((n + 1) / 2 for the median), so no released quantile is one record's value
+  (`safeaccess.rules.reconstruction.windowed_quantile_weights`, which the release check and the
+  reconstruction check use too). iqr is q(0.75) - q(0.25) of the same definition.
 - skewness is the adjusted Fisher-Pearson coefficient G1 = sqrt(n(n-1))/(n-2) * g1 (SAS, SPSS,
   Excel; scipy.stats.skew(bias=False)); needs n >= 3.
 - kurtosis is the excess kurtosis G2 = ((n+1) g2 + 6) (n-1) / ((n-2)(n-3)) (SAS, SPSS, Excel;
@@ -16,20 +19,28 @@ Statistics that are undefined for a group (too few values, zero variance) are No
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 
 from safeaccess.client.analyses import Summary
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.rules.facts import dominance_facts
+from safeaccess.rules.facts import dominance_facts, spread_facts
 from safeaccess.rules.outputs import (
+    BoundClass,
     SummaryFacts,
     SummaryGroup,
     SummaryGroupFacts,
     SummaryOutput,
     SummaryVariableFacts,
     VariableSummary,
+)
+from safeaccess.rules.reconstruction._exact import (
+    QUANTILE_WINDOW,
+    QuantileWeights,
+    windowed_median_weights,
+    windowed_quantile_weights,
 )
 from safeaccess.sandbox.compute._common import (
     code_variable,
@@ -40,6 +51,7 @@ from safeaccess.sandbox.compute._common import (
     query_set,
     require_columns,
 )
+from safeaccess.sandbox.compute.bounds import bound_classes, record_bounds
 
 # Hyndman & Fan (1996) sample quantile types -> numpy.quantile method names.
 HF_METHODS: dict[int, str] = {
@@ -66,6 +78,22 @@ def quantile_key(p: float) -> str:
 def hf_quantile(values: np.ndarray, p: float, hf_type: int) -> float:
     """Sample quantile of Hyndman-Fan type `hf_type` (values non-empty, no NaN)."""
     return float(np.quantile(values, p, method=HF_METHODS[hf_type]))  # type: ignore[call-overload]
+
+
+def _apply(sorted_values: np.ndarray, weights: QuantileWeights) -> float:
+    return float(sum(float(w) * sorted_values[i - 1] for i, w in weights))
+
+
+def windowed_quantile(sorted_values: np.ndarray, p: float, hf_type: int) -> float:
+    """The released quantile p: the mean of the QUANTILE_WINDOW order statistics nearest the
+    type-`hf_type` position (sorted_values non-empty, no NaN)."""
+    n = sorted_values.size
+    return _apply(sorted_values, windowed_quantile_weights(n, Fraction(repr(p)), hf_type))
+
+
+def windowed_median(sorted_values: np.ndarray) -> float:
+    """The released median: the mean of the QUANTILE_WINDOW order statistics around the middle."""
+    return _apply(sorted_values, windowed_median_weights(sorted_values.size))
 
 
 def skewness(values: np.ndarray) -> float | None:
@@ -113,12 +141,18 @@ def _scale(name: str, metadata: DatasetMetadata) -> tuple[int, int] | None:
     return None
 
 
+def _is_integer(name: str, metadata: DatasetMetadata) -> bool:
+    column = metadata.column(name)
+    return column is not None and column.type in ("integer", "ordinal")
+
+
 def _value_key(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
 def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None]:
     n = values.size
+    ordered = np.sort(values)
     stats: dict[str, float | None] = {}
     for name in analysis.statistics:
         if name == "count":
@@ -135,10 +169,10 @@ def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None
         elif name == "var":
             stats["var"] = float(values.var(ddof=1)) if n > 1 else None
         elif name == "median":
-            stats["median"] = float(np.median(values))
+            stats["median"] = windowed_median(ordered)
         elif name == "quantiles":
             for p in analysis.quantiles:
-                stats[quantile_key(p)] = hf_quantile(values, p, analysis.quantile_type)
+                stats[quantile_key(p)] = windowed_quantile(ordered, p, analysis.quantile_type)
         elif name == "min":
             stats["min"] = float(values.min())
         elif name == "max":
@@ -150,9 +184,9 @@ def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None
         elif name == "kurtosis":
             stats["kurtosis"] = excess_kurtosis(values)
         elif name == "iqr":
-            stats["iqr"] = hf_quantile(values, 0.75, analysis.quantile_type) - hf_quantile(
-                values, 0.25, analysis.quantile_type
-            )
+            stats["iqr"] = windowed_quantile(
+                ordered, 0.75, analysis.quantile_type
+            ) - windowed_quantile(ordered, 0.25, analysis.quantile_type)
     out: dict[str, float | None] = {}
     for key, value in stats.items():
         value = fnum(value)
@@ -162,11 +196,45 @@ def _statistics(analysis: Summary, values: np.ndarray) -> dict[str, float | None
     return out
 
 
+def _declared(name: str, metadata: DatasetMetadata) -> tuple[float, float] | None:
+    column = metadata.column(name)
+    if column is None:
+        return None
+    if column.bounds is not None:
+        return float(column.bounds[0]), float(column.bounds[1])
+    if column.scale is not None:
+        return float(column.scale[0]), float(column.scale[1])
+    return None
+
+
+def _tightened(
+    scale: tuple[int, int] | None, classes: list[BoundClass], integer: bool
+) -> tuple[int, int] | None:
+    """The reconstruction scale once a filter confines every record of the group to one
+    interval: the exact analysis then runs on the values the filter leaves possible."""
+    if len(classes) != 1 or classes[0].low is None or classes[0].high is None:
+        return scale
+    low, high = math.ceil(classes[0].low), math.floor(classes[0].high)
+    if scale is not None:
+        low, high = max(low, scale[0]), min(high, scale[1])
+    elif not integer or high - low > MAX_SCALE_POINTS:
+        return None
+    return (low, high) if low < high else scale
+
+
 def _facts(
-    raw: np.ndarray, scale: tuple[int, int] | None, contributor: np.ndarray | None
+    raw: np.ndarray,
+    scale: tuple[int, int] | None,
+    contributor: np.ndarray | None,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
+    integer: bool = False,
 ) -> SummaryVariableFacts:
-    values = raw[~np.isnan(raw)]
+    present = ~np.isnan(raw)
+    values = raw[present]
     n = values.size
+    classes = None if bounds is None else bound_classes(bounds[0][present], bounds[1][present])
+    if classes is not None:
+        scale = _tightened(scale, classes, integer)
     uniq, counts = np.unique(values, return_counts=True)
     value_counts: dict[str, int] | None = None
     if scale is not None and np.all(np.equal(np.mod(values, 1), 0)):
@@ -183,6 +251,9 @@ def _facts(
         # Dominance and extremes (top contributions, records at min/max), computed by the rules'
         # own helper so researcher-side checks and the server agree.
         **dominance_facts(raw, contributor),
+        spread=spread_facts(raw, contributor),
+        quantile_window=min(QUANTILE_WINDOW, n) if n else None,
+        bounds=classes,
     )
 
 
@@ -193,6 +264,12 @@ def summary(
     require_columns(frame, [*analysis.variables, *analysis.by])
     columns = {v: numeric_values(frame, v) for v in analysis.variables}
     scales = {v: _scale(v, metadata) for v in analysis.variables}
+    # what the filter itself tells about each selected record's value (per record: see bounds.py)
+    filter_bounds = {
+        v: record_bounds(analysis.where, frame, v, _declared(v, metadata))
+        for v in analysis.variables
+    }
+    integer = {v: _is_integer(v, metadata) for v in analysis.variables}
     unit = metadata.contributor_column
     units = frame[unit].to_numpy() if unit is not None and unit in frame.columns else None
     groups = combine([code_variable(frame, v, metadata) for v in analysis.by], len(frame))
@@ -212,7 +289,14 @@ def summary(
             summaries.append(
                 VariableSummary(variable=v, n=values.size, stats=_statistics(analysis, values))
             )
-            var_facts[v] = _facts(raw, scales[v], None if units is None else units[members])
+            fb = filter_bounds[v]
+            var_facts[v] = _facts(
+                raw,
+                scales[v],
+                None if units is None else units[members],
+                None if fb is None else (fb[0][members], fb[1][members]),
+                integer[v],
+            )
         out_groups.append(SummaryGroup(labels=labels, variables=summaries))
         fact_groups.append(
             SummaryGroupFacts(labels=labels, n=int(members.size), variables=var_facts)

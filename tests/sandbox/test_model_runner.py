@@ -245,3 +245,22 @@ def test_validation_refuses_what_the_analysis_alone_decides() -> None:
 def test_the_predictor_refuses_other_outputs() -> None:
     with pytest.raises(ModelFormatError):
         Predictor({"type": "table"})
+
+
+def test_a_fairness_report_admits_the_test_split_by_protected_group(data: pd.DataFrame) -> None:
+    analysis = ModelTraining(
+        family="logistic_regression",
+        target="approved",
+        features=FEATURES,
+        params=ModelParams(),
+        fairness=Fairness(protected="group", treatment="reweighing"),
+    )
+    out = execute(analysis, data, applicants_metadata())
+    _, test = _split(data, analysis)
+    cells = out.facts.query_set.to_array()  # type: ignore[union-attr]
+    got = {frozenset(np.flatnonzero(cells == c).tolist()) for c in np.unique(cells[test])}
+    expected = {
+        frozenset(data.index[test][data["group"].iloc[test] == g].tolist())
+        for g in data["group"].iloc[test].unique()
+    }
+    assert got == expected

@@ -412,7 +412,11 @@ def model_training(
         index = np.full(n_records, OUTSIDE, dtype=np.int64)
         index[train_rows] = assignment
         labels = [f"tree {t} leaf {i}" for i in range(n_cells)]
-        if t == 0:
+        if t == 0 and protected is not None:
+            # The fairness report's per-group rates are released: one cell per protected group.
+            index[test_rows] = n_cells + protected[test]
+            labels += [f"test split, group {level}" for level in protected_levels]
+        elif t == 0:
             index[test_rows] = n_cells
             labels.append("test split")
         sets.append(QuerySet.from_array(labels, index))

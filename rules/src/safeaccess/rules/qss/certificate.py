@@ -96,7 +96,8 @@ class _Quotient:
     scanned: int = 0
     count: int = 0
     atoms: Int64Array = field(default_factory=lambda: np.zeros(0, np.int64))
-    cache: Int64Array = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    # int32: values are below p < 2**31, and this cache is the certificate's largest array
+    cache: Int32Array = field(default_factory=lambda: np.zeros((0, 0), np.int32))
 
     @property
     def dim(self) -> int:
@@ -116,8 +117,8 @@ class _Quotient:
             return
         need = self.count + int(keep.size)
         if need > self.cache.shape[1]:
-            size = max(need, 2 * self.cache.shape[1], _CHUNK)
-            grown = np.zeros((self.dim, size), np.int64)
+            size = max(need, self.cache.shape[1] + self.cache.shape[1] // 2, _GROW)
+            grown = np.zeros((self.dim, size), np.int32)
             atoms = np.zeros(size, np.int64)
             if self.count:
                 grown[:, : self.count] = self.cache[:, : self.count]
@@ -129,7 +130,7 @@ class _Quotient:
         self.count = need
 
     def columns(self, useful: Int64Array) -> Int64Array:
-        return self.cache[:, useful]
+        return self.cache[:, useful].astype(np.int64)
 
     def lift(self, u: Int64Array) -> Int64Array:
         """The y in GF(p)^R that acts on every column x as u acts on x's quotient image."""

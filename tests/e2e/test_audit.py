@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from e2e_helpers import Centre, signed
 
-from safeaccess.client.analyses import FrequencyTable
+from safeaccess.client.analyses import FrequencyTable, Script
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
 from safeaccess.client.audit.merkle import leaf_hash, root_of
 from safeaccess.client.audit.records import decode_record, encode_record
@@ -31,6 +31,7 @@ from safeaccess.client.cli import main as client_main
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
+from safeaccess.server import review
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
@@ -513,3 +514,25 @@ def test_a_researcher_gets_proofs_for_her_own_steps_only(audited: Audited, centr
     assert mine.status_code == 200 and mine.json()["index"] == step.receipt["fields"]["log_index"]  # type: ignore[index]
     theirs = signed(audited.url, centre.keys["bob"], "bob", "GET", path)
     assert theirs.status_code == 404
+
+
+# -- scripts --------------------------------------------------------------------------------------
+
+
+def test_an_honest_log_with_an_approved_script_step_verifies(
+    audited: Audited, centre: Centre, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script step is logged as queued (no verdict yet), sent to review, then its run's
+    verdict arrives in `script_run_finished`: the honest sequence of records verifies."""
+    sealed = centre.seal([Script(code="result = 1"), SAFE])
+    with connect(audited.url, centre.keys["ada"], "ada") as session:
+        results = session.run(sealed)
+        assert [r.status for r in results] == ["review"]
+        assert audited.service.scripts.wait_idle(120)
+        review.decide(
+            audited.service.store, results[0].sequence_id, 1, approve=True, reviewer="checker"
+        )
+        assert [r.status for r in session.run(sealed)] == ["released", "released"]
+    capsys.readouterr()
+    assert _verify_cli(audited) == 0, capsys.readouterr().out
+    assert "OK: the log verifies" in capsys.readouterr().out

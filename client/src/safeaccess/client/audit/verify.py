@@ -155,6 +155,8 @@ class _Sequence:
     pending_problems: list[str] = field(default_factory=list)
     dataset: str = ""
     first_approvers: list[str] = field(default_factory=list)
+    # A script step: "queued" when revealed (no verdict yet), then "ran" or "failed".
+    script: str | None = None
 
 
 class _Replay:
@@ -288,6 +290,7 @@ class _Replay:
         seq.state = "running"
         seq.verdict = None
         seq.first_approvers = []
+        seq.script = None
 
     def _running(self, rec: LogRecord) -> _Sequence:
         seq = self._seq(rec)
@@ -310,6 +313,10 @@ class _Replay:
         findings = data.get("findings") or []
         seq.verdict = verdict
         seq.pending_problems = []
+        if data.get("script_run") == "queued":
+            # A script is sent to review before it runs; its verdict comes with its run.
+            seq.script = "queued"
+            return
         if verdict is None:
             return  # the analysis failed before any check ran
         self.report.decisions += 1
@@ -332,7 +339,9 @@ class _Replay:
                 raise self._fail(rec, f"released although the rules' verdict was {seq.verdict!r}")
             self._released(rec, seq)
         elif state == "review":
-            if seq.verdict != "review":
+            if seq.script == "queued" and seq.verdict is None:
+                seq.state = "review"
+            elif seq.verdict != "review":
                 raise self._fail(rec, f"sent to review although the verdict was {seq.verdict!r}")
             seq.state = "review"
         elif state in ("withheld", "failed"):
@@ -351,6 +360,18 @@ class _Replay:
             raise self._fail(rec, "a release without a commitment to its output")
         seq.state = "closed" if seq.last else "released"
         self.report.steps_released += 1
+
+    def _script_run_finished(self, rec: LogRecord) -> None:
+        seq = self._seq(rec)
+        # "closed": a checker may reject a queued script while it runs; its run is still logged.
+        if seq.script != "queued" or seq.state not in ("review", "closed") or rec.step != seq.step:
+            raise self._fail(
+                rec, f"a script run for step {rec.step}, which no queued script awaits"
+            )
+        run = rec.data.get("script_run")
+        failed = not isinstance(run, dict) or run.get("error_code") or run.get("result") == "failed"
+        seq.script = "failed" if failed else "ran"
+        seq.verdict = rec.data.get("verdict")
 
     def _in_review_by_other(self, rec: LogRecord) -> _Sequence:
         """The sequence of a checker's record: its step is in review, and the checker is not
@@ -372,6 +393,8 @@ class _Replay:
         seq = self._in_review_by_other(rec)
         if rec.actor in seq.first_approvers:
             raise self._fail(rec, f"{rec.actor} gave both approvals of a two-person release")
+        if seq.script is not None and seq.script != "ran":
+            raise self._fail(rec, f"approved a script that {seq.script} (nothing to release)")
         needed = self.review_checkers.get(seq.dataset, 1)
         if len(seq.first_approvers) + 1 < needed:
             raise self._fail(

@@ -536,3 +536,29 @@ def test_an_honest_log_with_an_approved_script_step_verifies(
     capsys.readouterr()
     assert _verify_cli(audited) == 0, capsys.readouterr().out
     assert "OK: the log verifies" in capsys.readouterr().out
+
+
+# -- receipts of withheld steps -----------------------------------------------------------------
+
+
+def test_a_researcher_proves_a_withhold_with_her_receipt(
+    audited: Audited, centre: Centre, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The log commits to the withheld output (hidden, no opening is given); her signed receipt
+    carries the same commitment, so `audit receipt` proves the withhold against the log."""
+    with connect(audited.url, centre.keys["ada"], "ada") as session:
+        (step,) = session.run(centre.seal([UNSAFE]))
+    assert step.status == "withheld" and step.receipt is not None
+    assert step.receipt["fields"]["output_opening"] is None  # nothing of the output leaks
+    file = audited.work / "withheld-receipt.json"
+    file.write_text(json.dumps({"receipt": step.receipt, "output": None}))
+    args = ["audit", "receipt", str(file), "--server", audited.url]
+    args += ["--key", str(audited.ada_key), "--researcher", "ada"]
+    capsys.readouterr()
+    assert client_main(args) == 0, capsys.readouterr().out
+    assert "withheld" in capsys.readouterr().out
+    # A receipt that claims a release of this withheld entry is refused.
+    fields = dict(step.receipt["fields"], state="released")
+    forged = {"fields": fields, "signature": step.receipt["signature"]}
+    file.write_text(json.dumps({"receipt": forged, "output": None}))
+    assert client_main(args) == 1

@@ -562,3 +562,38 @@ def test_a_researcher_proves_a_withhold_with_her_receipt(
     forged = {"fields": fields, "signature": step.receipt["signature"]}
     file.write_text(json.dumps({"receipt": forged, "output": None}))
     assert client_main(args) == 1
+
+
+# -- researcher keys ----------------------------------------------------------------------------
+
+
+def _second_registration(key_text: str | None) -> Any:
+    """A mutation appending a second `researcher_added` for ada (with `key_text`, or her own)."""
+
+    def mutate(parsed: list[dict[str, Any]]) -> None:
+        first = next(
+            p
+            for p in parsed
+            if p["kind"] == "researcher_added" and p["data"]["researcher"] == "ada"
+        )
+        data = dict(first["data"])
+        if key_text is not None:
+            data["public_key"] = key_text
+            data["fingerprint"] = "forged"
+        parsed.append(dict(first, data=data))
+
+    return mutate
+
+
+def test_a_second_registration_with_another_key_is_refused(audited: Audited) -> None:
+    """An operator who appends `researcher_added` for ada with his own key could sign sequences
+    in her name: the verifier refuses the entry (a key changes only by a signed event)."""
+    forged_key = public_key_text(Ed25519PrivateKey.generate().public_key())
+    source, parsed = _resigned(audited, "rekeyed.export", _second_registration(forged_key))
+    with pytest.raises(AuditFailure) as info:
+        verify_log(source)
+    assert info.value.entry == len(parsed) - 1
+    assert "ada" in str(info.value) and "another key" in str(info.value)
+    # Registering her again with her own key (a project added) is honest and verifies.
+    source, _ = _resigned(audited, "readded.export", _second_registration(None))
+    verify_log(source)

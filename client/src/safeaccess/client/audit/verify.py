@@ -199,7 +199,17 @@ class _Replay:
             key = load_public_key(str(rec.data["public_key"]).encode("ascii"))
         except (KeyError, KeyFileError) as exc:
             raise self._fail(rec, "the researcher's public key is missing or malformed") from exc
-        self.researcher_keys[str(rec.data["researcher"])] = key
+        name = str(rec.data["researcher"])
+        known = self.researcher_keys.get(name)
+        # A registration never replaces a key: otherwise whoever can append to the log could
+        # sign sequences in her name. Registering her again (projects added) keeps her key.
+        if known is not None and known.public_bytes_raw() != key.public_bytes_raw():
+            raise self._fail(
+                rec,
+                f"researcher {name!r} is registered again with another key (a registration "
+                "never changes a researcher's key)",
+            )
+        self.researcher_keys[name] = key
 
     def _ruleset(self, rec: LogRecord) -> None:
         text = rec.data.get("contents")

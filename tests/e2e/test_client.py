@@ -145,3 +145,30 @@ def test_receipts_bind_the_outcome_and_are_signed_by_the_centre(
         pytest.raises(WrongServer, match="different signing key"),
     ):
         session.run(centre.seal([FrequencyTable(rows=["sex"])]))
+
+
+@pytest.mark.parametrize("part", ["body", "trace", "t0"])
+def test_run_refuses_a_tampered_sealed_file_before_revealing_step_1(
+    centre: Centre, server: tuple[Service, EmbeddedServer], part: str
+) -> None:
+    """With step 2's body or trace (or T_0) altered, nothing is opened or revealed: otherwise
+    step 1 is released and the sequence is stuck open at a step 2 that cannot verify."""
+    from safeaccess.client.session import TamperedSequence
+
+    service, srv = server
+    sealed = centre.seal([FrequencyTable(rows=["sex"]), FrequencyTable(rows=["region"])])
+    traces, bodies = list(sealed.traces), list(sealed.bodies)
+    if part == "body":
+        bodies[1] = bodies[1].replace(b"region", b"sex")
+    elif part == "trace":
+        traces[2] = bytes([traces[2][0] ^ 1]) + traces[2][1:]
+    else:
+        traces[0] = bytes([traces[0][0] ^ 1]) + traces[0][1:]
+    bad = sealed.model_copy(update={"traces": tuple(traces), "bodies": tuple(bodies)})
+    before = len(service.store.list_sequences("ada"))
+    with (
+        connect(srv.url, centre.keys["ada"], "ada") as session,
+        pytest.raises(TamperedSequence, match="nothing was revealed"),
+    ):
+        session.run(bad)
+    assert len(service.store.list_sequences("ada")) == before

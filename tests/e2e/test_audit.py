@@ -597,3 +597,25 @@ def test_a_second_registration_with_another_key_is_refused(audited: Audited) -> 
     # Registering her again with her own key (a project added) is honest and verifies.
     source, _ = _resigned(audited, "readded.export", _second_registration(None))
     verify_log(source)
+
+
+# -- required claims ----------------------------------------------------------------------------
+
+
+def test_a_step_run_without_a_required_claim_is_named(audited: Audited) -> None:
+    """The server refuses, and does not log, a step whose kind needs a claim no endorsement of
+    the sequence grants; a log where one ran anyway names that step's decision."""
+
+    def require_before_first_open(parsed: list[dict[str, Any]]) -> None:
+        opened = next(i for i, p in enumerate(parsed) if p["kind"] == "sequence_opened")
+        claim = {"dataset": "census", "kind": "frequency_table", "claim": "fair"}
+        parsed.insert(
+            opened,
+            dict(parsed[opened], kind="claim_required", sequence=None, step=None, data=claim),
+        )
+
+    source, parsed = _resigned(audited, "claims.export", require_before_first_open)
+    with pytest.raises(AuditFailure) as info:
+        verify_log(source)
+    assert parsed[info.value.entry or 0]["kind"] == "checks"
+    assert "requires the claim(s) fair" in str(info.value), info.value

@@ -157,6 +157,9 @@ class _Sequence:
     first_approvers: list[str] = field(default_factory=list)
     # A script step: "queued" when revealed (no verdict yet), then "ran" or "failed".
     script: str | None = None
+    granted: frozenset[str] = frozenset()  # the claims (policies) of its verified endorsements
+    # kind -> claims the dataset required when the current step was revealed
+    required: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 class _Replay:
@@ -171,6 +174,7 @@ class _Replay:
         self.sequences: dict[str, _Sequence] = {}
         self.review_checkers: dict[str, int] = {}  # dataset -> checkers a release needs
         self.checker_researcher: dict[str, str] = {}  # checker -> her researcher identity
+        self.claims: dict[str, dict[str, set[str]]] = {}  # dataset -> kind -> required claims
 
     def feed(self, rec: LogRecord) -> None:
         handler: Callable[[LogRecord], None] | None = getattr(self, "_" + rec.kind, None)
@@ -231,6 +235,28 @@ class _Replay:
             raise self._fail(rec, "a review setting needs a dataset and 1 or 2 checkers")
         self.review_checkers[rec.data["dataset"]] = int(count)
 
+    def _claim_required(self, rec: LogRecord) -> None:
+        dataset, kind, claim = (str(rec.data.get(k)) for k in ("dataset", "kind", "claim"))
+        self.claims.setdefault(dataset, {}).setdefault(kind, set()).add(claim)
+
+    def _claim_dropped(self, rec: LogRecord) -> None:
+        dataset, kind, claim = (str(rec.data.get(k)) for k in ("dataset", "kind", "claim"))
+        self.claims.get(dataset, {}).get(kind, set()).discard(claim)
+
+    def _required_now(self, dataset: str) -> dict[str, frozenset[str]]:
+        return {k: frozenset(v) for k, v in self.claims.get(dataset, {}).items()}
+
+    def _check_claims(self, rec: LogRecord, seq: _Sequence, kind: str, what: str) -> None:
+        """The server refuses (and does not log) a step whose kind needs a claim that no
+        verified endorsement of the sequence grants: a logged one is an inserted entry."""
+        missing = sorted(seq.required.get(kind, frozenset()) - seq.granted)
+        if missing:
+            raise self._fail(
+                rec,
+                f"{what} of kind {kind!r} on dataset {seq.dataset!r}, which requires the "
+                f"claim(s) {', '.join(missing)} that no endorsement of the sequence grants",
+            )
+
     def _checker_added(self, rec: LogRecord) -> None:
         linked = rec.data.get("researcher")
         if isinstance(linked, str):
@@ -272,7 +298,16 @@ class _Replay:
             verifier=verifier,
             previous_trace=verifier.header.t0,
             dataset=verifier.header.dataset,
+            granted=frozenset(
+                policy
+                for e in verifier.endorsements
+                if isinstance(policy := e.claims.get("policy"), str)
+            ),
         )
+        seq = self.sequences[rec.sequence]
+        seq.required = self._required_now(seq.dataset)
+        for kind in verifier.header.kinds or ():
+            self._check_claims(rec, seq, kind, "a sequence declaring analyses")
         self.report.sequences += 1
 
     def _step_revealed(self, rec: LogRecord) -> None:
@@ -298,6 +333,7 @@ class _Replay:
             raise self._fail(rec, "the logged 'last' flag contradicts the hash chain")
         seq.previous_trace, seq.next_index, seq.step, seq.last = trace, j + 1, j, last
         seq.state = "running"
+        seq.required = self._required_now(seq.dataset)
         seq.verdict = None
         seq.first_approvers = []
         seq.script = None
@@ -323,6 +359,9 @@ class _Replay:
         findings = data.get("findings") or []
         seq.verdict = verdict
         seq.pending_problems = []
+        kind = "script" if data.get("script_run") == "queued" else data.get("kind")
+        if isinstance(kind, str):
+            self._check_claims(rec, seq, kind, f"step {rec.step} ran an analysis")
         if data.get("script_run") == "queued":
             # A script is sent to review before it runs; its verdict comes with its run.
             seq.script = "queued"

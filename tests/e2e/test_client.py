@@ -172,3 +172,27 @@ def test_run_refuses_a_tampered_sealed_file_before_revealing_step_1(
     ):
         session.run(bad)
     assert len(service.store.list_sequences("ada")) == before
+
+
+def test_serve_logs_the_cause_of_an_authentication_failure(centre: Centre, tmp_path: Path) -> None:
+    """The answer is one for every cause; the cause goes to the server's log under `serve`."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from e2e_helpers import free_port, serve_in_subprocess, signed
+
+    port = free_port()
+    errors = tmp_path / "serve.log"
+    proc = serve_in_subprocess(centre.root, port, stderr=errors)
+    try:
+        response = signed(
+            f"http://127.0.0.1:{port}",
+            Ed25519PrivateKey.generate(),
+            "nobody",
+            "GET",
+            "/v1/sequences",
+        )
+        assert response.status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    log = errors.read_text()
+    assert "authentication failed (" in log and "nobody" in log, log

@@ -85,8 +85,11 @@ def open_body_with_endorsements(sealed: SealedSequence) -> bytes:
     return json.dumps(data).encode()
 
 
-def serve_in_subprocess(root: Path, port: int, timeout: float = 180.0) -> subprocess.Popen[bytes]:
-    """`safeaccess-server serve` in a child process (killable), once it answers /v1/health."""
+def serve_in_subprocess(
+    root: Path, port: int, timeout: float = 180.0, stderr: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`safeaccess-server serve` in a child process (killable), once it answers /v1/health;
+    its standard error goes to the file `stderr` if given."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -99,7 +102,7 @@ def serve_in_subprocess(root: Path, port: int, timeout: float = 180.0) -> subpro
             str(port),
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if stderr is None else stderr.open("wb"),
     )
     deadline = time.monotonic() + timeout  # generous: a loaded CI machine starts slowly
     while time.monotonic() < deadline:

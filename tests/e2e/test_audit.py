@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from e2e_helpers import Centre, signed
 
-from safeaccess.client.analyses import FrequencyTable
+from safeaccess.client.analyses import FrequencyTable, Script
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
 from safeaccess.client.audit.merkle import leaf_hash, root_of
 from safeaccess.client.audit.records import decode_record, encode_record
@@ -31,6 +31,7 @@ from safeaccess.client.cli import main as client_main
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
+from safeaccess.server import review
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
@@ -513,3 +514,108 @@ def test_a_researcher_gets_proofs_for_her_own_steps_only(audited: Audited, centr
     assert mine.status_code == 200 and mine.json()["index"] == step.receipt["fields"]["log_index"]  # type: ignore[index]
     theirs = signed(audited.url, centre.keys["bob"], "bob", "GET", path)
     assert theirs.status_code == 404
+
+
+# -- scripts --------------------------------------------------------------------------------------
+
+
+def test_an_honest_log_with_an_approved_script_step_verifies(
+    audited: Audited, centre: Centre, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script step is logged as queued (no verdict yet), sent to review, then its run's
+    verdict arrives in `script_run_finished`: the honest sequence of records verifies."""
+    sealed = centre.seal([Script(code="result = 1"), SAFE])
+    with connect(audited.url, centre.keys["ada"], "ada") as session:
+        results = session.run(sealed)
+        assert [r.status for r in results] == ["review"]
+        assert audited.service.scripts.wait_idle(120)
+        review.decide(
+            audited.service.store, results[0].sequence_id, 1, approve=True, reviewer="checker"
+        )
+        assert [r.status for r in session.run(sealed)] == ["released", "released"]
+    capsys.readouterr()
+    assert _verify_cli(audited) == 0, capsys.readouterr().out
+    assert "OK: the log verifies" in capsys.readouterr().out
+
+
+# -- receipts of withheld steps -----------------------------------------------------------------
+
+
+def test_a_researcher_proves_a_withhold_with_her_receipt(
+    audited: Audited, centre: Centre, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The log commits to the withheld output (hidden, no opening is given); her signed receipt
+    carries the same commitment, so `audit receipt` proves the withhold against the log."""
+    with connect(audited.url, centre.keys["ada"], "ada") as session:
+        (step,) = session.run(centre.seal([UNSAFE]))
+    assert step.status == "withheld" and step.receipt is not None
+    assert step.receipt["fields"]["output_opening"] is None  # nothing of the output leaks
+    file = audited.work / "withheld-receipt.json"
+    file.write_text(json.dumps({"receipt": step.receipt, "output": None}))
+    args = ["audit", "receipt", str(file), "--server", audited.url]
+    args += ["--key", str(audited.ada_key), "--researcher", "ada"]
+    capsys.readouterr()
+    assert client_main(args) == 0, capsys.readouterr().out
+    assert "withheld" in capsys.readouterr().out
+    # A receipt that claims a release of this withheld entry is refused.
+    fields = dict(step.receipt["fields"], state="released")
+    forged = {"fields": fields, "signature": step.receipt["signature"]}
+    file.write_text(json.dumps({"receipt": forged, "output": None}))
+    assert client_main(args) == 1
+
+
+# -- researcher keys ----------------------------------------------------------------------------
+
+
+def _second_registration(key_text: str | None) -> Any:
+    """A mutation appending a second `researcher_added` for ada (with `key_text`, or her own)."""
+
+    def mutate(parsed: list[dict[str, Any]]) -> None:
+        first = next(
+            p
+            for p in parsed
+            if p["kind"] == "researcher_added" and p["data"]["researcher"] == "ada"
+        )
+        data = dict(first["data"])
+        if key_text is not None:
+            data["public_key"] = key_text
+            data["fingerprint"] = "forged"
+        parsed.append(dict(first, data=data))
+
+    return mutate
+
+
+def test_a_second_registration_with_another_key_is_refused(audited: Audited) -> None:
+    """An operator who appends `researcher_added` for ada with his own key could sign sequences
+    in her name: the verifier refuses the entry (a key changes only by a signed event)."""
+    forged_key = public_key_text(Ed25519PrivateKey.generate().public_key())
+    source, parsed = _resigned(audited, "rekeyed.export", _second_registration(forged_key))
+    with pytest.raises(AuditFailure) as info:
+        verify_log(source)
+    assert info.value.entry == len(parsed) - 1
+    assert "ada" in str(info.value) and "another key" in str(info.value)
+    # Registering her again with her own key (a project added) is honest and verifies.
+    source, _ = _resigned(audited, "readded.export", _second_registration(None))
+    verify_log(source)
+
+
+# -- required claims ----------------------------------------------------------------------------
+
+
+def test_a_step_run_without_a_required_claim_is_named(audited: Audited) -> None:
+    """The server refuses, and does not log, a step whose kind needs a claim no endorsement of
+    the sequence grants; a log where one ran anyway names that step's decision."""
+
+    def require_before_first_open(parsed: list[dict[str, Any]]) -> None:
+        opened = next(i for i, p in enumerate(parsed) if p["kind"] == "sequence_opened")
+        claim = {"dataset": "census", "kind": "frequency_table", "claim": "fair"}
+        parsed.insert(
+            opened,
+            dict(parsed[opened], kind="claim_required", sequence=None, step=None, data=claim),
+        )
+
+    source, parsed = _resigned(audited, "claims.export", require_before_first_open)
+    with pytest.raises(AuditFailure) as info:
+        verify_log(source)
+    assert parsed[info.value.entry or 0]["kind"] == "checks"
+    assert "requires the claim(s) fair" in str(info.value), info.value

@@ -4,6 +4,7 @@ opened over real HTTP against a centre that requires claims per kind, with the r
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -278,3 +279,20 @@ def test_certified_fair_tree_runs_is_released_and_reproduces_its_test_metrics(
     accuracy = float(np.mean([p == t for p, t in zip(predicted, truth, strict=True)]))
     assert output["n_test"] == len(test)
     assert accuracy == pytest.approx(output["metrics"]["accuracy"], abs=1e-12)
+
+
+def test_the_gated_log_with_required_claims_verifies(
+    centre: Centre, gated: tuple[Service, EmbeddedServer], tmp_path: Path
+) -> None:
+    """The verifier replays the dataset's required claims: the honest log of this module (a
+    certified model sequence, refused uncertified ones) verifies, its claims checked."""
+    from safeaccess.client.audit.verify import ExportSource, verify_log
+
+    service, srv = gated
+    endorsed = certified(centre, seal_for(centre, [TABLE, TREE]))
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        assert [r.released for r in session.run(endorsed)] == [True, True]
+    export = tmp_path / "gated.export"
+    export.write_bytes(b"".join(service.audit.export()))
+    report = verify_log(ExportSource(export))
+    assert report.kinds.get("claim_required", 0) >= 1 and report.sequences >= 1

@@ -123,8 +123,9 @@ def test_receipts_bind_the_outcome_and_are_signed_by_the_centre(
     for result in (released, withheld):
         verify_receipt(result, server_key, sealed)
     assert withheld.receipt is not None and withheld.receipt["fields"]["state"] == "withheld"
-    # A withheld output has no opening; nothing in a receipt is a bare hash of an output.
-    assert withheld.receipt["fields"]["output_commitment"] is None
+    # A withheld output has no opening: the receipt carries the log's salted (hiding)
+    # commitment, so it proves the withhold; nothing in a receipt is a bare hash of an output.
+    assert isinstance(withheld.receipt["fields"]["output_commitment"], str)
     assert withheld.receipt["fields"]["output_opening"] is None
     assert "output_sha256" not in released.receipt["fields"]  # type: ignore[index]
 
@@ -182,3 +183,54 @@ def test_a_server_that_is_down_is_one_line_not_a_traceback(
         captured = capsys.readouterr()
         assert captured.err == f"safeaccess: error: cannot reach {url}: connection refused\n"
         assert "Traceback" not in captured.out
+
+
+@pytest.mark.parametrize("part", ["body", "trace", "t0"])
+def test_run_refuses_a_tampered_sealed_file_before_revealing_step_1(
+    centre: Centre, server: tuple[Service, EmbeddedServer], part: str
+) -> None:
+    """With step 2's body or trace (or T_0) altered, nothing is opened or revealed: otherwise
+    step 1 is released and the sequence is stuck open at a step 2 that cannot verify."""
+    from safeaccess.client.session import TamperedSequence
+
+    service, srv = server
+    sealed = centre.seal([FrequencyTable(rows=["sex"]), FrequencyTable(rows=["region"])])
+    traces, bodies = list(sealed.traces), list(sealed.bodies)
+    if part == "body":
+        bodies[1] = bodies[1].replace(b"region", b"sex")
+    elif part == "trace":
+        traces[2] = bytes([traces[2][0] ^ 1]) + traces[2][1:]
+    else:
+        traces[0] = bytes([traces[0][0] ^ 1]) + traces[0][1:]
+    bad = sealed.model_copy(update={"traces": tuple(traces), "bodies": tuple(bodies)})
+    before = len(service.store.list_sequences("ada"))
+    with (
+        connect(srv.url, centre.keys["ada"], "ada") as session,
+        pytest.raises(TamperedSequence, match="nothing was revealed"),
+    ):
+        session.run(bad)
+    assert len(service.store.list_sequences("ada")) == before
+
+
+def test_serve_logs_the_cause_of_an_authentication_failure(centre: Centre, tmp_path: Path) -> None:
+    """The answer is one for every cause; the cause goes to the server's log under `serve`."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from e2e_helpers import free_port, serve_in_subprocess, signed
+
+    port = free_port()
+    errors = tmp_path / "serve.log"
+    proc = serve_in_subprocess(centre.root, port, stderr=errors)
+    try:
+        response = signed(
+            f"http://127.0.0.1:{port}",
+            Ed25519PrivateKey.generate(),
+            "nobody",
+            "GET",
+            "/v1/sequences",
+        )
+        assert response.status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    log = errors.read_text()
+    assert "authentication failed (" in log and "nobody" in log, log

@@ -43,7 +43,15 @@ from safeaccess.server.store import Store
 SAFE = FrequencyTable(rows=["region"], cols=["sex"])
 # Fields of a step view that differ between any two sequences whatever the data.
 _PER_SEQUENCE = {"sequence_id", "updated_at", "analysis", "receipt", "withhold_budget"}
-_RECEIPT_PER_SEQUENCE = {"sequence", "header_sha256", "trace_sha256", "body_sha256", "log_index"}
+# A salted commitment is random per step; only whether a receipt has one could tell something.
+_RECEIPT_PER_SEQUENCE = {
+    "sequence",
+    "header_sha256",
+    "trace_sha256",
+    "body_sha256",
+    "log_index",
+    "output_commitment",
+}
 
 
 def _unique_person(census: pd.DataFrame) -> tuple[str, float]:
@@ -69,6 +77,9 @@ def _visible(view: dict[str, Any]) -> dict[str, Any]:
         shown["receipt_fields"] = {
             k: v for k, v in receipt["fields"].items() if k not in _RECEIPT_PER_SEQUENCE
         }
+        shown["receipt_fields"]["committed"] = (
+            receipt["fields"].get("output_commitment") is not None
+        )
     return shown
 
 

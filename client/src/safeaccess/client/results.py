@@ -317,7 +317,9 @@ def verify_receipt(
         "last": result.last,
     }
     if result.output is None:
-        expected["output_commitment"] = None
+        # A withheld step's receipt carries the log's commitment to the output she never
+        # received, without its opening.
+        expected["output_opening"] = None
     elif not _opens(fields, result.output):
         expected["output_commitment"] = "a commitment opened by the receipt's salt"
     if sealed is not None:

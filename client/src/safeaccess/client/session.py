@@ -30,7 +30,9 @@ from safeaccess.client.httpsig import sign_request
 from safeaccess.client.keys import load_private_key, public_key_from_raw, public_key_raw
 from safeaccess.client.metadata import Column, DatasetMetadata, split_dataset
 from safeaccess.client.plan import Plan
+from safeaccess.client.protocol.errors import ProtocolError
 from safeaccess.client.protocol.sealed import SealedSequence
+from safeaccess.client.protocol.verify import verify_whole
 from safeaccess.client.rehearsal import Rehearsal
 from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
 from safeaccess.client.results_folder import Results
@@ -79,6 +81,12 @@ def transport_reason(exc: httpx.TransportError) -> str:
 
 class WrongServer(SessionError):
     code = "wrong_server"
+
+
+class TamperedSequence(SessionError):
+    """The sealed file does not verify as a whole (signature, T_0 or the hash chain)."""
+
+    code = "sealed_file_invalid"
 
 
 class UnknownDataset(SessionError):
@@ -373,6 +381,19 @@ class Session:
             result = self.step(sequence_id, index)
         return result
 
+    def _check_whole(self, sealed: SealedSequence) -> None:
+        """Verify the whole file (her signature, T_0, every trace and body) before anything is
+        revealed: a step that cannot verify would otherwise leave the sequence stuck open after
+        the earlier steps were released. CA endorsements and the validity period are the
+        server's to check (it knows the CAs and the time); the chain is checked at creation."""
+        bare = sealed.model_copy(update={"endorsements": ()})
+        try:
+            verify_whole(bare, self._key.public_key(), at=sealed.header_fields.created)
+        except ProtocolError as exc:
+            raise TamperedSequence(
+                f"the sealed file does not verify ({exc}); nothing was revealed"
+            ) from exc
+
     def run(
         self,
         sealed: SealedSequence,
@@ -418,6 +439,7 @@ class Session:
                 on_step(result)
 
         fields = sealed.header_fields
+        self._check_whole(sealed)
         health = self.health()
         server_id = health["server_id"]
         if fields.server != server_id:

@@ -42,7 +42,9 @@ def outcome_data(step: StepRow, output: Any, released: bool) -> dict[str, Any]:
         "released": released,
         "output_commitment": None,
     }
-    if output is not None:
+    # Every step not released is committed to (to null when it has no output), so whether a
+    # withheld step had an output is not told by the presence of a commitment.
+    if output is not None or not released:
         if step.output_salt is None:
             step.output_salt = new_salt()
         data["output_commitment"] = commit(step.output_salt, output)

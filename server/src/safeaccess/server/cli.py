@@ -470,12 +470,26 @@ def _dataset_checkers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _log_to_stderr() -> None:
+    """The server's own log (authentication failure causes, step outcomes) to standard error:
+    uvicorn configures only its own loggers, so without this it reached no handler."""
+    import logging
+
+    logger = logging.getLogger("safeaccess")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from safeaccess.server.api import create_app
     from safeaccess.server.service import Service
 
+    _log_to_stderr()
     service = Service(_data(args).root)
     print(
         f"safeaccess server {service.server_id} on http://{args.host}:{args.port} "

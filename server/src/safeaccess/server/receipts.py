@@ -3,7 +3,8 @@
 A receipt binds the server id, the sequence (by the SHA-256 of its signed header), the step index,
 its final state, the hashes of the revealed trace and body, the rule set's hash, the index of the
 audit-log entry that records the outcome, and for a released output its salted commitment in the
-log together with the opening (the salt): with it the researcher, and only she or whoever she
+log (for a withheld output too, which the log commits to) together with, for a release only,
+the opening (the salt): with it the researcher, and only she or whoever she
 shows it to, can check that the log commits to exactly the output she received. The researcher can check it against her own sealed sequence and the output
 she received (`safeaccess.client.results.verify_receipt`), and keep it as evidence; an auditor can
 check it with the centre's public key alone.
@@ -29,11 +30,12 @@ FINAL_STEP_STATES = frozenset({StepState.RELEASED, StepState.WITHHELD, StepState
 def receipt_fields(server_id: str, seq: SequenceRow, step: StepRow) -> dict[str, Any]:
     """The signed statement for a step in a final state."""
     released = step.state == StepState.RELEASED
-    opening = (
-        step.output_salt
-        if released and step.public_output is not None and step.output_salt is not None
-        else None
+    # The same commitment as the log's outcome entry, whatever the state (a withheld output is
+    # committed to as well, so the receipt proves the withhold); the opening only for a release.
+    commitment = (
+        commit(step.output_salt, step.public_output) if step.output_salt is not None else None
     )
+    opening = step.output_salt if released and commitment is not None else None
     return {
         "protocol": RECEIPT_PROTOCOL,
         "version": RECEIPT_VERSION,
@@ -45,7 +47,7 @@ def receipt_fields(server_id: str, seq: SequenceRow, step: StepRow) -> dict[str,
         "state": step.state,
         "trace_sha256": step.trace_hash,
         "body_sha256": step.body_hash,
-        "output_commitment": (commit(opening, step.public_output) if opening is not None else None),
+        "output_commitment": commitment,
         "output_opening": opening.hex() if opening is not None else None,
         "ruleset_sha256": step.ruleset_hash,
         "log_index": step.log_index,

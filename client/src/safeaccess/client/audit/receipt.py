@@ -22,6 +22,9 @@ from safeaccess.client.audit.merkle import ProofError, leaf_hash, verify_inclusi
 from safeaccess.client.audit.records import RecordError, decode_record, opens
 from safeaccess.client.audit.verify import AuditFailure
 
+# The log entries that close a step without a release.
+WITHHOLD_KINDS = frozenset({"step_withheld", "step_failed", "review_rejected"})
+
 
 @dataclass(frozen=True)
 class ReceiptCheck:
@@ -69,6 +72,8 @@ def check_receipt(
     state = fields.get("state")
     if state == "released" and record.kind not in ("step_released", "review_approved"):
         raise AuditFailure(f"the receipt says released but the log says {record.kind}", index)
+    if state in ("withheld", "failed") and record.kind not in WITHHOLD_KINDS:
+        raise AuditFailure(f"the receipt says {state} but the log says {record.kind}", index)
     commitment = record.data.get("output_commitment")
     if commitment != fields.get("output_commitment"):
         raise AuditFailure("the log commits to another output than the receipt", index)

@@ -155,6 +155,11 @@ class _Sequence:
     pending_problems: list[str] = field(default_factory=list)
     dataset: str = ""
     first_approvers: list[str] = field(default_factory=list)
+    # A script step: "queued" when revealed (no verdict yet), then "ran" or "failed".
+    script: str | None = None
+    granted: frozenset[str] = frozenset()  # the claims (policies) of its verified endorsements
+    # kind -> claims the dataset required when the current step was revealed
+    required: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 class _Replay:
@@ -169,6 +174,7 @@ class _Replay:
         self.sequences: dict[str, _Sequence] = {}
         self.review_checkers: dict[str, int] = {}  # dataset -> checkers a release needs
         self.checker_researcher: dict[str, str] = {}  # checker -> her researcher identity
+        self.claims: dict[str, dict[str, set[str]]] = {}  # dataset -> kind -> required claims
 
     def feed(self, rec: LogRecord) -> None:
         handler: Callable[[LogRecord], None] | None = getattr(self, "_" + rec.kind, None)
@@ -197,7 +203,17 @@ class _Replay:
             key = load_public_key(str(rec.data["public_key"]).encode("ascii"))
         except (KeyError, KeyFileError) as exc:
             raise self._fail(rec, "the researcher's public key is missing or malformed") from exc
-        self.researcher_keys[str(rec.data["researcher"])] = key
+        name = str(rec.data["researcher"])
+        known = self.researcher_keys.get(name)
+        # A registration never replaces a key: otherwise whoever can append to the log could
+        # sign sequences in her name. Registering her again (projects added) keeps her key.
+        if known is not None and known.public_bytes_raw() != key.public_bytes_raw():
+            raise self._fail(
+                rec,
+                f"researcher {name!r} is registered again with another key (a registration "
+                "never changes a researcher's key)",
+            )
+        self.researcher_keys[name] = key
 
     def _ruleset(self, rec: LogRecord) -> None:
         text = rec.data.get("contents")
@@ -218,6 +234,28 @@ class _Replay:
         if count not in (1, 2) or not isinstance(rec.data.get("dataset"), str):
             raise self._fail(rec, "a review setting needs a dataset and 1 or 2 checkers")
         self.review_checkers[rec.data["dataset"]] = int(count)
+
+    def _claim_required(self, rec: LogRecord) -> None:
+        dataset, kind, claim = (str(rec.data.get(k)) for k in ("dataset", "kind", "claim"))
+        self.claims.setdefault(dataset, {}).setdefault(kind, set()).add(claim)
+
+    def _claim_dropped(self, rec: LogRecord) -> None:
+        dataset, kind, claim = (str(rec.data.get(k)) for k in ("dataset", "kind", "claim"))
+        self.claims.get(dataset, {}).get(kind, set()).discard(claim)
+
+    def _required_now(self, dataset: str) -> dict[str, frozenset[str]]:
+        return {k: frozenset(v) for k, v in self.claims.get(dataset, {}).items()}
+
+    def _check_claims(self, rec: LogRecord, seq: _Sequence, kind: str, what: str) -> None:
+        """The server refuses (and does not log) a step whose kind needs a claim that no
+        verified endorsement of the sequence grants: a logged one is an inserted entry."""
+        missing = sorted(seq.required.get(kind, frozenset()) - seq.granted)
+        if missing:
+            raise self._fail(
+                rec,
+                f"{what} of kind {kind!r} on dataset {seq.dataset!r}, which requires the "
+                f"claim(s) {', '.join(missing)} that no endorsement of the sequence grants",
+            )
 
     def _checker_added(self, rec: LogRecord) -> None:
         linked = rec.data.get("researcher")
@@ -260,7 +298,16 @@ class _Replay:
             verifier=verifier,
             previous_trace=verifier.header.t0,
             dataset=verifier.header.dataset,
+            granted=frozenset(
+                policy
+                for e in verifier.endorsements
+                if isinstance(policy := e.claims.get("policy"), str)
+            ),
         )
+        seq = self.sequences[rec.sequence]
+        seq.required = self._required_now(seq.dataset)
+        for kind in verifier.header.kinds or ():
+            self._check_claims(rec, seq, kind, "a sequence declaring analyses")
         self.report.sequences += 1
 
     def _step_revealed(self, rec: LogRecord) -> None:
@@ -286,8 +333,10 @@ class _Replay:
             raise self._fail(rec, "the logged 'last' flag contradicts the hash chain")
         seq.previous_trace, seq.next_index, seq.step, seq.last = trace, j + 1, j, last
         seq.state = "running"
+        seq.required = self._required_now(seq.dataset)
         seq.verdict = None
         seq.first_approvers = []
+        seq.script = None
 
     def _running(self, rec: LogRecord) -> _Sequence:
         seq = self._seq(rec)
@@ -310,6 +359,13 @@ class _Replay:
         findings = data.get("findings") or []
         seq.verdict = verdict
         seq.pending_problems = []
+        kind = "script" if data.get("script_run") == "queued" else data.get("kind")
+        if isinstance(kind, str):
+            self._check_claims(rec, seq, kind, f"step {rec.step} ran an analysis")
+        if data.get("script_run") == "queued":
+            # A script is sent to review before it runs; its verdict comes with its run.
+            seq.script = "queued"
+            return
         if verdict is None:
             return  # the analysis failed before any check ran
         self.report.decisions += 1
@@ -332,7 +388,9 @@ class _Replay:
                 raise self._fail(rec, f"released although the rules' verdict was {seq.verdict!r}")
             self._released(rec, seq)
         elif state == "review":
-            if seq.verdict != "review":
+            if seq.script == "queued" and seq.verdict is None:
+                seq.state = "review"
+            elif seq.verdict != "review":
                 raise self._fail(rec, f"sent to review although the verdict was {seq.verdict!r}")
             seq.state = "review"
         elif state in ("withheld", "failed"):
@@ -351,6 +409,18 @@ class _Replay:
             raise self._fail(rec, "a release without a commitment to its output")
         seq.state = "closed" if seq.last else "released"
         self.report.steps_released += 1
+
+    def _script_run_finished(self, rec: LogRecord) -> None:
+        seq = self._seq(rec)
+        # "closed": a checker may reject a queued script while it runs; its run is still logged.
+        if seq.script != "queued" or seq.state not in ("review", "closed") or rec.step != seq.step:
+            raise self._fail(
+                rec, f"a script run for step {rec.step}, which no queued script awaits"
+            )
+        run = rec.data.get("script_run")
+        failed = not isinstance(run, dict) or run.get("error_code") or run.get("result") == "failed"
+        seq.script = "failed" if failed else "ran"
+        seq.verdict = rec.data.get("verdict")
 
     def _in_review_by_other(self, rec: LogRecord) -> _Sequence:
         """The sequence of a checker's record: its step is in review, and the checker is not
@@ -372,6 +442,8 @@ class _Replay:
         seq = self._in_review_by_other(rec)
         if rec.actor in seq.first_approvers:
             raise self._fail(rec, f"{rec.actor} gave both approvals of a two-person release")
+        if seq.script is not None and seq.script != "ran":
+            raise self._fail(rec, f"approved a script that {seq.script} (nothing to release)")
         needed = self.review_checkers.get(seq.dataset, 1)
         if len(seq.first_approvers) + 1 < needed:
             raise self._fail(

@@ -123,6 +123,10 @@ def test_policy_is_frozen_and_strict() -> None:
     with pytest.raises(ValueError):
         AuditPolicy(k=5, colour="red")  # type: ignore[call-arg]
     policy = AuditPolicy(k=5)
-    assert policy.mode is AuditMode.SPAN and policy.atom_cap == 2_000_000 and policy.search_nodes == 400
+    assert (
+        policy.mode is AuditMode.SPAN
+        and policy.atom_cap == 2_000_000
+        and policy.search_nodes == 400
+    )
     with pytest.raises(ValueError):
         policy.k = 3  # type: ignore[misc]

@@ -129,6 +129,53 @@ def test_binary_search_on_a_persons_income_gets_one_answer(
     ]
 
 
+def _logged_outcome(srv: EmbeddedServer, centre: Centre, view: dict[str, Any]) -> Any:
+    """The log entry of the researcher's own step, as she fetches it to check her receipt."""
+    import base64
+    import json
+
+    path = f"/v1/sequences/{view['sequence_id']}/steps/1/proof"
+    response = signed(srv.url, centre.keys["ada"], "ada", "GET", path)
+    assert response.status_code == 200, response.text
+    return json.loads(base64.b64decode(response.json()["record"]))
+
+
+def test_the_log_entry_she_can_fetch_does_not_tell_zero_from_one_record(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    # The step view says "withheld" alike, but the outcome entry of her own step (served with its
+    # inclusion proof) carried the runner's error code: `no_rows` when the probe's income bound
+    # was above the person's income, nothing when the threshold withheld it. A binary search over
+    # the bound read her income from the log.
+    _, srv = server
+    person, income = _unique_person(centre.census)
+    below, _ = _open(
+        srv,
+        centre,
+        Summary(
+            variables=["income"], statistics=["count"], where=f"{person} and income >= {income - 1}"
+        ),
+        "ada",
+    )
+    above, _ = _open(
+        srv,
+        centre,
+        Summary(
+            variables=["income"], statistics=["count"], where=f"{person} and income >= {income + 1}"
+        ),
+        "ada",
+    )
+    entries = [_logged_outcome(srv, centre, v) for v in (below, above)]
+
+    def shape(entry: Any) -> Any:
+        # everything but what differs per sequence anyway (hashes of its trace and body, the
+        # salted output commitment, ids, times)
+        varying = {"body_sha256", "trace_sha256", "output_commitment"}
+        return entry["kind"], {k: v for k, v in entry["data"].items() if k not in varying}
+
+    assert shape(entries[0]) == shape(entries[1]), entries
+
+
 def test_data_dependent_failures_look_like_a_threshold_withhold(
     centre: Centre, server: tuple[Service, EmbeddedServer]
 ) -> None:

@@ -83,6 +83,10 @@ def settle_records(
         outcome={
             **outcome_data(step, outcome.public_output, released),
             "state": outcome.state.value,
-            "error_code": outcome.error_code,
+            # The researcher fetches this entry for her own step (to check her receipt): a
+            # withhold's runner code (no_rows, singular, ...) would tell her what the data decided,
+            # so only a failure the analysis alone decides names its code here. The true cause of
+            # a withhold is in the checks record, for output checkers and auditors.
+            "error_code": outcome.error_code if outcome.state.value == "failed" else None,
         },
     )

@@ -71,3 +71,12 @@ def guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
     if request.param == "unguarded":
         unguard(monkeypatch)
     return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def centre_server(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> tuple[Centre, EmbeddedServer]:
+    """The module's centre and its real server (the attack suites register their own datasets
+    in it and run every attack through HTTP)."""
+    return centre, server[1]

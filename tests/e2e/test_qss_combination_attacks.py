@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +47,6 @@ from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.qss_settings import QssSettings, Scope
-from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 
 N = 3000
@@ -140,15 +138,6 @@ def income_of(frame: pd.DataFrame, condition: str) -> float:
 # ---------------------------------------------------------------------------------- the centre
 
 _names = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def centre_server(centre: Centre) -> Iterator[tuple[Centre, EmbeddedServer]]:
-    from safeaccess.server.api import create_app
-
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
-        yield centre, srv
 
 
 def register(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -44,7 +43,6 @@ from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.qss_gate import Gate
-from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 
 N = 400
@@ -89,15 +87,6 @@ def metadata(name: str) -> DatasetMetadata:
 
 
 _names = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def centre_server(centre: Centre) -> Iterator[tuple[Centre, EmbeddedServer]]:
-    from safeaccess.server.api import create_app
-
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
-        yield centre, srv
 
 
 def register(centre: Centre, frame: pd.DataFrame) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,15 +107,6 @@ def bracket(value: float) -> int:
 
 
 _names = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def centre_server(centre: Centre) -> Iterator[tuple[Centre, EmbeddedServer]]:
-    from safeaccess.server.api import create_app
-
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
-        yield centre, srv
 
 
 def register(

@@ -8,13 +8,16 @@ and reports user errors by raising the errors `cli.main` prints as one line.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.server import admin_accounts
 from safeaccess.server.config import DataDir, default_data_dir
 from safeaccess.server.store import Store
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 
@@ -23,6 +26,15 @@ SubParsers = Any  # argparse's private _SubParsersAction
 
 def _data(args: argparse.Namespace) -> DataDir:
     return DataDir(args.data_dir if args.data_dir is not None else default_data_dir())
+
+
+def _with_store(args: argparse.Namespace, action: Callable[..., T], *more: Any) -> T:
+    """`action(store, *more)` on the data directory's store, closed afterwards."""
+    store = _store(args)
+    try:
+        return action(store, *more)
+    finally:
+        store.close()
 
 
 def _store(args: argparse.Namespace) -> Store:
@@ -41,11 +53,7 @@ def _key_show(args: argparse.Namespace) -> int:
 
 
 def _researcher_list(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        researchers = admin_accounts.list_researchers(store)
-    finally:
-        store.close()
+    researchers = _with_store(args, admin_accounts.list_researchers)
     if not researchers:
         print("no researchers")
     for r in researchers:
@@ -55,11 +63,7 @@ def _researcher_list(args: argparse.Namespace) -> int:
 
 
 def _researcher_remove(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        removed = admin_accounts.remove_researcher(store, args.name, args.project)
-    finally:
-        store.close()
+    removed = _with_store(args, admin_accounts.remove_researcher, args.name, args.project)
     if args.project:
         print(f"researcher {args.name} removed from {', '.join(removed)}")
     else:
@@ -68,11 +72,7 @@ def _researcher_remove(args: argparse.Namespace) -> int:
 
 
 def _auditor_list(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        auditors = admin_accounts.list_auditors(store)
-    finally:
-        store.close()
+    auditors = _with_store(args, admin_accounts.list_auditors)
     if not auditors:
         print("no auditors")
     for a in auditors:
@@ -81,21 +81,13 @@ def _auditor_list(args: argparse.Namespace) -> int:
 
 
 def _auditor_remove(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        admin_accounts.remove_auditor(store, args.name)
-    finally:
-        store.close()
+    _with_store(args, admin_accounts.remove_auditor, args.name)
     print(f"auditor {args.name} removed")
     return EXIT_OK
 
 
 def _project_list(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        projects = admin_accounts.list_projects(store)
-    finally:
-        store.close()
+    projects = _with_store(args, admin_accounts.list_projects)
     if not projects:
         print("no projects")
     for p in projects:
@@ -107,21 +99,13 @@ def _project_list(args: argparse.Namespace) -> int:
 
 
 def _project_remove(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        admin_accounts.remove_project(store, args.name)
-    finally:
-        store.close()
+    _with_store(args, admin_accounts.remove_project, args.name)
     print(f"project {args.name} removed")
     return EXIT_OK
 
 
 def _checker_remove(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        admin_accounts.remove_checker(store, args.name)
-    finally:
-        store.close()
+    _with_store(args, admin_accounts.remove_checker, args.name)
     print(f"checker {args.name} removed (her decisions stay in the audit log)")
     return EXIT_OK
 

@@ -40,7 +40,13 @@ import pandas as pd
 import pytest
 from e2e_helpers import Centre
 
-from safeaccess.client.analyses import Analysis, FrequencyTable, Regression, Summary
+from safeaccess.client.analyses import (
+    Analysis,
+    FrequencyTable,
+    Histogram,
+    Regression,
+    Summary,
+)
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.server.config import DataDir
@@ -57,17 +63,6 @@ SWAP = {90: 41_234.56, 91: 37_654.32}
 FOUR = {92: 25_111.11, 93: 33_222.22, 94: 47_333.33, 95: 56_444.44}
 OLDEST = 81_234.56  # the one person aged 97
 BAND = (30_000.0, 30_150.0)  # attack 5's filter on income
-
-REFUSAL = "open until the refusal rule (refusals that are not oracles)"
-
-
-def open_until(reason: str) -> pytest.MarkDecorator:
-    """Both guards; the guarded attack still succeeds until `reason` lands (strict xfail)."""
-    return pytest.mark.parametrize(
-        "guard",
-        ["unguarded", pytest.param("guarded", marks=pytest.mark.xfail(strict=True, reason=reason))],
-        indirect=True,
-    )
 
 
 def population(*, old_bulk: bool, seed: int = 20) -> pd.DataFrame:
@@ -514,7 +509,6 @@ def oracle_search(centre: Centre, url: str, name: str, *, baseline_first: bool) 
 
 
 @pytest.mark.parametrize("baseline_first", [False, True], ids=["probes", "after-baseline"])
-@open_until(REFUSAL)
 def test_refusal_as_an_oracle(
     centre_server: tuple[Centre, EmbeddedServer], guard: str, baseline_first: bool
 ) -> None:
@@ -522,6 +516,63 @@ def test_refusal_as_an_oracle(
     name = register(centre, OLD)
     found = oracle_search(centre, srv.url, name, baseline_first=baseline_first)
     assert close(found, OLDEST) == (guard == "unguarded")
+
+
+PAD = "region == 'North' and age >= 90 and age <= 95"
+
+
+def padded_probe(x: float) -> Summary:
+    return Summary(
+        variables=["income"],
+        statistics=["count", "mean"],
+        where=f"age < 90 or ({PAD}) or (age >= 96 and income > {x:.3f})",
+    )
+
+
+def test_padded_oracle_across_researchers(
+    centre_server: tuple[Centre, EmbeddedServer], guard: str
+) -> None:
+    # The probe's "no" branch is the SUM of two released sets (ada's `age < 90` and the North
+    # 90-95-year-olds, a group of k or more), so no single earlier set equals it; bob runs the
+    # probes in ada's project scope, one sequence each.
+    centre, srv = centre_server
+    name = register(centre, OLD)
+    base = [
+        Summary(variables=["income"], statistics=["count", "mean"], where=w)
+        for w in ("age < 90", PAD)
+    ]
+    first = run(centre, srv.url, name, base)
+    assert all(o is not None for o in first)
+    without_target = sum(count_of(o) or 0 for o in first)
+    low, high = 0, 10_000_000
+    while high - low > 1:
+        mid = (low + high) // 2
+        output = run(centre, srv.url, name, [padded_probe(mid / 100 + 0.005)], researcher="bob")[0]
+        # refused: the probe holds the target (one more than the released pair)
+        above = output is None or count_of(output) == without_target + 1
+        low, high = (mid, high) if above else (low, mid)
+    assert close(high / 100, OLDEST) == (guard == "unguarded")
+
+
+def test_zeros_the_definitions_imply_stay_released(
+    centre_server: tuple[Centre, EmbeddedServer],
+) -> None:
+    # Repeats, margins and a histogram bin asked again as a filter: the records make each a
+    # combination of earlier releases, and so do the definitions; all are released.
+    centre, srv = centre_server
+    name = register(centre, OLD)
+    edges = [0.0, 30_000.0, 45_000.0, 100_000.0]
+    analyses: list[Analysis] = [
+        FrequencyTable(rows=["region"], cols=["sex"]),
+        FrequencyTable(rows=["region"], cols=["sex"]),
+        FrequencyTable(rows=["sex"]),
+        FrequencyTable(rows=["region"], where="sex == 'F'"),
+        Histogram(variable="income", edges=edges),
+        Summary(variables=["income"], where="income >= 30000 and income < 45000"),
+        Summary(variables=["income"], where="age >= 18"),
+    ]
+    outputs = run(centre, srv.url, name, analyses)
+    assert [o is not None for o in outputs] == [True] * len(analyses)
 
 
 # ---------------------------------------------------------------- 7. the public row count

@@ -20,13 +20,16 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.decision import Decision, Finding, combine
 from safeaccess.rules.outputs import (
     Output,
@@ -45,6 +48,7 @@ from safeaccess.rules.qss import (
     StateFormatError,
     admit,
 )
+from safeaccess.server.qss_grid import Origin, data_revealed, origin_of, output_labels
 from safeaccess.server.qss_settings import QssSettings, scope_folder
 from safeaccess.server.qss_universe import ScopeState, decode, encode
 from safeaccess.server.store import QssCommit, QssPointer
@@ -96,7 +100,7 @@ class StateFiles:
         if state.n_records < n_records:
             grown = state.grow(n_records)
             if isinstance(grown, AuditState):
-                loaded = ScopeState(grown, loaded.populations)
+                loaded = ScopeState(grown, loaded.populations, loaded.origins)
         return loaded
 
     def _remember(self, digest: str, state: ScopeState) -> None:
@@ -187,6 +191,7 @@ class Gate:
     decision: Decision
     facts: dict[str, Any] = field(default_factory=dict)
     state: AuditState | None = None  # the scope's next state when admitted
+    origin: tuple[int, Origin] | None = None  # what the admitted rows are, by admission number
 
 
 def _json_facts(admission: Admission) -> dict[str, Any]:
@@ -206,8 +211,15 @@ def gate(
     state: AuditState,
     policy: AuditPolicy,
     scope: str,
+    analysis: dict[str, Any] | None = None,
+    metadata: DatasetMetadata | None = None,
+    origins: Mapping[int, Origin] | None = None,
 ) -> Gate:
-    """Admit `output` (already checked: `decision`) against `state`, or withhold it."""
+    """Admit `output` (already checked: `decision`) against `state`, or withhold it.
+
+    With `analysis` and `metadata` (the step's analysis and its dataset's metadata) and the
+    scope's `origins`, an admission whose new query sets the records alone make combinations of
+    released ones is refused too (`qss_grid`: a data-revealed zero must not be an oracle)."""
     base = {"scope": scope, "mode": policy.mode.value, "k": policy.k}
     if decision.verdict == "withhold":
         return Gate(decision, {**base, "admitted": False, "skipped": "withheld by the rules"})
@@ -220,15 +232,25 @@ def gate(
     except QuerySetError as exc:
         raise AuditUnavailable(str(exc)) from exc
     facts = {**base, "admitted": bool(admission.admitted), **_json_facts(admission)}
+    reason = admission.reason
+    item: str | None = None
     if admission.admitted:
-        return Gate(decision, facts, admission.state)
-    isolated = admission.smallest_isolated
-    finding = Finding(
-        check=CHECK,
-        verdict="withhold",
-        item=None if isolated is None else f"{isolated} record(s)",
-        message=str(admission.reason),
-    )
+        labels = output_labels(output)
+        current = origin_of(analysis, labels, admission)
+        revealed = None
+        if metadata is not None:
+            started = time.perf_counter()
+            revealed = data_revealed(admission, current, labels, origins or {}, metadata)
+            facts["grid_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        if revealed is None:
+            number = int(admission.facts.get("origin", -1))
+            return Gate(decision, facts, admission.state, (number, current))
+        facts.update(admitted=False, data_revealed_zero=True)
+        reason, item = revealed, "a zero difference"
+    else:
+        isolated = admission.smallest_isolated
+        item = None if isolated is None else f"{isolated} record(s)"
+    finding = Finding(check=CHECK, verdict="withhold", item=item, message=str(reason))
     findings = [*decision.findings, finding]
     withheld = decision.model_copy(update={"findings": findings, "verdict": combine(findings)})
     return Gate(withheld, facts)
@@ -246,7 +268,10 @@ def commit_for(
     if result.state is None:
         return None
     decided = {} if populations is None else populations.populations
-    digest = files.save(scope, ScopeState(result.state, decided))
+    origins = dict(populations.origins) if populations is not None else {}
+    if result.origin is not None:
+        origins[result.origin[0]] = result.origin[1]
+    digest = files.save(scope, ScopeState(result.state, decided, origins))
     result.facts["state_sha256"] = digest
     return QssCommit(
         scope=scope,

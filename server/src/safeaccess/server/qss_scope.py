@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.outputs import Output
 from safeaccess.server.errors import Unavailable
@@ -57,11 +58,16 @@ class ScopeAuditor:
         project: str,
         ids: np.ndarray,
         populations: Callable[[], Sequence[Population]],
+        analysis: dict[str, Any] | None = None,
+        metadata: DatasetMetadata | None = None,
     ) -> AuditSession:
         """The audit of one step on a version whose positions map to `ids`; `populations`
-        lists every registered version's population (read when the step is admitted)."""
+        lists every registered version's population (read when the step is admitted);
+        `analysis` and `metadata` define the step's query sets on the domain grid."""
         scope = scope_key(dataset, settings.scope, researcher=researcher, project=project)
-        return AuditSession(self, scope, settings, threshold, ids, populations)
+        session = AuditSession(self, scope, settings, threshold, ids, populations)
+        session.analysis, session.metadata = analysis, metadata
+        return session
 
 
 class AuditSession:
@@ -83,6 +89,8 @@ class AuditSession:
         self.ids = ids
         self.commit: QssCommit | None = None
         self.facts: dict[str, Any] = {}
+        self.analysis: dict[str, Any] | None = None
+        self.metadata: DatasetMetadata | None = None
         self._lock = auditor.lock(scope)
         self._held = False
         self._checked: tuple[Output, Decision] | None = None
@@ -119,6 +127,9 @@ class AuditSession:
                 state=prepared.state,
                 policy=self.policy,
                 scope=self.scope,
+                analysis=self.analysis,
+                metadata=self.metadata,
+                origins=prepared.origins,
             )
             if universe:
                 result.facts["populations"] = universe

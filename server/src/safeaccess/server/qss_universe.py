@@ -16,8 +16,10 @@ while they would isolate the changed records). Which versions are admitted or re
 the state file, beside the auditor's state, so a refusal is decided once.
 
 The file is an envelope: `MAGIC`, a 4-byte big-endian length, a JSON header
-(`{"format": 1, "populations": {"<version>": "admitted" | "refused"}}`) and the encoded
-`AuditState`. A bare `AuditState` file (written before populations were admitted) decodes with
+(`{"format": 2, "populations": {"<version>": "admitted" | "refused"}, "origins": {...}}`) and
+the encoded `AuditState`. `origins` holds, per admission, what its rows are (`qss_grid.Origin`:
+the analysis and each row's cell label), so a later admission can tell a repeated query set
+the definitions imply from one only the records imply; format 1 (no origins) is still read. A bare `AuditState` file (written before populations were admitted) decodes with
 no population admitted, so its scope admits them at its next admission (refusing a population
 an earlier "everyone but one" release already conflicts with: that scope keeps the old guard).
 """
@@ -35,6 +37,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, StateFormatError, admit
+from safeaccess.server.qss_grid import Origin, origin_of
 
 MAGIC = b"SASCOPE\0"
 _LENGTH = struct.Struct(">I")
@@ -68,21 +71,26 @@ class ScopeState:
 
     state: AuditState
     populations: Mapping[int, Outcome] = field(default_factory=dict)
+    origins: Mapping[int, Origin] = field(default_factory=dict)
 
 
 class _Header(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format: Literal[1]
+    format: Literal[1, 2]
     populations: dict[int, Outcome]
+    origins: dict[int, Origin] = {}
 
 
 def encode(scope_state: ScopeState) -> bytes:
     """The state file's bytes: the envelope header, then the auditor's state."""
     header = json.dumps(
         {
-            "format": 1,
+            "format": 2,
             "populations": {str(v): o for v, o in sorted(scope_state.populations.items())},
+            "origins": {
+                str(k): o.model_dump(mode="json") for k, o in sorted(scope_state.origins.items())
+            },
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -105,7 +113,11 @@ def decode(raw: bytes) -> ScopeState:
         header = _Header.model_validate_json(raw[start : start + length])
     except ValidationError as exc:
         raise StateFormatError(f"the scope state's header is invalid: {exc}") from exc
-    return ScopeState(AuditState.from_bytes(raw[start + length :]), dict(header.populations))
+    return ScopeState(
+        AuditState.from_bytes(raw[start + length :]),
+        dict(header.populations),
+        dict(header.origins),
+    )
 
 
 def records_needed(populations: Sequence[Population]) -> int:
@@ -130,6 +142,7 @@ def admit_populations(
     set (nothing is recorded, so the next step tries again)."""
     state = scope_state.state
     decided = dict(scope_state.populations)
+    origins = dict(scope_state.origins)
     facts: dict[str, Any] = {}
     for population in sorted(populations, key=lambda p: p.version):
         if population.version in decided:
@@ -141,6 +154,7 @@ def admit_populations(
         except QuerySetError as exc:
             raise PopulationUnavailable(str(exc)) from exc
         if admission.admitted and admission.state is not None:
+            origins[int(admission.facts.get("origin", -1))] = origin_of(None, [["all"]], admission)
             state = admission.state
             decided[population.version] = "admitted"
             facts.setdefault("versions_admitted", []).append(population.version)
@@ -152,4 +166,4 @@ def admit_populations(
             raise PopulationUnavailable(
                 f"the population of version {population.version}: {admission.reason}"
             )
-    return ScopeState(state, decided), facts
+    return ScopeState(state, decided, origins), facts

@@ -22,6 +22,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.httpsig import SignatureError, verify_request
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_raw
 from safeaccess.client.metadata import DatasetMetadata
@@ -584,6 +585,8 @@ class Service:
             project=seq.project,
             ids=self._record_ids(dataset),
             populations=lambda: self._populations(dataset.name),
+            analysis=_analysis_json(step.body),
+            metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
         )
         try:
             with self._dp_guard(seq, dataset):
@@ -793,3 +796,12 @@ class Service:
             step = self.store.get_step(sequence_id, 1)
             assert seq is not None and step is not None
             return self._view(seq, step)
+
+
+def _analysis_json(body: bytes) -> dict[str, Any] | None:
+    """A step's analysis as JSON (the query-set auditor keeps it to re-evaluate the step's
+    query sets on its domain grid), or None for a body that is not a JSON object."""
+    try:
+        return parse_analysis(body).model_dump(mode="json")
+    except ValueError:
+        return None

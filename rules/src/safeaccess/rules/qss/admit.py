@@ -12,7 +12,9 @@ import numpy.typing as npt
 
 from safeaccess.rules.qss.certificate import Certified, Determined, TooCostly, decide
 from safeaccess.rules.qss.constraints import (
+    CellKey,
     Constraints,
+    Dependency,
     LaneFailure,
     add_rows,
     null_vector,
@@ -50,6 +52,11 @@ class Admission:
     reason: str | None
     smallest_isolated: int | None
     facts: dict[str, Any] = field(default_factory=dict)
+    #: (array, cell) of each row this admission adds to the constraints, in row order
+    kept_keys: list[CellKey] = field(default_factory=list)
+    #: the new query sets the records make combinations of kept ones (span mode): the caller
+    #: refuses those the outputs' definitions do not imply (a data-revealed zero difference)
+    dependencies: list[Dependency] = field(default_factory=list)
 
 
 class QuerySetError(ValueError):
@@ -147,6 +154,8 @@ def admit(
 
     isolated: Isolated | None = None
     new_constraints: Constraints | None = None
+    kept_keys: list[CellKey] = []
+    dependencies: list[Dependency] = []
     if policy.mode is AuditMode.SPAN and constraints is not None:
         facts["rule"] = "span"
         if m_after > policy.atom_cap:
@@ -163,7 +172,7 @@ def admit(
             return refused(
                 "refused for cost: " + _COST_WHY["search_nodes"].format(nodes=policy.search_nodes)
             )
-        isolated, new_constraints = outcome
+        isolated, new_constraints, kept_keys, dependencies = outcome
     else:
         facts["rule"] = "atoms"
         facts["fallback"] = fallback
@@ -188,8 +197,15 @@ def admit(
     )
     facts["constraints_after"] = new_state.n_constraints
     facts["smallest_isolated"] = None
+    facts["dependencies"] = len(dependencies)
     return Admission(
-        admitted=True, state=new_state, reason=None, smallest_isolated=None, facts=facts
+        admitted=True,
+        state=new_state,
+        reason=None,
+        smallest_isolated=None,
+        facts=facts,
+        kept_keys=kept_keys,
+        dependencies=dependencies,
     )
 
 
@@ -218,7 +234,7 @@ def _span_audit(
     policy: AuditPolicy,
     facts: dict[str, Any],
     origin: int,
-) -> tuple[Isolated | None, Constraints] | _Unverified | _Costly:
+) -> tuple[Isolated | None, Constraints, list[CellKey], list[Dependency]] | _Unverified | _Costly:
     """Span mode: a determined combination below k (None when there is none) and the
     constraints to keep, decided exactly (see certificate.py)."""
     k = policy.k
@@ -259,10 +275,11 @@ def _span_audit(
     small_determined = np.flatnonzero(determined & (sizes < k))
     if small_determined.size:
         worst = int(small_determined[np.argmin(sizes[small_determined])])
-        return _conflict(Isolated(atoms=(worst,), size=int(sizes[worst])), grown, facts), grown
+        found = _conflict(Isolated(atoms=(worst,), size=int(sizes[worst])), grown, facts)
+        return found, grown, [], []
     pair = smallest_pair(vectors, np.flatnonzero(~determined & (sizes <= k - 2)), sizes, k)
     if pair is not None:
-        return _conflict(pair, grown, facts), grown
+        return _conflict(pair, grown, facts), grown, [], []
     # The certificate needs a prime in which every kept row is independent: then
     # rank_p(A) = rank_Q(A) and a certificate found mod p holds over the rationals.
     full = [lane for lane in grown.lanes if int(lane.basis.shape[0]) == grown.n_rows]
@@ -292,8 +309,8 @@ def _span_audit(
         facts["conflicts_with"] = sorted(
             {int(grown.origin[r]) for r in verdict.rows if int(grown.origin[r]) != origin}
         )
-        return found, grown
-    return None, grown
+        return found, grown, [], []
+    return None, grown, candidate.kept_keys, candidate.dependencies
 
 
 def _conflict(isolated: Isolated, grown: Constraints, facts: dict[str, Any]) -> Isolated:

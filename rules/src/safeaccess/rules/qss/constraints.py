@@ -20,7 +20,7 @@ When an atom splits, its pieces get random weights that sum to the atom's weight
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -154,6 +154,22 @@ def _secure_rng() -> np.random.Generator:
     return np.random.default_rng(secrets.randbits(128))
 
 
+#: A new row's place in its output: (query-set array, cell index).
+CellKey = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A new row the records make a combination of kept rows: row = Σ coefficients · rows,
+    mod p (exact in a lane whose basis holds every kept row). Whether this equation also
+    holds by the outputs' definitions, or only in these data, is for the caller to tell."""
+
+    key: CellKey
+    p: int
+    rows: Int64Array  # kept row ids with a nonzero coefficient
+    coefficients: Int64Array  # in [1, p)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """Constraints with a new output's rows added (those independent in some lane), and the
@@ -162,13 +178,19 @@ class Candidate:
     constraints: Constraints
     dropped: list[Int64Array]  # atom ids of each dropped new row
     n_new_rows: int
+    kept_keys: list[CellKey] = field(default_factory=list)  # of the rows added, in row order
+    dependencies: list[Dependency] = field(default_factory=list)
 
 
-def _rows_from_cells(cells: list[Int32Array]) -> tuple[list[Int64Array], Int64Array]:
-    """Atom ids of each new row (one per distinct cell of each array) and each array's offset."""
+def _rows_from_cells(
+    cells: list[Int32Array],
+) -> tuple[list[Int64Array], Int64Array, list[CellKey]]:
+    """Atom ids of each new row (one per distinct cell of each array), each array's offset and
+    each row's (array, cell)."""
     rows: list[Int64Array] = []
+    keys: list[CellKey] = []
     offsets = []
-    for cell in cells:
+    for g, cell in enumerate(cells):
         offsets.append(len(rows))
         inside = np.flatnonzero(cell >= 0)
         order = inside[np.argsort(cell[inside], kind="stable")]
@@ -176,17 +198,18 @@ def _rows_from_cells(cells: list[Int32Array]) -> tuple[list[Int64Array], Int64Ar
         n_cells = int(sorted_cells[-1]) + 1 if sorted_cells.size else 0
         bounds = np.searchsorted(sorted_cells, np.arange(n_cells + 1))
         for c in range(n_cells):
+            keys.append((g, c))
             if bounds[c + 1] > bounds[c]:
                 rows.append(order[bounds[c] : bounds[c + 1]].astype(np.int64))
             else:
                 rows.append(np.empty(0, dtype=np.int64))
-    return rows, np.asarray(offsets, dtype=np.int64)
+    return rows, np.asarray(offsets, dtype=np.int64), keys
 
 
 def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1) -> Candidate:
     """Add the rows given by cell arrays over the current atoms (one per query-set array); the
     rows kept are tagged with `origin` (the admission they come from)."""
-    new_rows, offsets = _rows_from_cells(cells)
+    new_rows, offsets, row_keys = _rows_from_cells(cells)
     nonempty = [j for j, row in enumerate(new_rows) if row.size]
     n_new = len(new_rows)
     m = constraints.n_atoms
@@ -200,6 +223,8 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
     lanes = []
     kept_any = np.zeros(n_new, dtype=bool)
     kept_by_lane: list[list[int]] = []
+    # per lane: for each new row it did not pick, its coefficients over the lane's grown basis
+    lane_deps: list[dict[int, Int64Array]] = []
     for lane in constraints.lanes:
         p = lane.p
         r = int(lane.basis.shape[0])
@@ -252,6 +277,16 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
             k_mat = np.block([[lane.k_mat, c_j], [c_j.T, e[np.ix_(picked, picked)]]])
         else:
             k_inv, k_mat = lane.k_inv, lane.k_mat
+        # A dependent new row r_j: M D r_j = K μ, so μ = K⁻¹ [c_j; e_picked,j] over the basis
+        # (old rows, then the picked new ones).
+        rest = np.setdiff1d(candidates, picked)
+        deps: dict[int, Int64Array] = {}
+        if rest.size:
+            rhs = np.vstack([c[:, rest], e[np.ix_(picked, rest)]]) % p
+            mu = modp.matmul(k_inv, rhs, p)
+            for col, row in enumerate(rest):
+                deps[int(row)] = mu[:, col]
+        lane_deps.append(deps)
         kept_any[picked] = True
         kept_by_lane.append([int(x) for x in picked])
         lanes.append((lane, k_mat, k_inv))
@@ -269,6 +304,24 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
         basis = np.concatenate([lane.basis, new_id[np.asarray(picked_list, dtype=np.int64)]])
         out_lanes.append(replace(lane, basis=basis.astype(np.int64), k_mat=k_mat, k_inv=k_inv))
     dropped = [new_rows[j] for j in nonempty if not kept_any[j]]
+    dependencies: list[Dependency] = []
+    for (lane, _, _), picked_list, deps in zip(lanes, kept_by_lane, lane_deps, strict=True):
+        basis = np.concatenate([lane.basis, new_id[np.asarray(picked_list, dtype=np.int64)]])
+        if basis.shape[0] != constraints.n_rows + kept.size:
+            continue  # a lane that misses a kept row cannot express every dependency
+        for new in nonempty:
+            if kept_any[new] or new not in deps:
+                continue
+            mu = deps[new]
+            nz = np.flatnonzero(mu)
+            dependencies.append(
+                Dependency(
+                    key=row_keys[new],
+                    p=lane.p,
+                    rows=basis[nz].astype(np.int64),
+                    coefficients=mu[nz].astype(np.int64),
+                )
+            )
     return Candidate(
         constraints=Constraints(
             n_atoms=m,
@@ -281,6 +334,8 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
         ),
         dropped=dropped,
         n_new_rows=len(nonempty),
+        kept_keys=[row_keys[int(x)] for x in kept],
+        dependencies=dependencies,
     )
 
 

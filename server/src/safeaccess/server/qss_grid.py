@@ -1,0 +1,424 @@
+"""Refusals that are not oracles: a repeated query set must be repeated by definition.
+
+When the records make a new query set a combination of released ones (`Admission.dependencies`:
+e.g. the probe `age < 90 or (age >= 96 and income > X)` holds the same records as the released
+`age < 90`), the auditor has learnt a zero: no record lies in the difference. If the outputs'
+definitions imply it (a table's margin is the sum of its cells, a repeated table repeats), the
+zero is structural and tells nothing. If only the records imply it, releasing the probe while
+refusing its other branch (the difference holds one person: too small) makes the refusal an
+oracle on a confidential value, and a binary search recovers it. So a data-revealed zero is
+treated like a small difference and refused: both branches of such a probe are refused.
+
+The two are told apart from the metadata alone, on a domain grid: every declared level of the
+categorical columns the outputs name, and for numeric columns the constants the outputs use with
+their neighbours, the points between them and the declared bounds (every integer when an integer
+column's bounds span few). Each output's analysis is run on the grid frame with the runner's own
+compute code (nothing there is confidential: the frame is built from metadata), each row is found
+by its cell label, and the dependency's coefficients (exact mod the lane's prime) are applied: a
+combination that is zero on the grid is structural; one that is not is a data-revealed zero.
+
+When a row cannot be evaluated on the grid (its cell is defined by the data, like a model's
+leaves; the grid would exceed `GRID_CAP` points; an older state without definitions), the
+decision falls back to the outputs' filters alone: the dependency is allowed only when every
+output in it selects the same records on the grid (the dependency then lies inside one
+population's own cells), and refused otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise, product
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from safeaccess.client.grammar.filters import (
+    Between,
+    Compare,
+    Filter,
+    In,
+    IsNull,
+    Not,
+    parse_filter,
+)
+from safeaccess.client.grammar.formulas import formula_columns, parse_formula
+from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.rules.outputs import Output, extra_query_sets_of, query_set_of
+from safeaccess.rules.qss import Admission
+from safeaccess.sandbox.backend import RunnerRequest
+from safeaccess.sandbox.filters import row_mask
+from safeaccess.sandbox.runner import run_request
+
+#: Most points a grid may have; above it the check falls back to the filters alone.
+GRID_CAP = 200_000
+#: An integer column whose bounds span at most this many values gets every one of them.
+ALL_INTEGERS = 128
+
+BoolArray = npt.NDArray[np.bool_]
+
+
+class Origin(BaseModel):
+    """What one admission's rows are: its analysis (None: a dataset version's population) and
+    the (query-set array, cell label) of each row it added, in row order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    analysis: dict[str, Any] | None
+    rows: list[tuple[int, str]]
+
+
+def output_labels(output: Output | None) -> list[list[str]]:
+    """The cell labels of each query-set array of `output` (main first, then the extras)."""
+    if output is None:
+        return []
+    qs = query_set_of(output)
+    if qs is None:
+        return []
+    return [qs.labels] + [q.labels for q in extra_query_sets_of(output)]
+
+
+def _label(labels: Sequence[Sequence[str]], array: int, cell: int) -> str:
+    names = labels[array] if array < len(labels) else []
+    return names[cell] if cell < len(names) else f"#{cell}"
+
+
+def origin_of(
+    analysis: dict[str, Any] | None, labels: Sequence[Sequence[str]], admission: Admission
+) -> Origin:
+    """The definitions of the rows `admission` added (cell labels from `output_labels`)."""
+    rows = [(array, _label(labels, array, cell)) for array, cell in admission.kept_keys]
+    return Origin(analysis=analysis, rows=rows)
+
+
+@dataclass(frozen=True)
+class _Source:
+    origin: int
+    array: int
+    label: str
+
+
+def data_revealed(
+    admission: Admission,
+    current: Origin,
+    labels: Sequence[Sequence[str]],
+    origins: Mapping[int, Origin],
+    metadata: DatasetMetadata,
+) -> str | None:
+    """None when every dependency of `admission` holds by the outputs' definitions; else the
+    reason (for checkers) naming the first that only the records imply. `current` is
+    `origin_of(...)` for this admission, `labels` its output's cell labels, `origins` the
+    definitions of every earlier admission of the scope."""
+    if not admission.dependencies or admission.state is None:
+        return None
+    constraints = admission.state.constraints
+    if constraints is None:
+        return None
+    row_origin = constraints.origin.astype(np.int64)
+    this = int(admission.facts.get("origin", -1))
+    known: dict[int, Origin] = {**origins, this: current}
+
+    def source(row: int) -> _Source | None:
+        o = int(row_origin[row])
+        entry = known.get(o)
+        if o < 0 or entry is None:
+            return None
+        index = row - int(np.searchsorted(row_origin, o, side="left"))
+        if not 0 <= index < len(entry.rows):
+            return None
+        array, label = entry.rows[index]
+        return _Source(o, array, label)
+
+    evaluator = _GridEvaluator(metadata, known)
+    for dep in admission.dependencies:
+        array, cell = dep.key
+        involved: list[_Source | None] = [_Source(this, array, _label(labels, array, cell))]
+        involved += [source(int(r)) for r in dep.rows]
+        if not evaluator.holds(involved, [int(c) for c in dep.coefficients], dep.p):
+            named = sorted({s.origin for s in involved if s is not None} - {this})
+            return (
+                "the records make this output's query set a combination of earlier releases "
+                f"(admissions {named}) that the outputs' definitions do not imply: a zero "
+                "revealed by the data, refused like a small difference so that the refusal "
+                "is no oracle"
+            )
+    return None
+
+
+class _GridEvaluator:
+    """Rows evaluated on domain grids, cached per set of columns and per admission."""
+
+    def __init__(self, metadata: DatasetMetadata, origins: Mapping[int, Origin]):
+        self.metadata = metadata
+        self.columns = {c.name: c for c in metadata.columns}
+        self.origins = origins
+        self._rows: dict[tuple[tuple[str, ...], int], dict[tuple[int, str], BoolArray] | None] = {}
+        self._frames: dict[tuple[str, ...], pd.DataFrame | None] = {}
+
+    def holds(self, involved: Sequence[_Source | None], coefficients: list[int], p: int) -> bool:
+        """Whether new − Σ coefficients · rows is zero on the grid (mod p); `involved[0]` is
+        the new row, the rest pair with `coefficients`."""
+        if any(s is None for s in involved):
+            return False  # a row of unknown definition: nothing can show the zero structural
+        sources = [s for s in involved if s is not None]
+        analyses = [self.origins[s.origin].analysis for s in sources]
+        names = tuple(sorted(set().union(*(self._named(a) for a in analyses))))
+        frame = self._frame(names, analyses)
+        vectors = None if frame is None else [self._row(names, frame, s) for s in sources]
+        if vectors is None or any(v is None for v in vectors):
+            return self._same_filters(sources)
+        total = np.asarray(vectors[0], dtype=np.int64)
+        for coef, vec in zip(coefficients, vectors[1:], strict=True):
+            total = (total - coef * np.asarray(vec, dtype=np.int64)) % p
+        return not bool(np.any(total))
+
+    def _same_filters(self, sources: Sequence[_Source]) -> bool:
+        """The fallback: every involved output selects the same records on the filters' grid."""
+        wheres = [_where(self.origins[s.origin].analysis) for s in sources]
+        names = tuple(sorted(set().union(*(_filter_names(w) for w in wheres))))
+        analyses = [self.origins[s.origin].analysis for s in sources]
+        frame = self._frame(names, analyses)
+        if frame is None:
+            return False
+        masks = []
+        for where in wheres:
+            try:
+                masks.append(row_mask(frame, where))
+            except Exception:
+                return False
+        return all(np.array_equal(masks[0], m) for m in masks[1:])
+
+    def _named(self, analysis: dict[str, Any] | None) -> set[str]:
+        if analysis is None:
+            return set()
+        found: set[str] = set()
+        for text in _strings(analysis):
+            if text in self.columns:
+                found.add(text)
+                continue
+            found |= _filter_names(text) | _formula_names(text)
+        return found & set(self.columns)
+
+    def _frame(
+        self, names: tuple[str, ...], analyses: Sequence[dict[str, Any] | None]
+    ) -> pd.DataFrame | None:
+        if names in self._frames:
+            return self._frames[names]
+        constants = _constants(analyses)
+        axes = [
+            _points(self.columns[n], constants.get(n, set()), _numbers(analyses)) for n in names
+        ]
+        size = math.prod(len(a) for a in axes) if axes else 1
+        frame: pd.DataFrame | None = None
+        if size <= GRID_CAP:
+            data: dict[str, Any] = {}
+            combos = list(product(*axes)) if axes else [()]
+            for i, name in enumerate(names):
+                data[name] = [combo[i] for combo in combos]
+            for col in self.metadata.columns:
+                if col.name not in data:
+                    data[col.name] = [_filler(col)] * len(combos)
+            frame = pd.DataFrame({c.name: _typed(c, data[c.name]) for c in self.metadata.columns})
+        self._frames[names] = frame
+        return frame
+
+    def _row(self, names: tuple[str, ...], frame: pd.DataFrame, src: _Source) -> BoolArray | None:
+        cached = self._rows.get((names, src.origin), ...)
+        if cached is ...:
+            cached = self._evaluate(frame, self.origins[src.origin].analysis)
+            self._rows[(names, src.origin)] = cached
+        if cached is None:
+            return None
+        return cached.get((src.array, src.label))
+
+    def _evaluate(
+        self, frame: pd.DataFrame, analysis: dict[str, Any] | None
+    ) -> dict[tuple[int, str], BoolArray] | None:
+        if analysis is None:  # a population: every record
+            return {(0, label): np.ones(len(frame), dtype=bool) for label in ("all", "#0")}
+        request = RunnerRequest(
+            analysis=analysis, metadata=self.metadata.model_dump(mode="json"), dataset_path="grid"
+        )
+        try:
+            response = run_request(request, frame)
+        except Exception:
+            return None
+        if not response.ok or response.output is None:
+            return None
+        rows: dict[tuple[int, str], BoolArray] = {}
+        qs = query_set_of(response.output)
+        if qs is None:
+            return None
+        arrays = [qs, *extra_query_sets_of(response.output)]
+        for g, q in enumerate(arrays):
+            if not q.attached:
+                return None
+            cells = q.to_array()
+            for c, label in enumerate(q.labels):
+                rows[(g, label)] = cells == c
+        return rows
+
+
+def _where(analysis: dict[str, Any] | None) -> str | None:
+    if analysis is None:
+        return None
+    where = analysis.get("where")
+    return where if isinstance(where, str) and where.strip() else None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+
+
+def _numbers(analyses: Sequence[dict[str, Any] | None]) -> set[float]:
+    """Every number the analyses use outside their filters (bin edges, cut points...)."""
+    found: set[float] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, bool):
+            return
+        if isinstance(value, int | float) and math.isfinite(value):
+            found.add(float(value))
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v)
+
+    for analysis in analyses:
+        walk(analysis)
+    return found
+
+
+def _parsed(text: str | None) -> Filter | None:
+    if text is None:
+        return None
+    try:
+        return parse_filter(text)
+    except Exception:
+        return None
+
+
+def _filter_names(text: str | None) -> set[str]:
+    node = _parsed(text)
+    return set() if node is None else {n for n, _ in _literals(node)} | _columns(node)
+
+
+def _formula_names(text: str) -> set[str]:
+    try:
+        return set(formula_columns(parse_formula(text)))
+    except Exception:
+        return set()
+
+
+def _columns(node: Filter) -> set[str]:
+    if isinstance(node, Compare | In | Between | IsNull):
+        return {node.column}
+    if isinstance(node, Not):
+        return _columns(node.operand)
+    return set().union(*(_columns(o) for o in node.operands))
+
+
+def _literals(node: Filter) -> Iterator[tuple[str, Any]]:
+    if isinstance(node, Compare):
+        yield node.column, node.value
+    elif isinstance(node, In):
+        for v in node.values:
+            yield node.column, v
+    elif isinstance(node, Between):
+        yield node.column, node.low
+        yield node.column, node.high
+    elif isinstance(node, Not):
+        yield from _literals(node.operand)
+    elif not isinstance(node, IsNull):
+        for o in node.operands:
+            yield from _literals(o)
+
+
+def _constants(analyses: Sequence[dict[str, Any] | None]) -> dict[str, set[Any]]:
+    """The literal values each column is compared with in the analyses' filters."""
+    out: dict[str, set[Any]] = {}
+    for analysis in analyses:
+        for text in _strings(analysis or {}):
+            node = _parsed(text)
+            if node is None:
+                continue
+            for name, value in _literals(node):
+                out.setdefault(name, set()).add(value)
+    return out
+
+
+def _points(col: Column, constants: set[Any], numbers: set[float]) -> list[Any]:
+    """One representative of every piece the constants cut a column's declared domain into."""
+    if col.type in ("categorical", "ordinal"):
+        levels: list[Any] = list(col.levels or [])
+        extra = [v for v in constants if v not in levels]
+        return levels + sorted(extra, key=str) + ([] if extra or levels else ["(any)"])
+    if col.type == "identifier":
+        numeric = sorted(float(v) for v in constants if isinstance(v, int | float))
+        return _numeric_points(numeric, None, integer=True) or [0]
+    cuts = sorted(
+        {float(v) for v in constants if isinstance(v, int | float) and not isinstance(v, bool)}
+        | numbers
+    )
+    bounds = col.bounds or ((float(col.scale[0]), float(col.scale[1])) if col.scale else None)
+    integer = col.type == "integer"
+    if integer and bounds is not None:
+        low, high = math.ceil(bounds[0]), math.floor(bounds[1])
+        if high - low + 1 <= ALL_INTEGERS:
+            return list(range(low, high + 1))
+    return _numeric_points(cuts, bounds, integer=integer)
+
+
+def _numeric_points(
+    cuts: list[float], bounds: tuple[float, float] | None, *, integer: bool
+) -> list[Any]:
+    marks = sorted(set(cuts) | (set(bounds) if bounds is not None else set()))
+    if bounds is not None:
+        marks = [m for m in marks if bounds[0] <= m <= bounds[1]]
+    if not marks:
+        return [0] if integer else [0.0]
+    points: set[float] = set(marks)
+    for a, b in pairwise(marks):
+        points.add((a + b) / 2)
+    if bounds is None:
+        points.add(marks[0] - 1)
+        points.add(marks[-1] + 1)
+    if integer:
+        ints: set[int] = set()
+        for x in points:
+            for y in (math.floor(x) - 1, math.floor(x), math.ceil(x), math.ceil(x) + 1):
+                if bounds is None or bounds[0] <= y <= bounds[1]:
+                    ints.add(int(y))
+        return sorted(ints)
+    return sorted(points)
+
+
+def _filler(col: Column) -> Any:
+    if col.type in ("categorical", "ordinal"):
+        return (col.levels or ["(any)"])[0]
+    if col.bounds is not None:
+        return col.bounds[0]
+    if col.scale is not None:
+        return col.scale[0]
+    return 0
+
+
+def _typed(col: Column, values: list[Any]) -> Any:
+    if col.type in ("categorical", "ordinal"):
+        return pd.Series(values, dtype=object)
+    if col.type in ("integer", "identifier"):
+        return np.asarray([int(v) for v in values], dtype=np.int64)
+    return np.asarray(values, dtype=np.float64)

@@ -1,0 +1,129 @@
+"""The data-revealed zero rule (`server/qss_grid.py`) on real admissions, without the HTTP layer.
+
+A new query set the records make a combination of released ones is released when the outputs'
+definitions imply it (repeats, margins, a histogram bin asked again as a filter) and refused when
+only the records do (the refusal-oracle probe's "no" branch); the dependencies themselves come
+from the auditor's exact algebra, the grid from the metadata.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from safeaccess.client.analyses import Analysis, FrequencyTable, Histogram, Summary
+from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.rules.decision import Decision
+from safeaccess.rules.qss import AuditMode, AuditPolicy, AuditState
+from safeaccess.sandbox.runner import execute
+from safeaccess.server.qss_gate import Gate, gate
+from safeaccess.server.qss_universe import Population, ScopeState, admit_populations, decode, encode
+
+N = 600
+METADATA = DatasetMetadata(
+    name="grid",
+    columns=[
+        Column(name="sex", type="categorical", levels=["F", "M"]),
+        Column(name="region", type="categorical", levels=["N", "S", "E"]),
+        Column(name="age", type="integer", bounds=(18, 100)),
+        Column(name="income", type="continuous", bounds=(0, 100_000)),
+    ],
+)
+POLICY = AuditPolicy(mode=AuditMode.SPAN, k=10)
+RELEASE = Decision(verdict="release", findings=[], ruleset="test", ruleset_hash="0" * 64)
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    rng = np.random.default_rng(7)
+    frame = pd.DataFrame(
+        {
+            "sex": rng.choice(["F", "M"], N),
+            "region": rng.choice(["N", "S", "E"], N),
+            "age": rng.integers(18, 90, N),
+            "income": np.round(rng.uniform(1_000, 60_000, N), 2),
+        }
+    )
+    frame.loc[0, ["age", "income"]] = [97, 70_000.0]  # the only person over 95
+    frame.loc[1:20, ["age", "region"]] = [93, "N"]  # forty people aged 90-95, half North
+    frame.loc[21:40, ["age", "region"]] = [92, "S"]
+    return frame
+
+
+class Scope:
+    """One scope's state, fed step by step as the server does (populations first)."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+        start = ScopeState(AuditState.empty(len(frame)))
+        self.state, _ = admit_populations(start, [Population.of(1, np.arange(len(frame)))], POLICY)
+
+    def ask(self, analysis: Analysis) -> Gate:
+        output = execute(analysis, self.frame, METADATA)
+        result = gate(
+            output,
+            RELEASE,
+            ids=np.arange(len(self.frame)),
+            state=self.state.state,
+            policy=POLICY,
+            scope="s",
+            analysis=analysis.model_dump(mode="json"),
+            metadata=METADATA,
+            origins=self.state.origins,
+        )
+        if result.state is not None:
+            assert result.origin is not None
+            origins = {**self.state.origins, result.origin[0]: result.origin[1]}
+            # through the state file's envelope, as the server keeps it
+            kept = ScopeState(result.state, self.state.populations, origins)
+            self.state = decode(encode(kept))
+        return result
+
+
+def test_repeats_margins_and_bins_are_structural(frame: pd.DataFrame) -> None:
+    scope = Scope(frame)
+    asks: list[Analysis] = [
+        FrequencyTable(rows=["region"], cols=["sex"]),
+        FrequencyTable(rows=["region"], cols=["sex"]),
+        FrequencyTable(rows=["sex"]),
+        Histogram(variable="income", edges=[0.0, 30_000.0, 45_000.0, 100_000.0]),
+        Summary(variables=["income"], where="income >= 30000 and income < 45000"),
+    ]
+    results = [scope.ask(a) for a in asks]
+    assert [r.decision.verdict for r in results] == ["release"] * len(asks)
+    # the check really ran: the repeat and the margin were dependent on earlier rows
+    assert results[1].facts["dependencies"] > 0 and results[2].facts["dependencies"] > 0
+
+
+@pytest.mark.parametrize("x", [80_000.0, 60_000.0])
+def test_both_branches_of_a_probe_are_refused(frame: pd.DataFrame, x: float) -> None:
+    # x = 80 000: nobody over 95 earns more: the probe's records are exactly `age < 90`'s (a
+    # zero only the data reveal); x = 60 000: the probe holds one more person (too small).
+    scope = Scope(frame)
+    assert scope.ask(Summary(variables=["income"], where="age < 90")).decision.verdict == "release"
+    probe = Summary(variables=["income"], where=f"age < 90 or (age >= 96 and income > {x})")
+    result = scope.ask(probe)
+    assert result.decision.verdict == "withhold"
+    assert result.facts.get("data_revealed_zero", False) == (x == 80_000.0)
+
+
+def test_a_padded_probe_is_refused_too(frame: pd.DataFrame) -> None:
+    # the "no" branch equals the sum of two released sets, not any one of them
+    scope = Scope(frame)
+    pad = "region == 'N' and age >= 90 and age <= 95"
+    for where in ("age < 90", pad):
+        assert scope.ask(Summary(variables=["income"], where=where)).decision.verdict == "release"
+    probe = Summary(
+        variables=["income"], where=f"age < 90 or ({pad}) or (age >= 96 and income > 80000)"
+    )
+    result = scope.ask(probe)
+    assert result.decision.verdict == "withhold" and result.facts["data_revealed_zero"]
+
+
+def test_an_equal_filter_written_differently_is_structural(frame: pd.DataFrame) -> None:
+    # `age >= 18` is everyone by the declared bounds: a zero the metadata implies
+    scope = Scope(frame)
+    result = scope.ask(Summary(variables=["income"], where="age >= 18"))
+    assert result.decision.verdict == "release"
+    assert result.facts["dependencies"] > 0

@@ -127,3 +127,22 @@ def test_an_equal_filter_written_differently_is_structural(frame: pd.DataFrame) 
     result = scope.ask(Summary(variables=["income"], where="age >= 18"))
     assert result.decision.verdict == "release"
     assert result.facts["dependencies"] > 0
+
+
+def test_an_ordinary_corpus_is_released_whole() -> None:
+    # benchmarks/qss_grid_corpus.py: six researchers, 20 ordinary outputs, filters people write
+    # (`age >= 18`, `income > 0`, `employment == 'employed'`), on 60 000 census rows
+    import importlib.util
+    from pathlib import Path
+
+    from safeaccess.server.demo_data import census_metadata, generate_census
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "qss_grid_corpus.py"
+    spec = importlib.util.spec_from_file_location("qss_grid_corpus", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = module.run_corpus(generate_census(60_000), census_metadata())
+    withheld = [(who, a.kind) for who, a, r, _ in results if r.decision.verdict != "release"]
+    assert withheld == []
+    assert sum(r.facts.get("dependencies", 0) > 0 for _, _, r, _ in results) >= 10

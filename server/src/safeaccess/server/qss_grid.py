@@ -385,25 +385,28 @@ def _points(col: Column, constants: set[Any], numbers: set[float]) -> list[Any]:
 def _numeric_points(
     cuts: list[float], bounds: tuple[float, float] | None, *, integer: bool
 ) -> list[Any]:
+    """Representatives of the intervals `cuts` and `bounds` make. An integer column gets the
+    marks themselves and their neighbours (each integer is a place records can be). A
+    continuous one gets only points strictly between marks (and beyond them when unbounded):
+    a single value of a continuous variable is no place a group can hide in, and counting it
+    would make `income > 0` under bounds (0, ...) a zero only the data reveal. What that leaves
+    learnable, one probe at a time, is whether someone has exactly a guessed value."""
     marks = sorted(set(cuts) | (set(bounds) if bounds is not None else set()))
     if bounds is not None:
         marks = [m for m in marks if bounds[0] <= m <= bounds[1]]
     if not marks:
         return [0] if integer else [0.0]
-    points: set[float] = set(marks)
-    for a, b in pairwise(marks):
-        points.add((a + b) / 2)
+    between = {(a + b) / 2 for a, b in pairwise(marks)}
     if bounds is None:
-        points.add(marks[0] - 1)
-        points.add(marks[-1] + 1)
-    if integer:
-        ints: set[int] = set()
-        for x in points:
-            for y in (math.floor(x) - 1, math.floor(x), math.ceil(x), math.ceil(x) + 1):
-                if bounds is None or bounds[0] <= y <= bounds[1]:
-                    ints.add(int(y))
-        return sorted(ints)
-    return sorted(points)
+        between |= {marks[0] - 1, marks[-1] + 1}
+    if not integer:
+        return sorted(between) or [marks[0]]
+    ints: set[int] = set()
+    for x in set(marks) | between:
+        for y in (math.floor(x) - 1, math.floor(x), math.ceil(x), math.ceil(x) + 1):
+            if bounds is None or bounds[0] <= y <= bounds[1]:
+                ints.add(int(y))
+    return sorted(ints)
 
 
 def _filler(col: Column) -> Any:

@@ -97,8 +97,8 @@ def _backends(names: list[str], image: str | None) -> dict[str, dict[str, Any]]:
             cold = None
         made["process"] = {"cold": cold, "warm": warm, "wait": lambda d: time.sleep(1.5)}
     if "docker" in names:
+        from safeaccess.sandbox.config import DockerOptions
         from safeaccess.sandbox.docker import DockerBackend, build_image, connect, engine_address
-        from safeaccess.sandbox.factory import DockerOptions
 
         if image is None:
             image = build_image(connect(engine_address(DockerOptions()))).image_id

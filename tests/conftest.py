@@ -55,8 +55,8 @@ def missing_postgres() -> Callable[[str], NoReturn]:
 def docker_client() -> Iterator[Any]:
     """A client for the engine the Docker backend would use (DOCKER_HOST, else the local socket)."""
     try:
+        from safeaccess.sandbox.config import DockerOptions
         from safeaccess.sandbox.docker import connect, engine_address
-        from safeaccess.sandbox.factory import DockerOptions
     except ImportError as exc:
         _no_docker(f"the Docker backend cannot be imported: {exc}")
     host = engine_address(DockerOptions())

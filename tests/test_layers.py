@@ -185,7 +185,6 @@ def _cycles() -> list[frozenset[str]]:
 KNOWN_CYCLES = {
     "service-audit_service": {"safeaccess.server.service", "safeaccess.server.audit_service"},
     "qss-state-codec": {"safeaccess.rules.qss.state", "safeaccess.rules.qss.codec"},
-    "factory-docker": {"safeaccess.sandbox.factory", "safeaccess.sandbox.docker.backend"},
 }
 
 

@@ -119,8 +119,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         except SandboxUnavailable as exc:
             request.getfixturevalue("missing_isolation")(str(exc))
     else:
+        from safeaccess.sandbox.config import DockerOptions
         from safeaccess.sandbox.docker import DockerBackend
-        from safeaccess.sandbox.factory import DockerOptions
 
         image = request.getfixturevalue("sandbox_image")
         b = DockerBackend(options=DockerOptions(image=image), limits=LIMITS)

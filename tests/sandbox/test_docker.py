@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from safeaccess.sandbox.backend import LimitExceeded, Limits, SandboxError, SandboxUnavailable
+from safeaccess.sandbox.config import DockerOptions
 from safeaccess.sandbox.docker import DockerBackend, engine_address
 from safeaccess.sandbox.docker.container import DatasetKey, _Demux, container_kwargs
 from safeaccess.sandbox.docker.image import _closure, plan_rootfs
 from safeaccess.sandbox.docker.pool import WarmPool
-from safeaccess.sandbox.factory import DockerOptions
 
 IMAGE = "sha256:" + "ab" * 32
 

@@ -19,9 +19,10 @@ from safeaccess.sandbox.backend import (
     Limits,
     SandboxUnavailable,
 )
+from safeaccess.sandbox.config import DockerOptions, SandboxConfig
 from safeaccess.sandbox.docker import DockerBackend
 from safeaccess.sandbox.docker.container import LABEL_OWNER, DatasetKey
-from safeaccess.sandbox.factory import DockerOptions, SandboxConfig, make_backend
+from safeaccess.sandbox.factory import make_backend
 from safeaccess.sandbox.seccomp import docker_profile
 
 pytestmark = pytest.mark.docker

@@ -19,7 +19,8 @@ import pytest
 from safeaccess.rules.outputs import TableOutput
 from safeaccess.sandbox import process
 from safeaccess.sandbox.backend import Job, LimitExceeded, Limits, SandboxUnavailable
-from safeaccess.sandbox.factory import SandboxConfig, make_backend
+from safeaccess.sandbox.config import SandboxConfig
+from safeaccess.sandbox.factory import make_backend
 from safeaccess.sandbox.process import ProcessBackend
 
 METADATA = {"name": "f", "columns": [{"name": "g", "type": "categorical"}]}

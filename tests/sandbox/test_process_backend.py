@@ -22,7 +22,8 @@ from safeaccess.sandbox.backend import (
     SandboxError,
     SandboxUnavailable,
 )
-from safeaccess.sandbox.factory import SandboxConfig, make_backend
+from safeaccess.sandbox.config import SandboxConfig
+from safeaccess.sandbox.factory import make_backend
 from safeaccess.sandbox.process import ProcessBackend
 
 METADATA = {"name": "b", "columns": [{"name": "g", "type": "categorical"}]}

@@ -90,7 +90,7 @@ def _both_magnitude(
     agg: str,
     margins: bool,
 ) -> None:
-    analysis = MagnitudeTable(value="income", agg=agg, rows=rows, cols=cols, margins=margins)  # type: ignore[arg-type]
+    analysis = MagnitudeTable(value="income", agg=agg, rows=rows, cols=cols, margins=margins)
     sandbox = magnitude_table(analysis, frame, metadata, len(frame))
     unit = metadata.contributor_column
     rules = build_table(

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from safeaccess.sandbox.backend import SandboxError
-from safeaccess.sandbox.factory import DockerOptions, SandboxConfig, make_backend
+from safeaccess.sandbox.config import DockerOptions, SandboxConfig
+from safeaccess.sandbox.factory import make_backend
 from safeaccess.server.config import CONFIG_FILE, default_data_dir, read_config, set_sandbox_image
 from safeaccess.server.errors import ConfigError
 

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from safeaccess.sandbox.factory import SandboxConfig
+from safeaccess.sandbox.config import SandboxConfig
 from safeaccess.server.errors import ConfigError
 
 ENV_DATA_DIR = "SAFEACCESS_DATA"

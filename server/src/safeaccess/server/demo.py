@@ -28,7 +28,7 @@ from safeaccess.client.plan import Plan
 from safeaccess.client.results import StepResult, format_output
 from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import SandboxError
-from safeaccess.sandbox.factory import resolve_backend_name
+from safeaccess.sandbox.config import resolve_backend_name
 from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir, initialise, set_sandbox_image
 from safeaccess.server.datasets import register_dataset

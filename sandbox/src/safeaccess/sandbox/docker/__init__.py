@@ -1,6 +1,6 @@
 """The Docker sandbox backend: hardened per-job containers, a warm pool, and the image builder.
 
-`DockerBackend(options=DockerOptions, limits=Limits)` is what `safeaccess.sandbox.factory`
+`DockerBackend(options=DockerOptions, limits=Limits)` is what `safeaccess.sandbox.factory.make_backend`
 builds; `build_image(client)` makes the sandbox image from the local Python installation.
 """
 

@@ -28,6 +28,7 @@ from safeaccess.sandbox.backend import (
     expected_output,
     side_arrays,
 )
+from safeaccess.sandbox.config import DockerOptions
 from safeaccess.sandbox.docker.container import (
     DATASET_IN_SANDBOX,
     LABEL_OWNER,
@@ -40,7 +41,6 @@ from safeaccess.sandbox.docker.container import (
 )
 from safeaccess.sandbox.docker.image import LABEL_KIND
 from safeaccess.sandbox.docker.pool import WarmPool
-from safeaccess.sandbox.factory import DockerOptions
 
 log = logging.getLogger(__name__)
 

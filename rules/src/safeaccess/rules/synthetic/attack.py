@@ -89,20 +89,26 @@ def paired_bootstrap(
 
 
 def key_sets(
-    keys: Sequence[int], *, max_per_length: int = DEFAULT_MAX_KEYSETS, seed: int = 0
+    keys: Sequence[int],
+    *,
+    max_per_length: int = DEFAULT_MAX_KEYSETS,
+    seed: int = 0,
+    lengths: Sequence[int] | None = None,
 ) -> list[tuple[int, ...]]:
-    """Key sets of lengths {2, ceil(q/2), q} over the q key columns; a length with more than
-    `max_per_length` subsets gets that many distinct ones drawn with `seed`. The full set is
-    always included."""
+    """Key sets of lengths {2, ceil(q/2), q} (or `lengths`) over the q key columns; a length
+    with more than `max_per_length` subsets gets that many distinct ones drawn with `seed`."""
     cols = tuple(dict.fromkeys(int(k) for k in keys))
     q = len(cols)
     if q == 0:
         raise SyntheticCheckError("the attack needs at least one key column")
     if max_per_length < 1:
         raise SyntheticCheckError(f"max_per_length must be >= 1, got {max_per_length}")
+    wanted = {min(2, q), math.ceil(q / 2), q} if lengths is None else set(lengths)
+    if any(not 1 <= n <= q for n in wanted):
+        raise SyntheticCheckError(f"key-set lengths must lie in 1..{q}, got {sorted(wanted)}")
     rng = np.random.default_rng(seed)
     out: list[tuple[int, ...]] = []
-    for length in sorted({min(2, q), math.ceil(q / 2), q}):
+    for length in sorted(wanted):
         if math.comb(q, length) <= max_per_length:
             out.extend(combinations(cols, length))
             continue
@@ -124,11 +130,13 @@ def attack_check(
     max_keysets: int = DEFAULT_MAX_KEYSETS,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    lengths: Sequence[int] | None = None,
 ) -> list[AttackRow]:
     """GCAP and its LOO reference for every target and key set (targets removed from the keys).
 
     `real` and `syn` are coded matrices (records x columns) with column i in 0..levels[i]-1;
-    `keys` and `targets` are column indices. `seed` fixes the key-set draw and the bootstrap.
+    `keys` and `targets` are column indices. `seed` fixes the key-set draw and the bootstrap;
+    `lengths` replaces the default key-set lengths {2, ceil(q/2), q}.
     """
     lv = levels_checked(levels)
     o = coded_matrix(real, lv, "real")
@@ -142,7 +150,7 @@ def attack_check(
     rows: list[AttackRow] = []
     for t in dict.fromkeys(int(t) for t in targets):
         cols = [int(k) for k in keys if int(k) != t]
-        for ks in key_sets(cols, max_per_length=max_keysets, seed=seed):
+        for ks in key_sets(cols, max_per_length=max_keysets, seed=seed, lengths=lengths):
             rows.append(_one_attack(o, s, lv, list(ks), t, resamples, seed))
     return rows
 

@@ -142,20 +142,27 @@ def _nearest_kdtree(s: FloatArray, r: FloatArray) -> IntArray:
     # Equal real rows collapse to their first (lowest) index, so ties between copies resolve.
     uniq, first = np.unique(r, axis=0, return_index=True)
     tree = cKDTree(uniq)
+    if uniq.shape[0] == 1:
+        return np.zeros(s.shape[0], dtype=np.int64) + int(first[0])
+    # Two neighbours tell a unique nearest row from a tie; only tied rows are asked for more
+    # (a tree query's cost grows with k, steeply in higher dimensions).
+    dist, idx = tree.query(s, k=2)
+    index = first[idx[:, 0]].astype(np.int64)
+    tied = np.flatnonzero(dist[:, 1] <= dist[:, 0] * (1.0 + _TIE_RTOL))
+    if tied.size == 0:
+        return index
     kk = min(_TIE_NEIGHBOURS, uniq.shape[0])
-    dist, idx = tree.query(s, k=kk)
-    if kk == 1:
-        return first[idx].astype(np.int64)
-    best = dist[:, :1]
-    tied = dist <= best * (1.0 + _TIE_RTOL)
-    orig = np.where(tied, first[idx], np.iinfo(np.int64).max)
-    index = orig.min(axis=1)
-    # every one of the kk neighbours tied: there may be more equally close rows beyond them
-    for i in np.flatnonzero(tied[:, -1] & (kk < uniq.shape[0])):
-        cand = np.asarray(tree.query_ball_point(s[i], best[i, 0] * (1.0 + 1e-9) + 1e-300))
-        d = _norms(uniq[cand] - s[i])
-        index[i] = first[cand[d <= d.min() * (1.0 + _TIE_RTOL)]].min()
-    return index.astype(np.int64)
+    dist_t, idx_t = tree.query(s[tied], k=kk)
+    best = dist_t[:, :1]
+    close = dist_t <= best * (1.0 + _TIE_RTOL)
+    index[tied] = np.where(close, first[idx_t], np.iinfo(np.int64).max).min(axis=1)
+    # all kk neighbours tied: more equally close rows may lie beyond them
+    for i in np.flatnonzero(close[:, -1] & (kk < uniq.shape[0])):
+        point = s[tied[i]]
+        cand = np.asarray(tree.query_ball_point(point, best[i, 0] * (1.0 + 1e-9) + 1e-300))
+        d = _norms(uniq[cand] - point)
+        index[tied[i]] = first[cand[d <= d.min() * (1.0 + _TIE_RTOL)]].min()
+    return index
 
 
 def _nearest_brute(s: FloatArray, r: FloatArray, *, exclude_self: bool) -> IntArray:

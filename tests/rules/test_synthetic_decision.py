@@ -134,3 +134,16 @@ def test_identity_distance_and_coverage_rules():
         SynthRules(synth_action_on_check_error="release")  # type: ignore[arg-type]
     with pytest.raises(SyntheticCheckError, match="must not exceed"):
         SynthRules(synth_attack_excess_review=0.1)
+
+
+def test_rules_from_a_settings_mapping():
+    rules = SynthRules.from_mapping({"synth_attack_excess_withhold": 0.08, "synth_max_keysets": 5})
+    assert rules.synth_attack_excess_withhold == 0.08 and rules.synth_max_keysets == 5
+    assert rules.synth_attack_excess_review == 0.02  # untouched keys keep the defaults
+    assert SynthRules.from_mapping({}) == SynthRules()
+    with pytest.raises(SyntheticCheckError, match="unknown setting 'synth_colour'"):
+        SynthRules.from_mapping({"synth_colour": 1})
+    with pytest.raises(SyntheticCheckError, match="synth_max_keysets: 'many'"):
+        SynthRules.from_mapping({"synth_max_keysets": "many"})
+    with pytest.raises(SyntheticCheckError, match="synth_yp_y"):
+        SynthRules.from_mapping({"synth_yp_y": "median"})

@@ -7,9 +7,9 @@ checkers and the audit log.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
 
 from safeaccess.rules.synthetic.attack import AttackRow
 from safeaccess.rules.synthetic.coverage import SampledCoverage
@@ -46,6 +46,29 @@ class SynthRules:
     synth_hungarian_max: int = 5000
     synth_action_on_check_error: Action = "review"
 
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any]) -> SynthRules:
+        """The defaults with `settings` (e.g. the `synth_*` keys of a rule-set file) applied;
+        an unknown key or a value of the wrong type is named in the error."""
+        base = cls()
+        known = {f.name: type(getattr(base, f.name)) for f in fields(cls)}
+        for key, value in settings.items():
+            if key not in known:
+                raise SyntheticCheckError(
+                    f"unknown setting {key!r}; allowed settings are {', '.join(known)}"
+                )
+            if key == "synth_yp_y":
+                ok = value == "loo_q05" or (_is_number(value) and value >= 0)
+            elif known[key] is float:
+                ok = _is_number(value) and value >= 0
+            elif known[key] is int:
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                raise SyntheticCheckError(f"{key}: {value!r} is not a valid value")
+        return replace(base, **dict(settings))
+
     def __post_init__(self) -> None:
         if self.synth_attack_excess_review > self.synth_attack_excess_withhold:
             raise SyntheticCheckError("synth_attack_excess_review must not exceed _withhold")
@@ -57,6 +80,10 @@ class SynthRules:
             raise SyntheticCheckError(
                 "synth_action_on_check_error must be 'review' or 'withhold' (never release)"
             )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

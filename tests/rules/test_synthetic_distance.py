@@ -234,6 +234,7 @@ def test_statistical_error_hand_case():
     assert pct[0] == 0.0 and pct[1] == math.inf  # departure from an exact zero variance
     pct, _ = statistical_error(real, syn, "sd", ddof=1)
     assert pct[0] == pytest.approx(0.0)
+    assert statistical_error(real, syn, "std")[0][0] == pytest.approx(0.0)
     with pytest.raises(SyntheticCheckError, match="'mean', 'var' or 'sd'"):
         statistical_error(real, syn, "median")  # type: ignore[arg-type]
 

@@ -87,6 +87,13 @@ def test_attack_summary_hand_example():
     assert s.zero_rule_accuracy == pytest.approx(2 / 5)  # mode of S is 1
     assert s.random_guess_accuracy == pytest.approx(1 / 2)
     assert s.certain_correct_rate == pytest.approx(1 / 5)
+    assert (s["gcap"], s["0cap"], s["icap"]) == (
+        s.gcap_accuracy,
+        s.zero_cap_accuracy,
+        s.icap_accuracy,
+    )
+    with pytest.raises(KeyError):
+        s["colour"]
 
 
 def test_zero_rule_tie_goes_to_lowest_level_and_icap_without_matches_is_nan():

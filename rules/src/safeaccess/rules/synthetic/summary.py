@@ -19,6 +19,14 @@ CERTAIN_SCORE = 0.9
 CERTAIN_MIN_SET = 2
 
 
+_ALIASES = {
+    "gcap": "gcap_accuracy",
+    "zero_cap": "zero_cap_accuracy",
+    "0cap": "zero_cap_accuracy",
+    "icap": "icap_accuracy",
+}
+
+
 @dataclass(frozen=True)
 class AttackSummary:
     """Fractions over the real records (0..1); `non_matches` is a record count.
@@ -37,7 +45,11 @@ class AttackSummary:
     certain_correct_rate: float
 
     def __getitem__(self, name: str) -> Any:
-        return getattr(self, name)
+        # "gcap", "zero_cap", "0cap" and "icap" name the accuracies as the papers' tables do
+        key = _ALIASES.get(name, name)
+        if key not in self.__dataclass_fields__:
+            raise KeyError(name)
+        return getattr(self, key)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

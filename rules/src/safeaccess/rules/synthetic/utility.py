@@ -10,6 +10,7 @@ from numpy.typing import ArrayLike, NDArray
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 
 Stat = Literal["mean", "var", "sd"]
+_STAT_ALIASES = {"variance": "var", "std": "sd"}
 
 
 def statistical_error(
@@ -30,6 +31,7 @@ def statistical_error(
         "var": lambda a: a.var(axis=0, ddof=ddof),
         "sd": lambda a: a.std(axis=0, ddof=ddof),
     }
+    stat = _STAT_ALIASES.get(stat, stat)  # type: ignore[assignment]
     if stat not in funcs:
         raise SyntheticCheckError(f"stat must be 'mean', 'var' or 'sd', got {stat!r}")
     so, ss = funcs[stat](o), funcs[stat](s)

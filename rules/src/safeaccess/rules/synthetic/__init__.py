@@ -4,7 +4,7 @@ Attribute disclosure (Hittmeir et al.): `gcap`, `gcap_loo`, `predict`, `attack_s
 `attack_check`. Identity (synthpop): `synthpop_measures`, `reproduced_uniques`. Distances (Chen
 et al.): `dcr`, `dcr_loo`, `dcr_report`, `yp_coverage`, `p_privacy`, `dependency_cliques`,
 `statistical_error`. DP accounting of the synthesiser's workload: `noisy_total`, `workload_mu`,
-`mst_sigmas`. The `synth_*` rules: `SynthRules`, `decide`.
+`mst_sigmas`, and the MST-G tree choice: `pair_scores`, `max_spanning_tree`. The `synth_*` rules: `SynthRules`, `decide`.
 
 Inputs are level-coded integer arrays (or scaled features for the distance checks).
 """
@@ -36,6 +36,7 @@ from safeaccess.rules.synthetic.distance import (
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 from safeaccess.rules.synthetic.gcap import gcap, gcap_loo, predict
 from safeaccess.rules.synthetic.pprivacy import dependency_cliques, p_privacy
+from safeaccess.rules.synthetic.selection import max_spanning_tree, pair_scores
 from safeaccess.rules.synthetic.summary import AttackSummary, attack_summary
 from safeaccess.rules.synthetic.synthpop import (
     ReproducedUniques,
@@ -69,9 +70,11 @@ __all__ = [
     "gcap",
     "gcap_loo",
     "key_sets",
+    "max_spanning_tree",
     "mst_sigmas",
     "noisy_total",
     "p_privacy",
+    "pair_scores",
     "paired_bootstrap",
     "predict",
     "reproduced_uniques",

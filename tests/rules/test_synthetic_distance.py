@@ -77,6 +77,20 @@ def test_dcr_loo_excludes_only_the_record_itself(dim):
     assert all(idx[j] != j and full[j, idx[j]] == pytest.approx(dist[j]) for j in range(50))
 
 
+def test_dcr_loo_for_chosen_rows_and_the_sampled_report_above_dimension_10():
+    rng = np.random.default_rng(9)
+    real = rng.integers(0, 3, size=(80, 12)).astype(float)
+    full, _ = dcr_loo(real)
+    part, idx = dcr_loo(real, [5, 0, 79])
+    assert part == pytest.approx(full[[5, 0, 79]]) and 5 not in idx[:1]
+    syn = np.r_[real[:10], rng.integers(0, 3, size=(70, 12)).astype(float)]
+    sampled = dcr_report(syn, real, sample=30, seed=1)
+    assert sampled.exact_copy_share >= 10 / 80  # counted on all rows, not the sample
+    assert 0.0 <= sampled.p_syn <= 1.0
+    with pytest.raises(SyntheticCheckError, match="rows must be indices"):
+        dcr_loo(real, [80])
+
+
 def test_distance_features_scale_numeric_and_one_hot_categorical():
     data = np.array([[10.0, 0], [20.0, 2], [15.0, 2]])
     f = distance_features(data, [(10.0, 30.0), 3])

@@ -3,7 +3,8 @@
 Distances are Euclidean on features built by `distance_features`: numeric columns scaled to
 [0, 1] by their declared bounds, a categorical column contributing 1 to the squared distance
 when the codes differ (one-hot / sqrt 2). A k-d tree answers nearest-neighbour queries up to
-dimension 10; above that k-d trees degrade to brute force, so chunked exact distances are used.
+dimension 10; above that k-d trees degrade to brute force, so chunked exact distances are used
+(and `dcr_report` measures a sample of at most 10 000 records per side).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 KD_TREE_MAX_DIM = 10
+BRUTE_FORCE_SAMPLE = 10_000
 _CHUNK = 1024
 _TIE_NEIGHBOURS = 8
 _TIE_RTOL = 1e-12
@@ -75,24 +77,26 @@ def dcr(syn: ArrayLike, real: ArrayLike) -> tuple[FloatArray, IntArray]:
     if s.shape[1] <= KD_TREE_MAX_DIM:
         index = _nearest_kdtree(s, r)
     else:
-        index = _nearest_brute(s, r, exclude_self=False)
+        index = _nearest_brute(s, r, exclude=None)
     return _norms(s - r[index]), index
 
 
-def dcr_loo(real: ArrayLike) -> tuple[FloatArray, IntArray]:
-    """Distance from each real record to its closest *other* real record (a duplicate counts,
-    at distance 0), and that record's index."""
+def dcr_loo(real: ArrayLike, rows: ArrayLike | None = None) -> tuple[FloatArray, IntArray]:
+    """Distance from each real record (or each of the records `rows`) to its closest *other*
+    real record (a duplicate counts, at distance 0), and that record's index."""
     r = as_features(real, "real")
     if r.shape[0] < 2:
         raise SyntheticCheckError("the leave-one-out distance needs at least 2 real records")
+    own = np.arange(r.shape[0]) if rows is None else np.asarray(rows, dtype=np.int64)
+    if own.ndim != 1 or np.any((own < 0) | (own >= r.shape[0])):
+        raise SyntheticCheckError(f"rows must be indices 0..{r.shape[0] - 1} of real")
     if r.shape[1] <= KD_TREE_MAX_DIM:
-        _, idx = cKDTree(r).query(r, k=2)
-        own = np.arange(r.shape[0])
+        _, idx = cKDTree(r).query(r[own], k=2)
         # with duplicates the tree may list the twin first; the other neighbour is then self
         index = np.where(idx[:, 0] != own, idx[:, 0], idx[:, 1]).astype(np.int64)
     else:
-        index = _nearest_brute(r, r, exclude_self=True)
-    return _norms(r - r[index]), index
+        index = _nearest_brute(r[own], r, exclude=own)
+    return _norms(r[own] - r[index]), index
 
 
 @dataclass(frozen=True)
@@ -110,21 +114,41 @@ class DcrReport:
     exact_copy_share: float
 
 
-def dcr_report(syn: ArrayLike, real: ArrayLike, *, quantile: float = 0.05) -> DcrReport:
+def dcr_report(
+    syn: ArrayLike,
+    real: ArrayLike,
+    *,
+    quantile: float = 0.05,
+    sample: int = BRUTE_FORCE_SAMPLE,
+    seed: int = 0,
+) -> DcrReport:
     """DCR of S against O, compared with the LOO distances of O (threshold = their `quantile`).
 
-    `z` is the one-sided binomial z of p_syn against p_ref over the synthetic records; the exact
-    copy share counts synthetic rows equal to a real row (exact row equality, not a distance)."""
-    s, r = as_features(syn, "syn"), as_features(real, "real")
+    Above dimension 10 (no k-d tree), at most `sample` synthetic records and as many real
+    records (drawn with `seed`) are measured, each against all real records. `z` is the
+    one-sided binomial z of p_syn against p_ref over the measured synthetic records; the exact
+    copy share counts all synthetic rows equal to a real row (row equality, not a distance)."""
+    s_all, r = as_features(syn, "syn"), as_features(real, "real")
+    if not 0.0 < quantile < 1.0:
+        raise SyntheticCheckError(f"quantile must lie strictly between 0 and 1, got {quantile}")
+    if s_all.shape[0] == 0:
+        raise SyntheticCheckError("syn has no records")
+    s, rows = s_all, None
+    if r.shape[1] > KD_TREE_MAX_DIM:
+        rng = np.random.default_rng(seed)
+        if s_all.shape[0] > sample:
+            s = s_all[np.sort(rng.choice(s_all.shape[0], size=sample, replace=False))]
+        if r.shape[0] > sample:
+            rows = np.sort(rng.choice(r.shape[0], size=sample, replace=False))
     dist, _ = dcr(s, r)
-    loo, _ = dcr_loo(r)
+    loo, _ = dcr_loo(r, rows)
     threshold = float(np.quantile(loo, quantile))
     p_syn = float(np.mean(dist <= threshold))
     p_ref = float(np.mean(loo <= threshold))
     sd = math.sqrt(p_ref * (1.0 - p_ref) / s.shape[0]) if s.shape[0] else 0.0
     z = (p_syn - p_ref) / sd if sd > 0 else (math.inf if p_syn > p_ref else 0.0)
-    s_ids, r_ids = row_ids(_exact(s), _exact(r))
-    copies = float(np.isin(s_ids, r_ids).mean()) if s.shape[0] else 0.0
+    s_ids, r_ids = row_ids(_exact(s_all), _exact(r))
+    copies = float(np.isin(s_ids, r_ids).mean())
     q = np.quantile(dist, [0.01, 0.05, 0.5])
     return DcrReport(
         y_privacy_min=float(dist.min()),
@@ -165,13 +189,14 @@ def _nearest_kdtree(s: FloatArray, r: FloatArray) -> IntArray:
     return index
 
 
-def _nearest_brute(s: FloatArray, r: FloatArray, *, exclude_self: bool) -> IntArray:
+def _nearest_brute(s: FloatArray, r: FloatArray, *, exclude: IntArray | None) -> IntArray:
+    """Exact nearest real row per query row in chunks; `exclude[i]` is a real row query i may
+    not take (itself, for the LOO distance)."""
     out = np.empty(s.shape[0], dtype=np.int64)
     for start in range(0, s.shape[0], _CHUNK):
         block = cdist(s[start : start + _CHUNK], r, "sqeuclidean")
-        if exclude_self:
-            rows = np.arange(block.shape[0])
-            block[rows, start + rows] = np.inf
+        if exclude is not None:
+            block[np.arange(block.shape[0]), exclude[start : start + block.shape[0]]] = np.inf
         out[start : start + block.shape[0]] = np.argmin(block, axis=1)  # first = lowest index
     return out
 

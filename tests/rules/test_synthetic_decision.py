@@ -147,3 +147,49 @@ def test_rules_from_a_settings_mapping():
         SynthRules.from_mapping({"synth_max_keysets": "many"})
     with pytest.raises(SyntheticCheckError, match="synth_yp_y"):
         SynthRules.from_mapping({"synth_yp_y": "median"})
+
+
+def _features(coded, levels):
+    from safeaccess.rules.synthetic import distance_features
+
+    # age (col 0) and children (col 3) numeric within their coded range, the rest categorical
+    spec = [(0.0, levels[c] - 1.0) if c in (0, 3) else levels[c] for c in range(coded.shape[1])]
+    return distance_features(coded, spec)
+
+
+def test_run_checks_identity_withholds_and_independent_columns_release(cmc):
+    from safeaccess.rules.synthetic import run_checks, verdict
+
+    coded, levels = cmc
+    feats = _features(coded, levels)
+    same = run_checks(coded, coded, levels, S2_QI, [HEDU], real_features=feats, syn_features=feats)
+    assert same.reproduced.share == 1.0 and same.dcr.p_syn == 1.0
+    # the design note's calibration: 1 381 of 1 473 records are full-row uniques, and p_ref =
+    # 0.062 (the LOO 5 % quantile is 0: exactly the records with a duplicate lie at or below it)
+    assert same.reproduced.real_uniques == 1381
+    assert round(same.dcr.p_ref, 3) == 0.062
+    assert same.synthpop[HEDU].repU == pytest.approx(same.synthpop[HEDU].UiO)
+    fired = {o.rule for o in verdict(same).outcomes}
+    assert verdict(same).action == "withhold"
+    assert {
+        "synth_attack_excess_withhold",
+        "synth_full_row_uniques_withhold",
+        "synth_dcr_close_withhold",
+        "synth_yp_p",
+    } <= fired
+
+    rng = np.random.default_rng(11)
+    shuffled = np.stack([rng.permutation(coded[:, c]) for c in range(coded.shape[1])], axis=1)
+    indep = run_checks(
+        coded,
+        shuffled,
+        levels,
+        S2_QI,
+        [HEDU],
+        real_features=feats,
+        syn_features=_features(shuffled, levels),
+    )
+    assert indep.reproduced.share < 0.05
+    assert indep.dcr.p_syn < indep.dcr.p_ref
+    assert verdict(indep).action == "release", verdict(indep).outcomes
+    assert indep.p_privacy.f_size >= 1 and 0.0 <= indep.p_privacy.p <= 1.0

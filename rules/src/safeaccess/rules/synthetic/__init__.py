@@ -4,7 +4,7 @@ Attribute disclosure (Hittmeir et al.): `gcap`, `gcap_loo`, `predict`, `attack_s
 `attack_check`. Identity (synthpop): `synthpop_measures`, `reproduced_uniques`. Distances (Chen
 et al.): `dcr`, `dcr_loo`, `dcr_report`, `yp_coverage`, `p_privacy`, `dependency_cliques`,
 `statistical_error`. DP accounting of the synthesiser's workload: `noisy_total`, `workload_mu`,
-`mst_sigmas`, and the MST-G tree choice: `pair_scores`, `max_spanning_tree`. The `synth_*` rules: `SynthRules`, `decide`.
+`mst_sigmas`, and the MST-G tree choice: `pair_scores`, `max_spanning_tree`. The `synth_*` rules: `SynthRules`, `decide`. Everything at once: `run_checks`, `verdict`.
 
 Inputs are level-coded integer arrays (or scaled features for the distance checks).
 """
@@ -19,6 +19,7 @@ from safeaccess.rules.synthetic.attack import (
     key_sets,
     paired_bootstrap,
 )
+from safeaccess.rules.synthetic.check import CheckFacts, PPrivacy, run_checks, verdict
 from safeaccess.rules.synthetic.coverage import (
     Coverage,
     SampledCoverage,
@@ -49,9 +50,11 @@ from safeaccess.rules.synthetic.utility import statistical_error, tvd
 __all__ = [
     "AttackRow",
     "AttackSummary",
+    "CheckFacts",
     "Coverage",
     "DcrReport",
     "Interval",
+    "PPrivacy",
     "ReproducedUniques",
     "RuleOutcome",
     "SampledCoverage",
@@ -78,9 +81,11 @@ __all__ = [
     "paired_bootstrap",
     "predict",
     "reproduced_uniques",
+    "run_checks",
     "statistical_error",
     "synthpop_measures",
     "tvd",
+    "verdict",
     "workload_mu",
     "yp_coverage",
     "yp_coverage_sampled",

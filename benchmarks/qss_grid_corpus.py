@@ -46,7 +46,7 @@ def corpus() -> list[tuple[str, Analysis]]:
     """(researcher, output) in the order they are asked."""
     return [
         ("ada", FrequencyTable(rows=["region"], cols=["sex"])),
-        ("ada", FrequencyTable(rows=["ethnicity"], cols=["employment"])),
+        ("ada", FrequencyTable(rows=["ethnicity"], cols=["sex"])),
         ("ada", Summary(variables=["income"], by=["sex"])),
         ("ada", Regression(formula="income ~ age + C(sex)", where="age >= 18")),
         ("bob", Histogram(variable="age", edges=AGE_EDGES)),

@@ -53,7 +53,7 @@ def demo_plan(metadata: DatasetMetadata) -> Plan:
         Plan(metadata.label, metadata)
         .frequency_table("region", "sex")
         .ols("income ~ age + C(sex)", where="employment == 'employed'")
-        .magnitude_table("income", "region", agg="mean", where="age >= 25")
+        .magnitude_table("income", "region", agg="mean", where="age >= 30")
         .frequency_table("ethnicity", "region")
         .frequency_table("health", "ethnicity")
     )

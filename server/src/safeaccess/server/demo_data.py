@@ -28,9 +28,13 @@ def generate_census(n: int = 20_000, seed: int = 20221012) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     region = rng.choice(REGIONS, size=n, p=_REGION_P)
     sex = rng.choice(SEXES, size=n)
-    # An adult population pyramid over the declared 16..95 that really reaches both ends (a
-    # census has 16- and 17-year-olds: a filter `age >= 18` removes someone, as it would).
-    age = 16 + np.floor(rng.beta(1.3, 1.9, size=n) * 80).astype(np.int64)
+    age = np.clip(rng.gamma(shape=6.0, scale=7.0, size=n).round().astype(np.int64) + 16, 16, 95)
+    # A census reaches the youngest declared ages too (the gamma above leaves nobody under 19,
+    # which made `age >= 18` a filter that removes nobody): 2 % of people are 16 to 18, drawn
+    # from a stream of their own so every other column stays as it was.
+    young_rng = np.random.default_rng([seed, 16])
+    young = young_rng.random(n) < 0.02
+    age[young] = young_rng.integers(16, 19, size=int(young.sum()))
     ethnicity = rng.choice(ETHNICITIES, size=n, p=_ETHNICITY_P)
 
     # Employment depends on age: retired past 66, otherwise mostly employed.

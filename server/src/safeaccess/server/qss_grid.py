@@ -56,6 +56,8 @@ from safeaccess.sandbox.runner import run_request
 
 #: Most points a grid may have; above it the check falls back to the filters alone.
 GRID_CAP = 200_000
+#: Kinds whose cells the records define (a model's leaves): never re-run on a grid.
+DATA_DEFINED_KINDS = frozenset({"model_training"})
 #: An integer column whose bounds span at most this many values gets every one of them.
 ALL_INTEGERS = 128
 
@@ -240,6 +242,8 @@ class _GridEvaluator:
     ) -> dict[tuple[int, str], BoolArray] | None:
         if analysis is None:  # a population: every record
             return {(0, label): np.ones(len(frame), dtype=bool) for label in ("all", "#0")}
+        if analysis.get("kind") in DATA_DEFINED_KINDS:
+            return None  # its cells are learnt from the records: no grid can define them
         request = RunnerRequest(
             analysis=analysis, metadata=self.metadata.model_dump(mode="json"), dataset_path="grid"
         )

@@ -164,6 +164,36 @@ class StatTest(_Analysis):
         return self
 
 
+class Survival(_Analysis):
+    """Kaplan-Meier estimate of the survival function of `time` (one curve per level
+    combination of `by`), where `event` is 1 (or True) for an event and 0 for a censored record.
+
+    Every step releases the records at risk and the events at that time, so each must reach the
+    survival threshold: `interval` pools times into intervals of that width (a time t counts as
+    the end of its interval, ceil(t / interval) * interval), and `max_time` ends the curve there
+    (later records count as censored at `max_time`), where the tail rests on few records.
+    """
+
+    kind: Literal["survival"] = "survival"
+    time: str = Field(description="Numeric column: time to the event or to censoring.")
+    event: str = Field(description="Column holding 1 (or True) for an event, 0 for censored.")
+    by: list[str] = Field(default_factory=list)
+    interval: float | None = Field(
+        default=None, gt=0.0, description="Pool times into intervals of this width."
+    )
+    max_time: float | None = Field(
+        default=None, description="End the curve here; later records count as censored."
+    )
+
+    @model_validator(mode="after")
+    def _finite(self) -> Survival:
+        for name in ("interval", "max_time"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"'{name}' must be a finite number")
+        return self
+
+
 class Script(_Analysis):
     """Arbitrary Python run in the sandbox; its output always goes to human review."""
 
@@ -344,6 +374,7 @@ Analysis = Annotated[
     | Correlation
     | Histogram
     | StatTest
+    | Survival
     | Script
     | DPCount
     | DPSum

@@ -41,6 +41,7 @@ from safeaccess.client.analyses import (
     StatTest,
     Summary,
     SummaryStatistic,
+    Survival,
     to_body,
 )
 from safeaccess.client.analysis_errors import problems_from
@@ -299,6 +300,35 @@ class Plan:
             variable=variable,
             group=group,
             equal_var=equal_var,
+            where=where,
+        )
+
+    def survival(
+        self,
+        time: str,
+        event: str,
+        *,
+        by: Columns | None = None,
+        interval: float | None = None,
+        max_time: float | None = None,
+        where: str | None = None,
+    ) -> Plan:
+        """Kaplan-Meier survival curve of `time`, with `event` 1 for an event and 0 for a
+        censored record (records with any other or a missing value are left out); one curve per
+        level combination of `by`.
+
+        Every step releases its records at risk, its events and the records censored before the
+        next step; each must reach the survival threshold (10 by default) or the curve is
+        withheld. Pool times with `interval` (e.g. 30 for months on a time in days) and end the
+        curve with `max_time` before its tail thins out.
+        """
+        return self._build(
+            Survival,
+            time=time,
+            event=event,
+            by=_names(by),
+            interval=interval,
+            max_time=max_time,
             where=where,
         )
 

@@ -30,6 +30,7 @@ from safeaccess.client.analyses import (
     Script,
     StatTest,
     Summary,
+    Survival,
     parse_analysis,
 )
 from safeaccess.client.analysis_errors import AnalysisInvalid, Problem, problems_from
@@ -68,6 +69,7 @@ _KINDS = (
     Correlation,
     Histogram,
     StatTest,
+    Survival,
     Script,
     DPCount,
     DPSum,
@@ -220,6 +222,8 @@ class _Checker:
             self.histogram(analysis)
         elif isinstance(analysis, StatTest):
             self.stat_test(analysis, where)
+        elif isinstance(analysis, Survival):
+            self.survival(analysis)
         elif isinstance(analysis, DPCount | DPSum | DPMean | DPHistogram | DPMeanTest):
             self.dp(analysis)
         elif isinstance(analysis, ModelTraining):
@@ -269,6 +273,30 @@ class _Checker:
             self.grouping(f"by[{i}]", name)
         self.distinct(
             [("variable", analysis.variable)] + [(f"by[{i}]", n) for i, n in enumerate(analysis.by)]
+        )
+
+    def survival(self, analysis: Survival) -> None:
+        self.numeric("time", analysis.time, "a survival curve's time")
+        col = self.numeric("event", analysis.event, "a survival curve's event indicator")
+        if col is not None:
+            levels = set(col.levels or [])
+            if levels and not levels <= {0, 1, "0", "1"}:
+                self.add(
+                    "event",
+                    f"the event indicator {analysis.event!r} must hold 1 (event) and 0 "
+                    f"(censored), but its declared levels are {sorted(map(str, levels))}",
+                )
+            if col.bounds is not None and (col.bounds[0] < 0 or col.bounds[1] > 1):
+                self.add(
+                    "event",
+                    f"the event indicator {analysis.event!r} must hold 1 (event) and 0 "
+                    f"(censored), but its declared bounds are {list(col.bounds)}",
+                )
+        for i, name in enumerate(analysis.by):
+            self.grouping(f"by[{i}]", name)
+        self.distinct(
+            [("time", analysis.time), ("event", analysis.event)]
+            + [(f"by[{i}]", n) for i, n in enumerate(analysis.by)]
         )
 
     def stat_test(self, analysis: StatTest, where: Filter | None) -> None:

@@ -48,6 +48,7 @@ PRELOAD_TABLES = (
     "pyarrow.parquet",
     "safeaccess.sandbox.compute.tables",
     "safeaccess.sandbox.compute.summary",
+    "safeaccess.sandbox.compute.survival",
     "safeaccess.sandbox.compute.dp",
     "safeaccess.sandbox.filters",
 )
@@ -84,6 +85,7 @@ TABLE_KINDS = frozenset(
         "magnitude_table",
         "histogram",
         "summary",
+        "survival",
         "dp_count",
         "dp_sum",
         "dp_mean",

@@ -4,6 +4,10 @@ Each step of a survival curve is a small frequency table: the records at risk an
 that time. Both must reach the survival threshold, or a step reveals when one person had the
 event (ACRO pools events until 10 have accumulated, `rounded_survival_fun`). Steps are checked
 one by one; pool event times (e.g. by month) until every step passes.
+
+The records censored between two steps are released too (the drop in the number at risk that
+the events do not explain), so they are held to the same threshold when there are any: the
+query-set auditor would refuse them otherwise, with a less helpful reason.
 """
 
 from __future__ import annotations
@@ -39,6 +43,18 @@ def survival_findings(output: SurvivalOutput, rs: RuleSet) -> list[Finding]:
                         item=item,
                         message=f"the step at {item} rests on {step.events} events; at least "
                         f"{t} are needed. Pool event times (e.g. by month).",
+                    )
+                )
+            if 0 < step.censored < t:
+                out.append(
+                    Finding(
+                        check="survival_censored",
+                        verdict="withhold",
+                        item=item,
+                        message=f"from {item} to the next step {step.censored} records are "
+                        f"censored (the drop in the number at risk that the events do not "
+                        f"explain); at least {t} are needed. Pool times with 'interval' or end "
+                        "the curve earlier with 'max_time'.",
                     )
                 )
     return out

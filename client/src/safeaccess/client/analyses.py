@@ -70,7 +70,11 @@ class FrequencyTable(_Analysis):
 class MagnitudeTable(_Analysis):
     kind: Literal["magnitude_table"] = "magnitude_table"
     value: str
-    agg: Literal["sum", "mean"] = "sum"
+    agg: Literal["sum", "mean", "std", "mode"] = Field(
+        default="sum",
+        description="Per cell: the total, the mean, the sample standard deviation (ddof 1) or "
+        "the most frequent value (ties go to the smallest).",
+    )
     rows: list[str] = Field(min_length=1)
     cols: list[str] = Field(default_factory=list)
     margins: bool = False

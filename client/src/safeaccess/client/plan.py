@@ -163,13 +163,14 @@ class Plan:
         rows: Columns,
         cols: Columns | None = None,
         *,
-        agg: Literal["sum", "mean"] = "sum",
+        agg: Literal["sum", "mean", "std", "mode"] = "sum",
         where: str | None = None,
         margins: bool = False,
         round_to: int | None = None,
         suppress: bool = False,
     ) -> Plan:
-        """The sum or mean of `value` by the categories of `rows` (and `cols`)."""
+        """The sum, mean, standard deviation or mode (`agg`) of `value` by the categories of
+        `rows` (and `cols`)."""
         return self._build(
             MagnitudeTable,
             value=value,

@@ -241,6 +241,16 @@ class _Checker:
         if isinstance(analysis, MagnitudeTable):
             self.numeric("value", analysis.value, f"a table of the {analysis.agg}")
             dims.append(("value", analysis.value))
+            if (
+                analysis.agg in ("std", "mode")
+                and analysis.margins
+                and (analysis.mitigations.suppress)
+            ):
+                self.add(
+                    "mitigations.suppress",
+                    f"a {analysis.agg} table's margins cannot be recomputed from the cells left "
+                    "after suppression; ask for margins=False or suppress=False",
+                )
         self.distinct(dims)
 
     def summary(self, analysis: Summary) -> None:

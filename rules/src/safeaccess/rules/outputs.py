@@ -83,6 +83,17 @@ class CellFacts(_Model):
     missing: list[list[int]] | None = Field(
         default=None, description="Records in the cell whose value was missing (magnitude tables)."
     )
+    mode_count: list[list[int]] | None = Field(
+        default=None, description="Records holding the released modal value; mode tables only."
+    )
+    deviation_top: list[list[list[float]]] | None = Field(
+        default=None,
+        description="Largest squared deviations from the cell mean (by contributor unit where "
+        "declared), descending, at most 3; standard-deviation tables only.",
+    )
+    deviation_total: list[list[float]] | None = Field(
+        default=None, description="Sum of squared deviations per cell; std tables only."
+    )
 
 
 class TableFacts(_Model):
@@ -108,7 +119,7 @@ class TableOutput(_Model):
 
     type: Literal["table"] = "table"
     source: Literal["frequency_table", "magnitude_table", "histogram", "contingency"]
-    statistic: Literal["count", "sum", "mean"]
+    statistic: Literal["count", "sum", "mean", "std", "mode"]
     value: str | None = None
     row_vars: list[str]
     col_vars: list[str]

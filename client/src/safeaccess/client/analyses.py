@@ -368,6 +368,12 @@ class ModelTraining(_Analysis):
     test_fraction: float = Field(default=0.3, ge=0.1, le=0.5)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     fairness: Fairness | None = None
+    roc: bool = Field(
+        default=False,
+        description="Also release the ROC curve on the test split (two classes only), "
+        "coarsened so that every step adds at least 10 true and 10 false positives (one in "
+        "twenty of the smaller class on larger test splits).",
+    )
 
 
 Analysis = Annotated[

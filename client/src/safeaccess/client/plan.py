@@ -540,17 +540,20 @@ class Plan:
             "none", "reweighing", "exponentiated_gradient", "threshold_optimizer"
         ] = "none",
         constraint: Literal["demographic_parity", "equalized_odds"] = "demographic_parity",
+        roc: bool = False,
         where: str | None = None,
     ) -> Plan:
         """Train a classifier of `target` on `features` (docs/models.md): `params` are its
         hyper-parameters (e.g. `{"max_depth": 3, "min_samples_leaf": 50}`); `protected` names a
-        protected attribute whose fairness metrics are reported, mitigated by `treatment`."""
+        protected attribute whose fairness metrics are reported, mitigated by `treatment`;
+        `roc=True` also releases the ROC curve on the test split (`result.roc()`)."""
         fields: dict[str, Any] = {
             "family": family,
             "target": target,
             "features": _names(features),
             "test_fraction": test_fraction,
             "seed": seed,
+            "roc": roc,
             "where": where,
         }
         if params is not None:

@@ -185,6 +185,11 @@ def test_bad_survival_requests_are_refused_in_the_plan(
         with pytest.raises(AnalysisInvalid, match="identifier"):
             plan.survival("days", "died", by="patient")
         assert len(plan) == 0
+        # a valid curve rehearses on the mock (computed there, so never refused by itself)
+        plan.survival("days", "died", by="arm", interval=90, max_time=720)
+        (rehearsed,) = plan.rehearse(show=False).steps
+        assert rehearsed.kind == "survival" and not rehearsed.doomed
+        assert rehearsed.mock_verdict in ("release", "withhold")
     # the schema alone: an event column and a time column must differ
     with pytest.raises(ValueError):
         Survival(time="days", event="died", interval=float("nan"))

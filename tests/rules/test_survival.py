@@ -119,3 +119,15 @@ def test_one_thin_event_step_withholds_the_curve() -> None:
     assert decision.verdict == "withhold"
     assert [(f.check, f.item) for f in decision.findings] == [("survival_events", "time 20")]
     assert "3 events" in decision.findings[0].message
+
+
+def test_a_group_without_events_is_withheld_as_a_zero() -> None:
+    df = _cohort()
+    df.loc[df.arm == "b", "died"] = 0
+    out = _run(df, by=["arm"], interval=180.0, max_time=540.0)
+    assert [len(c.steps) > 0 for c in out.curves] == [True, False]
+    decision = check(out)
+    assert decision.verdict == "withhold"
+    assert [(f.check, f.item) for f in decision.findings] == [("survival_no_events", "arm=b")]
+    off = DEFAULT_RULESET.with_overrides({"zeros_disclosive": False})
+    assert check(out, off).verdict == "release"

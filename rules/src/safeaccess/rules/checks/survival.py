@@ -23,6 +23,17 @@ def survival_findings(output: SurvivalOutput, rs: RuleSet) -> list[Finding]:
     out: list[Finding] = []
     for curve in output.facts.curves:
         group = ", ".join(f"{v}={x}" for v, x in zip(output.by, curve.labels, strict=False))
+        if not curve.steps and rs.zeros_disclosive:
+            # An empty curve says that nobody in the group had the event: a zero cell.
+            out.append(
+                Finding(
+                    check="survival_no_events",
+                    verdict="withhold",
+                    item=group or "all records",
+                    message=f"no record in {group or 'the selection'} has an event, and an empty "
+                    "curve says so. Merge groups or widen the filter.",
+                )
+            )
         for step in curve.steps:
             item = f"{group + ', ' if group else ''}time {step.time:g}"
             if step.at_risk < t:

@@ -1,4 +1,5 @@
-"""Parity with ACRO 1.0.2 on the rules both implement: threshold, zeros, N-K, p-ratio, df.
+"""Parity with ACRO 1.0.2 on the rules both implement: threshold, zeros, N-K, p-ratio, df, and
+the `std` and `mode` aggregations of crosstabs and pivot tables (dof; zeros).
 
 ACRO and safeaccess run on the same data; per-cell verdicts must agree. Where safeaccess is
 deliberately different, the test says how and why:

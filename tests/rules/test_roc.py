@@ -50,3 +50,32 @@ def test_check_withholds_a_step_below_threshold() -> None:
     output = ModelOutput.model_construct(roc=[object(), object(), object()], facts=facts)
     found = _roc(output, DEFAULT_RULESET)
     assert [(f.check, f.item, f.verdict) for f in found] == [("roc", "ROC step 2", "withhold")]
+
+
+def test_the_runner_hands_each_roc_step_to_the_auditor() -> None:
+    from safeaccess.client.analyses import ModelTraining
+    from safeaccess.rules.outputs import extra_query_sets_of
+    from safeaccess.sandbox.runner import execute
+    from safeaccess.server.demo_applicants import applicants_metadata, generate_applicants
+
+    frame = generate_applicants()
+    analysis = ModelTraining(
+        family="logistic_regression",
+        target="approved",
+        features=["age", "income", "region"],
+        roc=True,
+    )
+    out = execute(analysis, frame, applicants_metadata("applicants"))
+    assert isinstance(out, ModelOutput) and out.roc is not None
+    assert out.facts.roc_steps is not None
+    (roc_set,) = [q for q in extra_query_sets_of(out) if q.labels[0].startswith("ROC step")]
+    cells = roc_set.to_array()
+    counts = np.bincount(cells[cells >= 0], minlength=len(roc_set.labels))
+    expected = [n for s in out.facts.roc_steps for n in (s.false_positives, s.true_positives)]
+    assert counts.tolist() == expected
+    assert int((cells >= 0).sum()) == out.n_test  # the test records, every one in a step
+    # released points are the cumulative steps over the class sizes
+    positives = sum(s.true_positives for s in out.facts.roc_steps)
+    assert [round(p.tpr * positives) for p in out.roc[1:]] == list(
+        np.cumsum([s.true_positives for s in out.facts.roc_steps])
+    )

@@ -66,6 +66,7 @@ PRELOAD_FULL = (
     "safeaccess.sandbox.compute.models",
     "safeaccess.sandbox.compute.model_export",
     "safeaccess.sandbox.compute.model_attacks",
+    "safeaccess.sandbox.compute.roc",
     "sklearn.tree",
     "sklearn.ensemble",
     "sklearn.linear_model",

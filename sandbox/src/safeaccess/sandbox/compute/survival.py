@@ -58,7 +58,8 @@ def _prepared_times(
         died = died & ~late
         t = np.where(late, analysis.max_time, t)
     if analysis.interval is not None:
-        t = np.ceil(t / analysis.interval) * analysis.interval
+        # Rounded so that e.g. 3 * 0.1 reads 0.3 (no float noise in the released times).
+        t = np.round(np.ceil(t / analysis.interval) * analysis.interval, 10)
     return usable, t, died
 
 

@@ -147,3 +147,17 @@ def test_roc_plots_the_released_points(
     ax.figure.savefig(tmp_path / "roc.png")
     assert (tmp_path / "roc.png").stat().st_size > 1000
     plt.close("all")
+
+
+def test_roc_of_a_target_with_more_than_two_classes_is_refused_in_the_plan(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    from safeaccess.client.validation import AnalysisInvalid
+
+    with connect(server[1].url, centre.keys["ada"], "ada") as session:
+        plan = session.plan("applicants")
+        with pytest.raises(AnalysisInvalid, match="ROC curve needs a target with two classes"):
+            plan.train_model("decision_tree", "region", ["age", "income"], roc=True)
+        assert len(plan) == 0
+        plan.train_model("decision_tree", "region", ["age", "income"])  # fine without roc
+        assert len(plan) == 1

@@ -423,7 +423,15 @@ class _Checker:
     def model_training(self, analysis: ModelTraining) -> None:
         from safeaccess.client.model_validation import model_problems
 
-        self.column("target", analysis.target)
+        target = self.column("target", analysis.target)
+        if analysis.roc and target is not None:
+            levels = declared_levels(target)
+            if levels is not None and len(levels) != 2:
+                self.add(
+                    "roc",
+                    f"a ROC curve needs a target with two classes, but {analysis.target!r} "
+                    f"declares {len(levels)}; ask for roc=False or predict a two-level column",
+                )
         for i, name in enumerate(analysis.features):
             self.column(f"features[{i}]", name)
         if analysis.fairness is not None:

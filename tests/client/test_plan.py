@@ -257,3 +257,51 @@ def test_train_model_and_every_schema_error_is_an_analysis_invalid_saying_what_t
     with pytest.raises(AnalysisInvalid) as info:
         Plan("census", META).frequency_table(3)  # type: ignore[arg-type]
     assert info.value.problems[0].field == "rows[0]" and "http" not in str(info.value)
+
+
+def test_survival_and_table_statistics_build_and_validate() -> None:
+    meta = META.model_copy(
+        update={
+            "columns": [
+                *META.columns,
+                Column(name="days", type="continuous", bounds=(0, 5000)),
+                Column(name="died", type="integer", bounds=(0, 1)),
+            ]
+        }
+    )
+    plan = (
+        Plan("census", meta)
+        .survival("days", "died", by="sex", interval=30, max_time=720, where="age >= 18")
+        .magnitude_table("income", "region", agg="std")
+        .magnitude_table("age", "region", "sex", agg="mode", margins=True)
+    )
+    km = plan.analyses[0]
+    assert km == parse_analysis(plan.bodies()[0])
+    assert km.model_dump() == {
+        "kind": "survival",
+        "time": "days",
+        "event": "died",
+        "by": ["sex"],
+        "interval": 30.0,
+        "max_time": 720.0,
+        "where": "age >= 18",
+    }
+    assert [a.agg for a in plan.analyses[1:]] == ["std", "mode"]  # type: ignore[union-attr]
+    for bad, field in (
+        (lambda p: p.survival("days", "age"), "event"),  # bounds 0..110: not 0/1
+        (lambda p: p.survival("sex", "died"), "time"),
+        (lambda p: p.survival("days", "died", by="income"), "by[0]"),
+        (lambda p: p.survival("days", "days"), "event"),
+        (lambda p: p.survival("days", "died", interval=0), "interval"),
+        (
+            lambda p: p.magnitude_table(
+                "income", "region", agg="mode", margins=True, suppress=True
+            ),
+            "mitigations.suppress",
+        ),
+    ):
+        with pytest.raises(AnalysisInvalid) as info:
+            bad(plan)
+        assert field in [p.field for p in info.value.problems], info.value
+        assert "http" not in str(info.value)
+    assert len(plan) == 3

@@ -13,8 +13,15 @@ import pytest
 from e2e_helpers import Centre
 
 from safeaccess.client.session import connect
+from safeaccess.server.api import create_app
+from safeaccess.server.cli import main as admin
+from safeaccess.server.config import DataDir
+from safeaccess.server.datasets import register_dataset
+from safeaccess.server.demo_applicants import applicants_metadata, generate_applicants
+from safeaccess.server.demo_data import census_metadata
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.service import Service
+from safeaccess.server.store import Store
 
 REQUIRE_BROWSER = os.environ.get("SAFEACCESS_REQUIRE_BROWSER") == "1"
 if REQUIRE_BROWSER:
@@ -84,3 +91,80 @@ def test_results_card_renders_tables_and_coloured_badges(
     page.set_content(f"<html><body>{hostile._repr_html_()}</body></html>")
     assert page.locator("#x").count() == 0
     assert "<b id='x'>bold</b>" in page.locator('[data-safeaccess="step"]').inner_text()
+
+
+@pytest.fixture(scope="module")
+def cards_server(centre: Centre) -> Iterator[EmbeddedServer]:
+    """The module's centre plus a DP-enabled census and the applicants (for a model)."""
+    data = DataDir(centre.root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        register_dataset(
+            data,
+            store,
+            name="dpcensus",
+            frame=centre.census,
+            metadata=census_metadata("dpcensus"),
+            project="p1",
+        )
+        register_dataset(
+            data,
+            store,
+            name="applicants",
+            frame=generate_applicants(),
+            metadata=applicants_metadata("applicants"),
+            project="p1",
+        )
+    finally:
+        store.close()
+    args = ["dataset", "dp", "dpcensus", "--epsilon", "1", "--delta", "1e-5"]
+    assert admin([*args, "--data-dir", str(centre.root)]) == 0
+    service = Service(centre.root)
+    with service, EmbeddedServer(create_app(service)) as srv:
+        yield srv
+
+
+def test_plan_sealed_model_and_dp_cards_render(
+    centre: Centre, cards_server: EmbeddedServer, page: Any
+) -> None:
+    census = centre.census
+    with connect(cards_server.url, centre.keys["ada"], "ada") as session:
+        plan = session.plan("census").frequency_table("region", where="sex == 'F'")
+        page.set_content(f"<html><body>{plan._repr_html_()}</body></html>")
+        card = page.locator('[data-safeaccess="plan"]')
+        assert "Plan on census" in card.inner_text() and "1 analyses" in card.inner_text()
+        assert "sex == 'F'" in card.locator("li").inner_text()  # escaped, shown as text
+        sealed = session.seal(plan)
+        page.set_content(f"<html><body>{sealed._repr_html_()}</body></html>")
+        text = page.locator('[data-safeaccess="sealed"]').inner_text()
+        assert "ada" in text and "p1" in text and "census" in text
+
+        model_plan = session.plan("applicants").train_model(
+            "logistic_regression", "approved", ["age", "income", "region"], roc=True
+        )
+        (trained,) = session.run(session.seal(model_plan))
+        dp_plan = session.plan("dpcensus").dp_count(by="sex", sigma=50.0)
+        (noisy,) = session.run(session.seal(dp_plan))
+    assert trained.released and noisy.released, (trained.describe(), noisy.describe())
+
+    page.set_content(f"<html><body>{trained.model()._repr_html_()}</body></html>")
+    text = page.locator('[data-safeaccess="model"]').inner_text()
+    assert "logistic_regression" in text and f"tested on {trained.output['n_test']}" in text  # type: ignore[index]
+    assert f"{len(trained.output['roc'])} points" in text  # type: ignore[index]
+
+    dp = noisy.dp
+    assert dp is not None
+    page.set_content(f"<html><body>{dp._repr_html_()}</body></html>")
+    text = page.locator('[data-safeaccess="dp"]').inner_text()
+    assert "dp_count" in text
+    table = page.locator('[data-safeaccess="dp"] table.dp tr')
+    assert table.count() == 1 + len(dp.groups)  # a header and one row per group
+    for row, group, est, se in zip(
+        range(1, table.count()), dp.groups, dp.estimates(), dp.standard_errors(), strict=True
+    ):
+        cells = table.nth(row).inner_text()
+        assert str(group[0]) in cells and f"{est[0]:.4g} ± {se[0]:.3g}" in cells
+    # the step card of the DP answer shows its frame as a real table
+    page.set_content(f"<html><body>{noisy._repr_html_()}</body></html>")
+    rows = page.locator('[data-safeaccess="step"] table.dataframe tbody tr')
+    assert rows.count() == len(census.sex.cat.categories)

@@ -1,4 +1,5 @@
-"""Parity with ACRO 1.0.2 on the rules both implement: threshold, zeros, N-K, p-ratio, df.
+"""Parity with ACRO 1.0.2 on the rules both implement: threshold, zeros, N-K, p-ratio, df, and
+the `std` and `mode` aggregations of crosstabs and pivot tables (dof; zeros).
 
 ACRO and safeaccess run on the same data; per-cell verdicts must agree. Where safeaccess is
 deliberately different, the test says how and why:
@@ -194,3 +195,111 @@ def test_pivot_table_parity(session: object, seed: int) -> None:
         if res.cell_status.iat[i, j] != "ok"
     }
     assert failing == set().union(*theirs.values())
+
+
+def _acro_min_dof(record: object) -> int:
+    """The smallest per-cell dof ACRO reports ("fail dof=2 < 10") for a std table."""
+    summary = str(record.summary)  # type: ignore[attr-defined]
+    return int(summary.split("dof=")[1].split()[0])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_std_table_parity(session: object, seed: int) -> None:
+    """ACRO checks a std table by `MinimumDoFCheck` alone: every cell's count - 1 >= 10 (its
+    per-cell mask lists the cells whose dof is non-zero, not those that fail, so we compare the
+    rule and the reported minimum). Ours: `threshold`, `zeros` and `dof` fail exactly those
+    cells; `zero_variance` and `spread_dominance` are stricter (DwB class 7)."""
+    df = _data(seed)
+    table = session.crosstab(df.region, df["size"], values=df.turnover, aggfunc="std")  # type: ignore[attr-defined]
+    record = list(session.results.results.values())[-1]  # type: ignore[attr-defined]
+    ours_table = build_table([df.region], [df["size"]], values=df.turnover, statistic="std")
+    # same released values (pandas' sample standard deviation), NaN where fewer than 2 values
+    np.testing.assert_allclose(
+        np.array(ours_table.values, dtype=float), table.to_numpy(dtype=float), equal_nan=True
+    )
+    counts = pd.crosstab(df.region, df["size"]).to_numpy()
+    acro_failing = {(i, j) for i, j in zip(*np.nonzero(counts - 1 < 10), strict=True)}
+    ours = _ours(ours_table)
+    rule = ours.get("threshold", set()) | ours.get("zeros", set()) | ours.get("dof", set())
+    assert rule == acro_failing and rule
+    assert _acro_min_dof(record) == counts.min() - 1
+    assert record.status == "fail" and check(ours_table).verdict == "withhold"  # type: ignore[attr-defined]
+    extra = set().union(*ours.values()) - acro_failing
+    assert extra <= ours.get("zero_variance", set()) | ours.get("spread_dominance", set())
+    # the r3/s cell of exact zeros has no spread: a zero std tells every value
+    assert ours.get("zero_variance") == {(3, 2)}
+
+
+def test_std_table_passes_both_when_every_cell_is_large(session: object) -> None:
+    rng = np.random.default_rng(9)
+    df = pd.DataFrame(
+        {
+            "region": rng.choice(["a", "b", "c"], 900),
+            "size": rng.choice(["s", "l"], 900),
+            "turnover": rng.normal(100.0, 10.0, 900),
+        }
+    )
+    session.crosstab(df.region, df["size"], values=df.turnover, aggfunc="std")  # type: ignore[attr-defined]
+    record = list(session.results.results.values())[-1]  # type: ignore[attr-defined]
+    ours = build_table([df.region], [df["size"]], values=df.turnover, statistic="std")
+    assert record.status == "pass"
+    assert check(ours).verdict == "release", check(ours).findings
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_mode_table_parity(session: object, seed: int) -> None:
+    """ACRO checks a mode table by the zero checks alone. Ours fails the same empty cells and
+    is stricter: `threshold`, `mode` (every record shares the modal value, ACRO 0.4's
+    all-values-are-same) and `mode_support` (fewer than 10 records hold the mode)."""
+    df = _data(seed)
+    df["turnover"] = (df.turnover // 25) * 25  # a value with repeats, as a mode needs
+    table = session.crosstab(df.region, df["size"], values=df.turnover, aggfunc="mode")  # type: ignore[attr-defined]
+    theirs = _acro_cells(session, ("PresenceOfZeroCheck",))
+    ours_table = build_table([df.region], [df["size"]], values=df.turnover, statistic="mode")
+    ours = _ours(ours_table)
+    assert ours.get("zeros", set()) == theirs["PresenceOfZeroCheck"]
+    # independent per-cell facts from pandas
+    groups = df.groupby(["region", "size"]).turnover
+    sizes = pd.crosstab(df.region, df["size"])
+    top = groups.agg(lambda s: s.value_counts().max()).unstack().reindex_like(sizes)
+    distinct = groups.nunique().unstack().reindex_like(sizes)
+    expected: dict[str, Cells] = {"threshold": set(), "mode": set(), "mode_support": set()}
+    for i in range(sizes.shape[0]):
+        for j in range(sizes.shape[1]):
+            n = sizes.iat[i, j]
+            if n == 0:
+                continue
+            if n < 10:
+                expected["threshold"].add((i, j))
+            if distinct.iat[i, j] == 1:
+                expected["mode"].add((i, j))
+            elif top.iat[i, j] < 10:
+                expected["mode_support"].add((i, j))
+    for name, cells in expected.items():
+        assert ours.get(name, set()) == cells, name
+    assert expected["threshold"] and expected["mode_support"], "the data must exercise the rules"
+    # the released modes agree with ACRO's wherever the mode is unique (ACRO breaks ties at
+    # random, we take the smallest)
+    unique = groups.agg(lambda s: (s.value_counts() == s.value_counts().max()).sum() == 1)
+    ours_values = np.array(ours_table.values, dtype=float)
+    theirs_values = table.to_numpy(dtype=float)
+    for (r, s), one in unique.items():
+        if one:
+            i, j = sizes.index.get_loc(r), sizes.columns.get_loc(s)
+            assert ours_values[i, j] == theirs_values[i, j]
+
+
+def test_pivot_table_std_and_mode_go_through_the_researcher_tools() -> None:
+    from safeaccess.rules.researcher import pivot_table
+
+    df = _data(4)
+    for aggfunc in ("std", "mode"):
+        res = pivot_table(df, values="turnover", index="region", columns="size", aggfunc=aggfunc)
+        assert res.output.statistic == aggfunc
+        failing = {
+            (i, j)
+            for i in range(res.cell_status.shape[0])
+            for j in range(res.cell_status.shape[1])
+            if res.cell_status.iat[i, j] != "ok"
+        }
+        assert failing == set().union(*_ours(res.output).values())

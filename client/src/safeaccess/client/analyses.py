@@ -70,7 +70,11 @@ class FrequencyTable(_Analysis):
 class MagnitudeTable(_Analysis):
     kind: Literal["magnitude_table"] = "magnitude_table"
     value: str
-    agg: Literal["sum", "mean"] = "sum"
+    agg: Literal["sum", "mean", "std", "mode"] = Field(
+        default="sum",
+        description="Per cell: the total, the mean, the sample standard deviation (ddof 1) or "
+        "the most frequent value (ties go to the smallest).",
+    )
     rows: list[str] = Field(min_length=1)
     cols: list[str] = Field(default_factory=list)
     margins: bool = False
@@ -161,6 +165,36 @@ class StatTest(_Analysis):
             raise ValueError("chi2_independence needs 'rows' and 'cols'")
         if self.test == "t_two_sample" and not (self.variable and self.group):
             raise ValueError("t_two_sample needs 'variable' and 'group'")
+        return self
+
+
+class Survival(_Analysis):
+    """Kaplan-Meier estimate of the survival function of `time` (one curve per level
+    combination of `by`), where `event` is 1 (or True) for an event and 0 for a censored record.
+
+    Every step releases the records at risk and the events at that time, so each must reach the
+    survival threshold: `interval` pools times into intervals of that width (a time t counts as
+    the end of its interval, ceil(t / interval) * interval), and `max_time` ends the curve there
+    (later records count as censored at `max_time`), where the tail rests on few records.
+    """
+
+    kind: Literal["survival"] = "survival"
+    time: str = Field(description="Numeric column: time to the event or to censoring.")
+    event: str = Field(description="Column holding 1 (or True) for an event, 0 for censored.")
+    by: list[str] = Field(default_factory=list)
+    interval: float | None = Field(
+        default=None, gt=0.0, description="Pool times into intervals of this width."
+    )
+    max_time: float | None = Field(
+        default=None, description="End the curve here; later records count as censored."
+    )
+
+    @model_validator(mode="after")
+    def _finite(self) -> Survival:
+        for name in ("interval", "max_time"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"'{name}' must be a finite number")
         return self
 
 
@@ -334,6 +368,12 @@ class ModelTraining(_Analysis):
     test_fraction: float = Field(default=0.3, ge=0.1, le=0.5)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     fairness: Fairness | None = None
+    roc: bool = Field(
+        default=False,
+        description="Also release the ROC curve on the test split (two classes only), "
+        "coarsened so that every step adds at least 10 true and 10 false positives (one in "
+        "twenty of the smaller class on larger test splits).",
+    )
 
 
 Analysis = Annotated[
@@ -344,6 +384,7 @@ Analysis = Annotated[
     | Correlation
     | Histogram
     | StatTest
+    | Survival
     | Script
     | DPCount
     | DPSum

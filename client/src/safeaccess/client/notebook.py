@@ -166,6 +166,8 @@ def predictor_html(model: Predictor) -> str:
         ("trained on", f"{out.get('n_train')} records; tested on {out.get('n_test')}"),
     ]
     pairs += [(k, v) for k, v in (out.get("metrics") or {}).items()]
+    if out.get("roc"):
+        pairs.append(("ROC curve", f"{len(out['roc'])} points on the test split (result.roc())"))
     return card("model", "Released model", _rows(pairs))
 
 
@@ -199,8 +201,25 @@ def rehearsal_html(report: Rehearsal) -> str:
     return card("rehearsal", title, body)
 
 
+def _dp_table(dp: DPResult) -> str:
+    """The noisy estimates ± their standard errors, one row per group (plain HTML: no pandas)."""
+    try:
+        estimates, errors = dp.estimates(), dp.standard_errors()
+    except (KeyError, ValueError, ZeroDivisionError):
+        return ""
+    head = "".join(f"<th>{esc(c)}</th>" for c in dp.components)
+    rows = "".join(
+        f"<tr><th>{esc(', '.join(str(v) for v in group) or 'all')}</th>"
+        + "".join(f"<td>{e:.4g} ± {s:.3g}</td>" for e, s in zip(est, se, strict=True))
+        + "</tr>"
+        for group, est, se in zip(dp.groups, estimates, errors, strict=True)
+    )
+    return f"<table class='dp'><tr><th>group</th>{head}</tr>{rows}</table>"
+
+
 def dp_html(dp: DPResult) -> str:
-    return card("dp", f"DP answer <code>{esc(dp.kind)}</code>", f"<pre>{esc(dp.describe())}</pre>")
+    body = _dp_table(dp) + f"<pre>{esc(dp.describe())}</pre>"
+    return card("dp", f"DP answer <code>{esc(dp.kind)}</code>", body)
 
 
 __all__ = [

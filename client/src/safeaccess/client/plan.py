@@ -41,6 +41,7 @@ from safeaccess.client.analyses import (
     StatTest,
     Summary,
     SummaryStatistic,
+    Survival,
     to_body,
 )
 from safeaccess.client.analysis_errors import problems_from
@@ -162,13 +163,14 @@ class Plan:
         rows: Columns,
         cols: Columns | None = None,
         *,
-        agg: Literal["sum", "mean"] = "sum",
+        agg: Literal["sum", "mean", "std", "mode"] = "sum",
         where: str | None = None,
         margins: bool = False,
         round_to: int | None = None,
         suppress: bool = False,
     ) -> Plan:
-        """The sum or mean of `value` by the categories of `rows` (and `cols`)."""
+        """The sum, mean, standard deviation or mode (`agg`) of `value` by the categories of
+        `rows` (and `cols`)."""
         return self._build(
             MagnitudeTable,
             value=value,
@@ -299,6 +301,35 @@ class Plan:
             variable=variable,
             group=group,
             equal_var=equal_var,
+            where=where,
+        )
+
+    def survival(
+        self,
+        time: str,
+        event: str,
+        *,
+        by: Columns | None = None,
+        interval: float | None = None,
+        max_time: float | None = None,
+        where: str | None = None,
+    ) -> Plan:
+        """Kaplan-Meier survival curve of `time`, with `event` 1 for an event and 0 for a
+        censored record (records with any other or a missing value are left out); one curve per
+        level combination of `by`.
+
+        Every step releases its records at risk, its events and the records censored before the
+        next step; each must reach the survival threshold (10 by default) or the curve is
+        withheld. Pool times with `interval` (e.g. 30 for months on a time in days) and end the
+        curve with `max_time` before its tail thins out.
+        """
+        return self._build(
+            Survival,
+            time=time,
+            event=event,
+            by=_names(by),
+            interval=interval,
+            max_time=max_time,
             where=where,
         )
 
@@ -509,17 +540,20 @@ class Plan:
             "none", "reweighing", "exponentiated_gradient", "threshold_optimizer"
         ] = "none",
         constraint: Literal["demographic_parity", "equalized_odds"] = "demographic_parity",
+        roc: bool = False,
         where: str | None = None,
     ) -> Plan:
         """Train a classifier of `target` on `features` (docs/models.md): `params` are its
         hyper-parameters (e.g. `{"max_depth": 3, "min_samples_leaf": 50}`); `protected` names a
-        protected attribute whose fairness metrics are reported, mitigated by `treatment`."""
+        protected attribute whose fairness metrics are reported, mitigated by `treatment`;
+        `roc=True` also releases the ROC curve on the test split (`result.roc()`)."""
         fields: dict[str, Any] = {
             "family": family,
             "target": target,
             "features": _names(features),
             "test_fraction": test_fraction,
             "seed": seed,
+            "roc": roc,
             "where": where,
         }
         if params is not None:

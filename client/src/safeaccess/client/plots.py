@@ -2,7 +2,8 @@
 
 Histograms and DP histograms as bars over their bins (DP ones with ±1.96 standard-error whiskers),
 frequency and magnitude tables as grouped bars, regressions as coefficients with 95 % intervals,
-survival tables as Kaplan–Meier step curves, trained models as their test metrics. matplotlib
+survival tables as Kaplan–Meier step curves, trained models as their released ROC curve (else
+their test metrics). matplotlib
 is optional: install it (or the client's `plot` extra) to plot.
 """
 
@@ -103,7 +104,26 @@ def _survival(result: StepResult, out: dict[str, Any], ax: Any) -> Any:
     return ax
 
 
+def _roc(result: StepResult, out: dict[str, Any], ax: Any) -> Any:
+    points = out["roc"]
+    ax.plot([p["fpr"] for p in points], [p["tpr"] for p in points], marker="o", label="model")
+    ax.plot([0.0, 1.0], [0.0, 1.0], color="grey", linewidth=0.8, linestyle="--", label="chance")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    auc = out["metrics"].get("roc_auc")
+    ax.set_title(
+        f"step {result.index}: ROC of {out['family']}"
+        + (f" (AUC {auc:.3f} on the test split)" if auc is not None else "")
+    )
+    ax.legend(loc="lower right")
+    return ax
+
+
 def _model(result: StepResult, out: dict[str, Any], ax: Any) -> Any:
+    if out.get("roc"):
+        return _roc(result, out, ax)
     metrics = {k: v for k, v in out["metrics"].items() if v is not None}
     ax.bar(list(metrics), list(metrics.values()))
     ax.set_ylim(0.0, 1.0)

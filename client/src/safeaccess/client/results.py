@@ -145,6 +145,25 @@ class StepResult:
 
         return Predictor(self.output)
 
+    def roc(self) -> Any:
+        """The released ROC curve of a trained model (`train_model(..., roc=True)`) as a
+        DataFrame of `fpr` and `tpr`, from (0, 0) to (1, 1); None when nothing was released.
+        Raises ValueError for a model released without one (not asked, or a class of its test
+        split smaller than one step)."""
+        if self.output is None:
+            return None
+        if self.output.get("type") != "model":
+            raise ValueError(f"a {self.output.get('type')} output has no ROC curve")
+        points = self.output.get("roc")
+        if points is None:
+            raise ValueError(
+                "this model was released without a ROC curve: train it with roc=True (two "
+                "classes, at least 10 test records of each)"
+            )
+        import pandas as pd
+
+        return pd.DataFrame(points, columns=["fpr", "tpr"])
+
     @property
     def withheld(self) -> bool:
         return self.status == "withheld"

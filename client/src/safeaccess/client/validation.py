@@ -30,6 +30,7 @@ from safeaccess.client.analyses import (
     Script,
     StatTest,
     Summary,
+    Survival,
     parse_analysis,
 )
 from safeaccess.client.analysis_errors import AnalysisInvalid, Problem, problems_from
@@ -68,6 +69,7 @@ _KINDS = (
     Correlation,
     Histogram,
     StatTest,
+    Survival,
     Script,
     DPCount,
     DPSum,
@@ -220,6 +222,8 @@ class _Checker:
             self.histogram(analysis)
         elif isinstance(analysis, StatTest):
             self.stat_test(analysis, where)
+        elif isinstance(analysis, Survival):
+            self.survival(analysis)
         elif isinstance(analysis, DPCount | DPSum | DPMean | DPHistogram | DPMeanTest):
             self.dp(analysis)
         elif isinstance(analysis, ModelTraining):
@@ -237,6 +241,16 @@ class _Checker:
         if isinstance(analysis, MagnitudeTable):
             self.numeric("value", analysis.value, f"a table of the {analysis.agg}")
             dims.append(("value", analysis.value))
+            if (
+                analysis.agg in ("std", "mode")
+                and analysis.margins
+                and (analysis.mitigations.suppress)
+            ):
+                self.add(
+                    "mitigations.suppress",
+                    f"a {analysis.agg} table's margins cannot be recomputed from the cells left "
+                    "after suppression; ask for margins=False or suppress=False",
+                )
         self.distinct(dims)
 
     def summary(self, analysis: Summary) -> None:
@@ -269,6 +283,30 @@ class _Checker:
             self.grouping(f"by[{i}]", name)
         self.distinct(
             [("variable", analysis.variable)] + [(f"by[{i}]", n) for i, n in enumerate(analysis.by)]
+        )
+
+    def survival(self, analysis: Survival) -> None:
+        self.numeric("time", analysis.time, "a survival curve's time")
+        col = self.numeric("event", analysis.event, "a survival curve's event indicator")
+        if col is not None:
+            levels = set(col.levels or [])
+            if levels and not levels <= {0, 1, "0", "1"}:
+                self.add(
+                    "event",
+                    f"the event indicator {analysis.event!r} must hold 1 (event) and 0 "
+                    f"(censored), but its declared levels are {sorted(map(str, levels))}",
+                )
+            if col.bounds is not None and (col.bounds[0] < 0 or col.bounds[1] > 1):
+                self.add(
+                    "event",
+                    f"the event indicator {analysis.event!r} must hold 1 (event) and 0 "
+                    f"(censored), but its declared bounds are {list(col.bounds)}",
+                )
+        for i, name in enumerate(analysis.by):
+            self.grouping(f"by[{i}]", name)
+        self.distinct(
+            [("time", analysis.time), ("event", analysis.event)]
+            + [(f"by[{i}]", n) for i, n in enumerate(analysis.by)]
         )
 
     def stat_test(self, analysis: StatTest, where: Filter | None) -> None:
@@ -385,7 +423,15 @@ class _Checker:
     def model_training(self, analysis: ModelTraining) -> None:
         from safeaccess.client.model_validation import model_problems
 
-        self.column("target", analysis.target)
+        target = self.column("target", analysis.target)
+        if analysis.roc and target is not None:
+            levels = declared_levels(target)
+            if levels is not None and len(levels) != 2:
+                self.add(
+                    "roc",
+                    f"a ROC curve needs a target with two classes, but {analysis.target!r} "
+                    f"declares {len(levels)}; ask for roc=False or predict a two-level column",
+                )
         for i, name in enumerate(analysis.features):
             self.column(f"features[{i}]", name)
         if analysis.fairness is not None:

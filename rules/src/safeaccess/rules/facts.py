@@ -77,3 +77,53 @@ def residual_spread(residuals: Any) -> SpreadFacts:
     k = min(3, r2.size)
     top = np.sort(np.partition(r2, r2.size - k)[-k:])[::-1] if k else np.zeros(0)
     return SpreadFacts(power=2, top=[float(t) for t in top], total=float(r2.sum()))
+
+
+def cell_spread_and_mode(
+    statistic: str, cell: Any, values: Any, ncells: int, contributor: Any = None
+) -> tuple[np.ndarray, dict[str, list[Any]]]:
+    """Per-cell standard deviation or mode of `values` and the facts their checks need.
+
+    `cell` gives each record's cell index (-1: in no cell; a record may be listed once per cell
+    it counts in, e.g. a body cell and its margins). Missing values are left out. "std" is the
+    sample standard deviation (ddof 1, as pandas; NaN below two values), with the three largest
+    squared deviations from the cell mean (summed per contributor unit where given) and their
+    total; "mode" is the most frequent value, ties going to the smallest (ACRO picks one at
+    random), with the number of records holding it. Computed here so the runner and the
+    researcher-side tools agree.
+    """
+    c = np.asarray(cell, dtype=np.int64)
+    v = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
+    ok = (c >= 0) & ~np.isnan(v)
+    c, v = c[ok], v[ok]
+    stat = np.full(ncells, np.nan)
+    frame = pd.DataFrame({"c": c, "v": v})
+    if statistic == "mode":
+        sizes = frame.groupby(["c", "v"], sort=False).size().reset_index(name="k")
+        sizes = sizes.sort_values(["c", "k", "v"], ascending=[True, False, True])
+        first = sizes.drop_duplicates("c")
+        stat[first.c.to_numpy()] = first.v.to_numpy()
+        held = np.zeros(ncells, dtype=np.int64)
+        held[first.c.to_numpy()] = first.k.to_numpy()
+        return stat, {"mode_count": held.tolist()}
+    if statistic != "std":
+        raise ValueError(f"statistic {statistic!r} is neither 'std' nor 'mode'")
+    grouped = frame.groupby("c", sort=False).v
+    sd = grouped.std(ddof=1)
+    stat[sd.index.to_numpy()] = sd.to_numpy()
+    means = np.zeros(ncells)
+    mean = grouped.mean()
+    means[mean.index.to_numpy()] = mean.to_numpy()
+    frame["d"] = (v - means[c]) ** 2
+    if contributor is not None:
+        units = pd.Series(np.asarray(contributor, dtype=object)[ok])
+        frame["u"] = units.astype(str).to_numpy()
+        frame = frame.groupby(["c", "u"], sort=False).d.sum().reset_index()
+    total = np.zeros(ncells)
+    summed = frame.groupby("c", sort=False).d.sum()
+    total[summed.index.to_numpy()] = summed.to_numpy()
+    top: list[list[float]] = [[] for _ in range(ncells)]
+    largest = frame.sort_values(["c", "d"], ascending=[True, False]).groupby("c").head(3)
+    for i, d in zip(largest.c.to_numpy(), largest.d.to_numpy(), strict=True):
+        top[int(i)].append(float(d))
+    return stat, {"deviation_top": top, "deviation_total": total.tolist()}

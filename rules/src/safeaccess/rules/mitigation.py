@@ -241,6 +241,8 @@ def _recompute(
         new_cells.total[i][j] = total
     if output.statistic == "count":
         return float(n)
+    if output.statistic in ("std", "mode"):
+        return None  # not a function of the released cells: the margin is not released
     if total is None:
         # without per-cell totals, add up the released values (sum tables only)
         shown_vals = [output.values[a][b] for a, b in idx]

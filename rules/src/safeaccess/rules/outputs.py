@@ -83,6 +83,17 @@ class CellFacts(_Model):
     missing: list[list[int]] | None = Field(
         default=None, description="Records in the cell whose value was missing (magnitude tables)."
     )
+    mode_count: list[list[int]] | None = Field(
+        default=None, description="Records holding the released modal value; mode tables only."
+    )
+    deviation_top: list[list[list[float]]] | None = Field(
+        default=None,
+        description="Largest squared deviations from the cell mean (by contributor unit where "
+        "declared), descending, at most 3; standard-deviation tables only.",
+    )
+    deviation_total: list[list[float]] | None = Field(
+        default=None, description="Sum of squared deviations per cell; std tables only."
+    )
 
 
 class TableFacts(_Model):
@@ -108,7 +119,7 @@ class TableOutput(_Model):
 
     type: Literal["table"] = "table"
     source: Literal["frequency_table", "magnitude_table", "histogram", "contingency"]
-    statistic: Literal["count", "sum", "mean"]
+    statistic: Literal["count", "sum", "mean", "std", "mode"]
     value: str | None = None
     row_vars: list[str]
     col_vars: list[str]
@@ -656,6 +667,21 @@ class FairnessFacts(_Model):
     all_groups_equalized_odds_difference: float | None = None
 
 
+class RocPoint(_Model):
+    """One point of a released ROC curve: rates only (the score thresholds are test records'
+    predicted probabilities and are never released)."""
+
+    fpr: float
+    tpr: float
+
+
+class RocStep(_Model):
+    """The records one step of a released ROC curve adds, between two released points."""
+
+    true_positives: int
+    false_positives: int
+
+
 class ModelFacts(_Model):
     family: str
     n_train: int
@@ -688,6 +714,9 @@ class ModelFacts(_Model):
     )
     membership: MembershipFacts | None = None
     fairness: FairnessFacts | None = None
+    roc_steps: list[RocStep] | None = Field(
+        default=None, description="Per step of the released ROC curve, the records it adds."
+    )
     query_set: QuerySet | None = Field(
         default=None,
         description="Tree 0's leaves for the training records (logistic regression: one cell), "
@@ -719,6 +748,11 @@ class ModelOutput(_Model):
         default_factory=dict, description="How the train/test split was drawn (seed, fraction)."
     )
     fairness: FairnessReport | None = None
+    roc: list[RocPoint] | None = Field(
+        default=None,
+        description="ROC curve on the test split from (0, 0) to (1, 1), when asked for "
+        "(two classes): each step adds at least threshold true and false positives.",
+    )
     facts: ModelFacts
 
 

@@ -61,21 +61,27 @@ def _names(axis: list[Any], given: Sequence[str] | None, prefix: str) -> list[st
     ]
 
 
-def _statistic(aggfunc: Any, has_values: bool) -> Literal["count", "sum", "mean"]:
+def _statistic(aggfunc: Any, has_values: bool) -> Literal["count", "sum", "mean", "std", "mode"]:
     if aggfunc is None:
         if has_values:
             raise TabulationError("values were given without aggfunc; pass aggfunc='mean' or 'sum'")
         return "count"
     name = aggfunc if isinstance(aggfunc, str) else getattr(aggfunc, "__name__", str(aggfunc))
-    name = {"size": "count", "len": "count", "average": "mean", "nanmean": "mean"}.get(name, name)
-    if name in ("count", "sum", "mean"):
+    name = {
+        "size": "count",
+        "len": "count",
+        "average": "mean",
+        "nanmean": "mean",
+        "agg_mode": "mode",  # ACRO's name for it
+    }.get(name, name)
+    if name in ("count", "sum", "mean", "std", "mode"):
         if name != "count" and not has_values:
             raise TabulationError(f"aggfunc '{name}' needs a column of values")
         return name  # type: ignore[return-value]
     raise TabulationError(
-        f"aggfunc {name!r} is not supported in a checked table (use 'count', 'sum' or 'mean'); "
-        "medians, quantiles, extremes and spreads per group are summary statistics with their "
-        "own rules"
+        f"aggfunc {name!r} is not supported in a checked table (use 'count', 'sum', 'mean', "
+        "'std' or 'mode'); medians, quantiles and extremes per group are summary statistics "
+        "with their own rules"
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from safeaccess.rules.facts import cell_spread_and_mode
 from safeaccess.rules.outputs import CellFacts, Label, QuerySet, TableFacts, TableOutput
 
 
@@ -188,7 +189,7 @@ def build_table(
     col_names: Sequence[str] | None = None,
     values: Any = None,
     value_name: str | None = None,
-    statistic: Literal["count", "sum", "mean"] = "count",
+    statistic: Literal["count", "sum", "mean", "std", "mode"] = "count",
     margins: bool = False,
     contributor: Any = None,
     source: Literal["frequency_table", "magnitude_table", "histogram", "contingency"] | None = None,
@@ -197,8 +198,9 @@ def build_table(
 ) -> TableOutput:
     """Tabulate `rows` x `cols` (lists of equal-length arrays) into a checked-ready TableOutput.
 
-    `statistic` "count" needs no values; "sum" and "mean" aggregate `values` (missing values are
-    left out and counted in `facts.cells.missing`). `contributor` (e.g. an employer id) makes the
+    `statistic` "count" needs no values; "sum", "mean", "std" and "mode" aggregate `values`
+    (missing values are left out and counted in `facts.cells.missing`; std and mode as
+    `facts.cell_spread_and_mode` computes them). `contributor` (e.g. an employer id) makes the
     threshold count distinct units and the top contributions per-unit totals. With `query_set`
     the facts carry, per record, the index of its body cell (-1 when a key is missing).
     Tables of more than `max_cells` cells are refused before any memory is allocated for them.
@@ -303,6 +305,12 @@ def build_table(
                 value_grid = np.where(nvalid_g > 0, total_g, np.nan)
             else:
                 value_grid = np.where(nvalid_g > 0, total_g / nvalid_g, np.nan)
+        if statistic in ("std", "mode"):
+            keyed = None if contributor is None else np.asarray(contributor, dtype=object)
+            if keyed is not None and not all_valid:
+                keyed = keyed[valid]
+            value_grid, more = _spread_or_mode(statistic, cell, v, nr, nc, margins, keyed)
+            cells_kw.update(more)
 
     count_grid = _grid(counts, nr, nc)
     if margins:
@@ -338,6 +346,33 @@ def build_table(
             n_total=int(valid.sum()),
         ),
     )
+
+
+def _spread_or_mode(
+    statistic: str,
+    cell: np.ndarray,
+    v: np.ndarray,
+    nr: int,
+    nc: int,
+    margins: bool,
+    contributor: Any,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Value grid and facts of a std or mode table; margins are computed from the records
+    (neither statistic adds up from its cells)."""
+    width = nc + 1 if margins else nc
+    r, c = cell // nc, cell % nc
+    places = [r * width + c]
+    if margins:
+        places += [r * width + nc, nr * width + c, np.full(len(cell), nr * width + nc)]
+    units = None if contributor is None else np.concatenate([contributor] * len(places))
+    height = nr + 1 if margins else nr
+    stat, facts = cell_spread_and_mode(
+        statistic, np.concatenate(places), np.concatenate([v] * len(places)), height * width, units
+    )
+    grid = stat.reshape(height, width)
+    return grid, {
+        k: [seq[i * width : (i + 1) * width] for i in range(height)] for k, seq in facts.items()
+    }
 
 
 def _flat_name(r: list[Label], c: list[Label]) -> str:

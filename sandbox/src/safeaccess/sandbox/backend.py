@@ -219,6 +219,7 @@ EXPECTED_TYPE = {
     "regression": "regression",
     "correlation": "correlation",
     "test": "test",
+    "survival": "survival",
     "script": "script",
     "dp_count": "dp_statistic",
     "dp_sum": "dp_statistic",

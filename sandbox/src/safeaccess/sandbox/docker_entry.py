@@ -30,6 +30,7 @@ PRELOAD = (
     # The runner imports these per analysis kind; a warm container has them ready.
     "safeaccess.sandbox.compute.tables",
     "safeaccess.sandbox.compute.summary",
+    "safeaccess.sandbox.compute.survival",
     "safeaccess.sandbox.compute.script",
     "safeaccess.sandbox.filters",
 )

@@ -51,6 +51,7 @@ ANALYSIS_KINDS = frozenset(
         "regression",
         "correlation",
         "test",
+        "survival",
         "script",
         *DP_KINDS,
         "model_training",
@@ -86,6 +87,10 @@ def _compute_for(kind: str) -> Compute:
         from safeaccess.sandbox.compute.tests import stat_test
 
         return stat_test
+    if kind == "survival":
+        from safeaccess.sandbox.compute.survival import survival
+
+        return survival
     if kind == "script":
         from safeaccess.sandbox.compute.script import script
 

@@ -48,6 +48,7 @@ PRELOAD_TABLES = (
     "pyarrow.parquet",
     "safeaccess.sandbox.compute.tables",
     "safeaccess.sandbox.compute.summary",
+    "safeaccess.sandbox.compute.survival",
     "safeaccess.sandbox.compute.dp",
     "safeaccess.sandbox.filters",
 )
@@ -65,6 +66,7 @@ PRELOAD_FULL = (
     "safeaccess.sandbox.compute.models",
     "safeaccess.sandbox.compute.model_export",
     "safeaccess.sandbox.compute.model_attacks",
+    "safeaccess.sandbox.compute.roc",
     "sklearn.tree",
     "sklearn.ensemble",
     "sklearn.linear_model",
@@ -84,6 +86,7 @@ TABLE_KINDS = frozenset(
         "magnitude_table",
         "histogram",
         "summary",
+        "survival",
         "dp_count",
         "dp_sum",
         "dp_mean",

@@ -382,4 +382,36 @@ def model_findings(output: ModelOutput, rs: RuleSet) -> list[Finding]:
         *_membership(output, rs),
         *_explainability(output, rs),
         *_fairness(output, rs),
+        *_roc(output, rs),
     ]
+
+
+def _roc(output: ModelOutput, rs: RuleSet) -> list[Finding]:
+    """Each step of a released ROC curve adds at least `threshold` true and false positives:
+    a smaller step tells how few test records of a class score in that band."""
+    if output.roc is None:
+        return []
+    steps = output.facts.roc_steps
+    if steps is None or len(steps) != len(output.roc) - 1:
+        return [
+            Finding(
+                check="facts_missing",
+                verdict="review",
+                message="the records behind the ROC curve's steps were not recorded; an "
+                "output checker must review it.",
+            )
+        ]
+    out: list[Finding] = []
+    for j, step in enumerate(steps):
+        if min(step.true_positives, step.false_positives) < rs.threshold:
+            out.append(
+                Finding(
+                    check="roc",
+                    verdict="withhold",
+                    item=f"ROC step {j + 1}",
+                    message=f"step {j + 1} of the ROC curve adds {step.true_positives} true and "
+                    f"{step.false_positives} false positives; at least {rs.threshold} of each "
+                    "are needed. Train without roc=True or on more test records.",
+                )
+            )
+    return out

@@ -4,6 +4,10 @@ Each step of a survival curve is a small frequency table: the records at risk an
 that time. Both must reach the survival threshold, or a step reveals when one person had the
 event (ACRO pools events until 10 have accumulated, `rounded_survival_fun`). Steps are checked
 one by one; pool event times (e.g. by month) until every step passes.
+
+The records censored between two steps are released too (the drop in the number at risk that
+the events do not explain), so they are held to the same threshold when there are any: the
+query-set auditor would refuse them otherwise, with a less helpful reason.
 """
 
 from __future__ import annotations
@@ -19,6 +23,17 @@ def survival_findings(output: SurvivalOutput, rs: RuleSet) -> list[Finding]:
     out: list[Finding] = []
     for curve in output.facts.curves:
         group = ", ".join(f"{v}={x}" for v, x in zip(output.by, curve.labels, strict=False))
+        if not curve.steps and rs.zeros_disclosive:
+            # An empty curve says that nobody in the group had the event: a zero cell.
+            out.append(
+                Finding(
+                    check="survival_no_events",
+                    verdict="withhold",
+                    item=group or "all records",
+                    message=f"no record in {group or 'the selection'} has an event, and an empty "
+                    "curve says so. Merge groups or widen the filter.",
+                )
+            )
         for step in curve.steps:
             item = f"{group + ', ' if group else ''}time {step.time:g}"
             if step.at_risk < t:
@@ -39,6 +54,18 @@ def survival_findings(output: SurvivalOutput, rs: RuleSet) -> list[Finding]:
                         item=item,
                         message=f"the step at {item} rests on {step.events} events; at least "
                         f"{t} are needed. Pool event times (e.g. by month).",
+                    )
+                )
+            if 0 < step.censored < t:
+                out.append(
+                    Finding(
+                        check="survival_censored",
+                        verdict="withhold",
+                        item=item,
+                        message=f"from {item} to the next step {step.censored} records are "
+                        f"censored (the drop in the number at risk that the events do not "
+                        f"explain); at least {t} are needed. Pool times with 'interval' or end "
+                        "the curve earlier with 'max_time'.",
                     )
                 )
     return out

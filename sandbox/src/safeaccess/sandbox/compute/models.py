@@ -350,6 +350,11 @@ def model_training(
         analysis, estimator, scaling, wrapper, x[test], p_test, n_classes, fitted_classes
     )
     metrics = model_attacks.test_metrics(y[test], proba_test, n_classes)
+    roc = None
+    if analysis.roc and n_classes == 2:
+        from safeaccess.sandbox.compute.roc import coarse_roc
+
+        roc = coarse_roc(y[test], proba_test[:, 1])
     membership = model_attacks.membership(y[train], proba_train, y[test], proba_test, analysis.seed)
     leaves = model_export.leaf_assignments(model_export.trees_of(estimator, wrapper), x[train])
     leaf_facts = model_export.leaf_counts(leaves, y[train], n_classes)
@@ -420,6 +425,16 @@ def model_training(
             index[test_rows] = n_cells
             labels.append("test split")
         sets.append(QuerySet.from_array(labels, index))
+    if roc is not None:
+        # The released ROC steps: per step, its test records of each class.
+        index = np.full(n_records, OUTSIDE, dtype=np.int64)
+        index[test_rows] = 2 * roc.band + y[test]
+        labels = [
+            f"ROC step {j}, {what}"
+            for j in range(len(roc.steps))
+            for what in ("negatives", "positives")
+        ]
+        sets.append(QuerySet.from_array(labels, index))
     facts = ModelFacts(
         family=analysis.family,
         n_train=len(train),
@@ -435,6 +450,7 @@ def model_training(
         leverage=leverage,
         membership=membership,
         fairness=fairness_facts,
+        roc_steps=None if roc is None else roc.steps,
         query_set=sets[0],
         extra_query_sets=sets[1:],
     )
@@ -454,6 +470,7 @@ def model_training(
             "seed": analysis.seed,
         },
         fairness=fairness_report,
+        roc=None if roc is None else roc.points,
         facts=facts,
     )
 

@@ -1,4 +1,4 @@
-"""Tables: frequency tables, magnitude tables (sum/mean) and histograms -> TableOutput.
+"""Tables: frequency tables, magnitude tables (sum/mean/std/mode) and histograms -> TableOutput.
 
 Layout: rows are the level combinations of the row variables, columns those of the column
 variables (a one-way table has one column labelled []). Every declared level appears, so cells
@@ -10,11 +10,14 @@ margin cells at once.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from safeaccess.client.analyses import FrequencyTable, Histogram, MagnitudeTable
 from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.rules.facts import cell_spread_and_mode
 from safeaccess.rules.outputs import CellFacts, Label, TableFacts, TableOutput
 from safeaccess.sandbox.compute._common import (
     MAX_CELLS,
@@ -192,10 +195,22 @@ def magnitude_table(
     counts = merged["counts"]
     totals = merged["total"]
     stat: list[float | None] = []
-    for i in range(size):
-        n = int(counts[i])  # type: ignore[call-overload]
-        total = float(totals[i])  # type: ignore[arg-type]
-        stat.append(None if n == 0 else fnum(total if analysis.agg == "sum" else total / n))
+    extra: dict[str, list[Any]] = {}
+    if analysis.agg in ("std", "mode"):
+        # Every record once per cell it counts in (body and margins): one pass over them all.
+        spread, extra = cell_spread_and_mode(
+            analysis.agg,
+            np.concatenate([pos[mask] for mask, pos in maps]),
+            np.concatenate([values[mask] for mask, _ in maps]),
+            size,
+            None if units is None else np.concatenate([units[mask] for mask, _ in maps]),
+        )
+        stat = [fnum(x) for x in spread]
+    else:
+        for i in range(size):
+            n = int(counts[i])  # type: ignore[call-overload]
+            total = float(totals[i])  # type: ignore[arg-type]
+            stat.append(None if n == 0 else fnum(total if analysis.agg == "sum" else total / n))
     has_value = (inner >= 0) & ~np.isnan(values)
     cell_facts = CellFacts(
         counts=_grid(counts, out_rows, width),
@@ -206,6 +221,7 @@ def magnitude_table(
         total=_grid(totals, out_rows, width),
         negative=_grid(merged["negative"], out_rows, width),
         missing=_grid(merged["missing"], out_rows, width),
+        **{key: _grid(seq, out_rows, width) for key, seq in extra.items()},
     )
     return TableOutput(
         source="magnitude_table",

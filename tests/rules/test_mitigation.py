@@ -118,7 +118,7 @@ def test_a_recomputed_margin_that_fails_is_hidden_too(monkeypatch: pytest.Monkey
     # than its parts); the safety net matters for approximate margin facts (units spanning
     # cells). Simulate a check that rejects the recomputed grand total.
     import safeaccess.rules.mitigation as mitigation
-    from safeaccess.rules.checks._common import Located
+    from safeaccess.rules.checks.cells import Located
     from safeaccess.rules.checks.tables import table_findings
     from safeaccess.rules.decision import Finding
 

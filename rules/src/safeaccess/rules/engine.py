@@ -13,7 +13,7 @@ silently.
 
 from __future__ import annotations
 
-from safeaccess.rules.checks._common import Located
+from safeaccess.rules.checks.cells import Located
 from safeaccess.rules.checks.correlation import correlation_findings
 from safeaccess.rules.checks.models import model_findings
 from safeaccess.rules.checks.regression import regression_findings

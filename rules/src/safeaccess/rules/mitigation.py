@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from safeaccess.rules.checks._common import interior_mask, matrix
+from safeaccess.rules.checks.cells import interior_mask, matrix
 from safeaccess.rules.checks.tables import table_findings
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import CellFacts, Output, QuerySet, TableOutput

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from safeaccess.rules.checks._common import (
+from safeaccess.rules.checks.cells import (
     Located,
     interior_mask,
     locate,

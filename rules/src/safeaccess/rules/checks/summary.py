@@ -13,7 +13,6 @@ statistics (Derrick et al., PSD 2022) is checked by `safeaccess.rules.reconstruc
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 
 from safeaccess.rules.decision import Finding, Verdict
@@ -23,6 +22,7 @@ from safeaccess.rules.outputs import (
     SummaryOutput,
     SummaryVariableFacts,
 )
+from safeaccess.rules.reconstruction.check import reconstruction_findings
 from safeaccess.rules.ruleset import RuleSet
 
 _MOMENTS = {"sd", "var", "skewness", "kurtosis"}
@@ -232,18 +232,4 @@ def summary_findings(output: SummaryOutput, rs: RuleSet) -> list[Finding]:
 
 def reconstruction(output: SummaryOutput, rs: RuleSet) -> list[Finding]:
     """Exact reconstruction risk (Derrick et al.), from `safeaccess.rules.reconstruction`."""
-    try:
-        module = importlib.import_module("safeaccess.rules.reconstruction")
-    except ImportError:
-        module = None
-    reconstruction_findings = getattr(module, "reconstruction_findings", None)
-    if reconstruction_findings is None:
-        return [
-            Finding(
-                check="reconstruction",
-                verdict="review",
-                message="the reconstruction-risk check is not installed, so whether these "
-                "statistics pin down individual values must be reviewed by a person.",
-            )
-        ]
     return list(reconstruction_findings(output, rs))

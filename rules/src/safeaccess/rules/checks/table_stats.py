@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from safeaccess.rules.checks._common import Located, locate, matrix, released_mask
+from safeaccess.rules.checks.cells import Located, locate, matrix, released_mask
 from safeaccess.rules.checks.frequency import threshold, zeros
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import TableOutput

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from safeaccess.rules.checks._common import Located
+from safeaccess.rules.checks.cells import Located
 from safeaccess.rules.checks.frequency import frequency_findings
 from safeaccess.rules.checks.histogram import histogram_findings
 from safeaccess.rules.checks.magnitude import magnitude_findings

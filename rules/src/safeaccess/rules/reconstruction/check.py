@@ -57,7 +57,7 @@ from safeaccess.rules.reconstruction.matching import (
 from safeaccess.rules.reconstruction.search import local_alternatives
 
 if TYPE_CHECKING:
-    from safeaccess.rules.engine import RuleSet
+    from safeaccess.rules.ruleset import RuleSet
 
 CHECK = "reconstruction"
 DEFAULT_MAX_STEPS = 200_000

@@ -16,7 +16,7 @@ from typing import Any
 from markupsafe import Markup
 from pydantic import TypeAdapter, ValidationError
 
-from safeaccess.rules.checks._common import cell_name
+from safeaccess.rules.checks.cells import cell_name
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import (
     CorrelationOutput,

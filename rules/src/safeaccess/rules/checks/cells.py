@@ -1,4 +1,5 @@
-"""Helpers shared by the table-shaped checks: cell names, layouts and located findings."""
+"""Cells of table outputs, for the table-shaped checks and the checkers' pages: cell names, layouts
+and located findings (public: `server/web/render.py` names cells with `cell_name`)."""
 
 from __future__ import annotations
 

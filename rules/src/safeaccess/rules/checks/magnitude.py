@@ -88,8 +88,9 @@ def dominance(
     return out
 
 
-def magnitude_findings(output: TableOutput, rs: RuleSet) -> list[Located]:
-    """All magnitude-table checks on a sum or mean table."""
+def counted_findings(output: TableOutput, rs: RuleSet) -> tuple[list[Located], np.ndarray]:
+    """The threshold (on contributors when the dataset names them) and zeros checks every
+    table of a statistic of a value gets, with the cell counts they used."""
     cells = output.facts.cells
     counts = matrix(cells.counts, np.int64)
     units = matrix(cells.contributors, np.int64) if cells.contributors is not None else None
@@ -100,6 +101,13 @@ def magnitude_findings(output: TableOutput, rs: RuleSet) -> list[Located]:
         "contributors" if units is not None else "records",
     )
     out += zeros(output, counts, rs)
+    return out, counts
+
+
+def magnitude_findings(output: TableOutput, rs: RuleSet) -> list[Located]:
+    """All magnitude-table checks on a sum or mean table."""
+    cells = output.facts.cells
+    out, counts = counted_findings(output, rs)
     if cells.top is None or cells.total is None:
         out.append(
             Located(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from safeaccess.rules.checks.cells import Located, locate, matrix, released_mask
-from safeaccess.rules.checks.frequency import threshold, zeros
+from safeaccess.rules.checks.magnitude import counted_findings
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import TableOutput
 from safeaccess.rules.ruleset import RuleSet
@@ -109,15 +109,7 @@ def _mode_findings(output: TableOutput, valid: np.ndarray, rs: RuleSet) -> list[
 def table_stat_findings(output: TableOutput, rs: RuleSet) -> list[Located]:
     """All checks on a table of standard deviations or modes."""
     cells = output.facts.cells
-    counts = matrix(cells.counts, np.int64)
-    units = matrix(cells.contributors, np.int64) if cells.contributors is not None else None
-    out = threshold(
-        output,
-        units if units is not None else counts,
-        rs,
-        "contributors" if units is not None else "records",
-    )
-    out += zeros(output, counts, rs)
+    out, counts = counted_findings(output, rs)
     missing = matrix(cells.missing, np.int64) if cells.missing is not None else 0
     valid = counts - missing
     if output.statistic == "std":

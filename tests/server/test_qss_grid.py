@@ -119,6 +119,8 @@ def test_a_padded_probe_is_refused_too(frame: pd.DataFrame) -> None:
     )
     result = scope.ask(probe)
     assert result.decision.verdict == "withhold" and result.facts["data_revealed_zero"]
+    # for the controller: the two earlier summaries it combines (admissions after the population)
+    assert len(result.facts["conflicts_with"]) == 2
 
 
 def test_an_equal_filter_written_differently_is_structural(frame: pd.DataFrame) -> None:

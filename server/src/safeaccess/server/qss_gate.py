@@ -245,8 +245,10 @@ def gate(
         if revealed is None:
             number = int(admission.facts.get("origin", -1))
             return Gate(decision, facts, admission.state, (number, current))
-        facts.update(admitted=False, data_revealed_zero=True)
-        reason, item = revealed, "a zero difference"
+        facts.update(
+            admitted=False, data_revealed_zero=True, conflicts_with=revealed.conflicts_with
+        )
+        reason, item = revealed.reason, "a zero difference"
     else:
         isolated = admission.smallest_isolated
         item = None if isolated is None else f"{isolated} record(s)"

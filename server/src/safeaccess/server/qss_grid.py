@@ -98,6 +98,14 @@ def origin_of(
 
 
 @dataclass(frozen=True)
+class Revealed:
+    """A data-revealed zero: why (for checkers) and the earlier admissions it involves."""
+
+    reason: str
+    conflicts_with: list[int]
+
+
+@dataclass(frozen=True)
 class _Source:
     origin: int
     array: int
@@ -110,9 +118,9 @@ def data_revealed(
     labels: Sequence[Sequence[str]],
     origins: Mapping[int, Origin],
     metadata: DatasetMetadata,
-) -> str | None:
+) -> Revealed | None:
     """None when every dependency of `admission` holds by the outputs' definitions; else the
-    reason (for checkers) naming the first that only the records imply. `current` is
+    first that only the records imply (its reason, for checkers, and the admissions in it). `current` is
     `origin_of(...)` for this admission, `labels` its output's cell labels, `origins` the
     definitions of every earlier admission of the scope."""
     if not admission.dependencies or admission.state is None:
@@ -142,12 +150,13 @@ def data_revealed(
         involved += [source(int(r)) for r in dep.rows]
         if not evaluator.holds(involved, [int(c) for c in dep.coefficients], dep.p):
             named = sorted({s.origin for s in involved if s is not None} - {this})
-            return (
+            reason = (
                 "the records make this output's query set a combination of earlier releases "
                 f"(admissions {named}) that the outputs' definitions do not imply: a zero "
                 "revealed by the data, refused like a small difference so that the refusal "
                 "is no oracle"
             )
+            return Revealed(reason=reason, conflicts_with=named)
     return None
 
 

@@ -43,11 +43,11 @@ from safeaccess.server.api import create_app
 from safeaccess.server.cli import main as admin
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.db import EventRow
 from safeaccess.server.demo_data import census_metadata, generate_census
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import EventRow
 
 # sigma / Delta of the analytic Gaussian mechanism at (1, 1e-5): the reference value.
 SIGMA_RATIO_1_1E5 = 3.7306316348

@@ -15,11 +15,11 @@ from safeaccess.client.session import ServerError, connect
 from safeaccess.server import review
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.db import EventRow
 from safeaccess.server.demo_data import census_metadata
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import EventRow
 
 SAFE = FrequencyTable(rows=["region"], cols=["sex"])
 SAFE2 = FrequencyTable(rows=["employment"])

@@ -14,12 +14,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from safeaccess.client.keys import public_key_text
 from safeaccess.server.cli import main
 from safeaccess.server.config import DataDir
-from safeaccess.server.db import StepRow
 from safeaccess.server.demo_data import census_metadata, generate_census
 from safeaccess.server.qss_settings import QssSettings
 from safeaccess.server.record_ids import read_ids
 from safeaccess.server.states import StepState
 from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.store.schema import StepRow
 
 
 @pytest.fixture

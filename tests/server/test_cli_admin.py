@@ -137,7 +137,7 @@ def _record_a_sequence(store: Store, root: Path, tmp_path: Path, researcher: str
         metadata=census_metadata("census"),
         project="p1",
     )
-    from safeaccess.server.db import SequenceRow
+    from safeaccess.server.store.schema import SequenceRow
 
     dataset = store.find_dataset("census")
     assert dataset is not None

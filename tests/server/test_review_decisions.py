@@ -16,10 +16,10 @@ from safeaccess.rules.outputs import CellFacts, TableFacts, TableOutput, public
 from safeaccess.server import review, review_rules
 from safeaccess.server.cli import main
 from safeaccess.server.config import DataDir
-from safeaccess.server.db import StepRow
 from safeaccess.server.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from safeaccess.server.states import StepState
 from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.store.schema import StepRow
 from safeaccess.server.web import accounts
 
 # A one-way frequency table: the West cell holds 3 records and is flagged for review.
@@ -261,7 +261,7 @@ def test_checker_accounts_from_the_cli(
     assert main(["checker", "add", "x", "--researcher", "nobody", *d]) == 2
     # Only the token's hash is stored.
     with store.transaction() as s:
-        from safeaccess.server.db import CheckerRow
+        from safeaccess.server.store.schema import CheckerRow
 
         row = s.get(CheckerRow, "olivia")
         assert (

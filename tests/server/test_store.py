@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select
 
-from safeaccess.server.db import Base, EventRow, SequenceRow, StepRow
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.qss_settings import QssSettings
 from safeaccess.server.states import IllegalTransition, StepState
 from safeaccess.server.store import QssCommit, StepOutcome, Store
+from safeaccess.server.store.schema import Base, EventRow, SequenceRow, StepRow
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

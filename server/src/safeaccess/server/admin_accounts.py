@@ -14,7 +14,9 @@ from datetime import datetime
 from sqlalchemy import delete, func, select
 
 from safeaccess.server import auditlog
-from safeaccess.server.db import (
+from safeaccess.server.errors import Conflict, NotFound
+from safeaccess.server.store import Store
+from safeaccess.server.store.schema import (
     AuditorRow,
     CheckerRow,
     DatasetRow,
@@ -23,8 +25,6 @@ from safeaccess.server.db import (
     ResearcherRow,
     SequenceRow,
 )
-from safeaccess.server.errors import Conflict, NotFound
-from safeaccess.server.store import Store
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from safeaccess.client.audit.records import COMMITMENT_SCHEME, commit, new_salt
 from safeaccess.server.audit_facts import decision_facts
-from safeaccess.server.db import StepRow
+from safeaccess.server.store.schema import StepRow
 
 if TYPE_CHECKING:
     from safeaccess.server.store import StepOutcome

@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from safeaccess.client.audit.merkle import EMPTY_ROOT, leaf_hash, node_hash, split_point
 from safeaccess.client.audit.records import LOG_FORMAT, LOG_VERSION, encode_record
-from safeaccess.server.db import AuditHeadRow, AuditNodeRow, EventRow
 from safeaccess.server.errors import InvalidRequest
+from safeaccess.server.store.schema import AuditHeadRow, AuditNodeRow, EventRow
 
 HEAD_ID = 1
 _HEAD: Table = AuditHeadRow.__table__  # type: ignore[assignment]

@@ -28,12 +28,12 @@ from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.dp import GaussianLedger, gaussian_epsilon
 from safeaccess.server import dp_release
-from safeaccess.server.db import DatasetRow
 from safeaccess.server.dp_config import DPConfig, ledger_key
 from safeaccess.server.dp_release import DPContext, DPPlan
 from safeaccess.server.errors import InvalidRequest, NotFound
 from safeaccess.server.schemas import DPBudgetView, PlanCheckRequest, PlanCheckView, PlanProblem
 from safeaccess.server.store import DPLedgerState, StepOutcome, Store
+from safeaccess.server.store.schema import DatasetRow
 
 
 def dataset_for(store: Store, researcher: str, name: str, version: int | None) -> DatasetRow:

@@ -26,9 +26,9 @@ from sqlalchemy import delete, func, select
 
 from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.protocol import Endorsement
-from safeaccess.server.db import ClaimRequirementRow, DatasetRow
 from safeaccess.server.errors import Forbidden, NotFound
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import ClaimRequirementRow, DatasetRow
 
 Requirements = Mapping[str, frozenset[str]]
 

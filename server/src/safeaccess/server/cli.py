@@ -160,7 +160,7 @@ def _dataset_add(args: argparse.Namespace) -> int:
 
 
 def _dataset_list(args: argparse.Namespace) -> int:
-    from safeaccess.server.db import DatasetRow
+    from safeaccess.server.store.schema import DatasetRow
 
     store = _store(_data(args))
     try:

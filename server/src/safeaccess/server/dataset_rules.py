@@ -19,9 +19,9 @@ from sqlalchemy import select
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
 from safeaccess.server import auditlog
 from safeaccess.server.config import DataDir
-from safeaccess.server.db import DatasetRow
 from safeaccess.server.errors import InvalidRequest, NotFound
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import DatasetRow
 
 
 def current_rules_path(store: Store, dataset_id: int) -> str | None:

@@ -20,11 +20,11 @@ import yaml
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
 from safeaccess.server.config import DataDir
-from safeaccess.server.db import DatasetRow
 from safeaccess.server.errors import InvalidRequest
 from safeaccess.server.qss_settings import QssSettings
 from safeaccess.server.record_ids import assign_ids, read_registry, sandbox_copy, write_ids
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import DatasetRow
 
 
 def load_metadata(path: Path) -> DatasetMetadata:

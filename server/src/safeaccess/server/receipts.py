@@ -19,8 +19,8 @@ import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.audit.records import commit
-from safeaccess.server.db import SequenceRow, StepRow
 from safeaccess.server.states import StepState
+from safeaccess.server.store.schema import SequenceRow, StepRow
 
 RECEIPT_PROTOCOL = "safeaccess-receipt"
 RECEIPT_VERSION = 2

@@ -29,7 +29,6 @@ from safeaccess.sandbox.backend import RunnerRequest
 from safeaccess.sandbox.mock_data import mock_frame, mock_notes, mock_rows
 from safeaccess.sandbox.runner import run_request
 from safeaccess.server import budgets
-from safeaccess.server.db import DatasetRow
 from safeaccess.server.errors import InvalidRequest
 from safeaccess.server.failures import is_data_dependent
 from safeaccess.server.pipeline import mitigate_output
@@ -40,6 +39,7 @@ from safeaccess.server.schemas import (
     RehearsalView,
 )
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import DatasetRow
 
 #: Most analyses one rehearsal runs (each is computed on the mock in the API process).
 MAX_REHEARSED = 100

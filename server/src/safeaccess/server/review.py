@@ -13,10 +13,10 @@ from safeaccess.rules.mitigation import MitigationError, mitigate
 from safeaccess.rules.outputs import Output, public
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.server import review_rules
-from safeaccess.server.db import StepRow
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.pipeline import sha256_hex
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import StepRow
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,15 @@ from typing import Any
 from sqlalchemy import func, select
 
 from safeaccess.server import auditlog
-from safeaccess.server.db import (
+from safeaccess.server.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from safeaccess.server.store import Store
+from safeaccess.server.store.schema import (
     CheckerRow,
     ReviewApprovalRow,
     ReviewSettingsRow,
     SequenceRow,
     StepRow,
 )
-from safeaccess.server.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from safeaccess.server.store import Store
 
 ALLOWED_CHECKERS = (1, 2)
 

@@ -41,7 +41,6 @@ from safeaccess.server import budgets, claim_gate, review
 from safeaccess.server.audit_service import AuditService, log_configuration
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.dataset_rules import current_rules_path
-from safeaccess.server.db import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.dp_config import DPConfig, ledger_key
 from safeaccess.server.dp_release import DPContext, public_reasons
 from safeaccess.server.errors import (
@@ -73,6 +72,7 @@ from safeaccess.server.schemas import (
 from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
 from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.withhold_budget import budget, opening_needs_approval
 
 log = logging.getLogger("safeaccess.server")

@@ -15,9 +15,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from safeaccess.rules.ruleset import RuleSet
-from safeaccess.server.db import utcnow
 from safeaccess.server.schemas import BudgetView
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import utcnow
 
 
 def budget(store: Store, ruleset: RuleSet, researcher: str, dataset: str) -> BudgetView | None:

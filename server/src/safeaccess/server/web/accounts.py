@@ -21,9 +21,9 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 from sqlalchemy import select
 
 from safeaccess.server import auditlog
-from safeaccess.server.db import CheckerRow
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import CheckerRow
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 ENROL_DAYS = 3

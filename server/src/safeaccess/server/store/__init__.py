@@ -20,7 +20,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from safeaccess.server import audit_records, auditlog
-from safeaccess.server.db import (
+from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+from safeaccess.server.qss_settings import DEFAULT_QSS, QssSettings
+from safeaccess.server.states import (
+    SequenceState,
+    StepState,
+    check_sequence_transition,
+    check_step_transition,
+    sequence_state_after_step,
+)
+from safeaccess.server.store.schema import (
     AuditorRow,
     Base,
     DatasetRow,
@@ -36,15 +45,6 @@ from safeaccess.server.db import (
     SequenceRow,
     StepRow,
     utcnow,
-)
-from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
-from safeaccess.server.qss_settings import DEFAULT_QSS, QssSettings
-from safeaccess.server.states import (
-    SequenceState,
-    StepState,
-    check_sequence_transition,
-    check_step_transition,
-    sequence_state_after_step,
 )
 
 #: The error code recorded on step 1 of a sequence whose opening an output checker rejected.

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine, func, select, text
 
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.qss_settings import QssSettings
@@ -25,6 +25,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         url = request.getfixturevalue("postgres_url")
         engine = create_engine(url)
         Base.metadata.drop_all(engine)
+        with engine.begin() as connection:  # and the schema's revision: a fresh database
+            connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
         engine.dispose()
     s = Store(url)
     s.add_project("p")

@@ -17,15 +17,23 @@ from typing import Any
 from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
 from safeaccess.server import cli_admin, cli_sandbox
+from safeaccess.server.admin import db as admin_db
 from safeaccess.server.config import DataDir, default_data_dir, initialise
 from safeaccess.server.errors import ConfigError, ServiceError
 from safeaccess.server.store import Store
+from safeaccess.server.store.migrate import SchemaBehind
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
 
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, ServiceError, KeyFileError, OSError)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError,
+    ServiceError,
+    KeyFileError,
+    OSError,
+    SchemaBehind,
+)
 
 
 def _data(args: argparse.Namespace) -> DataDir:
@@ -732,6 +740,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The docker engineer's `sandbox build-image` / `sandbox check` commands.
     cli_sandbox.register(sub)
+    # db current / db upgrade: the schema's migrations.
+    admin_db.register(sub, common)
     # key show; list/remove of accounts and projects; dataset rules.
     cli_admin.register(
         sub,

@@ -29,9 +29,9 @@ from safeaccess.server.states import (
     check_step_transition,
     sequence_state_after_step,
 )
+from safeaccess.server.store import migrate
 from safeaccess.server.store.schema import (
     AuditorRow,
-    Base,
     DatasetRow,
     DPConfigRow,
     DPLedgerRow,
@@ -117,7 +117,8 @@ class QssCommit:
     n_records: int
 
 
-def _make_engine(url: str) -> Engine:
+def make_engine(url: str) -> Engine:
+    """The SQLAlchemy engine of a store URL (SQLite gets WAL, foreign keys and full sync)."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -138,8 +139,12 @@ class Store:
     """Transactions over the safeaccess schema."""
 
     def __init__(self, url: str):
-        self.engine = _make_engine(url)
-        Base.metadata.create_all(self.engine)
+        self.engine = make_engine(url)
+        try:
+            migrate.ensure(self.engine)
+        except migrate.SchemaBehind:
+            self.engine.dispose()
+            raise
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         with self.transaction() as s:
             auditlog.ensure_head(s)

@@ -1,0 +1,1 @@
+"""The controller's command line, one module per command group (`db.py`: schema migrations)."""

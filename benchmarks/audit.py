@@ -51,9 +51,9 @@ from safeaccess.server import store as store_module
 from safeaccess.server.audit_records import settle_records
 from safeaccess.server.audit_service import AuditService
 from safeaccess.server.config import initialise
+from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.service import Service
 from safeaccess.server.states import StepState
-from safeaccess.server.store import StepOutcome
 from safeaccess.server.store.schema import AuditHeadRow, AuditNodeRow, DatasetRow, EventRow, StepRow
 
 REGIONS = ["North", "South", "East", "West", "Centre"]

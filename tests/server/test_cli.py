@@ -15,10 +15,11 @@ from safeaccess.client.keys import public_key_text
 from safeaccess.server.cli import main
 from safeaccess.server.config import DataDir
 from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.qss_settings import QssSettings
 from safeaccess.server.record_ids import read_ids
 from safeaccess.server.states import StepState
-from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.store import Store
 from safeaccess.server.store.schema import StepRow
 
 

@@ -12,8 +12,8 @@ from safeaccess.client.metadata import Column, DatasetMetadata, NeighbouringRela
 from safeaccess.rules.outputs import DPStatisticFacts, DPStatisticOutput
 from safeaccess.server import dp_release
 from safeaccess.server.dp_config import DPConfig
+from safeaccess.server.outcome import DPLedgerState, StepOutcome
 from safeaccess.server.states import StepState
-from safeaccess.server.store import DPLedgerState, StepOutcome
 
 SIGMA_RATIO_1_1E5 = 3.7306316348  # analytic Gaussian sigma / Delta at (1, 1e-5)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, StateFormatError, admit
+from safeaccess.server.outcome import QssPointer
 from safeaccess.server.qss_gate import StateFiles
 from safeaccess.server.qss_settings import scope_folder
 from safeaccess.server.qss_universe import (
@@ -20,7 +21,6 @@ from safeaccess.server.qss_universe import (
     encode,
     population_set,
 )
-from safeaccess.server.store import QssPointer
 
 POLICY = AuditPolicy(k=10)
 N = 100

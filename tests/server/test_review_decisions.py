@@ -17,8 +17,9 @@ from safeaccess.server import review, review_rules
 from safeaccess.server.cli import main
 from safeaccess.server.config import DataDir
 from safeaccess.server.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
-from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.store import Store
 from safeaccess.server.store.schema import StepRow
 from safeaccess.server.web import accounts
 

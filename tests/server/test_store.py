@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import create_engine, func, select, text
 
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.qss_settings import QssSettings
 from safeaccess.server.states import IllegalTransition, StepState
-from safeaccess.server.store import QssCommit, StepOutcome, Store
+from safeaccess.server.store import Store
 from safeaccess.server.store.schema import Base, EventRow, SequenceRow, StepRow
 
 

@@ -17,7 +17,7 @@ from safeaccess.server.audit_facts import decision_facts
 from safeaccess.server.store.schema import StepRow
 
 if TYPE_CHECKING:
-    from safeaccess.server.store import StepOutcome
+    from safeaccess.server.outcome import StepOutcome
 
 _STRUCTURED = frozenset({"run", "checks", "ruleset_contents"})
 

@@ -31,8 +31,9 @@ from safeaccess.server import dp_release
 from safeaccess.server.dp_config import DPConfig, ledger_key
 from safeaccess.server.dp_release import DPContext, DPPlan
 from safeaccess.server.errors import InvalidRequest, NotFound
+from safeaccess.server.outcome import DPLedgerState, StepOutcome
 from safeaccess.server.schemas import DPBudgetView, PlanCheckRequest, PlanCheckView, PlanProblem
-from safeaccess.server.store import DPLedgerState, StepOutcome, Store
+from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow
 
 

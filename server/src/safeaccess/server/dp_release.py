@@ -50,9 +50,9 @@ from safeaccess.rules.outputs import (
     public,
 )
 from safeaccess.server.dp_config import DPConfig
+from safeaccess.server.outcome import DPCharge, DPLedgerState, StepOutcome
 from safeaccess.server.schemas import Reason
 from safeaccess.server.states import StepState
-from safeaccess.server.store import DPCharge, DPLedgerState, StepOutcome
 
 #: Checks whose findings depend only on the request and the public ledger: shown verbatim.
 PUBLIC_CHECKS = frozenset({"dp_budget", "dp_policy"})

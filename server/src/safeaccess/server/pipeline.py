@@ -11,13 +11,10 @@ unavailable) raise `Unavailable` and record nothing, so the step can be re-run.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import rfc8785
 from pydantic import TypeAdapter, ValidationError
 
 from safeaccess.client.analyses import Analysis, ModelTraining, parse_analysis
@@ -41,11 +38,12 @@ from safeaccess.sandbox.backend import (
     SandboxError,
 )
 from safeaccess.server import dp_release
+from safeaccess.server.digests import json_hash
 from safeaccess.server.dp_release import DPContext
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.failures import failure_decision, is_data_dependent
+from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
-from safeaccess.server.store import StepOutcome
 
 _OUTPUT: TypeAdapter[Output] = TypeAdapter(Output)
 _VERDICT_STATE = {
@@ -53,15 +51,6 @@ _VERDICT_STATE = {
     "withhold": StepState.WITHHELD,
     "review": StepState.REVIEW,
 }
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def json_hash(value: Any) -> str:
-    """SHA-256 of the canonical JSON (RFC 8785) of a value: stable across processes."""
-    return sha256_hex(rfc8785.dumps(value))
 
 
 def _failed(code: str, message: str, kind: str | None) -> StepOutcome:

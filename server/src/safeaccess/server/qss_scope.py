@@ -24,6 +24,7 @@ from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.outputs import Output
 from safeaccess.server.errors import Unavailable
+from safeaccess.server.outcome import QssCommit
 from safeaccess.server.qss_gate import AuditUnavailable, StateFiles, commit_for, gate, policy_for
 from safeaccess.server.qss_settings import QssSettings, scope_key
 from safeaccess.server.qss_universe import (
@@ -32,7 +33,7 @@ from safeaccess.server.qss_universe import (
     admit_populations,
     records_needed,
 )
-from safeaccess.server.store import QssCommit, Store
+from safeaccess.server.store import Store
 
 
 class ScopeAuditor:

@@ -29,11 +29,13 @@ from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, Limits
+from safeaccess.server.digests import json_hash
 from safeaccess.server.errors import Unavailable
-from safeaccess.server.pipeline import json_hash, run_step
+from safeaccess.server.outcome import StepOutcome
+from safeaccess.server.pipeline import run_step
 from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.states import StepState
-from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 
 log = logging.getLogger("safeaccess.server.scripts")

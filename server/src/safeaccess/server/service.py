@@ -41,6 +41,7 @@ from safeaccess.server import budgets, claim_gate, review
 from safeaccess.server.audit_service import AuditService, log_configuration
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.dataset_rules import current_rules_path
+from safeaccess.server.digests import sha256_hex
 from safeaccess.server.dp_config import DPConfig, ledger_key
 from safeaccess.server.dp_release import DPContext, public_reasons
 from safeaccess.server.errors import (
@@ -52,7 +53,8 @@ from safeaccess.server.errors import (
     Unauthenticated,
 )
 from safeaccess.server.leverage_record import leverage_record
-from safeaccess.server.pipeline import run_step, sha256_hex, with_decision
+from safeaccess.server.outcome import StepOutcome
+from safeaccess.server.pipeline import run_step, with_decision
 from safeaccess.server.qss_scope import ScopeAuditor
 from safeaccess.server.qss_universe import Population
 from safeaccess.server.reasons import researcher_reasons, script_reasons
@@ -71,7 +73,7 @@ from safeaccess.server.schemas import (
 )
 from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
-from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.withhold_budget import budget, opening_needs_approval
 

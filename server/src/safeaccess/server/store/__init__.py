@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from safeaccess.server import audit_records, auditlog
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+
+# The outcome types moved to `safeaccess.server.outcome`; re-exported here until the layout
+# change's last step (other branches still import them from the store).
+from safeaccess.server.outcome import DPCharge as DPCharge
+from safeaccess.server.outcome import DPLedgerState as DPLedgerState
+from safeaccess.server.outcome import QssCommit as QssCommit
+from safeaccess.server.outcome import QssPointer as QssPointer
+from safeaccess.server.outcome import StepOutcome as StepOutcome
 from safeaccess.server.qss_settings import DEFAULT_QSS, QssSettings
 from safeaccess.server.states import (
     SequenceState,
@@ -49,72 +56,6 @@ from safeaccess.server.store.schema import (
 
 #: The error code recorded on step 1 of a sequence whose opening an output checker rejected.
 OPENING_REJECTED = "opening_rejected"
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    """What the pipeline decided for one step, recorded atomically by `settle_step`."""
-
-    state: StepState
-    kind: str | None = None
-    output: dict[str, Any] | None = None
-    public_output: dict[str, Any] | None = None
-    output_hash: str | None = None
-    decision: dict[str, Any] | None = None
-    ruleset_hash: str | None = None
-    error_code: str | None = None
-    error_message: str | None = None
-    backend: str | None = None
-    wall_seconds: float | None = None
-    dp_charge: DPCharge | None = None  # written to the scope's ledger with the release
-    dp_facts: dict[str, Any] | None = None  # for the event log (`event_data["dp"]`)
-
-
-@dataclass(frozen=True)
-class DPCharge:
-    """A DP release's charge to its scope's ledger, written with the step's outcome.
-
-    `spent_before` / `version` are what the charge was computed against: if the ledger moved
-    meanwhile (another replica released in the same scope) the whole settle fails and the step
-    stays re-runnable, so no answer leaves on a budget check that no longer holds.
-    """
-
-    key: str
-    dataset: str
-    scope: str
-    owner: str
-    version: int
-    spent_after: float
-    releases_after: int
-
-
-@dataclass(frozen=True)
-class DPLedgerState:
-    spent: float = 0.0
-    releases: int = 0
-    version: int = 0
-
-
-@dataclass(frozen=True)
-class QssPointer:
-    """Where a scope's current auditor state is: its file's digest and size."""
-
-    digest: str
-    n_records: int
-    admitted: int
-
-
-@dataclass(frozen=True)
-class QssCommit:
-    """A new auditor state to point a scope at, committed with the step that produced it.
-
-    `base` is the digest the admission started from (None: the scope had no state); the commit
-    fails with a `qss_state_changed` conflict if another admission moved the pointer meanwhile."""
-
-    scope: str
-    base: str | None
-    digest: str
-    n_records: int
 
 
 def make_engine(url: str) -> Engine:

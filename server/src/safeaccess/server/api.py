@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from safeaccess.client.keyrotation import KeyStatus
 from safeaccess.server import api_audit, budgets, rehearsal
 from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
 from safeaccess.server.schemas import (
@@ -45,6 +46,7 @@ M = TypeVar("M", bound=BaseModel)
 
 SequenceId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
 StepIndex = Annotated[int, Path(ge=1, le=65535)]
+KeyFingerprint = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")]
 DatasetName = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.-]{1,128}$")]
 
 
@@ -191,6 +193,12 @@ def create_app(service: Service) -> FastAPI:
             server_public_key=service.server_public_key,
             sandbox=service.backend.name,
         )
+
+    @app.get("/v1/keys/{fingerprint}", response_model=KeyStatus, tags=["service"])
+    def key_status(fingerprint: KeyFingerprint) -> KeyStatus:
+        """Whether a researcher key is current, rotated or revoked (no authentication: a client
+        whose key stopped working learns why, and flags a revocation she did not ask for)."""
+        return KeyStatus.model_validate(service.store.key_status(fingerprint))
 
     @app.get("/v1/datasets", response_model=Catalogue, tags=["catalogue"])
     def datasets(auth: Auth) -> Catalogue:

@@ -81,6 +81,35 @@ def _researcher_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _researcher_change_key(args: argparse.Namespace, *, revoke: bool) -> int:
+    key = load_public_key(args.public_key)
+    data = _data(args)
+    config = data.load_config()
+    store = Store(data.database_url(config))
+    try:
+        entry = store.change_researcher_key(
+            args.name,
+            public_key_text(key),
+            fingerprint(key),
+            server_id=config.server_id,
+            signature=None if revoke else args.signature.strip(),
+            reason=args.reason if revoke else None,
+        )
+    finally:
+        store.close()
+    verb = "revoked (her client flags it at her next connection)" if revoke else "rotated"
+    print(f"researcher {args.name}: key {verb}; now {fingerprint(key)} (audit log entry {entry})")
+    return EXIT_OK
+
+
+def _researcher_rotate_key(args: argparse.Namespace) -> int:
+    return _researcher_change_key(args, revoke=False)
+
+
+def _researcher_revoke_key(args: argparse.Namespace) -> int:
+    return _researcher_change_key(args, revoke=True)
+
+
 def _qss_settings(args: argparse.Namespace, store: Any) -> Any:
     """The auditor settings asked for on the command line (over the dataset's current ones)."""
     from safeaccess.server.qss_settings import QssSettings
@@ -553,6 +582,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--project", action="append", required=True, help="project she belongs to (repeatable)"
     )
     radd.set_defaults(handler=_researcher_add)
+    rrot = researcher.add_parser(
+        "rotate-key",
+        parents=[common],
+        help="replace her key by one she authorised with her old key's signature",
+    )
+    rrot.add_argument("name", metavar="NAME")
+    rrot.add_argument("--public-key", type=Path, required=True, help="her new public key PEM")
+    rrot.add_argument(
+        "--signature",
+        required=True,
+        help="her old key's signature, from `safeaccess keys sign-rotation` (base64)",
+    )
+    rrot.set_defaults(handler=_researcher_rotate_key)
+    rrev = researcher.add_parser(
+        "revoke-key",
+        parents=[common],
+        help="the centre replaces her key without her signature (logged; her client flags it)",
+    )
+    rrev.add_argument("name", metavar="NAME")
+    rrev.add_argument("--public-key", type=Path, required=True, help="the new public key PEM")
+    rrev.add_argument("--reason", required=True, help="why (logged; she and auditors see it)")
+    rrev.set_defaults(handler=_researcher_revoke_key)
 
     auditor = sub.add_parser("auditor", help="auditors").add_subparsers(
         dest="auditor_command", required=True, metavar="ACTION"

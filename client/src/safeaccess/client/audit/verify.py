@@ -40,7 +40,8 @@ from safeaccess.client.audit.merkle import (
     verify_inclusion,
 )
 from safeaccess.client.audit.records import LogRecord, RecordError, decode_record
-from safeaccess.client.keys import KeyFileError, load_public_key
+from safeaccess.client.keyrotation import rotation_signed_by
+from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key
 from safeaccess.client.protocol import Endorsement, ProtocolError, SequenceVerifier
 from safeaccess.client.protocol.words import verify_logged_step
 
@@ -158,6 +159,7 @@ class _Sequence:
     # A script step: "queued" when revealed (no verdict yet), then "ran" or "failed".
     script: str | None = None
     granted: frozenset[str] = frozenset()  # the claims (policies) of its verified endorsements
+    signed_with: bytes = b""  # the raw public key that verified its header, at its opening
     # kind -> claims the dataset required when the current step was revealed
     required: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -167,7 +169,7 @@ class _Replay:
 
     def __init__(self, report: Report):
         self.report = report
-        self.researcher_keys: dict[str, Ed25519PublicKey] = {}
+        self.researcher_keys: dict[str, Ed25519PublicKey] = {}  # her key now, in the replay
         self.cas: dict[str, Ed25519PublicKey] = {}
         self.server_id: str | None = None
         self.rulesets: dict[str, dict[str, Any]] = {}
@@ -214,6 +216,57 @@ class _Replay:
                 "never changes a researcher's key)",
             )
         self.researcher_keys[name] = key
+
+    def _key_change(self, rec: LogRecord) -> tuple[str, Ed25519PublicKey, Ed25519PublicKey]:
+        """The researcher, her key until now and the new key of a rotation or revocation."""
+        name = str(rec.data.get("researcher"))
+        old = self.researcher_keys.get(name)
+        if old is None:
+            raise self._fail(rec, f"researcher {name!r} was not registered before")
+        if rec.data.get("old_fingerprint") != fingerprint(old):
+            raise self._fail(
+                rec, f"it replaces a key of {name!r} that is not the one she holds in the log"
+            )
+        try:
+            new = load_public_key(str(rec.data["public_key"]).encode("ascii"))
+        except (KeyError, KeyFileError) as exc:
+            raise self._fail(rec, "the new public key is missing or malformed") from exc
+        if rec.data.get("fingerprint") != fingerprint(new):
+            raise self._fail(rec, "the new key's logged fingerprint is not its fingerprint")
+        return name, old, new
+
+    def _researcher_key_rotated(self, rec: LogRecord) -> None:
+        name, old, new = self._key_change(rec)
+        if self.server_id is None or not rotation_signed_by(
+            old,
+            str(rec.data.get("signature")),
+            self.server_id,
+            name,
+            fingerprint(old),
+            str(rec.data["public_key"]),
+        ):
+            raise self._fail(
+                rec,
+                f"the rotation of {name!r}'s key is not signed by her previous key (only she "
+                "rotates her key; the centre can only revoke it, with a reason)",
+            )
+        self.researcher_keys[name] = new
+        self.report.notes.append(
+            f"entry {rec.index}: researcher {name} rotated her key (signed by the previous one)"
+        )
+
+    def _researcher_key_revoked(self, rec: LogRecord) -> None:
+        name, _, new = self._key_change(rec)
+        reason = rec.data.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise self._fail(rec, f"the revocation of {name!r}'s key gives no reason")
+        self.researcher_keys[name] = new
+        # Not an error (a lost key is replaced this way) but the one act by which a centre could
+        # sign in her name: every report shows it, and her client flags it to her.
+        self.report.notes.append(
+            f"entry {rec.index}: the centre REVOKED researcher {name}'s key and registered "
+            f"another without her signature (reason: {reason})"
+        )
 
     def _ruleset(self, rec: LogRecord) -> None:
         text = rec.data.get("contents")
@@ -295,6 +348,7 @@ class _Replay:
             raise self._fail(rec, "the header names another researcher than the one logged")
         self.sequences[rec.sequence] = _Sequence(
             researcher=rec.actor,
+            signed_with=key.public_bytes_raw(),
             verifier=verifier,
             previous_trace=verifier.header.t0,
             dataset=verifier.header.dataset,
@@ -321,6 +375,13 @@ class _Replay:
             )
         if j != seq.next_index:
             raise self._fail(rec, f"step {j} was revealed but step {seq.next_index} was next")
+        if self.researcher_keys[seq.researcher].public_bytes_raw() != seq.signed_with:
+            # The server checks the sequence's signature against her key at each reveal.
+            raise self._fail(
+                rec,
+                f"step {j} was revealed after the key of {seq.researcher!r} that signed its "
+                "sequence was replaced (steps are valid only under the key of their time)",
+            )
         try:
             trace = bytes.fromhex(str(rec.data["trace"]))
             digest = bytes.fromhex(str(rec.data["body_sha256"]))

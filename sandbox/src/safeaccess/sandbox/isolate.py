@@ -13,7 +13,9 @@ data. In order:
 4. stdin/stdout on /dev/null, stderr on the job's pipe, the job channel on fd 3, nothing else;
 5. rlimits (memory and address space on top of what the job inherited from the template, CPU,
    file size, processes, no core dumps);
-6. a fresh unprivileged uid/gid (no supplementary groups), which drops every capability;
+6. an empty capability bounding set and ambient set, then a fresh unprivileged uid/gid (no
+   supplementary groups), which empties the permitted and effective sets, then an empty
+   inheritable set: the job holds no capability and can never be granted one;
 7. the seccomp allow-list (`safeaccess.sandbox.seccomp`).
 
 Only then is the request read from the job channel and the reply written back through the
@@ -169,6 +171,42 @@ def _rlimits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
 
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x2008_0522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _drop_bounding_set() -> None:
+    """Empty the capability bounding set and the ambient set (while the template's
+    CAP_SETPCAP is still held): nothing the job executes can ever be granted a capability."""
+    with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
+        last = int(fh.read())
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient")
+
+
+def _clear_capabilities() -> None:
+    """After the switch to the job's uid: empty the inheritable set too (the uid change
+    emptied the permitted and effective ones; the template's inheritable set would remain)."""
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
 def _switch_user(uid: int) -> None:
     if os.getuid() != 0:
         return  # a non-root server's template runs in a user namespace mapping one id only
@@ -228,7 +266,9 @@ def run_isolated_job(
         _fresh_tmp(size)
         os.chdir(TMP)
         _rlimits(limits)
+        _drop_bounding_set()
         _switch_user(uid)
+        _clear_capabilities()
         seccomp.load_compiled(program)
     except BaseException as exc:
         with contextlib.suppress(OSError):

@@ -18,7 +18,7 @@ from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
 from safeaccess.server import cli_admin, cli_sandbox
 from safeaccess.server.config import DataDir, default_data_dir, initialise
-from safeaccess.server.errors import ConfigError, ServiceError
+from safeaccess.server.errors import ConfigError, Forbidden, ServiceError
 from safeaccess.server.store import Store
 
 EXIT_OK = 0
@@ -349,17 +349,36 @@ def _review_openings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _authenticated_checker(store: Store, name: str) -> str:
+    """The enrolled, active checker `name`, after her password and a fresh TOTP code (asked on
+    the terminal, never taken from the command line); refuses anyone else. A name alone decides
+    nothing: the two-person rule needs two people, not two names."""
+    from safeaccess.server.web.accounts import authenticate
+
+    password = getpass.getpass(f"password of checker {name}: ")
+    code = getpass.getpass(f"current code from {name}'s authenticator app: ")
+    checker = authenticate(store, name, password, code)
+    if checker is None:
+        raise Forbidden(
+            f"{name!r} is not an enrolled, active checker, or the password or code is wrong; "
+            "nothing was decided (checkers are added with `safeaccess-server checker add` and "
+            "enrol by their link)"
+        )
+    return checker
+
+
 def _review_opening_decide(args: argparse.Namespace) -> int:
     from safeaccess.server.review import decide_opening
 
     approve = args.review_command == "approve-opening"
     store = _store(_data(args))
     try:
+        reviewer = _authenticated_checker(store, args.reviewer or getpass.getuser())
         state = decide_opening(
             store,
             args.sequence,
             approve=approve,
-            reviewer=args.reviewer or getpass.getuser(),
+            reviewer=reviewer,
             note=args.note,
         )
     finally:
@@ -420,12 +439,13 @@ def _review_decide(args: argparse.Namespace) -> int:
     approve = args.review_command == "approve"
     store = _store(_data(args))
     try:
+        reviewer = _authenticated_checker(store, args.reviewer or getpass.getuser())
         state = decide(
             store,
             args.sequence,
             args.step,
             approve=approve,
-            reviewer=args.reviewer or getpass.getuser(),
+            reviewer=reviewer,
             note=args.note,
         )
     finally:
@@ -745,7 +765,11 @@ def build_parser() -> argparse.ArgumentParser:
         decide = review.add_parser(action, parents=[common], help=text)
         decide.add_argument("sequence", metavar="SEQUENCE_ID")
         decide.add_argument("step", metavar="STEP", type=int)
-        decide.add_argument("--reviewer", default=None, help="your name (default: login name)")
+        decide.add_argument(
+            "--reviewer",
+            default=None,
+            help="your checker name (default: login name); your password and TOTP code are asked",
+        )
         decide.add_argument(
             "--note",
             default="",
@@ -762,7 +786,11 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         decide = review.add_parser(action, parents=[common], help=text)
         decide.add_argument("sequence", metavar="SEQUENCE_ID")
-        decide.add_argument("--reviewer", default=None, help="your name (default: login name)")
+        decide.add_argument(
+            "--reviewer",
+            default=None,
+            help="your checker name (default: login name); your password and TOTP code are asked",
+        )
         decide.add_argument(
             "--note",
             default="",

@@ -8,6 +8,7 @@ is a JSON body {"error": {"code", "message"}}.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -22,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from safeaccess.client.keyrotation import KeyStatus
 from safeaccess.server import api_audit, budgets, rehearsal
 from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
+from safeaccess.server.ratelimit import TooManyFailures
 from safeaccess.server.schemas import (
     Catalogue,
     Health,
@@ -147,6 +149,7 @@ async def authed(request: Request) -> Authed:
         request.url.query,
         request.headers,
         body,
+        request.client.host if request.client is not None else None,
     )
     return Authed(researcher=researcher, body=body)
 
@@ -169,6 +172,8 @@ def create_app(service: Service) -> FastAPI:
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
         headers = {"Retry-After": "5"} if isinstance(exc, Unavailable) else None
+        if isinstance(exc, TooManyFailures):
+            headers = {"Retry-After": str(math.ceil(exc.retry_after))}
         return JSONResponse(error_body(exc.code, exc.message), exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)

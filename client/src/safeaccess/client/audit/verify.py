@@ -573,6 +573,14 @@ def verify_log(
             rec = decode_record(raw)
         except RecordError as exc:
             raise AuditFailure(str(exc), index) from exc
+        if 0 <= rec.index < index:
+            # The records from here on sit later than they say: entries were inserted before.
+            raise AuditFailure(
+                f"inserted: entry {index} holds the record of entry {rec.index}, so "
+                f"{index - rec.index} entr{'y was' if index - rec.index == 1 else 'ies were'} "
+                f"inserted from entry {rec.index} on and the entries after moved down",
+                rec.index,
+            )
         if rec.index != index:
             raise AuditFailure(f"the record says it is entry {rec.index}: rows were moved", index)
         leaf = leaf_hash(raw)
@@ -603,6 +611,18 @@ def verify_log(
     return report
 
 
+def _served_after(source: LogSource, index: int, leaves: list[bytes]) -> bytes | None:
+    """The leaf hash of the entry served after `index` (past the checkpoint if the source can
+    serve one entry alone), or None."""
+    if index + 1 < len(leaves):
+        return leaves[index + 1]
+    entry = getattr(source, "entry", None)
+    if entry is None:
+        return None
+    raw = entry(index + 1)
+    return leaf_hash(raw) if raw is not None else None
+
+
 def _name_bad_entry(source: LogSource, leaves: list[bytes], checkpoint: Checkpoint) -> None:
     for index, leaf in enumerate(leaves):
         proof = source.inclusion(index, checkpoint.size)
@@ -611,7 +631,22 @@ def _name_bad_entry(source: LogSource, leaves: list[bytes], checkpoint: Checkpoi
         try:
             verify_inclusion(index, checkpoint.size, leaf, proof, checkpoint.root)
         except ProofError as exc:
-            raise AuditFailure(f"not included in the signed tree: {exc}", index) from exc
+            after = _served_after(source, index, leaves)
+            if after is not None:
+                try:
+                    verify_inclusion(index, checkpoint.size, after, proof, checkpoint.root)
+                except ProofError:
+                    pass
+                else:
+                    raise AuditFailure(
+                        "inserted: this entry is not in the signed tree, and the entry served "
+                        f"after it is the tree's entry {index}: an entry was inserted here and "
+                        "the entries after it moved down",
+                        index,
+                    ) from exc
+            raise AuditFailure(
+                f"not included in the signed tree (an edited or inserted entry): {exc}", index
+            ) from exc
     raise AuditFailure(
         "the entries do not hash to the checkpoint's root: the log was altered after signing"
     )

@@ -154,8 +154,9 @@ def test_a_signed_rotation_replaces_the_key_and_old_sequences_stop(
     assert replaced.value.code == "key_rotated" and "REVOKED" not in str(replaced.value)
     # A sequence signed with the old key accepts no further step, even signed in with the new.
     with connect(srv.url, new, "bob") as session:
-        with pytest.raises(ServerError):
+        with pytest.raises(ServerError) as refused:
             session.reveal(first.sequence_id, pending, 2)
+        assert refused.value.status == 422 and "signed by another key" in str(refused.value)
         assert [r.status for r in session.run(centre.seal([SAFE], researcher="bob"))] == [
             "released"
         ]

@@ -24,6 +24,7 @@ from safeaccess.client.cli import main as client_main
 from safeaccess.client.keyrotation import sign_rotation
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.session import KeyReplaced, ServerError, connect
+from safeaccess.server.admin_accounts import remove_researcher
 from safeaccess.server.audit_service import AuditService
 from safeaccess.server.cli import main as server_main
 from safeaccess.server.embedded import EmbeddedServer
@@ -246,3 +247,41 @@ def test_a_revocation_by_the_centre_is_flagged_to_her_and_to_auditors(
         assert session.datasets()
     report: Report = verify_log(_export(service, tmp_path / "revoked.export"))
     assert any("REVOKED researcher carol" in n and "laptop stolen" in n for n in report.notes)
+
+
+def test_a_removal_frees_a_name_only_without_sequences(
+    centre: Centre, server: tuple[Service, EmbeddedServer], tmp_path: Path
+) -> None:
+    """An honest centre may remove a researcher who never opened a sequence and register the
+    name again with another key: that log verifies. A removal of one with sequences (which the
+    server refuses), followed by a registration with the operator's key, is caught."""
+    service, _ = server
+    first, second = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    store = service.store
+    store.add_researcher("dora", public_key_text(first), fingerprint(first), ["p1"])
+    remove_researcher(store, "dora")
+    store.add_researcher("dora", public_key_text(second), fingerprint(second), ["p1"])
+    report = verify_log(_export(service, tmp_path / "dora.export"))
+    assert any("researcher dora was removed" in note for note in report.notes)
+
+    with connect(server[1].url, centre.keys["ada"], "ada") as session:
+        assert [r.status for r in session.run(centre.seal([SAFE]))] == ["released"]
+    operator = Ed25519PrivateKey.generate()
+
+    def remove_and_replace_ada(parsed: list[dict[str, Any]]) -> None:
+        added = next(
+            p
+            for p in parsed
+            if p["kind"] == "researcher_added" and p["data"]["researcher"] == "ada"
+        )
+        parsed.append(
+            dict(added, kind="researcher_removed", data={"researcher": "ada", "projects": ["p1"]})
+        )
+        data = dict(added["data"], public_key=public_key_text(operator))
+        parsed.append(dict(added, data=dict(data, fingerprint=fingerprint(operator))))
+
+    source, parsed = _resigned(service, tmp_path / "replaced.export", remove_and_replace_ada)
+    with pytest.raises(AuditFailure) as info:
+        verify_log(source)
+    assert info.value.entry == len(parsed) - 2
+    assert "removed although she has sequences on record" in str(info.value)

@@ -217,6 +217,23 @@ class _Replay:
             )
         self.researcher_keys[name] = key
 
+    def _researcher_removed(self, rec: LogRecord) -> None:
+        name = str(rec.data.get("researcher"))
+        if name not in self.researcher_keys:
+            raise self._fail(rec, f"researcher {name!r} was not registered before")
+        # The server keeps the account of anyone with a sequence on record (her sequences are
+        # checked against her key): a removal now, and a registration with another key after
+        # it, would let sequences be signed in her name.
+        if any(seq.researcher == name for seq in self.sequences.values()):
+            raise self._fail(
+                rec, f"researcher {name!r} is removed although she has sequences on record"
+            )
+        del self.researcher_keys[name]
+        self.report.notes.append(
+            f"entry {rec.index}: researcher {name} was removed (she had no sequence); a later "
+            "registration of the name is a new account"
+        )
+
     def _key_change(self, rec: LogRecord) -> tuple[str, Ed25519PublicKey, Ed25519PublicKey]:
         """The researcher, her key until now and the new key of a rotation or revocation."""
         name = str(rec.data.get("researcher"))

@@ -19,6 +19,8 @@ from sqlalchemy import Engine, create_engine, delete, event, func, select, updat
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from safeaccess.client.keyrotation import REVOKED, ROTATED, rotation_signed_by
+from safeaccess.client.keys import load_public_key
 from safeaccess.server import audit_records, auditlog
 from safeaccess.server.db import (
     AuditorRow,
@@ -273,9 +275,6 @@ class Store:
         `reason` instead it is the centre's revocation, which her client flags at her next
         connection. Her sequences signed with the old key accept no further reveal: the server
         checks every reveal's sequence signature against her key at that time."""
-        from safeaccess.client.keyrotation import REVOKED, ROTATED, rotation_signed_by
-        from safeaccess.client.keys import load_public_key
-
         if (signature is None) == (reason is None or not reason.strip()):
             raise InvalidRequest(
                 "a key change is either her rotation (the old key's signature) or the centre's "
@@ -314,8 +313,6 @@ class Store:
     def key_status(self, key_fingerprint: str) -> dict[str, Any]:
         """What the log says about a key: current, rotated or revoked (entry, reason), or
         unknown (never tells whose key it is)."""
-        from safeaccess.client.keyrotation import REVOKED, ROTATED
-
         with self.transaction() as s:
             event = s.scalars(
                 select(EventRow)

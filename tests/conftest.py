@@ -112,3 +112,50 @@ def forged_table_script() -> str:
         "        pass\n"
         "os._exit(0)\n"
     )
+
+
+CLI_CHECKER_PASSWORD = "checker passphrase for the CLI"
+
+
+@pytest.fixture()
+def cli_checkers(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str], str]:
+    """Enrol output checkers (`enrol(store, name)`) and answer the review CLI's password and
+    TOTP prompts for them with a fresh code each time (a code works once); any other name gets
+    a wrong code."""
+    import getpass
+    import time
+
+    import pyotp
+
+    from safeaccess.server.web import accounts
+
+    totps: dict[str, pyotp.TOTP] = {}
+    last: dict[str, int] = {}
+
+    def fresh(name: str) -> str:
+        totp = totps[name]
+        while True:
+            now = totp.timecode(time.time())
+            step = max(now - 1, last.get(name, 0) + 1)
+            if step <= now + 1:
+                last[name] = step
+                return str(totp.generate_otp(step))
+            time.sleep(1.0)
+
+    def answer(prompt: str = "") -> str:
+        if prompt.startswith("password"):
+            return CLI_CHECKER_PASSWORD
+        name = prompt.removeprefix("current code from ").split("'s authenticator")[0]
+        return fresh(name) if name in totps else "000000"
+
+    def enrol(store: Any, name: str) -> str:
+        enrolment = accounts.add_checker(store, name)
+        found = accounts.enrolment_for(store, enrolment.token)
+        assert found is not None
+        totps[name] = pyotp.TOTP(found[1])
+        pw = CLI_CHECKER_PASSWORD
+        accounts.enrol(store, enrolment.token, pw, pw, fresh(name))
+        return name
+
+    monkeypatch.setattr(getpass, "getpass", answer)
+    return enrol

@@ -252,9 +252,12 @@ def test_a_deleted_row_is_named(audited: Audited, capsys: pytest.CaptureFixture[
             assert "missing" in _fails_at(audited, capsys, index)
 
 
-def test_an_inserted_row_is_named(audited: Audited, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("kind", ["step_withheld", "checks"])  # the last entry; the middle
+def test_an_inserted_row_is_named(
+    audited: Audited, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
     with tampered(audited.db) as conn:
-        index = _index_of(conn, "step_withheld")
+        index = _index_of(conn, kind)
         rows = conn.execute(
             "SELECT id, log_index FROM events WHERE log_index >= ? ORDER BY log_index DESC",
             (index,),
@@ -271,7 +274,9 @@ def test_an_inserted_row_is_named(audited: Audited, capsys: pytest.CaptureFixtur
             (index, "2026-01-01", "step_released", "server", encode_record(forged)),
         )
         conn.commit()
-        _fails_at(audited, capsys, index)
+        out = _fails_at(audited, capsys, index)
+        # Named as what it is, where it is: an inserted entry, not an edit or a move.
+        assert f"FAILED: entry {index}: inserted:" in out, out
 
 
 def test_reordered_rows_are_named(audited: Audited, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -444,7 +445,7 @@ def test_one_researchers_sleeping_scripts_do_not_starve_another(centre: Centre) 
 
 
 def test_past_the_withhold_budget_a_new_sequence_waits_for_a_checker(
-    centre: Centre, tmp_path: Path
+    centre: Centre, tmp_path: Path, cli_checkers: Callable[[Any, str], str]
 ) -> None:
     # Each withhold still tells one bit, and sequences are unlimited: past the budget (here 2
     # withholds in 30 days on a dataset, any version), a new sequence waits for approval.
@@ -464,6 +465,7 @@ def test_past_the_withhold_budget_a_new_sequence_waits_for_a_checker(
                 project="p1",
                 rules_file=rules,
             )
+        cli_checkers(store, "c")
     finally:
         store.close()
     unsafe = FrequencyTable(rows=["ethnicity"], cols=["region"])

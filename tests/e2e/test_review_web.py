@@ -12,6 +12,7 @@ Screenshots go to $SAFEACCESS_SCREENSHOTS (docs/img/review/ when the docs are re
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import time
@@ -402,7 +403,7 @@ def test_a_reject_without_comment_or_a_forged_form_changes_nothing(
 
 
 def test_a_checker_never_reviews_her_own_output(
-    web: Web, page: Any, capsys: pytest.CaptureFixture[str]
+    web: Web, page: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seq_id = _open_review_step(web, researcher="ada")
     _enrol(web, page, "ada-checks", capsys, researcher="ada")
@@ -411,14 +412,31 @@ def test_a_checker_never_reviews_her_own_output(
     assert response is not None and response.status == 403
     assert "nobody reviews her own output" in page.locator(".error").inner_text()
     _shot(web, page, "07-own-output-refused")
-    # The CLI refuses the same, by her checker name and by her researcher name.
+    # The CLI refuses the same by her checker name (she signs in: password and a fresh code),
+    # and her researcher name is no checker at all.
     args = ["--data-dir", str(web.root), "--note", "ok"]
+    monkeypatch.setattr(
+        getpass,
+        "getpass",
+        lambda prompt="": (
+            PASSWORD
+            if prompt.startswith("password")
+            else web.code(prompt.removeprefix("current code from ").split("'s")[0])
+            if prompt.removeprefix("current code from ").split("'s")[0] in web.secrets
+            else "000000"
+        ),
+    )
     capsys.readouterr()
-    for reviewer in ("ada-checks", "ada"):
+    for reviewer, refusal in (
+        ("ada-checks", "her own output"),
+        ("ada", "not an enrolled, active checker"),
+    ):
         assert server_cli(["review", "approve", seq_id, "1", "--reviewer", reviewer, *args]) == 2
-        assert "her own output" in capsys.readouterr().err
+        assert refusal in capsys.readouterr().err
     assert web.service.store.get_step(seq_id, 1).state == "review"  # type: ignore[union-attr]
-    # Through the CLI, two different checkers release it (the CLI obeys the two-person rule).
+    # Through the CLI, two different enrolled checkers release it (the two-person rule).
+    _new_checker(web, "carla")
+    _new_checker(web, "dan")
     capsys.readouterr()
     assert server_cli(["review", "approve", seq_id, "1", "--reviewer", "carla", *args]) == 0
     assert "second, different checker" in capsys.readouterr().out

@@ -14,8 +14,8 @@ from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import ScriptOutput
 from safeaccess.sandbox.backend import RunnerRequest, RunnerResponse, decode_reply
-from safeaccess.sandbox.compute.script import MAX_STDOUT_CHARS
-from safeaccess.sandbox.runner import execute
+from safeaccess.sandbox.compute.script import MAX_STDOUT_CHARS, ScriptRaised
+from safeaccess.sandbox.runner import execute, run_request
 
 SECRET = "Zebedee-Quarterhorse"
 META = {
@@ -125,9 +125,24 @@ def test_script_filter_and_unserialisable_result() -> None:
     assert "not JSON-serialisable" in out.stdout
 
 
-def test_script_exception_goes_to_reviewed_output_not_error() -> None:
-    out = run_script(f"raise ValueError('{SECRET}')")
-    assert "ValueError" in out.stdout and SECRET in out.stdout  # reviewed by a human, not released
+def test_a_script_that_raises_fails_and_tells_nothing_but_the_exception_type() -> None:
+    # It used to return its traceback as output, approvable like any other: the traceback
+    # named the runner's install path, and the script chose its exception's text.
+    with pytest.raises(ScriptRaised) as raised:
+        run_script(f"print('{SECRET}')\nraise ValueError('{SECRET}')")
+    assert str(raised.value) == "ValueError"
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
+    response = run_request(
+        RunnerRequest(
+            analysis={"kind": "script", "code": f"raise ValueError('{SECRET}')"},
+            metadata=META,
+            dataset_path="unused",
+        ),
+        FRAME,
+    )
+    assert not response.ok and response.error is not None
+    assert response.error.code == "script_raised"
+    assert SECRET not in response.error.message and "/" not in response.error.message
 
 
 def test_script_stdout_is_capped() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -129,10 +131,14 @@ def test_data_that_disagrees_with_its_metadata_is_refused(
 
 
 def test_review_list_and_approve_from_the_cli(
-    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    cli_checkers: Callable[[Any, str], str],
 ) -> None:
     data = DataDir(root)
     store = Store(data.database_url(data.load_config()))
+    cli_checkers(store, "carol")
     store.add_project("p1")
     store.add_researcher("ada", "PEM", "fp", ["p1"])
     store.add_dataset(

@@ -17,6 +17,7 @@ import httpx
 
 from safeaccess.client.audit.cli import CommandError as AuditCommandError
 from safeaccess.client.ca.policy import PolicyError
+from safeaccess.client.keyrotation import sign_rotation
 from safeaccess.client.keys import (
     PUBLIC_SUFFIX,
     KeyFileError,
@@ -24,6 +25,7 @@ from safeaccess.client.keys import (
     fingerprint,
     generate_keypair,
     key_paths,
+    load_private_key,
     load_public_key,
     public_key_text,
 )
@@ -99,6 +101,15 @@ def _keys_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _keys_sign_rotation(args: argparse.Namespace) -> int:
+    old = load_private_key(args.key)
+    new = load_public_key(args.new_public_key)
+    print(
+        sign_rotation(old, args.server_id, args.researcher, fingerprint(old), public_key_text(new))
+    )
+    return EXIT_OK
+
+
 def _add_keys(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keys = subparsers.add_parser("keys", help="create and show Ed25519 signing keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
@@ -115,6 +126,16 @@ def _add_keys(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     where.add_argument("--dir", type=Path, default=None, help=dir_help)
     where.add_argument("--key", type=Path, default=None, help="a public or private PEM key file")
     show.set_defaults(handler=_keys_show)
+
+    rot = keys_sub.add_parser(
+        "sign-rotation",
+        help="authorise replacing your key: sign the new public key with your old private key",
+    )
+    rot.add_argument("--key", type=Path, required=True, help="your old private key file")
+    rot.add_argument("--new-public-key", type=Path, required=True, help="your new public key")
+    rot.add_argument("--researcher", required=True, help="your researcher name at the centre")
+    rot.add_argument("--server-id", required=True, help="the centre's server id")
+    rot.set_defaults(handler=_keys_sign_rotation)
 
 
 def _run(args: argparse.Namespace) -> int:

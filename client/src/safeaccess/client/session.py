@@ -27,7 +27,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from safeaccess.client.budgets import Budgets, DPBudget
 from safeaccess.client.httpsig import sign_request
-from safeaccess.client.keys import load_private_key, public_key_from_raw, public_key_raw
+from safeaccess.client.keyrotation import KeyStatus
+from safeaccess.client.keys import (
+    fingerprint,
+    load_private_key,
+    public_key_from_raw,
+    public_key_raw,
+)
 from safeaccess.client.metadata import Column, DatasetMetadata, split_dataset
 from safeaccess.client.plan import Plan
 from safeaccess.client.protocol.errors import ProtocolError
@@ -53,6 +59,11 @@ class ServerError(SessionError):
         self.status = status
         self.code = code
         self.message = message
+
+
+class KeyReplaced(ServerError):
+    """The centre's log says this researcher's key was replaced: by her own signed rotation, or
+    by the centre's revocation (which she must check she asked for)."""
 
 
 class Unreachable(SessionError):
@@ -183,6 +194,8 @@ class Session:
         except httpx.TransportError as exc:
             raise Unreachable(self.url, exc) from None
         self._reached = True
+        if response.status_code == 401:
+            self._flag_replaced_key()
         if response.status_code >= 400:
             try:
                 error = response.json()["error"]
@@ -190,6 +203,32 @@ class Session:
             except (ValueError, KeyError, TypeError):
                 raise ServerError(response.status_code, "http_error", response.text[:500]) from None
         return response.json()
+
+    def _flag_replaced_key(self) -> None:
+        """After an authentication failure: if the centre's log says this key was replaced,
+        say so, loudly for a revocation (the centre changed her key without her signature)."""
+        try:
+            answer = httpx.get(f"{self.url}/v1/keys/{fingerprint(self._key)}", timeout=30)
+            status = KeyStatus.model_validate(answer.json()) if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return  # the lookup is a courtesy; the authentication failure is reported anyway
+        if status is None or status.status not in ("rotated", "revoked"):
+            return
+        if status.status == "rotated":
+            message = (
+                f"your key {fingerprint(self._key)[:16]}... was rotated (audit log entry "
+                f"{status.entry}, signed by this key) to key {str(status.replaced_by)[:16]}...; "
+                "sign in with your new key"
+            )
+        else:
+            message = (
+                f"WARNING: the centre REVOKED your key {fingerprint(self._key)[:16]}... and "
+                f"registered key {str(status.replaced_by)[:16]}... in your name without your "
+                f"signature (audit log entry {status.entry}, reason: {status.reason!r}). If you "
+                "did not ask for this, report it: sequences signed in your name since then "
+                "are not yours"
+            )
+        raise KeyReplaced(401, f"key_{status.status}", message)
 
     def _retrying(self, call: Callable[[], Any]) -> Any:
         """Call, retrying transport failures, 503s and lost races with a concurrent request on

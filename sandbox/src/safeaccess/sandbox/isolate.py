@@ -13,7 +13,9 @@ data. In order:
 4. stdin/stdout on /dev/null, stderr on the job's pipe, the job channel on fd 3, nothing else;
 5. rlimits (memory and address space on top of what the job inherited from the template, CPU,
    file size, processes, no core dumps);
-6. a fresh unprivileged uid/gid (no supplementary groups), which drops every capability;
+6. an empty capability bounding set and ambient set, then a fresh unprivileged uid/gid (no
+   supplementary groups), which empties the permitted and effective sets, then an empty
+   inheritable set: the job holds no capability and can never be granted one;
 7. the seccomp allow-list (`safeaccess.sandbox.seccomp`).
 
 Only then is the request read from the job channel and the reply written back through the
@@ -169,8 +171,86 @@ def _rlimits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
 
-def _switch_user(uid: int) -> None:
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x2008_0522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _drop_bounding_set() -> None:
+    """Empty the capability bounding set and the ambient set (while the template's
+    CAP_SETPCAP is still held): nothing the job executes can ever be granted a capability."""
+    with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
+        last = int(fh.read())
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient")
+
+
+def _clear_capabilities() -> None:
+    """After the switch to the job's uid: empty the inheritable set too (the uid change
+    emptied the permitted and effective ones; the template's inheritable set would remain)."""
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+# The fork server template's own host uid once it dropped root (below the jobs' uids).
+TEMPLATE_UID = 0x6FFF_FFFF
+PR_SET_KEEPCAPS = 8
+# What the template keeps, for its jobs: kill (5), setgid (6), setuid (7), setpcap (8) and
+# sys_admin (21): new namespaces and mounts, a fresh uid, an empty bounding set, killing a job.
+TEMPLATE_CAPS = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 21)
+
+
+def _capset(effective: int, permitted: int) -> None:
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    for i in range(2):
+        data[i].effective = (effective >> (32 * i)) & 0xFFFF_FFFF
+        data[i].permitted = (permitted >> (32 * i)) & 0xFFFF_FFFF
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def drop_template_privileges() -> None:
+    """In the template, before it imports a library or reads the dataset: stop being root.
+
+    It switches to the unprivileged `TEMPLATE_UID` (no groups) keeping only `TEMPLATE_CAPS`,
+    in its permitted, effective and bounding sets (nothing inheritable or ambient): it can
+    still build each job's namespaces and give it its uid, and nothing else a root process
+    could (read root's files, trace, load modules...). Only a root-started template drops."""
     if os.getuid() != 0:
+        return
+    _check(_libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keeping capabilities")
+    os.setgroups([])
+    os.setresgid(TEMPLATE_UID, TEMPLATE_UID, TEMPLATE_UID)
+    os.setresuid(TEMPLATE_UID, TEMPLATE_UID, TEMPLATE_UID)
+    _capset(TEMPLATE_CAPS, TEMPLATE_CAPS)
+    _check(_libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "keeping capabilities")
+    with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
+        last = int(fh.read())
+    for cap in range(last + 1):
+        if not TEMPLATE_CAPS & (1 << cap):
+            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient")
+    if os.getuid() == 0 or os.geteuid() == 0:
+        raise PermissionError("the template could not leave root")
+
+
+def _switch_user(uid: int) -> None:
+    if os.getuid() not in (0, TEMPLATE_UID):
         return  # a non-root server's template runs in a user namespace mapping one id only
     os.setgroups([])
     os.setresgid(uid, uid, uid)
@@ -228,7 +308,9 @@ def run_isolated_job(
         _fresh_tmp(size)
         os.chdir(TMP)
         _rlimits(limits)
+        _drop_bounding_set()
         _switch_user(uid)
+        _clear_capabilities()
         seccomp.load_compiled(program)
     except BaseException as exc:
         with contextlib.suppress(OSError):

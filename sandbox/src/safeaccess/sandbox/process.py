@@ -343,6 +343,8 @@ class ProcessBackend:
             # New namespaces and mounts for each job, and killing a job (which runs under its
             # own uid) at the host's request.
             args += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_KILL"]
+            # Emptying each job's capability bounding set before it runs anything.
+            args += ["--cap-add", "CAP_SETPCAP"]
         if uid is None and not template:
             args += ["--unshare-user"]
         # The private /tmp comes before the binds: an installation that lives under /tmp on the

@@ -225,6 +225,8 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
     except Exception as exc:
         if type(exc).__name__ == "ProcessLimitReached":
             return _error("limit_processes", "the script hit the sandbox's process limit")
+        if type(exc).__name__ == "ScriptRaised":
+            return _error("script_raised", f"the script raised {exc}")
         known = _known_error(exc)
         if known is not None:
             return known

@@ -203,14 +203,15 @@ class Template:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
 
-def load_dataset(path: str = DATASET_PATH) -> object:
-    """The dataset as a DataFrame, decoded once, without starting a thread: the template must
-    stay single-threaded so that forking it is safe (Arrow's memory mapping, pre-buffering and
-    threaded decoding would each start a thread pool)."""
+def load_dataset(source: str | int = DATASET_PATH) -> object:
+    """The dataset (a path, or an open descriptor, which is closed) as a DataFrame, decoded
+    once, without starting a thread: the template must stay single-threaded so that forking it
+    is safe (Arrow's memory mapping, pre-buffering and threaded decoding would each start a
+    thread pool)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with open(path, "rb") as fh:
+    with open(source, "rb") as fh:
         raw = fh.read()
     table = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False).read(use_threads=False)
     del raw
@@ -219,12 +220,18 @@ def load_dataset(path: str = DATASET_PATH) -> object:
 
 def main() -> None:
     control = socket.socket(fileno=int(os.environ.pop(ENV_CONTROL_FD)))
+    # The dataset is root's: opened now, then root is left before any library is imported or
+    # any byte of the dataset parsed.
+    data = os.open(DATASET_PATH, os.O_RDONLY | os.O_CLOEXEC)
+    from safeaccess.sandbox.isolate import drop_template_privileges
+
+    drop_template_privileges()
     for name in FAMILIES[os.environ.pop(ENV_FAMILY, "full")]:
         importlib.import_module(name)
     from safeaccess.sandbox import seccomp
 
     program = seccomp.compile_filter()
-    dataset = load_dataset()
+    dataset = load_dataset(data)
     # Objects that exist now are never collected: a collection in a job would otherwise write to
     # (and so copy) every shared page holding them.
     gc.collect()

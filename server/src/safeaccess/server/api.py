@@ -8,6 +8,7 @@ is a JSON body {"error": {"code", "message"}}.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -19,8 +20,10 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from safeaccess.client.keyrotation import KeyStatus
 from safeaccess.server import api_audit, budgets, rehearsal
 from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
+from safeaccess.server.ratelimit import TooManyFailures
 from safeaccess.server.schemas import (
     Catalogue,
     Health,
@@ -45,6 +48,7 @@ M = TypeVar("M", bound=BaseModel)
 
 SequenceId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
 StepIndex = Annotated[int, Path(ge=1, le=65535)]
+KeyFingerprint = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")]
 DatasetName = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.-]{1,128}$")]
 
 
@@ -145,6 +149,7 @@ async def authed(request: Request) -> Authed:
         request.url.query,
         request.headers,
         body,
+        request.client.host if request.client is not None else None,
     )
     return Authed(researcher=researcher, body=body)
 
@@ -167,6 +172,8 @@ def create_app(service: Service) -> FastAPI:
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
         headers = {"Retry-After": "5"} if isinstance(exc, Unavailable) else None
+        if isinstance(exc, TooManyFailures):
+            headers = {"Retry-After": str(math.ceil(exc.retry_after))}
         return JSONResponse(error_body(exc.code, exc.message), exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -191,6 +198,12 @@ def create_app(service: Service) -> FastAPI:
             server_public_key=service.server_public_key,
             sandbox=service.backend.name,
         )
+
+    @app.get("/v1/keys/{fingerprint}", response_model=KeyStatus, tags=["service"])
+    def key_status(fingerprint: KeyFingerprint) -> KeyStatus:
+        """Whether a researcher key is current, rotated or revoked (no authentication: a client
+        whose key stopped working learns why, and flags a revocation she did not ask for)."""
+        return KeyStatus.model_validate(service.store.key_status(fingerprint))
 
     @app.get("/v1/datasets", response_model=Catalogue, tags=["catalogue"])
     def datasets(auth: Auth) -> Catalogue:

@@ -29,6 +29,7 @@ async def audited(request: Request) -> Auditor:
         request.url.query,
         request.headers,
         body,
+        request.client.host if request.client is not None else None,
     )
     return Auditor(name=name)
 

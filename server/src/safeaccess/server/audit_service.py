@@ -58,9 +58,21 @@ class AuditService:
         return key
 
     def authenticate(
-        self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        address: str | None = None,
     ) -> str:
-        """The auditor who signed this request, or raise Unauthenticated."""
+        """The auditor who signed this request, or raise Unauthenticated (TooManyFailures past
+        the rate limit of failures per key id and per address)."""
+        from safeaccess.server.ratelimit import claimed_keyid
+
+        named = claimed_keyid(headers)
+        claimed = None if named is None else "auditor:" + named
+        self.service.check_rate(claimed, address, "auditor")
         try:
             params = verify_request(
                 method,
@@ -81,8 +93,13 @@ class AuditService:
             from safeaccess.server.service import AUTHENTICATION_FAILED
 
             logging.getLogger("safeaccess.server").info(
-                "auditor authentication failed (%s): %s", exc.code, exc
+                "auditor authentication failed (%s) for key id %r from %s: %s",
+                exc.code,
+                named,
+                address,
+                exc,
             )
+            self.service.auth_limiter.failed(claimed, address)
             raise Unauthenticated(AUTHENTICATION_FAILED) from exc
         return params.keyid
 

@@ -19,7 +19,7 @@ from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, p
 from safeaccess.server import cli_admin, cli_sandbox
 from safeaccess.server.admin import db as admin_db
 from safeaccess.server.config import DataDir, default_data_dir, initialise
-from safeaccess.server.errors import ConfigError, ServiceError
+from safeaccess.server.errors import ConfigError, Forbidden, ServiceError
 from safeaccess.server.store import Store
 from safeaccess.server.store.migrate import SchemaBehind
 
@@ -87,6 +87,35 @@ def _researcher_add(args: argparse.Namespace) -> int:
         store.close()
     print(f"researcher {args.name} ({fingerprint(key)}) in {', '.join(args.project)}")
     return EXIT_OK
+
+
+def _researcher_change_key(args: argparse.Namespace, *, revoke: bool) -> int:
+    key = load_public_key(args.public_key)
+    data = _data(args)
+    config = data.load_config()
+    store = Store(data.database_url(config))
+    try:
+        entry = store.change_researcher_key(
+            args.name,
+            public_key_text(key),
+            fingerprint(key),
+            server_id=config.server_id,
+            signature=None if revoke else args.signature.strip(),
+            reason=args.reason if revoke else None,
+        )
+    finally:
+        store.close()
+    verb = "revoked (her client flags it at her next connection)" if revoke else "rotated"
+    print(f"researcher {args.name}: key {verb}; now {fingerprint(key)} (audit log entry {entry})")
+    return EXIT_OK
+
+
+def _researcher_rotate_key(args: argparse.Namespace) -> int:
+    return _researcher_change_key(args, revoke=False)
+
+
+def _researcher_revoke_key(args: argparse.Namespace) -> int:
+    return _researcher_change_key(args, revoke=True)
 
 
 def _qss_settings(args: argparse.Namespace, store: Any) -> Any:
@@ -328,17 +357,36 @@ def _review_openings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _authenticated_checker(store: Store, name: str) -> str:
+    """The enrolled, active checker `name`, after her password and a fresh TOTP code (asked on
+    the terminal, never taken from the command line); refuses anyone else. A name alone decides
+    nothing: the two-person rule needs two people, not two names."""
+    from safeaccess.server.web.accounts import authenticate
+
+    password = getpass.getpass(f"password of checker {name}: ")
+    code = getpass.getpass(f"current code from {name}'s authenticator app: ")
+    checker = authenticate(store, name, password, code)
+    if checker is None:
+        raise Forbidden(
+            f"{name!r} is not an enrolled, active checker, or the password or code is wrong; "
+            "nothing was decided (checkers are added with `safeaccess-server checker add` and "
+            "enrol by their link)"
+        )
+    return checker
+
+
 def _review_opening_decide(args: argparse.Namespace) -> int:
     from safeaccess.server.review import decide_opening
 
     approve = args.review_command == "approve-opening"
     store = _store(_data(args))
     try:
+        reviewer = _authenticated_checker(store, args.reviewer or getpass.getuser())
         state = decide_opening(
             store,
             args.sequence,
             approve=approve,
-            reviewer=args.reviewer or getpass.getuser(),
+            reviewer=reviewer,
             note=args.note,
         )
     finally:
@@ -399,12 +447,13 @@ def _review_decide(args: argparse.Namespace) -> int:
     approve = args.review_command == "approve"
     store = _store(_data(args))
     try:
+        reviewer = _authenticated_checker(store, args.reviewer or getpass.getuser())
         state = decide(
             store,
             args.sequence,
             args.step,
             approve=approve,
-            reviewer=args.reviewer or getpass.getuser(),
+            reviewer=reviewer,
             note=args.note,
         )
     finally:
@@ -561,6 +610,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--project", action="append", required=True, help="project she belongs to (repeatable)"
     )
     radd.set_defaults(handler=_researcher_add)
+    rrot = researcher.add_parser(
+        "rotate-key",
+        parents=[common],
+        help="replace her key by one she authorised with her old key's signature",
+    )
+    rrot.add_argument("name", metavar="NAME")
+    rrot.add_argument("--public-key", type=Path, required=True, help="her new public key PEM")
+    rrot.add_argument(
+        "--signature",
+        required=True,
+        help="her old key's signature, from `safeaccess keys sign-rotation` (base64)",
+    )
+    rrot.set_defaults(handler=_researcher_rotate_key)
+    rrev = researcher.add_parser(
+        "revoke-key",
+        parents=[common],
+        help="the centre replaces her key without her signature (logged; her client flags it)",
+    )
+    rrev.add_argument("name", metavar="NAME")
+    rrev.add_argument("--public-key", type=Path, required=True, help="the new public key PEM")
+    rrev.add_argument("--reason", required=True, help="why (logged; she and auditors see it)")
+    rrev.set_defaults(handler=_researcher_revoke_key)
 
     auditor = sub.add_parser("auditor", help="auditors").add_subparsers(
         dest="auditor_command", required=True, metavar="ACTION"
@@ -702,7 +773,11 @@ def build_parser() -> argparse.ArgumentParser:
         decide = review.add_parser(action, parents=[common], help=text)
         decide.add_argument("sequence", metavar="SEQUENCE_ID")
         decide.add_argument("step", metavar="STEP", type=int)
-        decide.add_argument("--reviewer", default=None, help="your name (default: login name)")
+        decide.add_argument(
+            "--reviewer",
+            default=None,
+            help="your checker name (default: login name); your password and TOTP code are asked",
+        )
         decide.add_argument(
             "--note",
             default="",
@@ -719,7 +794,11 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         decide = review.add_parser(action, parents=[common], help=text)
         decide.add_argument("sequence", metavar="SEQUENCE_ID")
-        decide.add_argument("--reviewer", default=None, help="your name (default: login name)")
+        decide.add_argument(
+            "--reviewer",
+            default=None,
+            help="your checker name (default: login name); your password and TOTP code are asked",
+        )
         decide.add_argument(
             "--note",
             default="",

@@ -12,6 +12,7 @@ import contextlib
 import importlib.metadata
 import json
 import logging
+import math
 import re
 import threading
 import uuid
@@ -57,6 +58,12 @@ from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.pipeline import run_step, with_decision
 from safeaccess.server.qss_scope import ScopeAuditor
 from safeaccess.server.qss_universe import Population
+from safeaccess.server.ratelimit import (
+    FailureLimiter,
+    MemoryFailureLimiter,
+    TooManyFailures,
+    claimed_keyid,
+)
 from safeaccess.server.reasons import researcher_reasons, script_reasons
 from safeaccess.server.receipts import sign_receipt
 from safeaccess.server.record_ids import read_ids
@@ -163,6 +170,8 @@ class Service:
         self._locks_guard = threading.Lock()
         self._budget_locks: dict[tuple[str, str], threading.Lock] = {}
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
+        # Shared by researchers' and auditors' authentication (their key ids are prefixed).
+        self.auth_limiter: FailureLimiter = MemoryFailureLimiter()
         self._rulesets: dict[str, RuleSet] = {}
         self.scripts = ScriptRuns(
             RunContext(
@@ -217,10 +226,36 @@ class Service:
         self._keys[name] = (row.fingerprint, key)
         return key
 
+    def check_rate(self, key: str | None, address: str | None, who: str) -> None:
+        """Refuse (429) a key id or client address past its limit of authentication failures,
+        before its signature is checked."""
+        wait = self.auth_limiter.retry_after(key, address)
+        if wait is not None:
+            log.warning(
+                "%s authentication refused: too many failures (key id %r, address %s)",
+                who,
+                key,
+                address,
+            )
+            raise TooManyFailures(
+                f"too many failed authentications from this key or address; try again in "
+                f"{math.ceil(wait)} s",
+                retry_after=wait,
+            )
+
     def authenticate(
-        self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        address: str | None = None,
     ) -> str:
-        """The researcher who signed this request, or raise Unauthenticated."""
+        """The researcher who signed this request, or raise Unauthenticated (TooManyFailures
+        past the rate limit of failures per key id and per address)."""
+        claimed = claimed_keyid(headers)
+        self.check_rate(claimed, address, "researcher")
         try:
             params = verify_request(
                 method,
@@ -236,7 +271,14 @@ class Service:
         except SignatureError as exc:
             # One answer for every cause: a distinct "unknown key" would tell who is registered.
             # The true cause goes to the server log for the administrators.
-            log.info("authentication failed (%s): %s", exc.code, exc)
+            log.info(
+                "authentication failed (%s) for key id %r from %s: %s",
+                exc.code,
+                claimed,
+                address,
+                exc,
+            )
+            self.auth_limiter.failed(claimed, address)
             raise Unauthenticated(AUTHENTICATION_FAILED) from exc
         return params.keyid
 

@@ -74,6 +74,12 @@ class ServerSource:
             for entry in batch.json()["entries"]:
                 yield int(entry["index"]), base64.b64decode(entry["record"]), None
 
+    def entry(self, index: int) -> bytes | None:
+        """The record the server serves at `index`, even past the checkpoint; None if none."""
+        batch = self.client.get("/v1/audit/entries", start=index, end=index + 1).json()
+        served = [e for e in batch["entries"] if int(e["index"]) == index]
+        return base64.b64decode(served[0]["record"]) if served else None
+
     def inclusion(self, index: int, size: int) -> list[bytes] | None:
         data = self.client.get("/v1/audit/proof/inclusion", index=index, size=size).json()
         return [base64.b64decode(p) for p in data["proof"]]

@@ -40,7 +40,8 @@ from safeaccess.client.audit.merkle import (
     verify_inclusion,
 )
 from safeaccess.client.audit.records import LogRecord, RecordError, decode_record
-from safeaccess.client.keys import KeyFileError, load_public_key
+from safeaccess.client.keyrotation import rotation_signed_by
+from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key
 from safeaccess.client.protocol import Endorsement, ProtocolError, SequenceVerifier
 from safeaccess.client.protocol.words import verify_logged_step
 
@@ -158,6 +159,7 @@ class _Sequence:
     # A script step: "queued" when revealed (no verdict yet), then "ran" or "failed".
     script: str | None = None
     granted: frozenset[str] = frozenset()  # the claims (policies) of its verified endorsements
+    signed_with: bytes = b""  # the raw public key that verified its header, at its opening
     # kind -> claims the dataset required when the current step was revealed
     required: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -167,7 +169,7 @@ class _Replay:
 
     def __init__(self, report: Report):
         self.report = report
-        self.researcher_keys: dict[str, Ed25519PublicKey] = {}
+        self.researcher_keys: dict[str, Ed25519PublicKey] = {}  # her key now, in the replay
         self.cas: dict[str, Ed25519PublicKey] = {}
         self.server_id: str | None = None
         self.rulesets: dict[str, dict[str, Any]] = {}
@@ -214,6 +216,74 @@ class _Replay:
                 "never changes a researcher's key)",
             )
         self.researcher_keys[name] = key
+
+    def _researcher_removed(self, rec: LogRecord) -> None:
+        name = str(rec.data.get("researcher"))
+        if name not in self.researcher_keys:
+            raise self._fail(rec, f"researcher {name!r} was not registered before")
+        # The server keeps the account of anyone with a sequence on record (her sequences are
+        # checked against her key): a removal now, and a registration with another key after
+        # it, would let sequences be signed in her name.
+        if any(seq.researcher == name for seq in self.sequences.values()):
+            raise self._fail(
+                rec, f"researcher {name!r} is removed although she has sequences on record"
+            )
+        del self.researcher_keys[name]
+        self.report.notes.append(
+            f"entry {rec.index}: researcher {name} was removed (she had no sequence); a later "
+            "registration of the name is a new account"
+        )
+
+    def _key_change(self, rec: LogRecord) -> tuple[str, Ed25519PublicKey, Ed25519PublicKey]:
+        """The researcher, her key until now and the new key of a rotation or revocation."""
+        name = str(rec.data.get("researcher"))
+        old = self.researcher_keys.get(name)
+        if old is None:
+            raise self._fail(rec, f"researcher {name!r} was not registered before")
+        if rec.data.get("old_fingerprint") != fingerprint(old):
+            raise self._fail(
+                rec, f"it replaces a key of {name!r} that is not the one she holds in the log"
+            )
+        try:
+            new = load_public_key(str(rec.data["public_key"]).encode("ascii"))
+        except (KeyError, KeyFileError) as exc:
+            raise self._fail(rec, "the new public key is missing or malformed") from exc
+        if rec.data.get("fingerprint") != fingerprint(new):
+            raise self._fail(rec, "the new key's logged fingerprint is not its fingerprint")
+        return name, old, new
+
+    def _researcher_key_rotated(self, rec: LogRecord) -> None:
+        name, old, new = self._key_change(rec)
+        if self.server_id is None or not rotation_signed_by(
+            old,
+            str(rec.data.get("signature")),
+            self.server_id,
+            name,
+            fingerprint(old),
+            str(rec.data["public_key"]),
+        ):
+            raise self._fail(
+                rec,
+                f"the rotation of {name!r}'s key is not signed by her previous key (only she "
+                "rotates her key; the centre can only revoke it, with a reason)",
+            )
+        self.researcher_keys[name] = new
+        self.report.notes.append(
+            f"entry {rec.index}: researcher {name} rotated her key (signed by the previous one)"
+        )
+
+    def _researcher_key_revoked(self, rec: LogRecord) -> None:
+        name, _, new = self._key_change(rec)
+        reason = rec.data.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise self._fail(rec, f"the revocation of {name!r}'s key gives no reason")
+        self.researcher_keys[name] = new
+        # Not an error (a lost key is replaced this way) but the one act by which a centre could
+        # sign in her name: every report shows it, and her client flags it to her.
+        self.report.notes.append(
+            f"entry {rec.index}: the centre REVOKED researcher {name}'s key and registered "
+            f"another without her signature (reason: {reason})"
+        )
 
     def _ruleset(self, rec: LogRecord) -> None:
         text = rec.data.get("contents")
@@ -295,6 +365,7 @@ class _Replay:
             raise self._fail(rec, "the header names another researcher than the one logged")
         self.sequences[rec.sequence] = _Sequence(
             researcher=rec.actor,
+            signed_with=key.public_bytes_raw(),
             verifier=verifier,
             previous_trace=verifier.header.t0,
             dataset=verifier.header.dataset,
@@ -321,6 +392,13 @@ class _Replay:
             )
         if j != seq.next_index:
             raise self._fail(rec, f"step {j} was revealed but step {seq.next_index} was next")
+        if self.researcher_keys[seq.researcher].public_bytes_raw() != seq.signed_with:
+            # The server checks the sequence's signature against her key at each reveal.
+            raise self._fail(
+                rec,
+                f"step {j} was revealed after the key of {seq.researcher!r} that signed its "
+                "sequence was replaced (steps are valid only under the key of their time)",
+            )
         try:
             trace = bytes.fromhex(str(rec.data["trace"]))
             digest = bytes.fromhex(str(rec.data["body_sha256"]))
@@ -512,6 +590,14 @@ def verify_log(
             rec = decode_record(raw)
         except RecordError as exc:
             raise AuditFailure(str(exc), index) from exc
+        if 0 <= rec.index < index:
+            # The records from here on sit later than they say: entries were inserted before.
+            raise AuditFailure(
+                f"inserted: entry {index} holds the record of entry {rec.index}, so "
+                f"{index - rec.index} entr{'y was' if index - rec.index == 1 else 'ies were'} "
+                f"inserted from entry {rec.index} on and the entries after moved down",
+                rec.index,
+            )
         if rec.index != index:
             raise AuditFailure(f"the record says it is entry {rec.index}: rows were moved", index)
         leaf = leaf_hash(raw)
@@ -542,6 +628,18 @@ def verify_log(
     return report
 
 
+def _served_after(source: LogSource, index: int, leaves: list[bytes]) -> bytes | None:
+    """The leaf hash of the entry served after `index` (past the checkpoint if the source can
+    serve one entry alone), or None."""
+    if index + 1 < len(leaves):
+        return leaves[index + 1]
+    entry = getattr(source, "entry", None)
+    if entry is None:
+        return None
+    raw = entry(index + 1)
+    return leaf_hash(raw) if raw is not None else None
+
+
 def _name_bad_entry(source: LogSource, leaves: list[bytes], checkpoint: Checkpoint) -> None:
     for index, leaf in enumerate(leaves):
         proof = source.inclusion(index, checkpoint.size)
@@ -550,7 +648,22 @@ def _name_bad_entry(source: LogSource, leaves: list[bytes], checkpoint: Checkpoi
         try:
             verify_inclusion(index, checkpoint.size, leaf, proof, checkpoint.root)
         except ProofError as exc:
-            raise AuditFailure(f"not included in the signed tree: {exc}", index) from exc
+            after = _served_after(source, index, leaves)
+            if after is not None:
+                try:
+                    verify_inclusion(index, checkpoint.size, after, proof, checkpoint.root)
+                except ProofError:
+                    pass
+                else:
+                    raise AuditFailure(
+                        "inserted: this entry is not in the signed tree, and the entry served "
+                        f"after it is the tree's entry {index}: an entry was inserted here and "
+                        "the entries after it moved down",
+                        index,
+                    ) from exc
+            raise AuditFailure(
+                f"not included in the signed tree (an edited or inserted entry): {exc}", index
+            ) from exc
     raise AuditFailure(
         "the entries do not hash to the checkpoint's root: the log was altered after signing"
     )

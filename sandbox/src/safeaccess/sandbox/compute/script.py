@@ -3,9 +3,10 @@
 Running researcher code is the purpose of the sandbox, and this module is only ever called by the
 runner *inside* it: never import and call it in the server process. The script sees `df` (the
 filtered data), `pd` and `np`; what it prints is captured up to a cap, and a JSON-serialisable
-value assigned to `result` is returned. If the script raises, the traceback becomes part of the
-captured output (which goes to review), not an error message: an error message could reach the
-researcher without review, and the script chooses its exception's text.
+value assigned to `result` is returned. If the script raises, the run fails (`ScriptRaised`):
+a failed script is never approvable, and neither its traceback (which names the runner's own
+frames and install path, outside the sandbox's view of the script) nor its exception's text
+(which the script chooses, from the data if it likes) reaches any output.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import errno
 import io
 import json
 import os
-import traceback
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,10 @@ MAX_RESULT_CHARS = 1_000_000
 
 class ProcessLimitReached(Exception):
     """The script could not create a process or thread: the sandbox's process limit was hit."""
+
+
+class ScriptRaised(Exception):
+    """The script raised: its step fails. Carries the exception's type name only."""
 
 
 class _CappedText(io.TextIOBase):
@@ -70,6 +74,7 @@ def script(
     }
     sink = _CappedText(MAX_STDOUT_CHARS)
     runner_pid = os.getpid()
+    raised: str | None = None
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         try:
             code = compile(analysis.code, "<script>", "exec")
@@ -79,13 +84,16 @@ def script(
         except BlockingIOError as exc:
             if os.getpid() == runner_pid and exc.errno == errno.EAGAIN:
                 raise ProcessLimitReached from exc
-            sink.write("\n[the script raised an exception]\n" + traceback.format_exc(limit=20))
-        except BaseException:  # a script may raise anything, SystemExit included
-            sink.write("\n[the script raised an exception]\n" + traceback.format_exc(limit=20))
+            raised = type(exc).__name__
+        except BaseException as exc:  # a script may raise anything, SystemExit included
+            raised = type(exc).__name__
         finally:
             if os.getpid() != runner_pid:
                 # A process the script forked must not go on to write a runner response.
                 os._exit(0)
+    if raised is not None:
+        # Raised outside the try so no exception context (the script's traceback) is chained.
+        raise ScriptRaised(raised)
     result: Any = None
     if "result" in namespace:
         try:

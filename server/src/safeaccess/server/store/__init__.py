@@ -18,6 +18,8 @@ from sqlalchemy import Engine, create_engine, delete, event, func, select, updat
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from safeaccess.client.keyrotation import REVOKED, ROTATED, rotation_signed_by
+from safeaccess.client.keys import load_public_key
 from safeaccess.server import audit_records, auditlog
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 
@@ -201,6 +203,80 @@ class Store:
                     "projects": projects,
                 },
             )
+
+    def change_researcher_key(
+        self,
+        name: str,
+        public_key_pem: str,
+        new_fingerprint: str,
+        *,
+        server_id: str,
+        signature: str | None = None,
+        reason: str | None = None,
+        actor: str = "admin",
+    ) -> int:
+        """Replace a researcher's key by a logged event; its log index.
+
+        With `signature` (her old key's, over the rotation statement) it is her rotation; with
+        `reason` instead it is the centre's revocation, which her client flags at her next
+        connection. Her sequences signed with the old key accept no further reveal: the server
+        checks every reveal's sequence signature against her key at that time."""
+        if (signature is None) == (reason is None or not reason.strip()):
+            raise InvalidRequest(
+                "a key change is either her rotation (the old key's signature) or the centre's "
+                "revocation (a reason): give exactly one"
+            )
+        with self.transaction() as s:
+            row = s.get(ResearcherRow, name, with_for_update=True)
+            if row is None:
+                raise NotFound(f"researcher {name!r} is not registered")
+            if row.fingerprint == new_fingerprint:
+                raise Conflict(f"researcher {name!r} already has key {new_fingerprint}")
+            data: dict[str, Any] = {
+                "researcher": name,
+                "old_fingerprint": row.fingerprint,
+                "fingerprint": new_fingerprint,
+                "public_key": public_key_pem,
+            }
+            if signature is not None:
+                old_key = load_public_key(row.public_key.encode("ascii"))
+                if not rotation_signed_by(
+                    old_key, signature, server_id, name, row.fingerprint, public_key_pem
+                ):
+                    raise InvalidRequest(
+                        f"the rotation is not signed by {name}'s current key "
+                        f"({row.fingerprint}); she signs it with `safeaccess keys sign-rotation`, "
+                        "or the centre revokes the key with a reason instead"
+                    )
+                kind, data["signature"] = ROTATED, signature
+            else:
+                assert reason is not None
+                kind, data["reason"] = REVOKED, reason.strip()
+            old = row.fingerprint
+            row.public_key, row.fingerprint = public_key_pem, new_fingerprint
+            return self._event(s, kind, actor, data, subject=old)
+
+    def key_status(self, key_fingerprint: str) -> dict[str, Any]:
+        """What the log says about a key: current, rotated or revoked (entry, reason), or
+        unknown (never tells whose key it is)."""
+        with self.transaction() as s:
+            event = s.scalars(
+                select(EventRow)
+                .where(EventRow.subject == key_fingerprint, EventRow.kind.in_((ROTATED, REVOKED)))
+                .order_by(EventRow.log_index)
+            ).first()
+            if event is not None:
+                data = event.data
+                return {
+                    "status": "rotated" if event.kind == ROTATED else "revoked",
+                    "entry": event.log_index,
+                    "reason": data.get("reason"),
+                    "replaced_by": data.get("fingerprint"),
+                }
+            current = s.scalars(
+                select(ResearcherRow.name).where(ResearcherRow.fingerprint == key_fingerprint)
+            ).first()
+        return {"status": "current" if current is not None else "unknown"}
 
     def add_auditor(
         self, name: str, public_key_pem: str, fingerprint: str, *, actor: str = "admin"

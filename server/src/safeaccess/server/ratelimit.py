@@ -1,0 +1,109 @@
+"""Rate limits on authentication failures: per claimed key id and per client address.
+
+A signature cannot be guessed, so the limit is not what keeps a key safe; it keeps a client that
+fails again and again (a misconfigured one, or someone probing names) from filling the log and
+the CPU. Past its limit, a key id or an address is refused with 429 and a Retry-After, before any
+signature is checked, until enough of its failures have left the window. The per-address limit
+is the wider one: it also stops one address from locking several keys.
+
+The limiter is an interface (`FailureLimiter`) so that a centre running several server processes
+can keep the counts in its database; `MemoryFailureLimiter` keeps them in this process.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from safeaccess.server.errors import ServiceError
+
+_KEYID = re.compile(r'keyid="([^"]{1,128})"')
+MAX_SUBJECTS = 100_000  # subjects tracked at once; the least recently failed are forgotten
+
+
+class TooManyFailures(ServiceError):
+    status = 429
+    code = "too_many_failures"
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Limit:
+    failures: int
+    window_seconds: float
+
+
+PER_KEY = Limit(failures=20, window_seconds=300.0)
+PER_ADDRESS = Limit(failures=50, window_seconds=300.0)
+
+
+class FailureLimiter(Protocol):
+    def retry_after(self, key: str | None, address: str | None) -> float | None:
+        """Seconds until the key id or the address may try again; None if both may now."""
+
+    def failed(self, key: str | None, address: str | None) -> None:
+        """Count one authentication failure against both."""
+
+
+def claimed_keyid(headers: Mapping[str, str]) -> str | None:
+    """The key id a request claims (before its signature is checked), if it names one."""
+    raw = headers.get("signature-input") or headers.get("Signature-Input")
+    match = _KEYID.search(raw or "")
+    return match.group(1) if match else None
+
+
+class MemoryFailureLimiter:
+    """Sliding windows of failure times, per subject, in this process."""
+
+    def __init__(
+        self,
+        per_key: Limit = PER_KEY,
+        per_address: Limit = PER_ADDRESS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._limits = {"key": per_key, "address": per_address}
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
+
+    def _subjects(self, key: str | None, address: str | None) -> Sequence[tuple[str, str]]:
+        return [(kind, v) for kind, v in (("key", key), ("address", address)) if v is not None]
+
+    def _recent(self, subject: tuple[str, str], now: float) -> deque[float]:
+        times = self._failures.get(subject, deque())
+        window = self._limits[subject[0]].window_seconds
+        while times and times[0] <= now - window:
+            times.popleft()
+        return times
+
+    def retry_after(self, key: str | None, address: str | None) -> float | None:
+        now = self._clock()
+        wait = 0.0
+        with self._lock:
+            for subject in self._subjects(key, address):
+                limit = self._limits[subject[0]]
+                times = self._recent(subject, now)
+                if len(times) >= limit.failures:
+                    # Free again when the oldest failure that keeps it at the limit leaves.
+                    oldest = times[len(times) - limit.failures]
+                    wait = max(wait, oldest + limit.window_seconds - now)
+        return wait if wait > 0 else None
+
+    def failed(self, key: str | None, address: str | None) -> None:
+        now = self._clock()
+        with self._lock:
+            for subject in self._subjects(key, address):
+                times = self._recent(subject, now)
+                times.append(now)
+                self._failures[subject] = times
+                self._failures.move_to_end(subject)
+            while len(self._failures) > MAX_SUBJECTS:
+                self._failures.popitem(last=False)

@@ -1,0 +1,67 @@
+"""Issue 26, point 6: a script that raises is a failed step, never approvable, and nothing from
+outside the sandbox's own view (the server's install path, its module frames) reaches an output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from e2e_helpers import Centre, open_body, signed
+
+from safeaccess.client.analyses import FrequencyTable, Script
+from safeaccess.client.audit.verify import ExportSource, verify_log
+from safeaccess.server import review
+from safeaccess.server.audit_service import AuditService
+from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.errors import Conflict
+from safeaccess.server.service import Service
+
+SAFE = FrequencyTable(rows=["region"], cols=["sex"])
+
+
+def test_a_crashing_script_is_failed_not_finished_and_cannot_be_approved(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    service, srv = server
+    crash = Script(code="print('partial', len(df))\nraise ValueError('boom')\n")
+    sealed = centre.seal([crash, SAFE])
+    response = signed(
+        srv.url, centre.keys["ada"], "ada", "POST", "/v1/sequences", open_body(sealed)
+    )
+    assert response.status_code == 201, response.text
+    view = response.json()
+    assert service.scripts.wait_idle(120)
+    recorded = service.store.get_step(view["sequence_id"], 1)
+    assert recorded is not None
+    assert recorded.error_code == "script_failed"
+    assert recorded.output is None and recorded.public_output is None
+    item = next(p for p in review.pending(service.store) if p.sequence_id == view["sequence_id"])
+    assert item.run is not None and item.run.startswith("failed"), item.run
+    with pytest.raises(Conflict, match="failed"):
+        review.decide(service.store, view["sequence_id"], 1, approve=True, reviewer="carol")
+    stored = service.store.get_step(view["sequence_id"], 1)
+    assert stored is not None and stored.state == "review"
+    # No trace of the server's installation (module paths, the runner's frames) anywhere.
+    for text in (str(recorded.error_message), str(item.run)):
+        assert "site-packages" not in text and "safeaccess" not in text and "/" not in text
+
+
+def test_a_log_holding_a_failed_and_rejected_script_verifies(
+    centre: Centre, server: tuple[Service, EmbeddedServer], tmp_path: Path
+) -> None:
+    service, srv = server
+    sealed = centre.seal([Script(code="raise KeyError('x')\n"), SAFE])
+    response = signed(
+        srv.url, centre.keys["ada"], "ada", "POST", "/v1/sequences", open_body(sealed)
+    )
+    assert response.status_code == 201, response.text
+    seq = response.json()["sequence_id"]
+    assert service.scripts.wait_idle(120)
+    assert review.decide(
+        service.store, seq, 1, approve=False, reviewer="carol", note="the script failed"
+    ) in ("aborted", "finished")
+    export = tmp_path / "failed-script.export"
+    export.write_bytes(b"".join(AuditService(service).export()))
+    report = verify_log(ExportSource(export))
+    assert report.kinds.get("script_run_finished", 0) >= 1
+    assert report.kinds.get("review_rejected", 0) >= 1

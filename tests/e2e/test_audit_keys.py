@@ -263,6 +263,10 @@ def test_a_removal_frees_a_name_only_without_sequences(
     store.add_researcher("dora", public_key_text(second), fingerprint(second), ["p1"])
     report = verify_log(_export(service, tmp_path / "dora.export"))
     assert any("researcher dora was removed" in note for note in report.notes)
+    # Her old key's client is told her account was removed and the name may be another's.
+    with connect(server[1].url, first, "dora") as session, pytest.raises(KeyReplaced) as gone:
+        session.datasets()
+    assert gone.value.code == "key_removed" and "REMOVED" in str(gone.value)
 
     with connect(server[1].url, centre.keys["ada"], "ada") as session:
         assert [r.status for r in session.run(centre.seal([SAFE]))] == ["released"]

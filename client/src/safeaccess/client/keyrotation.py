@@ -77,7 +77,7 @@ class KeyStatus(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    status: Literal["current", "rotated", "revoked", "unknown"]
-    entry: int | None = None  # the log entry that replaced it
+    status: Literal["current", "rotated", "revoked", "removed", "unknown"]
+    entry: int | None = None  # the log entry that replaced (or removed) it
     reason: str | None = None  # a revocation's reason, as logged
     replaced_by: str | None = None  # the fingerprint of the key that replaced it

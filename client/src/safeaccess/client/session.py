@@ -212,9 +212,16 @@ class Session:
             status = KeyStatus.model_validate(answer.json()) if answer.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return  # the lookup is a courtesy; the authentication failure is reported anyway
-        if status is None or status.status not in ("rotated", "revoked"):
+        if status is None or status.status not in ("rotated", "revoked", "removed"):
             return
-        if status.status == "rotated":
+        if status.status == "removed":
+            message = (
+                f"WARNING: the centre REMOVED the account of your key "
+                f"{fingerprint(self._key)[:16]}... (audit log entry {status.entry}); your "
+                "researcher name may now be registered with another key. If you did not ask "
+                "for this, report it"
+            )
+        elif status.status == "rotated":
             message = (
                 f"your key {fingerprint(self._key)[:16]}... was rotated (audit log entry "
                 f"{status.entry}, signed by this key) to key {str(status.replaced_by)[:16]}...; "

@@ -276,7 +276,30 @@ class Store:
             current = s.scalars(
                 select(ResearcherRow.name).where(ResearcherRow.fingerprint == key_fingerprint)
             ).first()
-        return {"status": "current" if current is not None else "unknown"}
+            if current is not None:
+                return {"status": "current"}
+            # Registered once, no longer current and never rotated or revoked: her account was
+            # removed (she had no sequence), and her name may now be someone else's.
+            for added in s.scalars(
+                select(EventRow)
+                .where(EventRow.kind == "researcher_added")
+                .order_by(EventRow.log_index)
+            ):
+                if added.data.get("fingerprint") == key_fingerprint:
+                    removed = s.scalars(
+                        select(EventRow)
+                        .where(
+                            EventRow.kind == "researcher_removed",
+                            EventRow.log_index > added.log_index,
+                        )
+                        .order_by(EventRow.log_index)
+                    ).all()
+                    name = added.data.get("researcher")
+                    entry = next(
+                        (r.log_index for r in removed if r.data.get("researcher") == name), None
+                    )
+                    return {"status": "removed", "entry": entry}
+        return {"status": "unknown"}
 
     def add_auditor(
         self, name: str, public_key_pem: str, fingerprint: str, *, actor: str = "admin"

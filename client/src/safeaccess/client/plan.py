@@ -41,6 +41,7 @@ from safeaccess.client.analyses import (
     StatTest,
     Summary,
     SummaryStatistic,
+    SyntheticData,
     to_body,
 )
 from safeaccess.client.analysis_errors import problems_from
@@ -467,6 +468,36 @@ class Plan:
                 null=null,
                 alpha=alpha,
             ),
+        )
+
+    def synthetic_data(
+        self,
+        columns: Columns,
+        *,
+        epsilon: float,
+        delta: float,
+        method: str = "mst",
+        marginals: Sequence[Sequence[str]] = (),
+        bins: dict[str, Sequence[float]] | None = None,
+        rows: int | None = None,
+        keys: Columns | None = None,
+        targets: Columns | None = None,
+        where: str | None = None,
+    ) -> Plan:
+        """Differentially private synthetic records of `columns` (MST by default), released
+        after a disclosure check against the real records (docs/synthetic.md)."""
+        return self._build(
+            SyntheticData,
+            columns=_names(columns),
+            epsilon=epsilon,
+            delta=delta,
+            method=method,
+            marginals=[list(m) for m in marginals],
+            bins={k: list(v) for k, v in (bins or {}).items()},
+            rows=rows,
+            keys=_names(keys),
+            targets=_names(targets),
+            where=where,
         )
 
     def dp_mean_test(

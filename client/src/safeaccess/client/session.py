@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -37,6 +37,9 @@ from safeaccess.client.rehearsal import Rehearsal
 from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
 from safeaccess.client.results_folder import Results
 from safeaccess.client.validation import AnalysisInvalid, Problem
+
+if TYPE_CHECKING:
+    from safeaccess.client.synthetic_result import SyntheticDataResult
 
 
 class SessionError(Exception):
@@ -337,6 +340,33 @@ class Session:
                 lambda: self._request("GET", f"/v1/sequences/{sequence_id}/steps/{index}")
             )
         )
+
+    def step_file(self, result: StepResult) -> bytes:
+        """The released file of a step (synthetic data), checked against the SHA-256 in its
+        output (which the signed receipt commits to)."""
+        from safeaccess.client.synthetic_result import check_file
+
+        if result.output is None or "file" not in result.output:
+            raise ValueError(f"step {result.index} has no released file")
+        path = f"/v1/sequences/{result.sequence_id}/steps/{result.index}/file"
+
+        def get() -> bytes:
+            try:
+                response = self._http.request("GET", path)
+            except httpx.TransportError as exc:
+                raise Unreachable(self.url, exc) from None
+            if response.status_code >= 400:
+                self._request("GET", path)  # raises the server's error
+            return response.content
+
+        data: bytes = self._retrying(get)
+        return check_file(result.output, data)
+
+    def synthetic(self, result: StepResult) -> SyntheticDataResult:
+        """A released `synthetic_data` step with its file (`.frame()` for a DataFrame)."""
+        from safeaccess.client.synthetic_result import SyntheticDataResult
+
+        return SyntheticDataResult(output=dict(result.output or {}), data=self.step_file(result))
 
     # -- the protocol ---------------------------------------------------------------------------
 

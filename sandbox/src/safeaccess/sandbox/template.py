@@ -49,6 +49,7 @@ PRELOAD_TABLES = (
     "safeaccess.sandbox.compute.tables",
     "safeaccess.sandbox.compute.summary",
     "safeaccess.sandbox.compute.dp",
+    "safeaccess.sandbox.compute.synthetic",
     "safeaccess.sandbox.filters",
 )
 PRELOAD_FULL = (
@@ -89,6 +90,7 @@ TABLE_KINDS = frozenset(
         "dp_mean",
         "dp_histogram",
         "dp_mean_test",
+        "synthetic_data",
     }
 )
 

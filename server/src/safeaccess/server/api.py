@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -253,6 +253,18 @@ def create_app(service: Service) -> FastAPI:
         """Your step's outcome entry in the audit log, its inclusion proof and a signed
         checkpoint: check your receipt against the log (`safeaccess audit receipt`)."""
         return service.audit.step_proof(auth.researcher, sequence_id, index)
+
+    @app.get(
+        "/v1/sequences/{sequence_id}/steps/{index}/file",
+        tags=["sequences"],
+        response_class=Response,
+        responses={200: {"content": {"application/vnd.apache.parquet": {}}}},
+    )
+    def step_file(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> Response:
+        """The released file of your step (synthetic data, Parquet); its SHA-256 is in the
+        step's output and hence in your signed receipt."""
+        data = service.step_file(auth.researcher, sequence_id, index)
+        return Response(content=data, media_type="application/vnd.apache.parquet")
 
     api_audit.register(app, service)
     # The output checkers' web workspace under /review (session cookies, never signatures).

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import rfc8785
 
-from safeaccess.client.analyses import DP_KINDS, DPMeanTest
+from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, DPMeanTest
 from safeaccess.client.dpquery import DPQuery, Layout, LayoutError, layout
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.decision import Decision, Finding
@@ -90,17 +90,17 @@ def config_hash(config: DPConfig) -> str:
 
 def refusal(kind: str, config: DPConfig | None, dataset: str) -> tuple[str, str] | None:
     """(error code, message) when this kind may not run on this dataset, else None."""
-    if kind in DP_KINDS and config is None:
+    if (kind in DP_KINDS or kind in SYNTH_KINDS) and config is None:
         return (
             "dp_not_enabled",
             f"dataset {dataset!r} does not answer differentially private kinds ({kind}); its "
             "controller has not enabled DP on it. Use the rule-checked kinds instead.",
         )
-    if kind not in DP_KINDS and config is not None and config.mandatory:
+    if kind not in DP_KINDS | SYNTH_KINDS and config is not None and config.mandatory:
         return (
             "dp_required",
             f"dataset {dataset!r} answers only differentially private kinds "
-            f"({', '.join(sorted(DP_KINDS))}); {kind} is refused on it.",
+            f"({', '.join(sorted(DP_KINDS | SYNTH_KINDS))}); {kind} is refused on it.",
         )
     return None
 

@@ -51,6 +51,7 @@ from safeaccess.server.errors import (
     NotFound,
     ProtocolRejected,
     Unauthenticated,
+    Unavailable,
 )
 from safeaccess.server.leverage_record import leverage_record
 from safeaccess.server.pipeline import run_step, sha256_hex, with_decision
@@ -73,6 +74,7 @@ from safeaccess.server.schemas import (
 from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
 from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 from safeaccess.server.withhold_budget import budget, opening_needs_approval
 
 log = logging.getLogger("safeaccess.server")
@@ -339,6 +341,29 @@ class Service:
             ruleset_label=self.ruleset_for(dataset).label,
             ruleset_hash=self.ruleset_for(dataset).content_hash(),
         )
+
+    def step_file(self, researcher: str, sequence_id: str, index: int) -> bytes:
+        """The released file of one of the researcher's steps (synthetic data), hash-checked."""
+        from safeaccess.server.synth.step import file_path
+
+        seq = self._own_sequence(researcher, sequence_id)
+        step = self.store.get_step(seq.id, index)
+        output = step.public_output if step is not None else None
+        if (
+            step is None
+            or StepState(step.state) != StepState.RELEASED
+            or not isinstance(output, dict)
+            or not isinstance(output.get("file"), dict)
+        ):
+            raise NotFound(f"step {index} of sequence {sequence_id} has no released file")
+        digest = str(output["file"].get("sha256", ""))
+        try:
+            data = file_path(self.data.root / SYNTH_DIR, digest).read_bytes()
+        except (ValueError, OSError) as exc:
+            raise NotFound(f"the file of step {index} is not available") from exc
+        if sha256_hex(data) != digest:
+            raise Unavailable(f"the file of step {index} does not match its recorded hash")
+        return data
 
     def _budget_lock(self, researcher: str, dataset: str) -> threading.Lock:
         """Serialises a researcher's openings on one dataset name, so that sequences opened at
@@ -611,6 +636,7 @@ class Service:
                 audit=audit,
                 n_records=dataset.rows,
                 dp=dp,
+                synth_files=self.data.root / SYNTH_DIR,
             )
         # The scope's lock is held from admission until the step and the state pointer are
         # recorded together; another replica's admission in between makes us admit again.

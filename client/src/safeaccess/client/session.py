@@ -39,6 +39,8 @@ from safeaccess.client.results_folder import Results
 from safeaccess.client.validation import AnalysisInvalid, Problem
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from safeaccess.client.synthetic_result import SyntheticDataResult
 
 
@@ -367,6 +369,26 @@ class Session:
         from safeaccess.client.synthetic_result import SyntheticDataResult
 
         return SyntheticDataResult(output=dict(result.output or {}), data=self.step_file(result))
+
+    def centre_key(self) -> Ed25519PublicKey:
+        """The centre's signing key: the pinned one, checked against what the server announces,
+        or (trust on first use within this session) the announced one."""
+        announced = public_key_from_raw(base64.b64decode(self.health()["server_public_key"]))
+        if self.server_key is None:
+            self.server_key = announced
+        elif public_key_raw(self.server_key) != public_key_raw(announced):
+            raise WrongServer(f"{self.url} announces a different signing key than the pinned one")
+        return self.server_key
+
+    def mock(self, dataset: str) -> pd.DataFrame:
+        """The dataset's published DP mock as a DataFrame, its signature and hash checked
+        (`frame.attrs['safeaccess_mock']` holds the manifest). For writing and rehearsing
+        sequences: results on it predict nothing about the real data's results or verdicts."""
+        from safeaccess.client.mock import mock_frame, verify_mock
+
+        payload = self._retrying(lambda: self._request("GET", f"/v1/datasets/{dataset}/mock"))
+        manifest, data = verify_mock(payload, self.centre_key())
+        return mock_frame(manifest, data)
 
     # -- the protocol ---------------------------------------------------------------------------
 

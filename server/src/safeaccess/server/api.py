@@ -197,6 +197,13 @@ def create_app(service: Service) -> FastAPI:
         """Datasets of your projects: names, descriptions and column metadata (never data)."""
         return Catalogue(datasets=service.catalogue(auth.researcher))
 
+    @app.get("/v1/datasets/{name}/mock", tags=["catalogue"])
+    def dataset_mock(name: DatasetName, auth: Auth) -> dict[str, Any]:
+        """The dataset's published DP mock: the manifest, the centre's signature over its
+        canonical JSON, and the Parquet file (base64). Mock results predict nothing about real
+        verdicts."""
+        return service.mock(auth.researcher, name)
+
     @app.post("/v1/datasets/{name}/plan-check", response_model=PlanCheckView, tags=["catalogue"])
     def plan_check(name: DatasetName, auth: Auth) -> PlanCheckView:
         """Check an unsealed plan for what its analyses alone doom (a DP request the budget

@@ -72,6 +72,9 @@ class DPContext:
     # hash is in the facts (`config_sha256`).
     ruleset_label: str = ""
     ruleset_hash: str = ""
+    # mu^2 of the dataset's public ledger (its published mocks): every scope ledger composes
+    # with it, so a release must fit the budget together with it
+    public_spent: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -189,8 +192,9 @@ def plan(analysis: DPQuery, metadata: DatasetMetadata, context: DPContext) -> DP
         "spent_before": ledger.spent,
         "releases_before": ledger.releases,
     }
-    if not ledger.fits(sensitivity, sigma, cfg.epsilon, cfg.delta):
-        remaining = ledger.remaining_for(cfg.epsilon, cfg.delta)
+    composed = GaussianLedger(spent=ledger.spent + context.public_spent, releases=ledger.releases)
+    if not composed.fits(sensitivity, sigma, cfg.epsilon, cfg.delta):
+        remaining = composed.remaining_for(cfg.epsilon, cfg.delta)
         need = (
             f"this release fits only with sigma >= {sensitivity / math.sqrt(remaining):.6g}"
             if remaining > 0

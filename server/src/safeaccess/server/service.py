@@ -74,6 +74,7 @@ from safeaccess.server.schemas import (
 from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
 from safeaccess.server.store import StepOutcome, Store
+from safeaccess.server.synth.mock import mock_paths, public_spent, published_mock
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 from safeaccess.server.withhold_budget import budget, opening_needs_approval
 
@@ -274,9 +275,26 @@ class Service:
                     dp=self.store.get_dp_config(row.name),
                     dp_budget=budgets.dp_budget(self.store, row, researcher),
                     withhold_budget=budget(self.store, rs, researcher, row.name),
+                    mock=published_mock(self.data, row.path, row.version),
                 )
             )
         return views
+
+    def mock(self, researcher: str, name: str) -> dict[str, Any]:
+        """The published mock of the latest version of a dataset of the researcher's projects:
+        the signed manifest and the Parquet file (base64)."""
+        rows = [r for r in self.store.datasets_for(researcher) if r.name == name]
+        if not rows:
+            raise NotFound(f"you have no dataset {name!r}")
+        row = max(rows, key=lambda r: r.version)
+        signed = published_mock(self.data, row.path, row.version)
+        if signed is None:
+            raise NotFound(f"dataset {name!r} has no published mock")
+        parquet, _ = mock_paths(self.data, row.path, row.version)
+        data = parquet.read_bytes()
+        if sha256_hex(data) != signed["manifest"]["sha256"]:
+            raise Unavailable(f"the mock of {name!r} does not match its signed manifest")
+        return {**signed, "data": base64.b64encode(data).decode("ascii")}
 
     # -- sequences ------------------------------------------------------------------------------
 
@@ -340,6 +358,7 @@ class Service:
             ledger=self.store.dp_ledger(key),
             ruleset_label=self.ruleset_for(dataset).label,
             ruleset_hash=self.ruleset_for(dataset).content_hash(),
+            public_spent=public_spent(self.store, dataset.name),
         )
 
     def step_file(self, researcher: str, sequence_id: str, index: int) -> bytes:

@@ -107,8 +107,9 @@ def plan(
     cfg = context.config
     ledger = GaussianLedger(spent=context.ledger.spent, releases=context.ledger.releases)
     facts = {"mu": mu, "records_per_unit": m, "ledger": context.key, "spent_before": ledger.spent}
-    if not ledger.fits(mu, 1.0, cfg.epsilon, cfg.delta):
-        remaining = ledger.remaining_for(cfg.epsilon, cfg.delta)
+    composed = GaussianLedger(spent=ledger.spent + context.public_spent, releases=ledger.releases)
+    if not composed.fits(mu, 1.0, cfg.epsilon, cfg.delta):
+        remaining = composed.remaining_for(cfg.epsilon, cfg.delta)
         return _withheld(
             analysis.kind,
             "dp_budget",
@@ -116,7 +117,13 @@ def plan(
             f"cover this synthetic release: it would add mu^2 = {mu * mu:.6g} (epsilon "
             f"{analysis.epsilon:g}, delta {analysis.delta:g}) but only {remaining:.6g} remains "
             f"(epsilon {ledger.epsilon_at(cfg.delta):.6g} of {cfg.epsilon:g} spent at delta "
-            f"{cfg.delta:g}); ask for a smaller epsilon.",
+            f"{cfg.delta:g}"
+            + (
+                f", with the dataset's published mock's {context.public_spent:.6g}"
+                if context.public_spent
+                else ""
+            )
+            + "); ask for a smaller epsilon.",
             context,
             facts,
         )

@@ -159,3 +159,24 @@ def test_a_scope_ledger_composes_with_the_public_ledger(
     assert [r.check for r in results["cmcnomock"].reasons] != ["dp_budget"]
     assert _spent(centre[0], "cmcnomock|researcher|ada")[1] == 1
     assert _spent(centre[0], "cmcmock|researcher|ada") == (0.0, 0)
+
+
+def test_a_plan_rehearses_locally_on_the_mock(
+    server: EmbeddedServer, centre: tuple[Path, str, Ed25519PrivateKey]
+) -> None:
+    _, _, key = centre
+    with connect(server.url, key, "ada") as session:
+        mock = session.mock("cmcmock")
+        plan = session.plan("cmcmock")
+    plan.frequency_table("husband_education", "wife_education")
+    plan.dp_count(by="contraceptive_method", epsilon=1.0, delta=1e-6)
+    plan.synthetic_data(["wife_age", "children"], epsilon=1.0, delta=1e-9)
+    report = plan.rehearse(mock, show=False)
+    text = str(report)
+    assert text.startswith("REHEARSAL ON A DP MOCK") and "predict nothing" in text
+    outcomes = [(s.kind, s.outcome.split(":")[0]) for s in report.steps]
+    assert outcomes == [
+        ("frequency_table", "rules on the mock"),
+        ("dp_count", "computed"),
+        ("synthetic_data", "computed"),
+    ]

@@ -180,3 +180,18 @@ def test_a_plan_rehearses_locally_on_the_mock(
         ("dp_count", "computed"),
         ("synthetic_data", "computed"),
     ]
+
+
+def test_a_mock_the_budget_cannot_cover_is_refused_by_the_cli_and_charges_nothing(
+    centre: tuple[Path, str, Ed25519PrivateKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = centre[0]
+    d = ["--data-dir", str(root)]
+    before = _spent(root, "cmcnomock|public|public")
+    # mu = 0.5: mu^2 = 0.25 > the (1, 1e-5) budget's 0.0719
+    assert admin(["dataset", "mock", "cmcnomock", "--mu", "0.5", "--publish", *d]) != 0
+    assert "does not fit" in capsys.readouterr().err
+    assert _spent(root, "cmcnomock|public|public") == before
+    assert not (root / "datasets" / "cmcnomock" / "v1.mock.json").exists()
+    assert admin(["dataset", "budget", "cmcmock", *d]) == 0
+    assert "public public: 1 releases" in capsys.readouterr().out

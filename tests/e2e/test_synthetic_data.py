@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -372,3 +373,35 @@ def test_refusals_that_depend_only_on_the_analysis_are_named(
     assert [r.check for r in result.reasons] == ["dp_budget"]
     assert "mu^2" in result.reasons[0].message
     assert _ledger(centre, "cmc") == before
+
+
+def test_a_sandbox_outage_in_the_check_leaves_no_file_and_no_charge(
+    server: tuple[Service, EmbeddedServer], centre: SynthCentre, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safeaccess.server.errors import Unavailable
+    from safeaccess.server.synth import step as synth_step
+
+    real_check = synth_step._check
+    seen: list[set[str]] = []
+
+    def flaky(job: Any, backend: Any, ruleset: Any) -> Any:
+        seen.append({p.name for p in (centre.root / SYNTH_DIR).glob("*.parquet")})
+        if len(seen) == 1:
+            raise Unavailable("the sandbox is down (test)", code="sandbox_unavailable")
+        return real_check(job, backend, ruleset)
+
+    monkeypatch.setattr(synth_step, "_check", flaky)
+    before = _ledger(centre, "cmccrash")
+    files_before = {p.name for p in (centre.root / SYNTH_DIR).glob("*.parquet")}
+    analysis = SyntheticData(columns=["wife_age", "children"], epsilon=1.0, delta=1e-9)
+    (result,) = _run(server, centre, centre.seal([analysis], dataset="cmccrash"))
+    assert len(seen) == 2
+    # the first attempt's file was there during its check, and gone before the second attempt
+    assert len(seen[0] - files_before) == 1 and not (seen[0] - files_before) & seen[1]
+    after = _ledger(centre, "cmccrash")
+    assert after[1] == before[1] + 1
+    row = _step_row(server, result)
+    assert row.output is not None
+    assert after[0] - before[0] == pytest.approx(
+        _charge_by_hand(row.output["privacy"], 2), rel=1e-9
+    )

@@ -363,9 +363,16 @@ def release(
         "cliques": [_names(work, m.clique) for m in released.all],
     }
     file = write_parquet(frame, files, meta)
-    facts = _check(
-        check_job(job_id, analysis, codes, metadata, dataset, limits, ruleset), backend, ruleset
-    )
+    try:
+        facts = _check(
+            check_job(job_id, analysis, codes, metadata, dataset, limits, ruleset),
+            backend,
+            ruleset,
+        )
+    except Unavailable:
+        # nothing is recorded: the re-run writes its own file (fresh noise, another hash)
+        file_path(files, file.sha256).unlink(missing_ok=True)
+        raise
     risk = risk_report(released.mu, 1.0)
     ledger_after = GaussianLedger(
         spent=context.ledger.spent, releases=context.ledger.releases

@@ -43,6 +43,13 @@ def test_content_hash_is_sha256_of_canonical_json() -> None:
         "model_mia_auc_limit": 0.6, "model_fairness_limit": None,
         "model_fairness_action": "report", "model_max_depth": None, "model_max_leaves": None,
         "model_max_estimators": None, "model_max_features": None,
+        "synth_attack_excess_withhold": 0.05, "synth_attack_excess_review": 0.02,
+        "synth_certain_correct_withhold": 0.05, "synth_full_row_uniques_review": 0.10,
+        "synth_full_row_uniques_withhold": 0.25, "synth_dcr_close_review": 0.02,
+        "synth_dcr_close_withhold": 0.10, "synth_yp_y": "loo_q05", "synth_yp_p": 0.10,
+        "synth_p_privacy_tau": 0.9, "synth_max_keysets": 20, "synth_max_cells": 100_000,
+        "synth_max_model_cells": 10_000_000, "synth_max_rows": 1_000_000,
+        "synth_hungarian_max": 5000, "synth_action_on_check_error": "review",
     }  # fmt: skip
     expected = hashlib.sha256(
         json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
@@ -133,3 +140,35 @@ def test_with_overrides_rejects_unknown_and_leaves_base_unchanged() -> None:
         DEFAULT_RULESET.with_overrides({"dof": -1})
     assert err.value.key == "dof"
     assert DEFAULT_RULESET.content_hash() == before
+
+
+def test_synth_settings_are_typed_fields_read_through_synth_rules() -> None:
+    # the design note's defaults, typed in by hand
+    rules = DEFAULT_RULESET.synth_rules
+    assert (rules.synth_attack_excess_withhold, rules.synth_attack_excess_review) == (0.05, 0.02)
+    assert (rules.synth_full_row_uniques_review, rules.synth_full_row_uniques_withhold) == (
+        0.10,
+        0.25,
+    )
+    assert (rules.synth_dcr_close_review, rules.synth_dcr_close_withhold) == (0.02, 0.10)
+    assert rules.synth_yp_y == "loo_q05" and rules.synth_max_cells == 100_000
+    assert rules.synth_action_on_check_error == "review"
+    rs = load_ruleset("synth_attack_excess_withhold: 0.08\nsynth_yp_y: 1\n", base=DEFAULT_RULESET)
+    assert rs.synth_rules.synth_attack_excess_withhold == 0.08
+    assert rs.synth_rules.synth_yp_y == 1.0
+    assert rs.content_hash() != DEFAULT_RULESET.content_hash()
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("synth_attack_excess_review: 0.2\n", "synth_attack_excess_review"),
+        ("synth_action_on_check_error: release\n", "synth_action_on_check_error"),
+        ("synth_yp_y: near\n", "synth_yp_y"),
+        ("synth_max_rows: 0\n", "synth_max_rows"),
+    ],
+)
+def test_bad_synth_settings_are_named(text: str, key: str) -> None:
+    with pytest.raises(RuleSetError) as info:
+        load_ruleset(text, base=DEFAULT_RULESET)
+    assert key in str(info.value) or info.value.key == key

@@ -11,6 +11,7 @@ New optional fields may be added with defaults.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Annotated, Literal
 
@@ -318,6 +319,45 @@ class DPMeanTest(_DPAnalysis):
     alpha: float = Field(default=0.05, gt=0.0, lt=0.5)
 
 
+class SyntheticData(_Analysis):
+    """Differentially private synthetic microdata (MST-style marginal synthesis), released only
+    after a disclosure check against the real records (`docs/synthetic.md`)."""
+
+    kind: Literal["synthetic_data"] = "synthetic_data"
+    columns: list[str] = Field(min_length=2, max_length=64)
+    epsilon: float = Field(gt=0.0, le=100.0)
+    delta: float = Field(gt=0.0, lt=1.0)
+    method: Literal["mst", "fixed"] = "mst"
+    marginals: list[list[str]] = Field(
+        default_factory=list,
+        max_length=200,
+        description="fixed: the cliques to measure besides the one-way marginals; mst: cliques "
+        "measured on top of the tree. At most 3 columns each.",
+    )
+    bins: dict[str, list[float]] = Field(
+        default_factory=dict, description="Bin edges of numeric columns, inside their bounds."
+    )
+    rows: int | None = Field(default=None, ge=1, description="Synthetic rows (default: noisy n).")
+    keys: list[str] = Field(default_factory=list, description="Extra quasi-identifiers to attack.")
+    targets: list[str] = Field(default_factory=list, description="Extra sensitive targets.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> SyntheticData:
+        if len(set(self.columns)) != len(self.columns):
+            raise ValueError("'columns' must not repeat a column")
+        for clique in self.marginals:
+            if not 1 <= len(clique) <= 3 or len(set(clique)) != len(clique):
+                raise ValueError("each marginal is 1 to 3 distinct columns")
+        if self.method == "fixed" and not self.marginals:
+            raise ValueError("method 'fixed' needs at least one marginal in 'marginals'")
+        for name, edges in self.bins.items():
+            if len(edges) < 2 or not all(math.isfinite(e) for e in edges):
+                raise ValueError(f"bins of {name!r}: at least two finite edges")
+            if any(b <= a for a, b in itertools.pairwise(edges)):
+                raise ValueError(f"bins of {name!r}: edges must be strictly increasing")
+        return self
+
+
 ModelFamily = Literal["decision_tree", "random_forest", "gradient_boosting", "logistic_regression"]
 FairnessTreatment = Literal["none", "reweighing", "exponentiated_gradient", "threshold_optimizer"]
 
@@ -391,12 +431,17 @@ Analysis = Annotated[
     | DPMean
     | DPHistogram
     | DPMeanTest
-    | ModelTraining,
+    | ModelTraining
+    | SyntheticData,
     Field(discriminator="kind"),
 ]
 
 #: The differentially private kinds: answered with noise and a budget, not by rule checks.
 DP_KINDS = frozenset({"dp_count", "dp_sum", "dp_mean", "dp_histogram", "dp_mean_test"})
+
+#: Kinds answered under differential privacy that are not single statistics: noise on the
+#: server, a budget, and (synthetic data) a disclosure check before release.
+SYNTH_KINDS = frozenset({"synthetic_data"})
 
 _ADAPTER: TypeAdapter[Analysis] = TypeAdapter(Analysis)
 

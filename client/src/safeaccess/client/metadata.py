@@ -5,6 +5,7 @@ CONTRACT shared by the analysis validation, the sandbox runner, the rules and th
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Literal
 
@@ -34,6 +35,21 @@ class Column(BaseModel):
         description="This column identifies the contributor unit (e.g. employer id) for "
         "dominance checks on magnitude tables.",
     )
+    nullable: bool = Field(
+        default=True,
+        description="The column may hold missing values (synthetic data then gives it a null "
+        "level; a non-nullable column never gets one).",
+    )
+    quasi_identifier: bool = Field(
+        default=False, description="An attacker may know this column (synthetic-data checks)."
+    )
+    sensitive: bool = Field(
+        default=False, description="A value an attacker may try to infer (synthetic-data checks)."
+    )
+    synth_bins: list[float] | None = Field(
+        default=None,
+        description="Default bin edges of a numeric column in synthetic data (inside bounds).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Column:
@@ -44,6 +60,16 @@ class Column(BaseModel):
                 raise ValueError(f"column {self.name}: lower bound exceeds upper bound")
         if self.scale is not None and self.scale[0] >= self.scale[1]:
             raise ValueError(f"column {self.name}: scale must be (low, high) with low < high")
+        if self.synth_bins is not None:
+            edges = self.synth_bins
+            if len(edges) < 2 or any(b <= a for a, b in itertools.pairwise(edges)):
+                raise ValueError(
+                    f"column {self.name}: synth_bins must be at least two increasing edges"
+                )
+            if self.bounds is None or edges[0] < self.bounds[0] or edges[-1] > self.bounds[1]:
+                raise ValueError(
+                    f"column {self.name}: synth_bins must lie inside the declared bounds"
+                )
         return self
 
 

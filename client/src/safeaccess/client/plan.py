@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import ValidationError
 
@@ -42,6 +42,7 @@ from safeaccess.client.analyses import (
     Summary,
     SummaryStatistic,
     Survival,
+    SyntheticData,
     to_body,
 )
 from safeaccess.client.analysis_errors import problems_from
@@ -49,6 +50,7 @@ from safeaccess.client.metadata import DatasetMetadata, check_describes, split_d
 from safeaccess.client.validation import AnalysisInvalid, Problem, check_grammar, validate
 
 if TYPE_CHECKING:
+    import pandas as pd
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from safeaccess.client.rehearsal import Rehearsal
@@ -500,6 +502,36 @@ class Plan:
             ),
         )
 
+    def synthetic_data(
+        self,
+        columns: Columns,
+        *,
+        epsilon: float,
+        delta: float,
+        method: str = "mst",
+        marginals: Sequence[Sequence[str]] = (),
+        bins: dict[str, Sequence[float]] | None = None,
+        rows: int | None = None,
+        keys: Columns | None = None,
+        targets: Columns | None = None,
+        where: str | None = None,
+    ) -> Plan:
+        """Differentially private synthetic records of `columns` (MST by default), released
+        after a disclosure check against the real records (docs/synthetic.md)."""
+        return self._build(
+            SyntheticData,
+            columns=_names(columns),
+            epsilon=epsilon,
+            delta=delta,
+            method=method,
+            marginals=[list(m) for m in marginals],
+            bins={k: list(v) for k, v in (bins or {}).items()},
+            rows=rows,
+            keys=_names(keys),
+            targets=_names(targets),
+            where=where,
+        )
+
     def dp_mean_test(
         self,
         variables: Columns,
@@ -594,7 +626,13 @@ class Plan:
         if problems:
             raise AnalysisInvalid(problems)
 
-    def rehearse(self, session: Any = None, *, show: bool = True) -> Rehearsal:
+    @overload
+    def rehearse(self, session: pd.DataFrame, *, show: bool = True) -> Any: ...
+
+    @overload
+    def rehearse(self, session: Any = None, *, show: bool = True) -> Rehearsal: ...
+
+    def rehearse(self, session: Any = None, *, show: bool = True) -> Any:
         """Dry-run the plan on a mock of the dataset built from its metadata, at the centre,
         with the same compute code and output rules (nothing touches the data; nothing is
         logged or charged). Prints, per analysis, what is refused by the analysis alone and
@@ -602,7 +640,13 @@ class Plan:
 
         A mock predicts nothing about the real verdicts: its values are drawn uniformly within
         the declared levels and bounds. `session` defaults to the one that made the plan.
+
+        Given a published DP mock instead (the DataFrame of `session.mock(name)`), the plan
+        runs here, with the runner's own compute code (needs `safeaccess-sandbox` installed;
+        no sandbox, nothing sent): see `safeaccess.sandbox.mock_rehearsal`.
         """
+        if hasattr(session, "attrs") and "safeaccess_mock" in getattr(session, "attrs", {}):
+            return self._rehearse_on_mock(session, show=show)
         session = session or self.session
         if session is None:
             raise ValueError(
@@ -610,6 +654,24 @@ class Plan:
                 "plan.rehearse(session)"
             )
         report: Rehearsal = session.rehearse(self)
+        if show:
+            print(report)
+        return report
+
+    def _rehearse_on_mock(self, mock: Any, *, show: bool) -> Any:
+        import importlib
+
+        if self.metadata is None:
+            raise ValueError("rehearsing on a mock needs the plan's metadata: use session.plan()")
+        try:
+            # optional: the client distribution does not depend on the sandbox's
+            rehearsal = importlib.import_module("safeaccess.sandbox.mock_rehearsal")
+        except ImportError as exc:
+            raise ImportError(
+                "rehearsing on a mock runs the runner's compute code here: install "
+                "safeaccess-sandbox"
+            ) from exc
+        report = rehearsal.rehearse_on_mock(self._analyses, mock, self.metadata)
         if show:
             print(report)
         return report

@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -43,6 +43,11 @@ from safeaccess.client.rehearsal import Rehearsal
 from safeaccess.client.results import FINAL_STATES, ReceiptInvalid, StepResult, verify_receipt
 from safeaccess.client.results_folder import Results
 from safeaccess.client.validation import AnalysisInvalid, Problem
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from safeaccess.client.synthetic_result import SyntheticDataResult
 
 
 class SessionError(Exception):
@@ -383,6 +388,53 @@ class Session:
                 lambda: self._request("GET", f"/v1/sequences/{sequence_id}/steps/{index}")
             )
         )
+
+    def step_file(self, result: StepResult) -> bytes:
+        """The released file of a step (synthetic data), checked against the SHA-256 in its
+        output (which the signed receipt commits to)."""
+        from safeaccess.client.synthetic_result import check_file
+
+        if result.output is None or "file" not in result.output:
+            raise ValueError(f"step {result.index} has no released file")
+        path = f"/v1/sequences/{result.sequence_id}/steps/{result.index}/file"
+
+        def get() -> bytes:
+            try:
+                response = self._http.request("GET", path)
+            except httpx.TransportError as exc:
+                raise Unreachable(self.url, exc) from None
+            if response.status_code >= 400:
+                self._request("GET", path)  # raises the server's error
+            return response.content
+
+        data: bytes = self._retrying(get)
+        return check_file(result.output, data)
+
+    def synthetic(self, result: StepResult) -> SyntheticDataResult:
+        """A released `synthetic_data` step with its file (`.frame()` for a DataFrame)."""
+        from safeaccess.client.synthetic_result import SyntheticDataResult
+
+        return SyntheticDataResult(output=dict(result.output or {}), data=self.step_file(result))
+
+    def centre_key(self) -> Ed25519PublicKey:
+        """The centre's signing key: the pinned one, checked against what the server announces,
+        or (trust on first use within this session) the announced one."""
+        announced = public_key_from_raw(base64.b64decode(self.health()["server_public_key"]))
+        if self.server_key is None:
+            self.server_key = announced
+        elif public_key_raw(self.server_key) != public_key_raw(announced):
+            raise WrongServer(f"{self.url} announces a different signing key than the pinned one")
+        return self.server_key
+
+    def mock(self, dataset: str) -> pd.DataFrame:
+        """The dataset's published DP mock as a DataFrame, its signature and hash checked
+        (`frame.attrs['safeaccess_mock']` holds the manifest). For writing and rehearsing
+        sequences: results on it predict nothing about the real data's results or verdicts."""
+        from safeaccess.client.mock import mock_frame, verify_mock
+
+        payload = self._retrying(lambda: self._request("GET", f"/v1/datasets/{dataset}/mock"))
+        manifest, data = verify_mock(payload, self.centre_key())
+        return mock_frame(manifest, data)
 
     # -- the protocol ---------------------------------------------------------------------------
 

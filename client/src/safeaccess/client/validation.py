@@ -31,6 +31,7 @@ from safeaccess.client.analyses import (
     StatTest,
     Summary,
     Survival,
+    SyntheticData,
     parse_analysis,
 )
 from safeaccess.client.analysis_errors import AnalysisInvalid, Problem, problems_from
@@ -77,6 +78,7 @@ _KINDS = (
     DPHistogram,
     DPMeanTest,
     ModelTraining,
+    SyntheticData,
 )
 
 # Statistics that make sense for a column whose values are labels rather than numbers.
@@ -228,6 +230,14 @@ class _Checker:
             self.dp(analysis)
         elif isinstance(analysis, ModelTraining):
             self.model_training(analysis)
+        elif isinstance(analysis, SyntheticData):
+            from safeaccess.client.synthetic import SynthInvalid, synth_workload
+
+            try:
+                synth_workload(analysis, self.metadata)
+            except SynthInvalid as exc:
+                for field, message in exc.problems:
+                    self.add(field, message)
         elif isinstance(analysis, Script):
             size = len(analysis.code.encode("utf-8"))
             if size > MAX_SCRIPT_BYTES:

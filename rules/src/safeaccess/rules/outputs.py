@@ -756,6 +756,104 @@ class ModelOutput(_Model):
     facts: ModelFacts
 
 
+class SynthTablesFacts(_Model):
+    tables: list[list[float]] = Field(
+        description="Exact counts of the workload's tables (one-ways, pairs, cliques; flat, C "
+        "order over the clique's columns). Never released: the server adds the noise."
+    )
+
+
+class SynthTablesOutput(_Model):
+    """What the sandbox computes for `synthetic_data`: exact count tables over declared codes."""
+
+    type: Literal["synth_tables"] = "synth_tables"
+    columns: list[str]
+    facts: SynthTablesFacts
+
+
+class SynthCheckFacts(_Model):
+    verdict: Literal["release", "review", "withhold"]
+    outcomes: list[dict[str, str]] = Field(description="Every synth_* rule that fired.")
+    checks: dict[str, Any] = Field(description="The check numbers (real data: checkers only).")
+    error: str | None = None
+
+
+class SynthCheckOutput(_Model):
+    """The disclosure check of synthetic records against the real ones (sandbox job 2)."""
+
+    type: Literal["synth_check"] = "synth_check"
+    facts: SynthCheckFacts
+
+
+class SynthFile(_Model):
+    format: Literal["parquet"] = "parquet"
+    sha256: str
+    rows: int
+    bytes: int
+
+
+class SynthColumnView(_Model):
+    name: str
+    type: str
+    levels: list[Label] | None = None
+    bins: list[float] | None = None
+    nullable: bool
+
+
+class SynthMeasurement(_Model):
+    """A released noisy marginal: C-order cells over `clique`, each with noise sd `sigma`."""
+
+    clique: list[str]
+    values: list[float]
+    sigma: float
+
+
+class SynthPrivacy(_Model):
+    mu: float
+    epsilon: float
+    delta: float
+    method: Literal["mst", "fixed"]
+    sigma_oneway: float
+    sigma_selection: float | None
+    sigma_cliques: float
+    noisy_scores: list[float] | None = Field(
+        default=None, description="mst: the Gaussian-noised pair scores the tree came from."
+    )
+    tree: list[list[str]]
+    cliques: list[list[str]]
+    noisy_total: float
+    noisy_total_sd: float
+    risk: DPRisk
+    ledger: DPLedgerView
+
+
+class SynthUtility(_Model):
+    """Fit of the synthetic records to the released noisy marginals (released quantities only)."""
+
+    clique: list[str]
+    tvd: float
+    expected_noise_tvd: float
+
+
+class SynthReleaseFacts(_Model):
+    records_per_unit: int
+    charge: float
+    check: SynthCheckFacts
+
+
+class SyntheticDataOutput(_Model):
+    """Released synthetic data: the Parquet file's hash, the DP release and its reports."""
+
+    type: Literal["synthetic_data"] = "synthetic_data"
+    file: SynthFile
+    columns: list[SynthColumnView]
+    privacy: SynthPrivacy
+    measurements: list[SynthMeasurement]
+    utility: list[SynthUtility]
+    checks: dict[str, str] = Field(description="'passed', the rule set and its hash: no numbers.")
+    facts: SynthReleaseFacts
+
+
 Output = Annotated[
     TableOutput
     | SummaryOutput
@@ -766,7 +864,10 @@ Output = Annotated[
     | ScriptOutput
     | DPStatisticOutput
     | DPAnswerOutput
-    | ModelOutput,
+    | ModelOutput
+    | SynthTablesOutput
+    | SynthCheckOutput
+    | SyntheticDataOutput,
     Field(discriminator="type"),
 ]
 

@@ -19,10 +19,13 @@ import json
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from safeaccess.rules.synthetic.decision import SynthRules
 
 
 class RuleSetError(ValueError):
@@ -170,12 +173,93 @@ class RuleSet(BaseModel):
         default=None, ge=1, description="Trained models: the most features a model may use."
     )
 
+    synth_attack_excess_withhold: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="Synthetic data: withhold when an attacker trained on the synthetic records "
+        "beats the leave-one-out reference by this much accuracy (bootstrap lower bound > 0).",
+    )
+    synth_attack_excess_review: float = Field(
+        default=0.02, ge=0.0, le=1.0, description="Synthetic data: review at this excess."
+    )
+    synth_certain_correct_withhold: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="Synthetic data: withhold at this excess of near-certain correct inferences.",
+    )
+    synth_full_row_uniques_review: float = Field(
+        default=0.10,
+        ge=0.0,
+        le=1.0,
+        description="Synthetic data: review when this share of the real full-row uniques "
+        "appears in the synthetic records.",
+    )
+    synth_full_row_uniques_withhold: float = Field(
+        default=0.25, ge=0.0, le=1.0, description="Synthetic data: withhold at this share."
+    )
+    synth_dcr_close_review: float = Field(
+        default=0.02,
+        ge=0.0,
+        le=1.0,
+        description="Synthetic data: review when p_syn - p_ref (records closer than the real "
+        "5 % leave-one-out distance) reaches this and is significant.",
+    )
+    synth_dcr_close_withhold: float = Field(
+        default=0.10, ge=0.0, le=1.0, description="Synthetic data: withhold at this gap."
+    )
+    synth_yp_y: Literal["loo_q05"] | float = Field(
+        default="loo_q05",
+        description="Synthetic data: the (y,p)-coverage distance y, or 'loo_q05' for the 5 % "
+        "quantile of the real leave-one-out distances.",
+    )
+    synth_yp_p: float = Field(
+        default=0.10, ge=0.0, le=1.0, description="Synthetic data: (y,p)-coverage share p."
+    )
+    synth_p_privacy_tau: float = Field(
+        default=0.9, ge=0.0, le=1.0, description="Synthetic data: p-privacy association cut."
+    )
+    synth_max_keysets: int = Field(
+        default=20, ge=1, description="Synthetic data: attack key sets per key length."
+    )
+    synth_max_cells: int = Field(
+        default=100_000, ge=1, description="Synthetic data: most cells of one marginal."
+    )
+    synth_max_model_cells: int = Field(
+        default=10_000_000, ge=1, description="Synthetic data: most cells of the whole model."
+    )
+    synth_max_rows: int = Field(
+        default=1_000_000, ge=1, description="Synthetic data: most synthetic rows."
+    )
+    synth_hungarian_max: int = Field(
+        default=5000, ge=1, description="Synthetic data: records per (y,p)-coverage sample."
+    )
+    synth_action_on_check_error: Literal["review", "withhold"] = Field(
+        default="review",
+        description="Synthetic data: what a check that cannot run does (never release).",
+    )
+
     @field_validator("spread_k", mode="before")
     @classmethod
     def _spread_number(cls, value: object) -> object:
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
-    @field_validator("model_mia_auc_limit", "model_fairness_limit", mode="before")
+    @field_validator(
+        "model_mia_auc_limit",
+        "model_fairness_limit",
+        "synth_attack_excess_withhold",
+        "synth_attack_excess_review",
+        "synth_certain_correct_withhold",
+        "synth_full_row_uniques_review",
+        "synth_full_row_uniques_withhold",
+        "synth_dcr_close_review",
+        "synth_dcr_close_withhold",
+        "synth_yp_y",
+        "synth_yp_p",
+        "synth_p_privacy_tau",
+        mode="before",
+    )
     @classmethod
     def _model_number(cls, value: object) -> object:
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -185,6 +269,25 @@ class RuleSet(BaseModel):
     def _limit_number(cls, value: object) -> object:
         # `leverage_limit: 1` in YAML is an int; strict mode would refuse it as a float
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _synth_consistent(self) -> RuleSet:
+        from safeaccess.rules.synthetic.errors import SyntheticCheckError
+
+        try:
+            self.synth_rules  # noqa: B018 - SynthRules checks review <= withhold
+        except SyntheticCheckError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def synth_rules(self) -> SynthRules:
+        """The `synth_*` settings as the synthetic-data check's `SynthRules`."""
+        from safeaccess.rules.synthetic.decision import SynthRules
+
+        return SynthRules.from_mapping(
+            {k: v for k, v in self.model_dump().items() if k.startswith("synth_")}
+        )
 
     @property
     def leverage_limit_value(self) -> float:

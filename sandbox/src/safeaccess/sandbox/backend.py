@@ -227,6 +227,8 @@ EXPECTED_TYPE = {
     "dp_histogram": "dp_statistic",
     "dp_mean_test": "dp_statistic",
     "model_training": "model",
+    "synthetic_data": "synth_tables",
+    "synthetic_check": "synth_check",
 }
 
 

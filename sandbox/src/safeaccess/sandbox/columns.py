@@ -24,6 +24,7 @@ _COLUMN_FIELDS = (
     "event",
     "target",
     "features",
+    "columns",
 )
 
 

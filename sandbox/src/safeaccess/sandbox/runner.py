@@ -26,7 +26,7 @@ from typing import IO, Any, TypeAlias
 import pandas as pd
 from pydantic import ValidationError
 
-from safeaccess.client.analyses import DP_KINDS, Analysis, parse_analysis
+from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, Analysis, parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Output
 from safeaccess.sandbox.backend import RunnerError, RunnerRequest, RunnerResponse, encode_reply
@@ -55,8 +55,11 @@ ANALYSIS_KINDS = frozenset(
         "script",
         *DP_KINDS,
         "model_training",
+        *SYNTH_KINDS,
     }
 )
+#: The disclosure check of synthetic data: a job the server builds, never a researcher's kind.
+SYNTH_CHECK = "synthetic_check"
 
 Compute = Callable[[Any, pd.DataFrame, DatasetMetadata, int], Output]
 
@@ -103,6 +106,10 @@ def _compute_for(kind: str) -> Compute:
         from safeaccess.sandbox.compute.models import model_training
 
         return model_training
+    if kind in SYNTH_KINDS:
+        from safeaccess.sandbox.compute.synthetic import synthetic_tables
+
+        return synthetic_tables
     raise AnalysisError("bad_analysis", f"analysis kind {kind!r} is not supported by this runner")
 
 
@@ -149,7 +156,12 @@ def execute(analysis: Analysis, frame: pd.DataFrame, metadata: DatasetMetadata) 
     compute = _compute_for(analysis.kind)
     selected = apply_filter(analysis, frame)
     # A DP answer's shape and success never depend on the data: no rows answer zeros, noised.
-    if len(selected) == 0 and analysis.kind != "script" and analysis.kind not in DP_KINDS:
+    if (
+        len(selected) == 0
+        and analysis.kind != "script"
+        and analysis.kind not in DP_KINDS
+        and analysis.kind not in SYNTH_KINDS
+    ):
         raise AnalysisError("no_rows", "no records satisfy the filter; widen the 'where' condition")
     return compute(analysis, selected, metadata, n_records)
 
@@ -204,6 +216,8 @@ def _read_dataset(
 
 def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerResponse:
     """Run one request against the dataset (open file, path or loaded frame); build the response."""
+    if request.analysis.get("kind") == SYNTH_CHECK:
+        return _run_synth_check(request, dataset)
     try:
         analysis = parse_analysis(request.analysis)
         metadata = DatasetMetadata.model_validate(request.metadata)
@@ -234,6 +248,34 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
             "analysis_failed",
             f"the analysis failed ({type(exc).__name__}); check the variables and settings",
         )
+    return RunnerResponse(ok=True, output=output)
+
+
+def _run_synth_check(request: RunnerRequest, dataset: DatasetSource) -> RunnerResponse:
+    """The synthetic-data disclosure check: the synthetic codes travel in the request."""
+    from safeaccess.client.analyses import SyntheticData
+    from safeaccess.sandbox.compute.synthetic import synthetic_check
+
+    try:
+        inner = SyntheticData.model_validate(request.analysis.get("analysis"))
+        metadata = DatasetMetadata.model_validate(request.metadata)
+    except ValidationError:
+        return _error("bad_analysis", "invalid synthetic-data check request")
+    try:
+        frame = _read_dataset(dataset, inner, metadata)
+    except Exception:
+        return _error("dataset_unreadable", "the dataset could not be read as Parquet")
+    try:
+        output = synthetic_check(request.analysis, frame, metadata)
+    except AnalysisError as exc:
+        return _error(exc.code, exc.message)
+    except MemoryError:
+        return _error("limit_memory", "the check ran out of memory in the sandbox")
+    except Exception as exc:
+        known = _known_error(exc)
+        if known is not None:
+            return known
+        return _error("analysis_failed", f"the check failed ({type(exc).__name__})")
     return RunnerResponse(ok=True, output=output)
 
 

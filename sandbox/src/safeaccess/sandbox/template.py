@@ -50,6 +50,7 @@ PRELOAD_TABLES = (
     "safeaccess.sandbox.compute.summary",
     "safeaccess.sandbox.compute.survival",
     "safeaccess.sandbox.compute.dp",
+    "safeaccess.sandbox.compute.synthetic",
     "safeaccess.sandbox.filters",
 )
 PRELOAD_FULL = (
@@ -92,6 +93,7 @@ TABLE_KINDS = frozenset(
         "dp_mean",
         "dp_histogram",
         "dp_mean_test",
+        "synthetic_data",
     }
 )
 

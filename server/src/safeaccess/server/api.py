@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -210,6 +210,13 @@ def create_app(service: Service) -> FastAPI:
         """Datasets of your projects: names, descriptions and column metadata (never data)."""
         return Catalogue(datasets=service.catalogue(auth.researcher))
 
+    @app.get("/v1/datasets/{name}/mock", tags=["catalogue"])
+    def dataset_mock(name: DatasetName, auth: Auth) -> dict[str, Any]:
+        """The dataset's published DP mock: the manifest, the centre's signature over its
+        canonical JSON, and the Parquet file (base64). Mock results predict nothing about real
+        verdicts."""
+        return service.mock(auth.researcher, name)
+
     @app.post("/v1/datasets/{name}/plan-check", response_model=PlanCheckView, tags=["catalogue"])
     def plan_check(name: DatasetName, auth: Auth) -> PlanCheckView:
         """Check an unsealed plan for what its analyses alone doom (a DP request the budget
@@ -266,6 +273,18 @@ def create_app(service: Service) -> FastAPI:
         """Your step's outcome entry in the audit log, its inclusion proof and a signed
         checkpoint: check your receipt against the log (`safeaccess audit receipt`)."""
         return service.audit.step_proof(auth.researcher, sequence_id, index)
+
+    @app.get(
+        "/v1/sequences/{sequence_id}/steps/{index}/file",
+        tags=["sequences"],
+        response_class=Response,
+        responses={200: {"content": {"application/vnd.apache.parquet": {}}}},
+    )
+    def step_file(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> Response:
+        """The released file of your step (synthetic data, Parquet); its SHA-256 is in the
+        step's output and hence in your signed receipt."""
+        data = service.step_file(auth.researcher, sequence_id, index)
+        return Response(content=data, media_type="application/vnd.apache.parquet")
 
     api_audit.register(app, service)
     # The output checkers' web workspace under /review (session cookies, never signatures).

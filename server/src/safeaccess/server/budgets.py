@@ -123,6 +123,7 @@ def plan_check(
             key=context.key,
             owner=context.owner,
             ledger=DPLedgerState(spent=ledger.spent, releases=ledger.releases),
+            public_spent=context.public_spent,
         )
         assert isinstance(analysis, DPCount | DPSum | DPMean | DPHistogram | DPMeanTest)
         planned = dp_release.plan(analysis, metadata, ctx)

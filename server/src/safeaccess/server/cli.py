@@ -248,6 +248,67 @@ def _dataset_dp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dataset_mock(args: argparse.Namespace) -> int:
+    """Generate (and publish) the DP mock of a dataset; print the full check report."""
+    import json
+
+    from safeaccess.rules.dp import gaussian_mu_for
+    from safeaccess.rules.ruleset import DEFAULT_RULESET, load_ruleset
+    from safeaccess.sandbox.factory import make_backend
+    from safeaccess.server.dataset_rules import current_rules_path
+    from safeaccess.server.synth.mock import DEFAULT_MU, make_mock
+
+    if (args.epsilon is None) != (args.delta is None):
+        raise ConfigError("--epsilon and --delta go together; or give --mu")
+    if args.epsilon is not None and args.mu is not None:
+        raise ConfigError("give either --epsilon and --delta, or --mu")
+    mu = gaussian_mu_for(args.epsilon, args.delta) if args.epsilon is not None else args.mu
+    data = _data(args)
+    config = data.load_config()
+    store = _store(data)
+    backend = make_backend(config.sandbox, concurrency=1)
+    try:
+        row = store.find_dataset(args.name)
+        rules_path = current_rules_path(store, row.id) if row is not None else None
+        ruleset = (
+            load_ruleset(data.root / rules_path, base=DEFAULT_RULESET)
+            if rules_path is not None
+            else DEFAULT_RULESET
+        )
+        result = make_mock(
+            data,
+            store,
+            backend,
+            data.load_signing_key(),
+            ruleset,
+            config.sandbox.limits,
+            args.name,
+            mu=mu if mu is not None else DEFAULT_MU,
+            rows=args.rows,
+            publish=args.publish,
+        )
+    finally:
+        backend.close()
+        store.close()
+    m = result.manifest
+    print(
+        f"mock of {m['dataset']}@{m['version']}: {m['rows']} rows, mu {m['mu']:.6g} "
+        f"(epsilon {m['epsilon']:.4g} at delta {m['delta']:g}), sha256 {m['sha256']}"
+    )
+    print(f"tree: {', '.join('-'.join(e) for e in m['tree'])}")
+    print(f"public ledger: mu^2 {result.public_before:.6g} -> {result.public_after:.6g}")
+    print(f"check verdict: {result.verdict}")
+    for outcome in result.check.get("outcomes", []):
+        print(f"  {outcome.get('action')}: {outcome.get('rule')}: {outcome.get('detail')}")
+    print(json.dumps(result.check.get("checks", {}), indent=1, sort_keys=True)[:20000])
+    if result.published:
+        print("published in the catalogue")
+    elif args.publish:
+        print("NOT published: the checks did not pass")
+        return 1
+    return EXIT_OK
+
+
 def _dataset_budget(args: argparse.Namespace) -> int:
     from safeaccess.rules.dp import GaussianLedger
     from safeaccess.server.dp_config import DPConfig
@@ -702,6 +763,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="withhold a release letting an attacker reach more than this TPR at FPR 0.05",
     )
     ddp.set_defaults(handler=_dataset_dp)
+    dmock = dataset.add_parser(
+        "mock",
+        parents=[common],
+        help="generate a DP synthetic mock of a dataset (charged to its public ledger); "
+        "publish it in the catalogue with --publish after the checks pass",
+    )
+    dmock.add_argument("name", metavar="NAME")
+    dmock.add_argument(
+        "--epsilon", type=float, default=None, help="with --delta: the mock's privacy"
+    )
+    dmock.add_argument("--delta", type=float, default=None)
+    dmock.add_argument("--mu", type=float, default=None, help="GDP mu of the mock (default 0.2)")
+    dmock.add_argument("--rows", type=int, default=1000, help="synthetic rows (1..10000)")
+    dmock.add_argument("--publish", action="store_true", help="publish it if the checks pass")
+    dmock.set_defaults(handler=_dataset_mock)
     dbudget = dataset.add_parser(
         "budget", parents=[common], help="a DP dataset's configuration and what each ledger spent"
     )

@@ -119,6 +119,8 @@ def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> li
     for column in metadata.columns:
         if column.name not in frame.columns:
             continue
+        if not column.nullable and frame[column.name].isna().any():
+            problems.append(f"{column.name}: declared nullable: false but has missing values")
         values = frame[column.name].dropna()
         if column.levels is not None:
             allowed = {_level_key(level) for level in column.levels}

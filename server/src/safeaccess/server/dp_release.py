@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import rfc8785
 
-from safeaccess.client.analyses import DP_KINDS, DPMeanTest
+from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, DPMeanTest
 from safeaccess.client.dpquery import DPQuery, Layout, LayoutError, layout
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.decision import Decision, Finding
@@ -72,6 +72,9 @@ class DPContext:
     # hash is in the facts (`config_sha256`).
     ruleset_label: str = ""
     ruleset_hash: str = ""
+    # mu^2 of the dataset's public ledger (its published mocks): every scope ledger composes
+    # with it, so a release must fit the budget together with it
+    public_spent: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,17 +93,17 @@ def config_hash(config: DPConfig) -> str:
 
 def refusal(kind: str, config: DPConfig | None, dataset: str) -> tuple[str, str] | None:
     """(error code, message) when this kind may not run on this dataset, else None."""
-    if kind in DP_KINDS and config is None:
+    if (kind in DP_KINDS or kind in SYNTH_KINDS) and config is None:
         return (
             "dp_not_enabled",
             f"dataset {dataset!r} does not answer differentially private kinds ({kind}); its "
             "controller has not enabled DP on it. Use the rule-checked kinds instead.",
         )
-    if kind not in DP_KINDS and config is not None and config.mandatory:
+    if kind not in DP_KINDS | SYNTH_KINDS and config is not None and config.mandatory:
         return (
             "dp_required",
             f"dataset {dataset!r} answers only differentially private kinds "
-            f"({', '.join(sorted(DP_KINDS))}); {kind} is refused on it.",
+            f"({', '.join(sorted(DP_KINDS | SYNTH_KINDS))}); {kind} is refused on it.",
         )
     return None
 
@@ -189,8 +192,9 @@ def plan(analysis: DPQuery, metadata: DatasetMetadata, context: DPContext) -> DP
         "spent_before": ledger.spent,
         "releases_before": ledger.releases,
     }
-    if not ledger.fits(sensitivity, sigma, cfg.epsilon, cfg.delta):
-        remaining = ledger.remaining_for(cfg.epsilon, cfg.delta)
+    composed = GaussianLedger(spent=ledger.spent + context.public_spent, releases=ledger.releases)
+    if not composed.fits(sensitivity, sigma, cfg.epsilon, cfg.delta):
+        remaining = composed.remaining_for(cfg.epsilon, cfg.delta)
         need = (
             f"this release fits only with sigma >= {sensitivity / math.sqrt(remaining):.6g}"
             if remaining > 0

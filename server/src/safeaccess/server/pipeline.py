@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from safeaccess.client.analyses import Analysis, ModelTraining, parse_analysis
+from safeaccess.client.analyses import Analysis, ModelTraining, SyntheticData, parse_analysis
 from safeaccess.client.dpquery import DP_QUERY_TYPES
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
@@ -26,7 +26,13 @@ from safeaccess.rules.checks.models import release_view as model_release_view
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.engine import check
 from safeaccess.rules.mitigation import MitigationError, mitigate
-from safeaccess.rules.outputs import DPStatisticOutput, ModelOutput, Output, public
+from safeaccess.rules.outputs import (
+    DPStatisticOutput,
+    ModelOutput,
+    Output,
+    SynthTablesOutput,
+    public,
+)
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import (
     AnalysisFailed,
@@ -44,6 +50,7 @@ from safeaccess.server.errors import Unavailable
 from safeaccess.server.failures import failure_decision, is_data_dependent
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
+from safeaccess.server.synth import step as synth_step
 
 _OUTPUT: TypeAdapter[Output] = TypeAdapter(Output)
 _VERDICT_STATE = {
@@ -116,6 +123,7 @@ def run_step(
     audit: Audit | None = None,
     n_records: int | None = None,
     dp: DPContext | None = None,
+    synth_files: Path | None = None,
 ) -> StepOutcome:
     """Compute and check one revealed step. Raises `Unavailable` when the centre, not the
     analysis, failed (the step stays re-runnable). `n_records` (the version's row count) raises
@@ -123,7 +131,7 @@ def run_step(
 
     `dp` is the dataset's DP configuration and the step's ledger when the dataset has DP: DP
     kinds are then answered with noise (`dp_release`), never by the rules or the query-set
-    audit."""
+    audit. `synth_files` is the directory for released synthetic-data files."""
     try:
         analysis = _parse(body)
     except ValidationError as exc:
@@ -152,6 +160,12 @@ def run_step(
         if isinstance(planned, StepOutcome):
             return planned  # over budget or policy: decided before any data is touched
         dp_plan = planned
+    synth_plan: synth_step.SynthPlan | None = None
+    if dp is not None and isinstance(analysis, SyntheticData):
+        synth_planned = synth_step.plan(analysis, metadata, dp, ruleset)
+        if isinstance(synth_planned, StepOutcome):
+            return synth_planned  # invalid, over budget or policy: decided before any data
+        synth_plan = synth_planned
     if n_records is not None:
         limits = limits.model_copy(
             update={"max_output_bytes": limits.max_output_bytes + 4 * n_records + 64}
@@ -195,6 +209,29 @@ def run_step(
             f"the sandbox could not run this step ({exc.code}); retry the same reveal later",
             code="sandbox_unavailable",
         ) from exc
+    if synth_plan is not None and dp is not None:
+        assert isinstance(result.output, SynthTablesOutput)  # the backend checked the type
+        assert isinstance(analysis, SyntheticData) and synth_files is not None
+        try:
+            outcome = synth_step.release(
+                analysis,
+                synth_plan,
+                result.output.facts.tables,
+                dp,
+                job_id=job_id,
+                metadata=metadata,
+                dataset=dataset_path,
+                backend=backend,
+                limits=limits,
+                ruleset=ruleset,
+                files=synth_files,
+            )
+        except ValueError as exc:  # the sandbox's tables do not have the declared layout
+            raise Unavailable(
+                "the sandbox could not run this step (job_crashed); retry the same reveal later",
+                code="sandbox_unavailable",
+            ) from exc
+        return replace(outcome, backend=result.backend, wall_seconds=result.wall_seconds)
     if dp_plan is not None and dp is not None:
         # Differential privacy branch: the answer's protection is the noise, so no rule
         # checks, no differencing history and no query-set auditor apply.

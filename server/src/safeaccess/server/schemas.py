@@ -182,6 +182,11 @@ class DatasetView(BaseModel):
     dp_budget: DPBudgetView | None = Field(
         default=None, description="Your DP budget on this dataset now (None: no DP)."
     )
+    mock: dict[str, Any] | None = Field(
+        default=None,
+        description="The published DP mock of this version: its manifest (rows, mu, epsilon, "
+        "delta, sha256, tree, workload, created) and the centre's signature over it.",
+    )
     withhold_budget: BudgetView | None = Field(
         default=None, description="Your withhold budget on this dataset now (None: no budget)."
     )

@@ -52,6 +52,7 @@ from safeaccess.server.errors import (
     NotFound,
     ProtocolRejected,
     Unauthenticated,
+    Unavailable,
 )
 from safeaccess.server.leverage_record import leverage_record
 from safeaccess.server.outcome import StepOutcome
@@ -82,6 +83,8 @@ from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, que
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
+from safeaccess.server.synth.mock import mock_paths, public_spent, published_mock
+from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 from safeaccess.server.withhold_budget import budget, opening_needs_approval
 
 log = logging.getLogger("safeaccess.server")
@@ -316,9 +319,26 @@ class Service:
                     dp=self.store.get_dp_config(row.name),
                     dp_budget=budgets.dp_budget(self.store, row, researcher),
                     withhold_budget=budget(self.store, rs, researcher, row.name),
+                    mock=published_mock(self.data, row.path, row.version),
                 )
             )
         return views
+
+    def mock(self, researcher: str, name: str) -> dict[str, Any]:
+        """The published mock of the latest version of a dataset of the researcher's projects:
+        the signed manifest and the Parquet file (base64)."""
+        rows = [r for r in self.store.datasets_for(researcher) if r.name == name]
+        if not rows:
+            raise NotFound(f"you have no dataset {name!r}")
+        row = max(rows, key=lambda r: r.version)
+        signed = published_mock(self.data, row.path, row.version)
+        if signed is None:
+            raise NotFound(f"dataset {name!r} has no published mock")
+        parquet, _ = mock_paths(self.data, row.path, row.version)
+        data = parquet.read_bytes()
+        if sha256_hex(data) != signed["manifest"]["sha256"]:
+            raise Unavailable(f"the mock of {name!r} does not match its signed manifest")
+        return {**signed, "data": base64.b64encode(data).decode("ascii")}
 
     # -- sequences ------------------------------------------------------------------------------
 
@@ -382,7 +402,31 @@ class Service:
             ledger=self.store.dp_ledger(key),
             ruleset_label=self.ruleset_for(dataset).label,
             ruleset_hash=self.ruleset_for(dataset).content_hash(),
+            public_spent=public_spent(self.store, dataset.name),
         )
+
+    def step_file(self, researcher: str, sequence_id: str, index: int) -> bytes:
+        """The released file of one of the researcher's steps (synthetic data), hash-checked."""
+        from safeaccess.server.synth.step import file_path
+
+        seq = self._own_sequence(researcher, sequence_id)
+        step = self.store.get_step(seq.id, index)
+        output = step.public_output if step is not None else None
+        if (
+            step is None
+            or StepState(step.state) != StepState.RELEASED
+            or not isinstance(output, dict)
+            or not isinstance(output.get("file"), dict)
+        ):
+            raise NotFound(f"step {index} of sequence {sequence_id} has no released file")
+        digest = str(output["file"].get("sha256", ""))
+        try:
+            data = file_path(self.data.root / SYNTH_DIR, digest).read_bytes()
+        except (ValueError, OSError) as exc:
+            raise NotFound(f"the file of step {index} is not available") from exc
+        if sha256_hex(data) != digest:
+            raise Unavailable(f"the file of step {index} does not match its recorded hash")
+        return data
 
     def _budget_lock(self, researcher: str, dataset: str) -> threading.Lock:
         """Serialises a researcher's openings on one dataset name, so that sequences opened at
@@ -655,6 +699,7 @@ class Service:
                 audit=audit,
                 n_records=dataset.rows,
                 dp=dp,
+                synth_files=self.data.root / SYNTH_DIR,
             )
         # The scope's lock is held from admission until the step and the state pointer are
         # recorded together; another replica's admission in between makes us admit again.

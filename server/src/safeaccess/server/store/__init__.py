@@ -767,6 +767,15 @@ class Store:
                 code="concurrent_update",
             )
 
+    def charge_public_ledger(
+        self, charge: DPCharge, *, event_data: dict[str, Any], actor: str = "admin"
+    ) -> None:
+        """Charge a dataset's public ledger (a mock) and record it, in one transaction."""
+        with self.transaction() as s:
+            self._charge_ledger(s, charge)
+            kind = "mock_published" if event_data.get("published") else "mock_generated"
+            self._event(s, kind, actor, {"dataset": charge.dataset, **event_data})
+
     def dp_ledger(self, key: str) -> DPLedgerState:
         with self.transaction() as s:
             row = s.get(DPLedgerRow, key)

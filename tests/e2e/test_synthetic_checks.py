@@ -1,0 +1,161 @@
+"""The disclosure check gates synthetic releases: injected leaking "synthesisers" are withheld
+through the real server, client and process sandbox, and the ledger is charged all the same.
+
+The synthesisers replace the worker (the fit) and see the real records, as a buggy or absurd one
+would: the identity (S = O) and O with 20 % of its cells replaced at random (fixed seed). The design
+note's calibration on CMC (section 3.4: identity and 20 % noise leak far beyond the leave-one-out
+reference, reproduce real full-row uniques and sit closer to real records than real records sit
+to each other) is what the default synth_* rules withhold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from test_synthetic_data import CMC_COLUMNS, cmc_frame, cmc_metadata
+
+from safeaccess.client.analyses import SyntheticData, to_body
+from safeaccess.client.keys import fingerprint, public_key_text
+from safeaccess.client.protocol import seal
+from safeaccess.client.session import connect
+from safeaccess.client.synthetic import synth_workload
+from safeaccess.sandbox.compute.synthetic import code_records
+from safeaccess.server.api import create_app
+from safeaccess.server.cli import main as admin
+from safeaccess.server.config import DataDir, initialise
+from safeaccess.server.datasets import register_dataset
+from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.service import Service
+from safeaccess.server.store import Store
+from safeaccess.server.synth.protocol import WorkerRequest
+from safeaccess.server.synth.worker_client import WorkerResult
+
+pytest.importorskip("mbi")
+
+
+# The rules that withhold each (the design note's CMC table: the identity fires every gate; with
+# age in 7 bins and 20 % of cells replaced (seed 20), 305 of the 1 163 coded full-row uniques
+# survive, 0.26 >= synth_full_row_uniques_withhold 0.25)
+EXPECTED_WITHHOLDS = {
+    "identity": {
+        "synth_attack_excess_withhold",
+        "synth_certain_correct_withhold",
+        "synth_dcr_close_withhold",
+        "synth_full_row_uniques_withhold",
+    },
+    "noise20": {"synth_full_row_uniques_withhold"},
+}
+
+
+@pytest.fixture(scope="module")
+def centre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Ed25519PrivateKey]:
+    root = tmp_path_factory.mktemp("synthchecks") / "data"
+    config = initialise(root, server_id="synth-checks")
+    data = DataDir(root)
+    key = Ed25519PrivateKey.generate()
+    store = Store(data.database_url(config))
+    try:
+        store.add_project("p1")
+        store.add_researcher(
+            "ada", public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
+        )
+        register_dataset(
+            data, store, name="cmc", frame=cmc_frame(), metadata=cmc_metadata("cmc"), project="p1"
+        )
+    finally:
+        store.close()
+    assert (
+        admin(
+            ["dataset", "dp", "cmc", "--epsilon", "50", "--delta", "1e-5", "--data-dir", str(root)]
+        )
+        == 0
+    )
+    return root, config.server_id, key
+
+
+@pytest.fixture(scope="module")
+def server(centre: tuple[Path, str, Ed25519PrivateKey]) -> Iterator[EmbeddedServer]:
+    service = Service(centre[0])
+    with service, EmbeddedServer(create_app(service)) as srv:
+        yield srv
+
+
+def _real_codes() -> np.ndarray:
+    analysis = SyntheticData(columns=CMC_COLUMNS, epsilon=1.0, delta=1e-9)
+    return code_records(cmc_frame(), synth_workload(analysis, cmc_metadata("cmc")))
+
+
+def _coded_uniques() -> int:
+    """Records unique on all ten columns with age in the declared 7 bins and children 15 and
+    16 sharing the last bin, counted with pandas."""
+    frame = cmc_frame()
+    frame["wife_age"] = np.searchsorted([20, 25, 30, 35, 40, 45], frame["wife_age"], side="right")
+    frame["children"] = frame["children"].clip(upper=15)
+    return int((~frame.duplicated(keep=False)).sum())
+
+
+def _noised(codes: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """`codes` with `share` of the cells replaced by a uniformly drawn code of their column."""
+    rng = np.random.default_rng(seed)
+    out = codes.copy()
+    sizes = [7, 4, 4, 16, 2, 2, 4, 4, 2, 3]  # the CMC workload's codes per column, by hand
+    hit = rng.random(out.shape) < share
+    for j, size in enumerate(sizes):
+        out[hit[:, j], j] = rng.integers(0, size, int(hit[:, j].sum()))
+    return out
+
+
+def _injected(codes: np.ndarray):  # type: ignore[no-untyped-def]
+    def worker(request: WorkerRequest, *, timeout: float = 600.0) -> WorkerResult:
+        assert [name for name, _ in request.domain] == CMC_COLUMNS
+        return WorkerResult(tuple(CMC_COLUMNS), codes, float(len(codes)), 1.0, [])
+
+    return worker
+
+
+@pytest.mark.parametrize(
+    ("name", "codes"),
+    [("identity", _real_codes()), ("noise20", _noised(_real_codes(), 0.2, seed=20))],
+)
+def test_leaking_synthesisers_are_withheld_and_still_charged(
+    server: EmbeddedServer,
+    centre: tuple[Path, str, Ed25519PrivateKey],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    codes: np.ndarray,
+) -> None:
+    from safeaccess.server.synth import step as synth_step
+
+    monkeypatch.setattr(synth_step, "run_worker", _injected(codes))
+    root, server_id, key = centre
+    analysis = SyntheticData(columns=CMC_COLUMNS, epsilon=1.0, delta=1e-9)
+    sealed = seal(
+        [to_body(analysis)], key, researcher="ada", project="p1", dataset="cmc", server=server_id
+    )
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        before = store.dp_ledger("cmc|researcher|ada")
+        with connect(server.url, key, "ada") as session:
+            (result,) = session.run(sealed)
+        after = store.dp_ledger("cmc|researcher|ada")
+        row = store.get_step(result.sequence_id, result.index)
+    finally:
+        store.close()
+    assert result.status == "withheld", name
+    # the researcher learns the verdict only: the uniform reason, no output, no check numbers
+    assert result.output is None
+    assert [r.check for r in result.reasons] == ["disclosure_control"]
+    assert "p_syn" not in result.reasons[0].message
+    # the noise was drawn: the ledger is charged once whatever the verdict
+    assert after.releases == before.releases + 1 and after.spent > before.spent
+    # the checkers' record: which synth_* rules withheld it, from the real-data facts
+    assert row is not None and row.decision is not None and row.output is not None
+    fired = {f["check"] for f in row.decision["findings"] if f["verdict"] == "withhold"}
+    assert fired == EXPECTED_WITHHOLDS[name]
+    reproduced = row.output["facts"]["check"]["checks"]["reproduced"]
+    assert reproduced["real_uniques"] == _coded_uniques()

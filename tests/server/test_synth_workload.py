@@ -1,0 +1,169 @@
+"""The synthetic-data workload and noise step, from the analysis and the metadata alone: named
+refusals, table shapes, the exact GDP charge, the decoding of codes, metadata checks at add."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from safeaccess.client.analyses import SyntheticData
+from safeaccess.client.metadata import Column, DatasetMetadata, NeighbouringRelation
+from safeaccess.client.synthetic import SynthInvalid, synth_workload
+from safeaccess.client.validation import AnalysisInvalid, validate
+from safeaccess.server.datasets import check_against_metadata
+from safeaccess.server.synth.measure import measure
+from safeaccess.server.synth.step import decode
+
+META = DatasetMetadata(
+    name="toy",
+    columns=[
+        Column(name="pid", type="identifier"),
+        Column(name="firm", type="categorical", levels=[1, 2], contributor=True),
+        Column(name="sex", type="categorical", levels=["F", "M"], nullable=False),
+        Column(name="region", type="categorical", levels=["N", "S", "E"]),
+        Column(name="age", type="integer", bounds=(16, 95)),
+        Column(name="income", type="continuous", bounds=(0, 1000), synth_bins=[0, 10, 100, 1000]),
+        Column(name="wealth", type="continuous"),
+        Column(name="code", type="categorical"),
+    ],
+)
+
+
+def _problems(analysis: SyntheticData, **limits: int) -> str:
+    with pytest.raises(SynthInvalid) as info:
+        synth_workload(analysis, META, **limits)
+    return str(info.value)
+
+
+def test_shapes_come_from_declared_levels_bins_and_nullability() -> None:
+    work = synth_workload(
+        SyntheticData(columns=["sex", "region", "age", "income"], epsilon=1, delta=1e-9), META
+    )
+    # sex: 2 levels, not nullable; region: 3 + null; age: 10 integer bins of 16..95 + null;
+    # income: its 3 synth_bins + null
+    assert [c.size for c in work.columns] == [2, 4, 11, 4]
+    assert work.columns[2].edges == (16, 24, 32, 40, 48, 56, 63, 71, 79, 87, 95)
+    assert len(work.pairs) == 6 and work.tables[:4] == ((0,), (1,), (2,), (3,))
+    # none declared: every column a key, the first ten targets
+    assert work.keys == (0, 1, 2, 3) and work.targets == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("columns", "bins", "words"),
+    [
+        (["pid", "sex"], {}, "identifier and is never synthesised"),
+        (["firm", "sex"], {}, "contributor column and is never synthesised"),
+        (["wealth", "sex"], {}, "without declared bounds"),
+        (["code", "sex"], {}, "declares no levels"),
+        (["age", "sex"], {"age": [10, 50]}, "must lie inside its bounds"),
+        (["region", "sex"], {"region": [0, 1]}, "only numeric columns bin"),
+        (["nope", "sex"], {}, "unknown column 'nope'"),
+    ],
+)
+def test_refusals_from_metadata_are_named(
+    columns: list[str], bins: dict[str, list[float]], words: str
+) -> None:
+    analysis = SyntheticData(columns=columns, epsilon=1, delta=1e-9, bins=bins)
+    assert words in _problems(analysis)
+    # and the client's validation reports the same before anything is sealed
+    with pytest.raises(AnalysisInvalid, match=words.split("'")[0]):
+        validate(analysis, META)
+
+
+def test_too_many_cells_and_model_too_large_name_the_table_and_the_limit() -> None:
+    analysis = SyntheticData(
+        columns=["age", "income"], epsilon=1, delta=1e-9, bins={"age": list(range(16, 96))}
+    )
+    # age: 79 bins + null = 80 codes; income 4 codes: the pair has 320 cells
+    message = _problems(analysis, max_cells=300)
+    assert "too many cells: the table of (age, income) has 320 cells" in message
+    assert "allows 300" in message
+    # one-ways 80 + 4 and the one tree edge of 320 cells: 404
+    message = _problems(analysis, max_model_cells=400)
+    assert "model too large: its cliques have 404 cells" in message
+    big_rows = SyntheticData(columns=["sex", "region"], epsilon=1, delta=1e-9, rows=50)
+    assert "50 rows asked; the centre allows 10" in _problems(big_rows, max_rows=10)
+
+
+def test_fixed_needs_marginals_of_at_most_three_columns() -> None:
+    with pytest.raises(ValueError, match="needs at least one marginal"):
+        SyntheticData(columns=["sex", "region"], epsilon=1, delta=1e-9, method="fixed")
+    with pytest.raises(ValueError, match="1 to 3 distinct columns"):
+        SyntheticData(
+            columns=["sex", "region", "age", "income"],
+            epsilon=1,
+            delta=1e-9,
+            method="fixed",
+            marginals=[["sex", "region", "age", "income"]],
+        )
+
+
+@pytest.mark.parametrize(("method", "m"), [("mst", 1), ("fixed", 3)])
+def test_the_charge_is_mu_squared_by_hand(method: str, m: int) -> None:
+    meta = META.model_copy(
+        update={"neighbours": NeighbouringRelation(unit="contributor", max_records_per_unit=m)}
+    )
+    analysis = SyntheticData(
+        columns=["sex", "region", "income"],
+        epsilon=1,
+        delta=1e-9,
+        method=method,  # type: ignore[arg-type]
+        marginals=[["sex", "income"]] if method == "fixed" else [],
+    )
+    work = synth_workload(analysis, meta)
+    rng = np.random.default_rng(1)
+    tables = [rng.integers(0, 50, work.cells(t)).astype(float).tolist() for t in work.tables]
+    released = measure(work, tables, 0.3, m)
+    d = 3
+    if method == "mst":
+        k, p = 2, 3
+        by_hand = (m**2) * (
+            d / released.sigma_oneway**2
+            + p / released.sigma_selection**2  # type: ignore[operator]
+            + k / released.sigma_cliques**2
+        )
+        assert len(released.tree) == 2 and released.noisy_scores is not None
+        assert released.sigma_oneway == pytest.approx(m * math.sqrt(3) / (0.3 * math.sqrt(0.25)))
+    else:
+        by_hand = (m**2) * (d / released.sigma_oneway**2 + 1 / released.sigma_cliques**2)
+        assert released.sigma_selection is None and released.tree == ()
+        assert released.sigma_cliques == pytest.approx(m * 1 / (0.3 * math.sqrt(0.75)))
+    assert by_hand == pytest.approx(0.09, rel=1e-12)
+    assert released.mu == pytest.approx(0.3, rel=1e-12)
+
+
+def test_codes_decode_inside_levels_bins_and_bounds() -> None:
+    work = synth_workload(
+        SyntheticData(columns=["sex", "region", "age", "income"], epsilon=1, delta=1e-9), META
+    )
+    codes = np.array([[0, 3, 10, 3], [1, 0, 0, 2], [1, 2, 9, 0]] * 200)
+    frame = decode(codes, work)
+    assert set(frame["sex"]) == {"F", "M"}
+    assert frame["region"].isna().sum() == 200  # code 3 is region's null
+    ages = frame["age"].dropna()
+    assert (ages % 1 == 0).all() and ages.between(16, 95).all()
+    assert frame["age"].isna().sum() == 200 and frame["income"].isna().sum() == 200
+    # age code 0 is [16, 24): integers 16..23; code 9 is the last bin [87, 95], closed
+    assert set(ages[ages < 24]) <= set(range(16, 24)) and ages.max() <= 95
+    incomes = frame["income"].dropna()
+    assert incomes.between(0, 1000).all() and ((incomes < 10) | (incomes >= 100)).all()
+
+
+def test_a_non_nullable_column_with_missing_values_is_refused_at_add() -> None:
+    frame = pd.DataFrame(
+        {
+            "pid": [1, 2],
+            "firm": [1, 1],
+            "sex": ["F", None],
+            "region": ["N", None],
+            "age": [20, 30],
+            "income": [1.0, 2.0],
+            "wealth": [1.0, 2.0],
+            "code": ["a", "b"],
+        }
+    )
+    problems = check_against_metadata(frame, META)
+    assert problems == ["sex: declared nullable: false but has missing values"]

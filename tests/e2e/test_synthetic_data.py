@@ -28,11 +28,11 @@ from safeaccess.server.api import create_app
 from safeaccess.server.cli import main as admin
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.store.schema import StepRow
 from safeaccess.server.demo_data import census_metadata, generate_census
 from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
+from safeaccess.server.store.schema import StepRow
 from safeaccess.server.synth.protocol import WorkerRequest
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 from safeaccess.server.synth.worker_client import SynthWorkerFailed, WorkerResult

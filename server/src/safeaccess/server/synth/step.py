@@ -57,8 +57,8 @@ from safeaccess.sandbox.backend import (
 )
 from safeaccess.server.dp_release import DPContext, _withheld, config_hash, ledger_view
 from safeaccess.server.errors import Unavailable
-from safeaccess.server.states import StepState
 from safeaccess.server.outcome import DPCharge, StepOutcome
+from safeaccess.server.states import StepState
 from safeaccess.server.synth.measure import Measurement, SynthMeasurements, measure
 from safeaccess.server.synth.protocol import WorkerMeasurement, WorkerRequest
 from safeaccess.server.synth.worker_client import SynthWorkerFailed, run_worker

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from safeaccess.rules.qss.certificate import Certified, Determined, TooCostly, decide
+from safeaccess.rules.qss.certificate import Certified, Determined, TooCostly, decide_kept
 from safeaccess.rules.qss.constraints import (
     CellKey,
     Constraints,
@@ -239,11 +239,14 @@ def _span_audit(
     constraints to keep, decided exactly (see certificate.py)."""
     k = policy.k
     rng = np.random.default_rng(secrets.randbits(128))
+    kept, n_old_rows = constraints.kept, constraints.n_rows
+    ancestor = np.arange(constraints.n_atoms, dtype=np.int64)  # each atom's atom before this output
     cells: list[Int32Array] = []
     for ref in refinements:
         cells = [extend(c, ref.parent) for c in cells]  # type: ignore[misc]
         cells.append(ref.cell)
         constraints = constraints.split(ref.parent, rng)
+        ancestor = extend(ancestor, ref.parent)  # type: ignore[assignment]
     try:
         candidate = add_rows(constraints, cells, origin)
     except LaneFailure:
@@ -285,14 +288,16 @@ def _span_audit(
     full = [lane for lane in grown.lanes if int(lane.basis.shape[0]) == grown.n_rows]
     if not full:
         return _Unverified("no lane holds every admitted row independent")
-    verdict = decide(
-        grown.indptr, grown.indices, grown.n_atoms, sizes, k, full[0].p, policy.search_nodes
-    )
+    verdict, kept = decide_kept(
+        kept, grown.indptr, grown.indices, sizes, k, full[0].p, policy.search_nodes,
+        n_old_rows, ancestor,
+    )  # fmt: skip
     facts["certificate"] = {
         "verdict": type(verdict).__name__.lower(),
         "nodes": verdict.nodes,
         **(
             {
+                "kept": verdict.kept,
                 "sets": verdict.sets,
                 "atoms_used": verdict.atoms_used,
                 "quotient_dim": verdict.quotient_dim,
@@ -310,7 +315,7 @@ def _span_audit(
             {int(grown.origin[r]) for r in verdict.rows if int(grown.origin[r]) != origin}
         )
         return found, grown, [], []
-    return None, grown, candidate.kept_keys, candidate.dependencies
+    return None, replace(grown, kept=kept), candidate.kept_keys, candidate.dependencies
 
 
 def _conflict(isolated: Isolated, grown: Constraints, facts: dict[str, Any]) -> Isolated:

@@ -35,7 +35,9 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
+from safeaccess.rules.qss import kept as kept_sets
 from safeaccess.rules.qss import modp
+from safeaccess.rules.qss.kept import KeptSets
 
 Int64Array = npt.NDArray[np.int64]
 Int32Array = npt.NDArray[np.int32]
@@ -57,6 +59,7 @@ class Certified:
     quotient_dim: int
     big_rank: int
     nodes: int
+    kept: bool = False  # decided by the sets kept from the previous admission
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,52 @@ def decide(
     if isinstance(fast, Certified):
         return fast
     return _decide(indptr, indices, n_atoms, sizes, k, p, max_nodes)
+
+
+def decide_kept(
+    kept: KeptSets | None,
+    indptr: Int64Array,
+    indices: Int32Array,
+    sizes: Int64Array,
+    k: int,
+    p: int,
+    max_nodes: int,
+    n_old_rows: int,
+    ancestor: Int64Array,
+) -> tuple[Verdict, KeptSets | None]:
+    """Decide with the completing sets kept from the previous admission when they can be
+    carried over (`kept.py`): the new output's splits and its rows only. Otherwise decide from
+    scratch (`decide`, exact), and when that certifies build new kept sets for the next one.
+
+    `n_old_rows`: the rows before this admission (the kept sets cover exactly those);
+    `ancestor[a]`: the atom before this admission that atom a is a piece of."""
+    n_rows = int(indptr.shape[0]) - 1
+    n_atoms = int(sizes.shape[0])
+    n_old_atoms = n_atoms - int(np.count_nonzero(ancestor != np.arange(n_atoms)))
+    if kept is not None and kept.n_rows == n_old_rows and kept.n_sets >= k:
+        swapped, holes = kept_sets.substitute(kept, ancestor, n_old_atoms, sizes, k)
+        need = (n_rows - n_old_rows) * kept.n_sets + sum(len(h) for h in holes)
+        fresh = np.arange(n_old_atoms, n_atoms, dtype=np.int64)
+        order = kept_sets.candidate_order(indptr, indices, sizes, k, n_old_rows, n_rows, fresh)
+        supply = kept_sets.batches(indptr, indices, n_atoms, n_rows, order, size=2 * need + 64)
+        carried = kept_sets.extend(swapped, indptr, indices, n_rows, sizes, k, supply, holes)
+        if carried is not None and carried.certifies(sizes, k):
+            big = int((sizes[carried.cols[0]] >= k).sum()) if carried.cols else 0
+            return (
+                Certified(
+                    sets=carried.n_sets,
+                    atoms_used=carried.small_members(sizes, k),
+                    quotient_dim=n_rows - big,
+                    big_rank=big,
+                    nodes=0,
+                    kept=True,
+                ),
+                carried,
+            )
+    verdict = decide(indptr, indices, n_atoms, sizes, k, p, max_nodes)
+    if isinstance(verdict, Certified):
+        return verdict, kept_sets.build(indptr, indices, sizes, k, k)
+    return verdict, None
 
 
 def _decide(

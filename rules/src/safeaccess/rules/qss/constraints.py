@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from safeaccess.rules.qss import modp
+from safeaccess.rules.qss.kept import KeptSets
 
 Int32Array = npt.NDArray[np.int32]
 Int64Array = npt.NDArray[np.int64]
@@ -77,6 +78,9 @@ class Constraints:
     indices: Int32Array  # (nnz,) atom ids
     lanes: tuple[Lane, ...]
     origin: Int32Array  # (R,) the admission each row came in with (-1: unknown, older states)
+    # the rank certificate's completing sets over these rows, kept for the next admission
+    # (None: decide from scratch next time); split and add_rows drop it, admit carries it over
+    kept: KeptSets | None = None
 
     @classmethod
     def empty(cls, n_atoms: int, rng: np.random.Generator | None = None) -> Constraints:

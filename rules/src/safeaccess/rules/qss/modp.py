@@ -82,7 +82,7 @@ def matmul(a: Int64Array, b: Int64Array, p: int) -> Int64Array:
     return (out + ll) % p
 
 
-def matmul_01(a: Int64Array, b: Int64Array, p: int) -> Int64Array:
+def matmul_01(a: Int64Array, b: npt.NDArray[np.int64 | np.float64], p: int) -> Int64Array:
     """(a @ b) mod p for `a` with entries in [0, p) and `b` a 0/1 matrix: one float64 product,
     exact while the inner dimension stays below 2**21 (each partial sum is below 2**52)."""
     if a.shape[1] >= 1 << 21:

@@ -1,0 +1,410 @@
+"""The rank certificate kept across admissions: k disjoint completing sets, each with an inverse.
+
+The certificate of `certificate.py` (a support S with fewer than k records avoids every atom of
+k or more records and must meet the small part of every completing set) holds for any family of
+sets C₁ … C_t of atoms such that
+
+- each A[:, Cᵢ] has rank R (all admitted rows), and
+- the atoms of Cᵢ with fewer than k records (its *small part*) are pairwise disjoint across sets.
+
+S then meets t disjoint small parts, so it holds at least t records; with t = k sets the bound is
+reached whatever the atoms' sizes. Atoms of k or more records may be shared by every set.
+
+What is kept, per set: `cols` (R atom ids with A[:, cols] square and invertible mod a small
+prime p) and `inv` = A[:, cols]⁻¹ mod p. Rank R mod p implies rank R over the rationals, so a
+kept set is a certificate in any prime; p < 2**21 makes every product one exact float product.
+
+Across an admission:
+
+- *Splits* keep ids: an atom keeps its id for one of its pieces, and every piece has its
+  parent's column on the old rows. So A[:, cols] is unchanged on the old rows, whatever splits.
+- *Shared atoms that became small* (a big atom split into small pieces) would break
+  disjointness: every set but one swaps it for one of its pieces, which has the same old column,
+  so `inv` does not change (a big piece can stand in for every set).
+- *New rows* (Δ of them): with U = B[:, cols] (the new rows on the set's columns), H = U·inv and
+  a candidate atom x with old part a and new part b, the residual r(x) = b − H·a is the part of x
+  the old columns cannot reach. Δ candidates with independent residuals (matrix S) complete the
+  set, and the bordered inverse follows from the Schur complement: with G = inv·A_old[:, X],
+  inv' = [[inv + G S⁻¹ H, −G S⁻¹], [−S⁻¹ H, S⁻¹]]. Cost O(R²·Δ) per set, no work over atoms
+  beyond reading the candidates' columns.
+
+Whenever a step cannot be taken (no piece to swap in, too few candidates with independent
+residuals in the bounded pool), the caller decides from scratch (`certificate.decide`, exact)
+and rebuilds the kept sets (`build`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from safeaccess.rules.qss import modp
+
+Int64Array = npt.NDArray[np.int64]
+Int32Array = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float64]
+
+#: Candidate batches read per extension before giving up (the caller then decides from scratch).
+_MAX_BATCHES = 6
+#: Rows added at a time when a kept certificate is rebuilt from scratch.
+_BUILD_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class KeptSets:
+    """Completing sets over the first `n_rows` admitted rows, each with its exact inverse."""
+
+    p: int
+    n_rows: int
+    cols: tuple[Int64Array, ...]  # per set: (n_rows,) atom ids, position j ↔ inverse row j
+    inv: tuple[Int64Array, ...]  # per set: (n_rows, n_rows), A[:, cols]⁻¹ mod p
+
+    @classmethod
+    def empty(cls, n_sets: int, p: int | None = None) -> KeptSets:
+        """Sets over no rows (the empty matrix is its own inverse)."""
+        prime = p if p is not None else modp.random_prime(1 << 20, modp.SMALL_PRIME_LIMIT)
+        return cls(
+            p=prime,
+            n_rows=0,
+            cols=tuple(np.empty(0, np.int64) for _ in range(n_sets)),
+            inv=tuple(np.zeros((0, 0), np.int64) for _ in range(n_sets)),
+        )
+
+    @property
+    def n_sets(self) -> int:
+        return len(self.cols)
+
+    def small_members(self, sizes: Int64Array, k: int) -> int:
+        """How many atoms below k the sets hold in all (the certificate's size)."""
+        return int(sum(int((sizes[c] < k).sum()) for c in self.cols))
+
+    def certifies(self, sizes: Int64Array, k: int) -> bool:
+        """Whether the sets prove that no combination over fewer than k records is determined:
+        at least k sets (or one without a small atom) and small parts pairwise disjoint."""
+        small = [c[sizes[c] < k] for c in self.cols]
+        if any(s.size == 0 for s in small):
+            return True  # the big atoms with that set span everything: nothing small is determined
+        if self.n_sets < k:
+            return False
+        joined = np.concatenate(small)
+        return int(np.unique(joined).size) == int(joined.size)
+
+
+def columns(
+    indptr: Int64Array, indices: Int32Array, n_atoms: int, atoms: Int64Array, n_rows: int
+) -> FloatArray:
+    """Dense 0/1 columns (first `n_rows` rows) of the CSR rows for these atoms: one pass over
+    the rows' entries."""
+    out = np.zeros((n_rows, int(atoms.shape[0])), np.float64)
+    if atoms.size == 0 or n_rows == 0:
+        return out
+    lut = np.full(n_atoms, -1, np.int32)
+    lut[atoms] = np.arange(atoms.shape[0], dtype=np.int32)
+    hit = lut[indices[: int(indptr[n_rows])]]
+    where = np.flatnonzero(hit >= 0)
+    rows = np.searchsorted(indptr, where, side="right") - 1
+    out[rows, hit[where]] = 1.0
+    return out
+
+
+def _new_rows_on(
+    indptr: Int64Array, indices: Int32Array, lut: Int32Array, cols: Int64Array, r0: int, r1: int
+) -> FloatArray:
+    """U = B[:, cols]: the rows r0..r1-1 on the set's columns (0/1). `lut` is all -1 on entry
+    and on exit."""
+    lut[cols] = np.arange(cols.shape[0], dtype=np.int32)
+    start, stop = int(indptr[r0]), int(indptr[r1])
+    pos = lut[indices[start:stop]]
+    lut[cols] = -1
+    where = np.flatnonzero(pos >= 0)
+    rows = np.searchsorted(indptr, start + where, side="right") - 1 - r0
+    u = np.zeros((r1 - r0, int(cols.shape[0])), np.float64)
+    u[rows, pos[where]] = 1.0
+    return u
+
+
+Holes = list[list[int]]
+
+
+def substitute(
+    kept: KeptSets, ancestor: Int64Array, n_old: int, sizes: Int64Array, k: int
+) -> tuple[KeptSets, Holes]:
+    """After splits: every set but one swaps a shared atom that became small for a piece of it
+    (same column on the old rows, so the inverses stand). Where pieces run out, the position is
+    returned as a hole, per set, for `extend` to fill.
+
+    `ancestor[a]` is the atom each atom split from in this admission (itself for ids < n_old)."""
+    holes: Holes = [[] for _ in kept.cols]
+    joined = np.concatenate(kept.cols) if kept.cols else np.empty(0, np.int64)
+    small = joined[sizes[joined] < k]
+    atoms, counts = np.unique(small, return_counts=True)
+    shared = atoms[counts > 1]
+    if shared.size == 0:
+        return kept, holes
+    fresh = np.arange(n_old, int(ancestor.shape[0]), dtype=np.int64)
+    by_parent = np.argsort(ancestor[fresh], kind="stable")
+    parents = ancestor[fresh][by_parent]
+    cols = [c.copy() for c in kept.cols]
+    for atom in (int(a) for a in shared):
+        lo, hi = np.searchsorted(parents, [atom, atom + 1])
+        pieces = fresh[by_parent[lo:hi]]
+        big = pieces[sizes[pieces] >= k]
+        spare = list(pieces[sizes[pieces] < k])
+        first = True
+        for i, c in enumerate(cols):
+            where = np.flatnonzero(c == atom)
+            if where.size == 0:
+                continue
+            if first:
+                first = False  # one set keeps the atom itself
+                continue
+            if big.size:
+                c[where[0]] = big[0]  # a big piece may be shared by every set
+            elif spare:
+                c[where[0]] = spare.pop()
+            else:
+                holes[i].append(int(where[0]))
+    return KeptSets(p=kept.p, n_rows=kept.n_rows, cols=tuple(cols), inv=kept.inv), holes
+
+
+Supply = Callable[[], Iterator[tuple[Int64Array, FloatArray]]]
+
+
+def _fill_holes(
+    cols: Int64Array,
+    inv: Int64Array,
+    holes: list[int],
+    atoms: Int64Array,
+    old: FloatArray,
+    free: npt.NDArray[np.bool_],
+    p: int,
+) -> tuple[Int64Array, list[int]]:
+    """Replace the columns at the hole positions by candidates (old parts `old`, usable where
+    `free`): x may replace position j iff (inv·x)[j] ≠ 0, and then
+    inv' = inv − (w − e_j)·inv[j, :] / w_j with w = inv·x (Sherman–Morrison). Returns the new
+    inverse and the candidate positions used; `cols` is updated in place."""
+    used: list[int] = []
+    for j in list(holes):
+        avail = np.flatnonzero(free)
+        if avail.size == 0:
+            break
+        reach = modp.matmul_01(inv[j : j + 1, :], old[:, avail], p).reshape(-1)
+        hit = np.flatnonzero(reach)
+        if hit.size == 0:
+            continue
+        pick = int(avail[hit[0]])
+        w = modp.matmul_01(inv, old[:, pick : pick + 1], p).reshape(-1)
+        f = w.copy()
+        f[j] = (f[j] - 1) % p
+        f = f * modp.inverse(int(w[j]), p) % p
+        inv = (inv - np.outer(f, inv[j, :]) % p) % p
+        cols[j] = atoms[pick]
+        free[pick] = False
+        used.append(pick)
+        holes.remove(j)
+    return inv, used
+
+
+def extend(
+    kept: KeptSets,
+    indptr: Int64Array,
+    indices: Int32Array,
+    n_rows: int,
+    sizes: Int64Array,
+    k: int,
+    supply: Supply,
+    holes: Holes | None = None,
+) -> KeptSets | None:
+    """The sets with their holes filled and completed to the rows kept.n_rows..n_rows-1, or
+    None when the candidates that `supply` yields (atom ids and their dense columns over the
+    first n_rows rows) run out first.
+
+    Candidates are taken first fit: each goes to the first set it serves; an atom below k joins
+    at most one set, a big atom may join every set."""
+    p = kept.p
+    r0, r1 = kept.n_rows, n_rows
+    delta = r1 - r0
+    gaps = [list(h) for h in holes] if holes else [[] for _ in kept.cols]
+    if delta == 0 and not any(gaps):
+        return kept
+    n_atoms = int(sizes.shape[0])
+    cols = [c.copy() for c in kept.cols]
+    invs = list(kept.inv)
+    lut = np.full(n_atoms, -1, np.int32)
+    h_mats: list[Int64Array | None] = [None] * len(cols)
+    claimed = np.zeros(n_atoms, dtype=bool)
+    for c in cols:
+        claimed[c[sizes[c] < k]] = True
+    bases = [modp.ColumnBasis(delta, p) for _ in cols]
+    chosen_atoms: list[list[Int64Array]] = [[] for _ in cols]
+    chosen_old: list[list[FloatArray]] = [[] for _ in cols]
+    chosen_res: list[list[Int64Array]] = [[] for _ in cols]
+
+    def done() -> bool:
+        return all(b.rank == delta for b in bases) and not any(gaps)
+
+    for atoms, block in supply():
+        for i in range(len(cols)):
+            if bases[i].rank == delta and not gaps[i]:
+                continue
+            free = ~claimed[atoms]
+            if gaps[i]:
+                invs[i], used = _fill_holes(cols[i], invs[i], gaps[i], atoms, block[:r0], free, p)
+                for pick in used:
+                    if sizes[atoms[pick]] < k:
+                        claimed[atoms[pick]] = True
+                if gaps[i]:
+                    continue
+            if bases[i].rank == delta:
+                continue
+            h = h_mats[i]
+            if h is None:
+                u = _new_rows_on(indptr, indices, lut, cols[i], r0, r1)
+                # H = U·inv, as (invᵀ·Uᵀ)ᵀ: U is the 0/1 factor of the exact float product
+                h = modp.matmul_01(invs[i].T, u.T, p).T.copy()
+                h_mats[i] = h
+            avail = np.flatnonzero(~claimed[atoms])
+            # a window a little wider than the rank still missing: most candidates are
+            # independent, so the residuals of the whole batch are rarely needed
+            start, width = 0, 2 * (delta - bases[i].rank) + 8
+            while start < avail.size and bases[i].rank < delta:
+                window = avail[start : start + width]
+                start += width
+                window = window[~claimed[atoms[window]]]
+                x = block[:, window]
+                residual = _residuals(x[r0:r1], x[:r0], h, p)
+                added = bases[i].insert(residual)
+                if not added:
+                    width *= 2
+                    continue
+                picked = window[np.asarray(added, dtype=np.int64)]
+                chosen_atoms[i].append(atoms[picked])
+                chosen_old[i].append(block[:r0, picked])
+                chosen_res[i].append(residual[:, added])
+                claimed[atoms[picked][sizes[atoms[picked]] < k]] = True
+                width = 2 * (delta - bases[i].rank) + 8
+        if done():
+            break
+    if not done():
+        return None
+    if delta == 0:
+        return KeptSets(p=p, n_rows=r1, cols=tuple(cols), inv=tuple(invs))
+    new_cols = []
+    new_inv = []
+    for i, (c, inv) in enumerate(zip(cols, invs, strict=True)):
+        h = h_mats[i]
+        assert h is not None  # every set reached rank delta through the residual step
+        s = np.concatenate(chosen_res[i], axis=1)
+        s_inv = modp.invert(s, p)
+        if s_inv is None:  # the residual basis said independent: an arithmetic fault
+            return None
+        q = np.concatenate(chosen_old[i], axis=1)
+        g = modp.matmul_01(inv, q, p)  # (r0, Δ)
+        gs = modp.matmul(g, s_inv, p)
+        full = np.empty((r1, r1), np.int64)
+        full[:r0, :r0] = (inv + modp.matmul(gs, h, p)) % p
+        full[:r0, r0:] = (-gs) % p
+        full[r0:, :r0] = (-modp.matmul(s_inv, h, p)) % p
+        full[r0:, r0:] = s_inv
+        new_cols.append(np.concatenate([c, *chosen_atoms[i]]).astype(np.int64))
+        new_inv.append(full)
+    return KeptSets(p=p, n_rows=r1, cols=tuple(new_cols), inv=tuple(new_inv))
+
+
+def _residuals(new: FloatArray, old: FloatArray, h: Int64Array, p: int) -> Int64Array:
+    """b − H·a mod p for the candidates' new parts b and old parts a (0/1 columns)."""
+    b: Int64Array = new.astype(np.int64)
+    if old.shape[0] == 0:
+        return b % p
+    reach: Int64Array = modp.matmul_01(h, old, p)
+    return (b - reach) % p
+
+
+def candidate_order(
+    indptr: Int64Array,
+    indices: Int32Array,
+    sizes: Int64Array,
+    k: int,
+    r0: int,
+    r1: int,
+    first: Int64Array | None = None,
+    per_row: int = 24,
+) -> Int64Array:
+    """Atoms in the order candidates are tried: big atoms (shared by every set, they keep the
+    small parts small); `first` (this admission's new pieces); then, for each row r0..r1-1, up
+    to `per_row` of its atoms at random, so a rare cell still offers an atom to every set; then
+    the rest at random (atoms split from one parent are nearly parallel: random is generic)."""
+    rng = np.random.default_rng(secrets.randbits(64))
+    n_atoms = int(sizes.shape[0])
+    big = np.flatnonzero(sizes >= k).astype(np.int64)
+    parts = [big[rng.permutation(big.shape[0])]]
+    if first is not None and first.size:
+        lead = first[sizes[first] < k]
+        parts.append(lead[rng.permutation(lead.shape[0])])
+    start, stop = int(indptr[r0]), int(indptr[r1])
+    if stop > start:
+        entries = indices[start:stop].astype(np.int64)
+        rows = np.repeat(np.arange(r1 - r0), np.diff(indptr[r0 : r1 + 1]))
+        shuffled = np.lexsort(np.stack([rng.random(entries.shape[0]), rows.astype(np.float64)]))
+        rank = np.arange(entries.shape[0]) - np.searchsorted(rows[shuffled], rows[shuffled])
+        for lo, hi in ((0, per_row), (per_row, 4 * per_row)):
+            tier = entries[shuffled[(rank >= lo) & (rank < hi)]]
+            parts.append(tier[sizes[tier] < k])
+    small = np.flatnonzero(sizes < k).astype(np.int64)
+    parts.append(small[rng.permutation(small.shape[0])])
+    order = np.concatenate(parts)
+    # keep each atom's first place only
+    seen = np.zeros(n_atoms, dtype=bool)
+    _, first_place = np.unique(order, return_index=True)
+    keep = np.zeros(order.shape[0], dtype=bool)
+    keep[first_place] = True
+    del seen
+    return order[keep]
+
+
+def batches(
+    indptr: Int64Array,
+    indices: Int32Array,
+    n_atoms: int,
+    n_rows: int,
+    order: Int64Array,
+    size: int,
+    limit: int = _MAX_BATCHES,
+) -> Supply:
+    """Candidates in `order`, `size` at a time, with their columns read from the CSR rows; at
+    most `limit` batches, each batch twice the size of the one before."""
+
+    def gen() -> Iterator[tuple[Int64Array, FloatArray]]:
+        start, step = 0, size
+        for _ in range(limit):
+            if start >= order.shape[0]:
+                return
+            atoms = order[start : start + step]
+            start += step
+            step *= 2
+            yield atoms, columns(indptr, indices, n_atoms, atoms, n_rows)
+
+    return gen
+
+
+def build(
+    indptr: Int64Array, indices: Int32Array, sizes: Int64Array, k: int, n_sets: int
+) -> KeptSets | None:
+    """Kept sets over every row, from scratch: the rows are taken in chunks, each chunk an
+    extension of the sets over the rows before it. None when the candidates run out."""
+    n_rows = int(indptr.shape[0]) - 1
+    n_atoms = int(sizes.shape[0])
+    kept: KeptSets | None = KeptSets.empty(n_sets)
+    r0 = 0
+    while kept is not None and r0 < n_rows:
+        r1 = min(n_rows, r0 + _BUILD_CHUNK)
+        order = candidate_order(indptr, indices, sizes, k, r0, r1)
+        need = (r1 - r0) * n_sets
+        supply = batches(indptr, indices, n_atoms, r1, order, size=2 * need + 64)
+        kept = extend(kept, indptr, indices, r1, sizes, k, supply)
+        r0 = r1
+    return kept

@@ -33,6 +33,7 @@ import signal
 from typing import NoReturn
 
 from safeaccess.sandbox.backend import Limits
+from safeaccess.sandbox.template_privileges import TEMPLATE_UID, set_capabilities
 
 CLONE_NEWNS = 0x0002_0000
 CLONE_NEWUTS = 0x0400_0000
@@ -174,19 +175,6 @@ def _rlimits(limits: Limits) -> None:
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
-_LINUX_CAPABILITY_VERSION_3 = 0x2008_0522
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
-    ]
 
 
 def _drop_bounding_set() -> None:
@@ -202,56 +190,14 @@ def _drop_bounding_set() -> None:
 def _clear_capabilities() -> None:
     """After the switch to the job's uid: empty the inheritable set too (the uid change
     emptied the permitted and effective ones; the template's inheritable set would remain)."""
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
-
-
-# The fork server template's own host uid once it dropped root (below the jobs' uids).
-TEMPLATE_UID = 0x6FFF_FFFF
-PR_SET_KEEPCAPS = 8
-# What the template keeps, for its jobs: kill (5), setgid (6), setuid (7), setpcap (8) and
-# sys_admin (21): new namespaces and mounts, a fresh uid, an empty bounding set, killing a job.
-TEMPLATE_CAPS = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 21)
-
-
-def _capset(effective: int, permitted: int) -> None:
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    for i in range(2):
-        data[i].effective = (effective >> (32 * i)) & 0xFFFF_FFFF
-        data[i].permitted = (permitted >> (32 * i)) & 0xFFFF_FFFF
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
-
-
-def drop_template_privileges() -> None:
-    """In the template, before it imports a library or reads the dataset: stop being root.
-
-    It switches to the unprivileged `TEMPLATE_UID` (no groups) keeping only `TEMPLATE_CAPS`,
-    in its permitted, effective and bounding sets (nothing inheritable or ambient): it can
-    still build each job's namespaces and give it its uid, and nothing else a root process
-    could (read root's files, trace, load modules...). Only a root-started template drops."""
-    if os.getuid() != 0:
-        return
-    _check(_libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keeping capabilities")
-    os.setgroups([])
-    os.setresgid(TEMPLATE_UID, TEMPLATE_UID, TEMPLATE_UID)
-    os.setresuid(TEMPLATE_UID, TEMPLATE_UID, TEMPLATE_UID)
-    _capset(TEMPLATE_CAPS, TEMPLATE_CAPS)
-    _check(_libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "keeping capabilities")
-    with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
-        last = int(fh.read())
-    for cap in range(last + 1):
-        if not TEMPLATE_CAPS & (1 << cap):
-            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
-    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient")
-    if os.getuid() == 0 or os.geteuid() == 0:
-        raise PermissionError("the template could not leave root")
+    set_capabilities(0, 0)
 
 
 def _switch_user(uid: int) -> None:
     if os.getuid() not in (0, TEMPLATE_UID):
         return  # a non-root server's template runs in a user namespace mapping one id only
+    # In a root server's template, the job's uid is mapped (the same number) in the template's
+    # user namespace, and the template's CAP_SETUID/CAP_SETGID there allow the switch.
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)

@@ -66,13 +66,15 @@ from safeaccess.sandbox.forkserver import (
     TemplateProcess,
 )
 from safeaccess.sandbox.template import family_for
+from safeaccess.sandbox.template_privileges import JOB_UID_COUNT, JOB_UID_FIRST
 
 DATASET_PATH = "/data/dataset.parquet"
 # Paths *inside* the sandbox (its own tmpfs), not on the host.
 SANDBOX_TMP = "/tmp"  # noqa: S108
 STDERR_KEEP = 64 * 1024
-# Fresh uids for sandboxed jobs when the server runs as root: far above any real account.
-UID_BASE = 0x7000_0000
+# Fresh uids for sandboxed jobs when the server runs as root: far above any real account, and
+# inside the range a fork server template's user namespace maps.
+UID_BASE = JOB_UID_FIRST
 SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache")
 _MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"Cannot allocate memory", b"out of memory")
 
@@ -229,7 +231,9 @@ def _discard(proc: subprocess.Popen[bytes]) -> None:
 def _next_uid() -> int:
     with _uid_lock:
         slot = next(_uid_counter) % 0x1_0000
-    return UID_BASE + ((os.getpid() & 0xFFF) << 16) + slot
+    uid = UID_BASE + ((os.getpid() & 0xFFF) << 16) + slot
+    assert uid < JOB_UID_FIRST + JOB_UID_COUNT  # 12 + 16 bits: the range has 28
+    return uid
 
 
 def _rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
@@ -313,9 +317,10 @@ class ProcessBackend:
 
         `preload` names an analysis kind whose libraries the runner imports before it waits for
         the request (used for warm sandboxes). With `template`, the command starts a fork
-        server template instead (`safeaccess.sandbox.template`), which keeps the capabilities
-        its jobs need to isolate themselves (new namespaces, mounts, a fresh uid) and never runs
-        researcher input itself.
+        server template instead (`safeaccess.sandbox.template`), which never runs researcher
+        input itself: it starts with the host capabilities it needs to leave for a user
+        namespace of its own (`safeaccess.sandbox.template_privileges`), where it holds those
+        its jobs need to isolate themselves (new namespaces, mounts, a fresh uid).
         """
         if self._bwrap is None:
             raise SandboxUnavailable(
@@ -340,11 +345,11 @@ class ProcessBackend:
         if uid is not None or template:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         if template:
-            # New namespaces and mounts for each job, and killing a job (which runs under its
-            # own uid) at the host's request.
-            args += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_KILL"]
-            # Emptying each job's capability bounding set before it runs anything.
-            args += ["--cap-add", "CAP_SETPCAP"]
+            # Only until it enters its own user namespace: detaching bubblewrap's covers below
+            # /proc (so that each job may mount a fresh proc there), and, with CAP_SETUID and
+            # CAP_SETGID, writing that namespace's uid and gid maps. Whatever the template
+            # then holds for its jobs (kill, setpcap, sys_admin...) is the namespace's own.
+            args += ["--cap-add", "CAP_SYS_ADMIN"]
         if uid is None and not template:
             args += ["--unshare-user"]
         # The private /tmp comes before the binds: an installation that lives under /tmp on the

@@ -31,8 +31,10 @@ import selectors
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING
 
-from safeaccess.sandbox.backend import Limits
+if TYPE_CHECKING:
+    from safeaccess.sandbox.backend import Limits
 
 ENV_CONTROL_FD = "SAFEACCESS_TEMPLATE_FD"
 DATASET_PATH = "/data/dataset.parquet"
@@ -146,6 +148,8 @@ class Template:
             message = json.loads(data)
             op = message["op"]
             if op == "run" and len(fds) == 2:
+                from safeaccess.sandbox.backend import Limits  # imported once the drop is done
+
                 limits = Limits.model_validate(message["limits"])
                 self._fork_job(str(message["job"]), int(message["uid"]), limits, fds[0], fds[1])
             elif op == "kill":
@@ -222,12 +226,13 @@ def load_dataset(source: str | int = DATASET_PATH) -> object:
 
 def main() -> None:
     control = socket.socket(fileno=int(os.environ.pop(ENV_CONTROL_FD)))
-    # The dataset is root's: opened now, then root is left before any library is imported or
-    # any byte of the dataset parsed.
+    # The dataset is root's: opened now, then the host's privileges are left (for a user
+    # namespace of the template's own) before any library is imported or any byte of the
+    # dataset parsed. The process that called main() waits in there; its child returns.
     data = os.open(DATASET_PATH, os.O_RDONLY | os.O_CLOEXEC)
-    from safeaccess.sandbox.isolate import drop_template_privileges
+    from safeaccess.sandbox.template_privileges import enter_own_user_namespace
 
-    drop_template_privileges()
+    enter_own_user_namespace()
     for name in FAMILIES[os.environ.pop(ENV_FAMILY, "full")]:
         importlib.import_module(name)
     from safeaccess.sandbox import seccomp

@@ -60,8 +60,8 @@ from safeaccess.server.pipeline import run_step, with_decision
 from safeaccess.server.qss_scope import ScopeAuditor
 from safeaccess.server.qss_universe import Population
 from safeaccess.server.ratelimit import (
+    DatabaseFailureLimiter,
     FailureLimiter,
-    MemoryFailureLimiter,
     TooManyFailures,
     claimed_keyid,
 )
@@ -174,7 +174,8 @@ class Service:
         self._budget_locks: dict[tuple[str, str], threading.Lock] = {}
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         # Shared by researchers' and auditors' authentication (their key ids are prefixed).
-        self.auth_limiter: FailureLimiter = MemoryFailureLimiter()
+        # In the database, so that every replica counts every replica's failures.
+        self.auth_limiter: FailureLimiter = DatabaseFailureLimiter(self.store)
         self._rulesets: dict[str, RuleSet] = {}
         self.scripts = ScriptRuns(
             RunContext(

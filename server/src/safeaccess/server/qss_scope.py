@@ -1,14 +1,19 @@
 """Serialised admission per audit scope: the server-side half of the query-set auditor.
 
 One `AuditSession` per step. The sandbox runs outside any lock; once the rules have checked the
-output, the session takes the scope's lock (in this process), reads the scope's state pointer,
-admits or refuses (`qss_gate.gate`), writes an admitted state's file, and keeps the lock until the
-caller has recorded the step with `Store.settle_step(qss=session.commit)`. Before the output, the
-state admits the populations of the dataset's versions it has not decided yet (`qss_universe`):
-their row counts are published, so they are released before anything else. Across processes or
-replicas the pointer row is read `FOR UPDATE` in that transaction and compared with the state the
-admission started from; if another admission moved it, the caller asks the session to admit again
-against the new state (`regate`), without re-running the sandbox.
+output, the session takes the scope's lock, reads the scope's state pointer, admits or refuses
+(`qss_gate.gate`), writes an admitted state's file, and keeps the lock until the caller has
+recorded the step with `Store.settle_step(qss=session.commit)`. Before the output, the state
+admits the populations of the dataset's versions it has not decided yet (`qss_universe`): their
+row counts are published, so they are released before anything else.
+
+The scope's lock is an in-process lock and, on PostgreSQL, also the scope's advisory lock
+(`store.scope_locks`), so replicas sharing the database admit one at a time per scope: the second
+waits and then reads the state the first committed, and admissions in other scopes never wait.
+As a backstop (SQLite files opened by several processes), the pointer row is read `FOR UPDATE`
+when the step is recorded and compared with the state the admission started from; if another
+admission moved it, the caller asks the session to admit again against the new state
+(`regate`), without re-running the sandbox.
 """
 
 from __future__ import annotations
@@ -34,20 +39,70 @@ from safeaccess.server.qss_universe import (
     records_needed,
 )
 from safeaccess.server.store import Store
+from safeaccess.server.store.scope_locks import AdvisoryScopeLock, LockTimeout
+
+#: The longest an admission waits for its scope's lock on PostgreSQL before the step is answered
+#: "unavailable, retry" (the lock is held from admission until the step is recorded: seconds).
+LOCK_TIMEOUT_SECONDS = 120.0
+
+
+class ScopeLock:
+    """One admission's hold on a scope: the process's lock of the scope, then (PostgreSQL) the
+    scope's advisory lock. Waiting in this process first means one connection per scope and
+    process waits in the database, not one per thread."""
+
+    def __init__(self, local: threading.Lock, shared: AdvisoryScopeLock | None):
+        self.local = local
+        self.shared = shared
+
+    def acquire(self) -> None:
+        self.local.acquire()
+        if self.shared is None:
+            return
+        try:
+            self.shared.acquire()
+        except LockTimeout as exc:
+            self.local.release()
+            raise Unavailable(
+                f"the query-set audit of this scope is busy ({exc}); retry the same reveal later",
+                code="audit_unavailable",
+            ) from exc
+        except BaseException:
+            self.local.release()
+            raise
+
+    def release(self) -> None:
+        try:
+            if self.shared is not None:
+                self.shared.release()
+        finally:
+            self.local.release()
 
 
 class ScopeAuditor:
     """The locks and state files of every scope, shared by all steps of one service."""
 
-    def __init__(self, root: Path, store: Store):
+    def __init__(
+        self, root: Path, store: Store, *, lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS
+    ):
         self.files = StateFiles(root)
         self.store = store
+        self.lock_timeout_seconds = lock_timeout_seconds
+        # Replicas share a PostgreSQL database; an SQLite file belongs to one server process.
+        self.shared_locks = store.engine.dialect.name == "postgresql"
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def lock(self, scope: str) -> threading.Lock:
+    def lock(self, scope: str) -> ScopeLock:
+        """A new hold on the scope's lock (not yet acquired)."""
         with self._guard:
-            return self._locks.setdefault(scope, threading.Lock())
+            local = self._locks.setdefault(scope, threading.Lock())
+        shared = (
+            AdvisoryScopeLock(self.store.engine, scope, self.lock_timeout_seconds)
+            if self.shared_locks
+            else None
+        )
+        return ScopeLock(local, shared)
 
     def session(
         self,

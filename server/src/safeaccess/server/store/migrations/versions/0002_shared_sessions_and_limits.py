@@ -5,6 +5,10 @@ the cookie); `auth_failures` holds the failures the login and signed-request lim
 (subjects hashed). Both start empty: sessions held in a process's memory before this revision
 end with that process, as they always did at a restart.
 
+`sequences.state` grows from 16 to 32 characters: `awaiting_approval` (17) did not fit, which
+PostgreSQL refused (SQLite does not check lengths), so a sequence past its withhold budget
+could not be opened on PostgreSQL.
+
 Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-27
@@ -22,6 +26,14 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("sequences", schema=None) as batch_op:
+        batch_op.alter_column(
+            "state",
+            existing_type=sa.String(length=16),
+            type_=sa.String(length=32),
+            existing_nullable=False,
+        )
+
     op.create_table(
         "web_sessions",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -61,3 +73,11 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_web_sessions_seen_at"))
         batch_op.drop_index(batch_op.f("ix_web_sessions_checker"))
     op.drop_table("web_sessions")
+
+    with op.batch_alter_table("sequences", schema=None) as batch_op:
+        batch_op.alter_column(
+            "state",
+            existing_type=sa.String(length=32),
+            type_=sa.String(length=16),
+            existing_nullable=False,
+        )

@@ -718,6 +718,14 @@ class Service:
             except Conflict as exc:
                 if exc.code != "qss_state_changed" or attempt == 2:
                     raise
+                # Only when two processes admitted in one scope without a shared lock (PostgreSQL
+                # replicas take the scope's advisory lock, so they never get here).
+                log.warning(
+                    "sequence %s step %d: the scope's auditor state moved meanwhile; admitting "
+                    "again",
+                    seq.id,
+                    step.index,
+                )
                 outcome = with_decision(outcome, audit.regate())
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",

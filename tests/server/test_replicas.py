@@ -43,12 +43,13 @@ from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo_data import census_metadata, generate_census
 from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.qss_scope import LOCK_KIND
 from safeaccess.server.qss_settings import scope_key
 from safeaccess.server.ratelimit import PER_KEY
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
+from safeaccess.server.store.advisory_locks import advisory_key
 from safeaccess.server.store.schema import StepRow
-from safeaccess.server.store.scope_locks import advisory_key
 from safeaccess.server.web import accounts
 
 pytestmark = pytest.mark.slow
@@ -513,7 +514,7 @@ def test_admissions_in_one_scope_wait_across_replicas_and_other_scopes_do_not(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     scope = scope_key("people", "project", researcher="ada", project="p1")
-    key = advisory_key(scope)
+    key = advisory_key(LOCK_KIND, scope)
     holder = create_engine(cluster.url).connect()
     holder.execute(select(func.pg_advisory_lock(key)))  # as if an admission were under way
     results: dict[int, StepResult] = {}

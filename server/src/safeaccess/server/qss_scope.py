@@ -8,7 +8,7 @@ admits the populations of the dataset's versions it has not decided yet (`qss_un
 row counts are published, so they are released before anything else.
 
 The scope's lock is an in-process lock and, on PostgreSQL, also the scope's advisory lock
-(`store.scope_locks`), so replicas sharing the database admit one at a time per scope: the second
+(`store.advisory_locks`), so replicas sharing the database admit one at a time per scope: the second
 waits and then reads the state the first committed, and admissions in other scopes never wait.
 As a backstop (SQLite files opened by several processes), the pointer row is read `FOR UPDATE`
 when the step is recorded and compared with the state the admission started from; if another
@@ -18,7 +18,6 @@ admission moved it, the caller asks the session to admit again against the new s
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,44 +38,33 @@ from safeaccess.server.qss_universe import (
     records_needed,
 )
 from safeaccess.server.store import Store
-from safeaccess.server.store.scope_locks import AdvisoryScopeLock, LockTimeout
+from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
 
-#: The longest an admission waits for its scope's lock on PostgreSQL before the step is answered
-#: "unavailable, retry" (the lock is held from admission until the step is recorded: seconds).
+#: The longest a step waits for a lock another replica holds (scope, DP ledger, withhold budget)
+#: before it is answered "unavailable, retry": each is held for seconds, not minutes.
 LOCK_TIMEOUT_SECONDS = 120.0
+#: The kind of the advisory locks of audit scopes (`store.advisory_locks.advisory_key`).
+LOCK_KIND = "qss-scope"
 
 
 class ScopeLock:
-    """One admission's hold on a scope: the process's lock of the scope, then (PostgreSQL) the
-    scope's advisory lock. Waiting in this process first means one connection per scope and
-    process waits in the database, not one per thread."""
+    """One admission's hold on a scope's lock (`store.advisory_locks.SharedLock`); a lock held
+    too long by another replica is answered "audit unavailable, retry"."""
 
-    def __init__(self, local: threading.Lock, shared: AdvisoryScopeLock | None):
-        self.local = local
-        self.shared = shared
+    def __init__(self, lock: SharedLock):
+        self.lock = lock
 
     def acquire(self) -> None:
-        self.local.acquire()
-        if self.shared is None:
-            return
         try:
-            self.shared.acquire()
+            self.lock.acquire()
         except LockTimeout as exc:
-            self.local.release()
             raise Unavailable(
                 f"the query-set audit of this scope is busy ({exc}); retry the same reveal later",
                 code="audit_unavailable",
             ) from exc
-        except BaseException:
-            self.local.release()
-            raise
 
     def release(self) -> None:
-        try:
-            if self.shared is not None:
-                self.shared.release()
-        finally:
-            self.local.release()
+        self.lock.release()
 
 
 class ScopeAuditor:
@@ -87,22 +75,11 @@ class ScopeAuditor:
     ):
         self.files = StateFiles(root)
         self.store = store
-        self.lock_timeout_seconds = lock_timeout_seconds
-        # Replicas share a PostgreSQL database; an SQLite file belongs to one server process.
-        self.shared_locks = store.engine.dialect.name == "postgresql"
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self.locks = SharedLocks(store.engine, LOCK_KIND, lock_timeout_seconds)
 
     def lock(self, scope: str) -> ScopeLock:
         """A new hold on the scope's lock (not yet acquired)."""
-        with self._guard:
-            local = self._locks.setdefault(scope, threading.Lock())
-        shared = (
-            AdvisoryScopeLock(self.store.engine, scope, self.lock_timeout_seconds)
-            if self.shared_locks
-            else None
-        )
-        return ScopeLock(local, shared)
+        return ScopeLock(self.locks.lock(scope))
 
     def session(
         self,

@@ -63,9 +63,13 @@ def test_a_script_that_crashes_the_sandbox_fails_its_step_and_cannot_be_rerun(
     assert retry.json()["state"] == "review" and retry.json()["error"] is None
     assert retry.json()["updated_at"] == view["updated_at"]
     kinds = [e.kind for e in service.store.events(view["sequence_id"])]
-    # Recorded in review at the reveal, the run's result afterwards, and nothing else.
-    assert kinds[0] == "sequence_opened" and kinds[-1] == "script_run_finished"
+    # Recorded in review at the reveal, and nothing else: the run's result is held on the step
+    # for the checkers (it enters the log with their first action on it, never at its own end).
+    assert kinds[0] == "sequence_opened" and kinds[-1] == "step_review"
     assert kinds.count("step_review") == 1 and "step_failed" not in kinds
+    assert "script_run_finished" not in kinds
+    assert recorded.run_event is not None
+    assert recorded.run_event["script_run"]["error_code"] == "script_crashed"
 
 
 def test_a_script_forging_another_output_type_fails_its_step(

@@ -389,6 +389,15 @@ class Outage:
 # -- §4 a fair queue ------------------------------------------------------------------------------
 
 
+END = "import time\nresult = time.time()"  # a script's last line: when it ended
+
+
+def _step_output(service: Service, sequence_id: str) -> dict[str, Any] | None:
+    step = service.store.get_step(sequence_id, 1)
+    assert step is not None
+    return step.output
+
+
 def test_one_researchers_sleeping_scripts_do_not_starve_another(centre: Centre) -> None:
     # Four sleeping scripts of one researcher filled every job slot and another researcher's
     # table waited 95 s. Scripts now queue apart from tables, fair across researchers with a
@@ -410,7 +419,7 @@ def test_one_researchers_sleeping_scripts_do_not_starve_another(centre: Centre) 
         service = Service(centre.root)
         with service, EmbeddedServer(create_app(service)) as srv:
             ada = [
-                _reveal_script(srv, centre, f"import time\ntime.sleep({sleep})\nresult = {i}")[0]
+                _reveal_script(srv, centre, f"import time\ntime.sleep({sleep + i / 100})\n{END}")[0]
                 for i in range(4)
             ]
             time.sleep(1.0)  # ada's first two run, her other two wait
@@ -420,19 +429,12 @@ def test_one_researchers_sleeping_scripts_do_not_starve_another(centre: Centre) 
             assert table["state"] == "released"
             ada_ids = {v["sequence_id"] for v in ada}
             # Answered while ada's scripts still held every script slot: it waited for none.
-            assert not [
-                e
-                for e in service.store.events()
-                if e.kind == "script_run_finished" and e.sequence_id in ada_ids
-            ]
-            bobs, _ = _reveal_script(srv, centre, "result = 'bob'", researcher="bob")
+            assert not [i for i in ada_ids if _step_output(service, i) is not None]
+            bobs, _ = _reveal_script(srv, centre, END, researcher="bob")
             assert service.scripts.wait_idle(120)
-            finished = [
-                e.sequence_id
-                for e in service.store.events()
-                if e.kind == "script_run_finished"
-                and e.sequence_id in {*(v["sequence_id"] for v in ada), bobs["sequence_id"]}
-            ]
+            ends = {i: _step_output(service, i) for i in {*ada_ids, bobs["sequence_id"]}}
+            # the order the runs ended in, from the clock each script read as it ended
+            finished = sorted(ends, key=lambda i: ends[i]["result"])  # type: ignore[index]
     finally:
         data.save_config(config)
     # The table did not wait for any script (one sleep is 10 s; generous for a loaded CI).

@@ -343,3 +343,41 @@ def test_two_outsiders_padded_by_the_filtered_variable(
             assert abs(estimate - value) < 0.03 * value
     else:
         assert stats is None
+
+
+# --------------------------------------------------------------------- a mode held by one record
+
+
+def test_a_mode_held_by_one_record_is_not_a_value_released(
+    centre_server: tuple[Centre, EmbeddedServer], monkeypatch: pytest.MonkeyPatch, guard: str
+) -> None:
+    # every income is distinct, so the modal value is held by one record and, ties going to the
+    # smallest value, it is the lowest income: the raw minimum the extremes rule withholds
+    if guard == "unguarded":
+        monkeypatch.setattr(summary_checks, "_mode_findings", lambda *a, **k: [])
+    assert DATA["income"].is_unique
+    centre, srv = centre_server
+    name = register(centre, DATA)
+    analysis = Summary(variables=["income"], statistics=["count", "mode"], by=["region"])
+    output = run(centre, srv.url, name, [analysis])[0]
+    if guard == "unguarded":
+        assert output is not None
+        released = {g["labels"][0]: g["variables"][0]["stats"]["mode"] for g in output["groups"]}
+        lowest = DATA.groupby("region")["income"].min().to_dict()
+        assert released == pytest.approx(lowest)
+    else:
+        assert output is None
+
+
+def test_a_mode_shared_by_many_records_is_released(
+    centre_server: tuple[Centre, EmbeddedServer],
+) -> None:
+    centre, srv = centre_server
+    frame = DATA.copy()
+    frame["age"] = 18 + (frame["person_id"] % 5)  # each age held by 80 people
+    frame.loc[frame["person_id"] <= 100, "age"] = 40  # 40 is the mode, held by 100
+    name = register(centre, frame)
+    analysis = Summary(variables=["age"], statistics=["count", "mode"])
+    stats = stats_of(run(centre, srv.url, name, [analysis])[0])
+    assert stats is not None
+    assert stats["mode"] == float(frame["age"].mode().iloc[0])

@@ -114,6 +114,18 @@ def test_mode_withheld_when_all_values_share_it() -> None:
     assert _checks(_summary({"mode": 3.0}, n=25, n_distinct=4, mode_share=0.6)) == set()
 
 
+def test_mode_withheld_when_fewer_than_threshold_records_hold_it() -> None:
+    # 1 of 25 distinct values: the mode is one record's value (the smallest, ties going low)
+    assert _checks(_summary({"mode": 3.0}, n=25, n_distinct=25, mode_share=1 / 25)) == {
+        "mode_support"
+    }
+    # 9 of 30 hold it: one short of the default threshold of 10; 10 of 30 are enough
+    assert _checks(_summary({"mode": 3.0}, n=30, n_distinct=5, mode_share=9 / 30)) == {
+        "mode_support"
+    }
+    assert _checks(_summary({"mode": 3.0}, n=30, n_distinct=5, mode_share=10 / 30)) == set()
+
+
 def test_missing_facts_for_a_variable_go_to_review() -> None:
     out = _summary({"sd": 1.0}, n=30)
     out = out.model_copy(update={"facts": SummaryFacts(groups=[], n_total=30)})

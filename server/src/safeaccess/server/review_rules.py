@@ -112,6 +112,7 @@ def record_first_approval(
             raise Conflict(
                 "another checker approved this step meanwhile; look at it again and decide"
             )
+        Store.append_script_run(s, step)
         s.add(
             ReviewApprovalRow(
                 sequence_id=sequence_id, step_index=index, checker=checker, mitigation=mitigation
@@ -130,4 +131,11 @@ def record_first_approval(
 def log_view(store: Store, checker: str, sequence_id: str, index: int) -> None:
     """An output checker opened a step: who looked at which output, in the audit log."""
     with store.transaction() as s:
+        step = s.scalars(
+            select(StepRow)
+            .where(StepRow.sequence_id == sequence_id, StepRow.index == index)
+            .with_for_update()
+        ).first()
+        if step is not None and step.state == "review":
+            Store.append_script_run(s, step)
         auditlog.append(s, "review_viewed", checker, {}, sequence_id=sequence_id, step_index=index)

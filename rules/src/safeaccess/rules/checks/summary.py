@@ -145,8 +145,8 @@ def variable_findings(
                 f"{rs.threshold} records), or use percentiles.",
                 rs.extremes,
             )
-    if "mode" in names and (f.n_distinct <= 1 or (f.mode_share or 0.0) >= 1.0):
-        add("mode", f"every record in {item} has the modal value, so the mode tells each value.")
+    if "mode" in names:
+        out.extend(_mode_findings(item, f, rs))
     if rs.missing_values == "review" and f.missing:
         add(
             "missing_values",
@@ -155,6 +155,26 @@ def variable_findings(
             "review",
         )
     return out
+
+
+def _mode_findings(item: str, f: SummaryVariableFacts, rs: RuleSet) -> list[Finding]:
+    """A mode is a record's value unless at least k records share it (as a mode table's cell).
+
+    A mode every record shares tells each value; a mode held by fewer than `threshold` records
+    is the value of those few: with all values distinct it is the lowest one, the raw minimum
+    the extremes rule withholds.
+    """
+    if f.n_distinct <= 1 or (f.mode_share or 0.0) >= 1.0:
+        message = f"every record in {item} has the modal value, so the mode tells each value."
+        return [Finding(check="mode", verdict="withhold", item=item, message=message)]
+    held = round((f.mode_share or 0.0) * f.n)  # the share is counts.max() / n: exact on rounding
+    if held < rs.threshold:
+        message = (
+            f"the modal value of {item} is held by {held} records; at least {rs.threshold} are "
+            "needed, or the mode is a value of those few. Use a coarser variable or a table."
+        )
+        return [Finding(check="mode_support", verdict="withhold", item=item, message=message)]
+    return []
 
 
 def _spread_findings(

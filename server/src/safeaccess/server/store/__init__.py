@@ -843,7 +843,12 @@ class Store:
             step.error_message = outcome.error_message
             step.backend = outcome.backend
             step.wall_seconds = outcome.wall_seconds
-            self._event(s, "script_run_finished", "server", event_data, sequence_id, index)
+            # Not appended now: the log's size is in every checkpoint a researcher can fetch, so
+            # an entry at the run's end would time her script on the real data. The record
+            # waits for the first checker action on the step (`append_script_run`), whose time
+            # is the checker's. A step decided while its script ran never gets it in the log.
+            if step.state == StepState.REVIEW:
+                step.run_event = event_data
 
     @staticmethod
     def _reveal_entries(
@@ -942,6 +947,22 @@ class Store:
             )
             return [(row[0], row[1]) for row in s.execute(query)]
 
+    @staticmethod
+    def append_script_run(session: Session, step: StepRow) -> None:
+        """Append a script step's held `script_run_finished` record, once, in the transaction
+        of a checker's first action on the step (viewing it, approving or rejecting it)."""
+        if step.run_event is None:
+            return
+        auditlog.append(
+            session,
+            "script_run_finished",
+            "server",
+            step.run_event,
+            sequence_id=step.sequence_id,
+            step_index=step.index,
+        )
+        step.run_event = None
+
     def decide_opening(
         self,
         sequence_id: str,
@@ -1023,6 +1044,7 @@ class Store:
                 raise Conflict(f"step {index} of {sequence_id} is {step.state}, not in review")
             target_step = StepState.RELEASED if approve else StepState.WITHHELD
             check_step_transition(StepState(step.state), target_step)
+            self.append_script_run(s, step)
             self._update_sequence(s, seq, sequence_state_after_step(target_step, last=step.last))
             step.state = target_step.value
             step.reviewer = reviewer

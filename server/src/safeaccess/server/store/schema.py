@@ -113,6 +113,12 @@ class StepRow(Base):
         JSON, nullable=True, doc="The full typed output, facts included; never leaves the centre."
     )
     public_output: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    run_event: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON,
+        nullable=True,
+        doc="A script run's `script_run_finished` record, held until a checker first acts on "
+        "the step: appended when the run ends, it would tell the researcher its run time.",
+    )
     output_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     decision: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     ruleset_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)

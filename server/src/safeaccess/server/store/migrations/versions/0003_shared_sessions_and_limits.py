@@ -9,8 +9,8 @@ end with that process, as they always did at a restart.
 PostgreSQL refused (SQLite does not check lengths), so a sequence past its withhold budget
 could not be opened on PostgreSQL.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 Create Date: 2026-11-27
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

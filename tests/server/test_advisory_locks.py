@@ -337,6 +337,7 @@ def test_dp_steps_at_once_on_two_replicas_are_charged_one_after_the_other(
             "withheld",
         ]
     else:
-        # the second found the ledger changed under it: refused, "retry"
+        # the second found the ledger changed under it (or its first row made meanwhile):
+        # refused, "retry"
         errors = [r for r in results if isinstance(r, ServerError)]
         assert len(errors) == 1 and errors[0].status == 409, results

@@ -1,5 +1,6 @@
 """A real PostgreSQL for store tests: $SAFEACCESS_TEST_POSTGRES_URL, else a throwaway cluster
-started with the local initdb/pg_ctl (as the `postgres` user when the tests run as root)."""
+started with the local initdb/pg_ctl (as the `postgres` user when the tests run as root);
+`postgres_database` is a new empty database in it for one test."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import pytest
+from sqlalchemy import create_engine, make_url, text
 
 ENV_URL = "SAFEACCESS_TEST_POSTGRES_URL"
 
@@ -62,3 +65,18 @@ def postgres_url(missing_postgres: Callable[[str], NoReturn]) -> Iterator[str]:
             check=False,
         )
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database, dropped after the test."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        yield make_url(postgres_url).set(database=name).render_as_string(False)
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()

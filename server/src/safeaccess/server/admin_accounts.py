@@ -15,7 +15,7 @@ from sqlalchemy import delete, func, select
 
 from safeaccess.server import auditlog
 from safeaccess.server.errors import Conflict, NotFound
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, web_sessions
 from safeaccess.server.store.schema import (
     AuditorRow,
     CheckerRow,
@@ -175,4 +175,5 @@ def remove_checker(store: Store, name: str, *, actor: str = "admin") -> None:
         if s.get(CheckerRow, name) is None:
             raise NotFound(f"checker {name!r} does not exist")
         s.execute(delete(CheckerRow).where(CheckerRow.name == name))
+        web_sessions.end_checker(s, name)  # logged out on every replica at once
         auditlog.append(s, "checker_removed", actor, {"checker": name})

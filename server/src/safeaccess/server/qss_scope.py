@@ -1,19 +1,23 @@
 """Serialised admission per audit scope: the server-side half of the query-set auditor.
 
 One `AuditSession` per step. The sandbox runs outside any lock; once the rules have checked the
-output, the session takes the scope's lock (in this process), reads the scope's state pointer,
-admits or refuses (`qss_gate.gate`), writes an admitted state's file, and keeps the lock until the
-caller has recorded the step with `Store.settle_step(qss=session.commit)`. Before the output, the
-state admits the populations of the dataset's versions it has not decided yet (`qss_universe`):
-their row counts are published, so they are released before anything else. Across processes or
-replicas the pointer row is read `FOR UPDATE` in that transaction and compared with the state the
-admission started from; if another admission moved it, the caller asks the session to admit again
-against the new state (`regate`), without re-running the sandbox.
+output, the session takes the scope's lock, reads the scope's state pointer, admits or refuses
+(`qss_gate.gate`), writes an admitted state's file, and keeps the lock until the caller has
+recorded the step with `Store.settle_step(qss=session.commit)`. Before the output, the state
+admits the populations of the dataset's versions it has not decided yet (`qss_universe`): their
+row counts are published, so they are released before anything else.
+
+The scope's lock is an in-process lock and, on PostgreSQL, also the scope's advisory lock
+(`store.advisory_locks`), so replicas sharing the database admit one at a time per scope: the second
+waits and then reads the state the first committed, and admissions in other scopes never wait.
+As a backstop (SQLite files opened by several processes), the pointer row is read `FOR UPDATE`
+when the step is recorded and compared with the state the admission started from; if another
+admission moved it, the caller asks the session to admit again against the new state
+(`regate`), without re-running the sandbox.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,20 +38,48 @@ from safeaccess.server.qss_universe import (
     records_needed,
 )
 from safeaccess.server.store import Store
+from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
+
+#: The longest a step waits for a lock another replica holds (scope, DP ledger, withhold budget)
+#: before it is answered "unavailable, retry": each is held for seconds, not minutes.
+LOCK_TIMEOUT_SECONDS = 120.0
+#: The kind of the advisory locks of audit scopes (`store.advisory_locks.advisory_key`).
+LOCK_KIND = "qss-scope"
+
+
+class ScopeLock:
+    """One admission's hold on a scope's lock (`store.advisory_locks.SharedLock`); a lock held
+    too long by another replica is answered "audit unavailable, retry"."""
+
+    def __init__(self, lock: SharedLock):
+        self.lock = lock
+
+    def acquire(self) -> None:
+        try:
+            self.lock.acquire()
+        except LockTimeout as exc:
+            raise Unavailable(
+                f"the query-set audit of this scope is busy ({exc}); retry the same reveal later",
+                code="audit_unavailable",
+            ) from exc
+
+    def release(self) -> None:
+        self.lock.release()
 
 
 class ScopeAuditor:
     """The locks and state files of every scope, shared by all steps of one service."""
 
-    def __init__(self, root: Path, store: Store):
+    def __init__(
+        self, root: Path, store: Store, *, lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS
+    ):
         self.files = StateFiles(root)
         self.store = store
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self.locks = SharedLocks(store.engine, LOCK_KIND, lock_timeout_seconds)
 
-    def lock(self, scope: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(scope, threading.Lock())
+    def lock(self, scope: str) -> ScopeLock:
+        """A new hold on the scope's lock (not yet acquired)."""
+        return ScopeLock(self.locks.lock(scope))
 
     def session(
         self,

@@ -6,8 +6,10 @@ the CPU. Past its limit, a key id or an address is refused with 429 and a Retry-
 signature is checked, until enough of its failures have left the window. The per-address limit
 is the wider one: it also stops one address from locking several keys.
 
-The limiter is an interface (`FailureLimiter`) so that a centre running several server processes
-can keep the counts in its database; `MemoryFailureLimiter` keeps them in this process.
+The limiter is an interface (`FailureLimiter`). The server uses `DatabaseFailureLimiter`, whose
+failures are rows of the store's `auth_failures` table: every replica behind a load balancer
+counts the same failures, so spreading them over replicas gains nothing.
+`MemoryFailureLimiter` keeps them in this process (tests that inject their own limits).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from safeaccess.server.errors import ServiceError
+from safeaccess.server.store import Store
+from safeaccess.server.store import auth_failures as rows
 
 _KEYID = re.compile(r'keyid="([^"]{1,128})"')
 MAX_SUBJECTS = 100_000  # subjects tracked at once; the least recently failed are forgotten
@@ -107,3 +111,54 @@ class MemoryFailureLimiter:
                 self._failures.move_to_end(subject)
             while len(self._failures) > MAX_SUBJECTS:
                 self._failures.popitem(last=False)
+
+
+class DatabaseFailureLimiter:
+    """Sliding windows of failure times, per subject, in the database every replica shares.
+
+    Times are seconds since the epoch (`clock`): replicas compare times each other wrote."""
+
+    #: The `auth_failures.limiter` name of each kind of subject.
+    NAMES: ClassVar[Mapping[str, str]] = {"key": "api-key", "address": "api-address"}
+
+    def __init__(
+        self,
+        store: Store,
+        per_key: Limit = PER_KEY,
+        per_address: Limit = PER_ADDRESS,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.store = store
+        self._limits = {"key": per_key, "address": per_address}
+        self._clock = clock
+
+    def _subjects(self, key: str | None, address: str | None) -> Sequence[tuple[str, str]]:
+        return [(kind, v) for kind, v in (("key", key), ("address", address)) if v is not None]
+
+    def retry_after(self, key: str | None, address: str | None) -> float | None:
+        now = self._clock()
+        wait = 0.0
+        with self.store.transaction() as s:
+            for kind, value in self._subjects(key, address):
+                limit = self._limits[kind]
+                times = rows.recent(
+                    s,
+                    self.NAMES[kind],
+                    value,
+                    since=now - limit.window_seconds,
+                    most=limit.failures,
+                )
+                if len(times) >= limit.failures:
+                    # Free again when the oldest failure that keeps it at the limit leaves.
+                    wait = max(wait, times[-1] + limit.window_seconds - now)
+        return wait if wait > 0 else None
+
+    def failed(self, key: str | None, address: str | None) -> None:
+        now = self._clock()
+        with self.store.transaction() as s:
+            for kind, value in self._subjects(key, address):
+                name = self.NAMES[kind]
+                # What has left the window goes with each new failure, so failures under ever
+                # new key ids or addresses do not grow the table without bound.
+                rows.purge(s, name, before=now - self._limits[kind].window_seconds)
+                rows.add(s, name, value, now)

@@ -16,7 +16,7 @@ import math
 import re
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,11 +57,11 @@ from safeaccess.server.errors import (
 from safeaccess.server.leverage_record import leverage_record
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.pipeline import run_step, with_decision
-from safeaccess.server.qss_scope import ScopeAuditor
+from safeaccess.server.qss_scope import LOCK_TIMEOUT_SECONDS, ScopeAuditor
 from safeaccess.server.qss_universe import Population
 from safeaccess.server.ratelimit import (
+    DatabaseFailureLimiter,
     FailureLimiter,
-    MemoryFailureLimiter,
     TooManyFailures,
     claimed_keyid,
 )
@@ -82,6 +82,7 @@ from safeaccess.server.schemas import (
 from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
 from safeaccess.server.store import Store
+from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.synth.mock import mock_paths, public_spent, published_mock
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
@@ -134,6 +135,19 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+@contextlib.contextmanager
+def _holding(lock: SharedLock, what: str) -> Iterator[None]:
+    """Hold a lock shared with other replicas; one held too long elsewhere is "retry later"."""
+    try:
+        lock.acquire()
+    except LockTimeout as exc:
+        raise Unavailable(f"{what} is busy on another server ({exc}); retry later") from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 class Service:
     """Everything the API does, over one data directory."""
 
@@ -166,15 +180,18 @@ class Service:
             self.config.max_concurrent_jobs, self.config.max_jobs_per_researcher
         )
         self._locks: dict[str, threading.Lock] = {}
-        self._dp_locks: dict[str, threading.Lock] = {}
+        # DP ledgers and withhold budgets are shared by every replica: on PostgreSQL their locks
+        # are advisory locks too (SQLite: this process's locks only).
+        self._dp_locks = SharedLocks(self.store.engine, "dp-ledger", LOCK_TIMEOUT_SECONDS)
+        self._budget_locks = SharedLocks(self.store.engine, "withhold-budget", LOCK_TIMEOUT_SECONDS)
         self.auditor = ScopeAuditor(self.data.root, self.store)
         self._ids: dict[int, Any] = {}
         self._population_of: dict[int, Population] = {}  # by dataset version id
         self._locks_guard = threading.Lock()
-        self._budget_locks: dict[tuple[str, str], threading.Lock] = {}
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         # Shared by researchers' and auditors' authentication (their key ids are prefixed).
-        self.auth_limiter: FailureLimiter = MemoryFailureLimiter()
+        # In the database, so that every replica counts every replica's failures.
+        self.auth_limiter: FailureLimiter = DatabaseFailureLimiter(self.store)
         self._rulesets: dict[str, RuleSet] = {}
         self.scripts = ScriptRuns(
             RunContext(
@@ -370,9 +387,10 @@ class Service:
 
     def _dp_guard(
         self, seq: SequenceRow, dataset: DatasetRow
-    ) -> threading.Lock | contextlib.nullcontext[None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """Serialises the steps charged to one DP ledger, from reading it to recording the
-        charge (the store's version check catches another replica); nothing on other datasets."""
+        charge, on every replica (the store's version check is the backstop); nothing on other
+        datasets."""
         raw = self.store.get_dp_config(dataset.name)
         if raw is None:
             return contextlib.nullcontext()
@@ -382,8 +400,7 @@ class Service:
             researcher=seq.researcher,
             project=seq.project,
         )
-        with self._locks_guard:
-            return self._dp_locks.setdefault(key, threading.Lock())
+        return _holding(self._dp_locks.lock(key), "the privacy ledger of this step")
 
     def _dp_context(self, seq: SequenceRow, dataset: DatasetRow) -> DPContext | None:
         """The dataset's DP configuration and the ledger this step would be charged to."""
@@ -428,11 +445,15 @@ class Service:
             raise Unavailable(f"the file of step {index} does not match its recorded hash")
         return data
 
-    def _budget_lock(self, researcher: str, dataset: str) -> threading.Lock:
-        """Serialises a researcher's openings on one dataset name, so that sequences opened at
-        once are each counted against the withhold budget."""
-        with self._locks_guard:
-            return self._budget_locks.setdefault((researcher, dataset), threading.Lock())
+    def _budget_lock(
+        self, researcher: str, dataset: str
+    ) -> contextlib.AbstractContextManager[None]:
+        """Serialises a researcher's openings on one dataset name, on every replica, so that
+        sequences opened at once are each counted against the withhold budget."""
+        return _holding(
+            self._budget_locks.lock(f"{researcher}\x00{dataset}"),
+            "the withhold budget of this dataset",
+        )
 
     def _own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
         seq = self.store.get_sequence(sequence_id)
@@ -511,39 +532,42 @@ class Service:
             last=revealed.last,
         )
         header_hash = sha256_hex(request.header)
-        with self._lock(sequence_id), self._budget_lock(researcher, dataset.name):
-            held, budget_facts = opening_needs_approval(
-                self.store, self.ruleset_for(dataset), researcher, dataset.name
-            )
-            seq, step = self.store.create_sequence(
-                sequence_id=sequence_id,
-                researcher=researcher,
-                project=fields.project,
-                dataset_id=dataset.id,
-                header=request.header,
-                header_hash=header_hash,
-                nonce=fields.nonce.hex(),
-                signature=request.signature,
-                endorsements=[e.model_dump(mode="json") for e in endorsements],
-                verifier_state=verifier.state.model_dump(mode="json"),
-                first_step=step,
-                event_data={
-                    "header": base64.b64encode(request.header).decode("ascii"),
-                    "signature": base64.b64encode(request.signature).decode("ascii"),
-                    "endorsements": [e.model_dump(mode="json") for e in endorsements],
-                    "header_sha256": header_hash,
-                    "dataset": dataset.name,
-                    "dataset_version": dataset.version,
-                    "dataset_sha256": dataset.sha256,
-                    "endorsed_by": sorted(verifier.endorsed_by),
-                    "claims": claim_gate.claims_record(verifier.endorsements),
-                    "declared_kinds": None if fields.kinds is None else list(fields.kinds),
-                    "required_claims": {k: sorted(v) for k, v in sorted(required.items())},
-                    "reveal": self._reveal_data(request.trace, step),
-                    "withhold_budget": budget_facts,
-                },
-                awaiting_approval=held,
-            )
+        with self._lock(sequence_id):
+            # The budget's lock covers reading the budget and recording the sequence (which then
+            # counts as a possible withhold), not the step: it is shared with every replica.
+            with self._budget_lock(researcher, dataset.name):
+                held, budget_facts = opening_needs_approval(
+                    self.store, self.ruleset_for(dataset), researcher, dataset.name
+                )
+                seq, step = self.store.create_sequence(
+                    sequence_id=sequence_id,
+                    researcher=researcher,
+                    project=fields.project,
+                    dataset_id=dataset.id,
+                    header=request.header,
+                    header_hash=header_hash,
+                    nonce=fields.nonce.hex(),
+                    signature=request.signature,
+                    endorsements=[e.model_dump(mode="json") for e in endorsements],
+                    verifier_state=verifier.state.model_dump(mode="json"),
+                    first_step=step,
+                    event_data={
+                        "header": base64.b64encode(request.header).decode("ascii"),
+                        "signature": base64.b64encode(request.signature).decode("ascii"),
+                        "endorsements": [e.model_dump(mode="json") for e in endorsements],
+                        "header_sha256": header_hash,
+                        "dataset": dataset.name,
+                        "dataset_version": dataset.version,
+                        "dataset_sha256": dataset.sha256,
+                        "endorsed_by": sorted(verifier.endorsed_by),
+                        "claims": claim_gate.claims_record(verifier.endorsements),
+                        "declared_kinds": None if fields.kinds is None else list(fields.kinds),
+                        "required_claims": {k: sorted(v) for k, v in sorted(required.items())},
+                        "reveal": self._reveal_data(request.trace, step),
+                        "withhold_budget": budget_facts,
+                    },
+                    awaiting_approval=held,
+                )
             if held:
                 log.info("sequence %s by %s awaits approval (withhold budget)", seq.id, researcher)
                 return self._view(seq, step)
@@ -717,6 +741,14 @@ class Service:
             except Conflict as exc:
                 if exc.code != "qss_state_changed" or attempt == 2:
                     raise
+                # Only when two processes admitted in one scope without a shared lock (PostgreSQL
+                # replicas take the scope's advisory lock, so they never get here).
+                log.warning(
+                    "sequence %s step %d: the scope's auditor state moved meanwhile; admitting "
+                    "again",
+                    seq.id,
+                    step.index,
+                )
                 outcome = with_decision(outcome, audit.regate())
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",

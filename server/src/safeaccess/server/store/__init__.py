@@ -749,7 +749,15 @@ class Store:
                     updated_at=utcnow(),
                 )
             )
-            s.flush()
+            try:
+                s.flush()
+            except IntegrityError as exc:
+                # Another process made the ledger's first row meanwhile (it did not exist when
+                # this transaction looked): the same stale charge as a changed version.
+                raise Conflict(
+                    "the privacy ledger changed while this step ran; retry the same reveal",
+                    code="concurrent_update",
+                ) from exc
             return
         result = s.execute(
             update(DPLedgerRow)

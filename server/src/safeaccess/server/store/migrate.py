@@ -66,15 +66,33 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     """Bring the database to the newest revision; returns (before, after). An empty database
     is created at the newest revision."""
     before = current(engine)
-    with engine.begin() as connection:
-        config = _config(connection)
-        if before is None:
-            Base.metadata.create_all(connection)
-            command.stamp(config, "head")
-        else:
-            if MigrationContext.configure(connection).get_current_revision() is None:
-                command.stamp(config, BASELINE)
-            command.upgrade(config, "head")
+    with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite changes a column by copying its table (Alembic's batch mode), which must
+            # not run into the foreign keys of the tables referring to it: they are off during
+            # the migration and checked before it commits (SQLite's own ALTER TABLE procedure).
+            # The pragma is a no-op inside a transaction, so it goes first.
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
+        try:
+            with connection.begin():
+                config = _config(connection)
+                if before is None:
+                    Base.metadata.create_all(connection)
+                    command.stamp(config, "head")
+                else:
+                    if MigrationContext.configure(connection).get_current_revision() is None:
+                        command.stamp(config, BASELINE)
+                    command.upgrade(config, "head")
+                if sqlite:
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise RuntimeError(f"the migration broke foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()
     return before, head()
 
 

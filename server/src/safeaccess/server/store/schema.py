@@ -18,6 +18,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     String,
@@ -87,7 +88,7 @@ class SequenceRow(Base):
     nonce: Mapped[str] = mapped_column(String(128))
     signature: Mapped[bytes] = mapped_column(LargeBinary)
     endorsements: Mapped[list[Any]] = mapped_column(JSON)
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(32), doc="`states.SequenceState`")
     current_index: Mapped[int] = mapped_column(Integer, default=0)
     verifier_state: Mapped[dict[str, Any]] = mapped_column(JSON)
     version: Mapped[int] = mapped_column(Integer, default=0)
@@ -317,3 +318,39 @@ class ReviewSettingsRow(Base):
 
     dataset: Mapped[str] = mapped_column(String(128), primary_key=True)
     checkers: Mapped[int] = mapped_column(Integer)
+
+
+class WebSessionRow(Base):
+    """A session of the review workspace (`safeaccess.server.web.sessions`), shared by every
+    replica. The row is found by the SHA-256 of the cookie's random value; the value itself is
+    never stored, so reading this table does not give anyone a usable cookie. Times are seconds
+    since the epoch on the clock of the replica that wrote them."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True, doc="SHA-256 hex of the cookie.")
+    checker: Mapped[str | None] = mapped_column(
+        String(128), nullable=True, index=True, doc="None until a checker logs in."
+    )
+    csrf: Mapped[str] = mapped_column(String(64), doc="The session's CSRF token (forms).")
+    flash: Mapped[list[str]] = mapped_column(JSON, doc="Messages for the next page shown.")
+    created_at: Mapped[float] = mapped_column(Float)
+    seen_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class AuthFailureRow(Base):
+    """One failed authentication, counted by a rate limiter (`safeaccess.server.ratelimit` for
+    signed requests, `safeaccess.server.web.ratelimit` for checkers' logins) on every replica.
+    `subject` is the SHA-256 of what was limited (a key id, an address, an account name), so the
+    table is no record of who tried; rows older than their limiter's window are purged."""
+
+    __tablename__ = "auth_failures"
+    __table_args__ = (
+        Index("ix_auth_failures_subject_at", "limiter", "subject", "at"),
+        Index("ix_auth_failures_at", "limiter", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    limiter: Mapped[str] = mapped_column(String(32))
+    subject: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float, doc="Seconds since the epoch.")

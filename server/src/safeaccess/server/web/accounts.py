@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from safeaccess.server import auditlog
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, web_sessions
 from safeaccess.server.store.schema import CheckerRow
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
@@ -98,12 +98,15 @@ def get_checker(store: Store, name: str) -> Checker | None:
 
 
 def disable_checker(store: Store, name: str, *, actor: str = "admin") -> None:
+    """Disable a checker's account and end her sessions (on every replica)."""
     with store.transaction() as s:
         row = s.get(CheckerRow, name)
         if row is None:
             raise NotFound(f"checker {name} does not exist")
         row.state = "disabled"
         row.enrol_token_sha256 = None
+        # Logged out everywhere at once: every replica reads sessions from this table.
+        web_sessions.end_checker(s, name)
         auditlog.append(s, "checker_disabled", actor, {"checker": name})
 
 

@@ -79,9 +79,7 @@ def _page(
     **context: Any,
 ) -> HTMLResponse:
     web = _web(request)
-    flash = list(session.flash) if session is not None else []
-    if session is not None:
-        session.flash.clear()
+    flash = web.sessions.take_flash(session) if session is not None else []
     html = web.env.get_template(template).render(
         prefix=PREFIX,
         csrf=session.csrf if session is not None else "",
@@ -234,7 +232,9 @@ def enrol_submit(
             qr=qr_svg(uri),
             error=exc.message,
         )
-    session.flash.append(f"Account {name} is active. Log in with your password and a new code.")
+    _web(request).sessions.add_flash(
+        session, f"Account {name} is active. Log in with your password and a new code."
+    )
     return RedirectResponse(f"{PREFIX}/login", status_code=303)
 
 
@@ -508,7 +508,7 @@ def step_decision(
         message = f"Step {index} of {sequence_id} released (sequence {state})."
     else:
         message = f"Step {index} of {sequence_id} withheld with your comment (sequence {state})."
-    session.flash.append(message)
+    web.sessions.add_flash(session, message)
     return RedirectResponse(f"{PREFIX}/", status_code=303)
 
 
@@ -546,7 +546,9 @@ def opening_decision(
     except ServiceError as exc:
         return _error(request, session, exc.status, "Decision refused", exc.message)
     state = view.sequence_state
-    session.flash.append(f"Opening of {sequence_id} decided; the sequence is now {state}.")
+    _web(request).sessions.add_flash(
+        session, f"Opening of {sequence_id} decided; the sequence is now {state}."
+    )
     return RedirectResponse(f"{PREFIX}/openings", status_code=303)
 
 
@@ -563,9 +565,22 @@ def mount(app: FastAPI, service: Service) -> None:
     app.state.review_web = Web(
         service=service,
         env=env,
-        sessions=SessionStore(cfg.idle_timeout_seconds, cfg.session_lifetime_seconds),
-        by_account=FailureLimiter(cfg.login_failures_per_account, cfg.login_window_seconds),
-        by_address=FailureLimiter(cfg.login_failures_per_address, cfg.login_window_seconds),
+        # Sessions and login failures live in the database: every replica shares them.
+        sessions=SessionStore(
+            service.store, cfg.idle_timeout_seconds, cfg.session_lifetime_seconds
+        ),
+        by_account=FailureLimiter(
+            service.store,
+            "login-account",
+            cfg.login_failures_per_account,
+            cfg.login_window_seconds,
+        ),
+        by_address=FailureLimiter(
+            service.store,
+            "login-address",
+            cfg.login_failures_per_address,
+            cfg.login_window_seconds,
+        ),
     )
     app.include_router(router)
 

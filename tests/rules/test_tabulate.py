@@ -128,3 +128,61 @@ def test_top3_matches_sorting(pairs: list[tuple[int, int]], big: bool) -> None:
         expect = sorted(v[g == k].tolist(), reverse=True)[:3]
         expect += [0.0] * (3 - len(expect))
         assert got[k].tolist() == expect
+
+
+def test_a_record_without_a_value_is_in_no_cell() -> None:
+    """Counts of a magnitude table are values, as pandas' `count` (and ACRO's threshold); a
+    record without one is only in `missing` and outside the query set."""
+    df = _data().dropna(subset=["region"]).reset_index(drop=True)
+    t = build_table([df.region], [df.sex], values=df.pay, statistic="sum", query_set=True)
+    ref = df.groupby(["region", "sex"])["pay"].count().unstack().to_numpy()
+    assert np.array_equal(np.array(t.facts.cells.counts), ref)
+    assert t.facts.n_total == int(df.pay.notna().sum())
+    assert t.facts.query_set is not None
+    index = t.facts.query_set.to_array()
+    assert np.array_equal(index < 0, df.pay.isna().to_numpy())
+
+
+def test_largest_contributions_are_those_made() -> None:
+    """No zero stands in for a missing contributor: a cell or margin of k < 3 contributions
+    lists k, negative ones included."""
+    df = pd.DataFrame({"r": ["a", "a", "b"], "c": ["x", "y", "x"], "v": [-2.0, -5.0, 4.0]})
+    t = build_table([df.r], [df.c], values=df.v, statistic="sum", margins=True)
+    # rows a, b, All; columns x, y, All; (b, y) is empty
+    assert t.facts.cells.top == [
+        [[-2.0], [-5.0], [-2.0, -5.0]],
+        [[4.0], [], [4.0]],
+        [[4.0, -2.0], [-5.0], [4.0, -2.0, -5.0]],
+    ]
+
+
+def test_unknown_contributor_is_a_unit_of_its_own() -> None:
+    df = pd.DataFrame(
+        {"r": ["a"] * 5, "firm": [1, 1, None, None, 2], "v": [1.0, 2.0, 10.0, 20.0, 4.0]}
+    )
+    t = build_table([df.r], values=df.v, statistic="sum", contributor=df.firm)
+    # units: firm 1 (1 + 2), firm 2 (4), and each record without a firm (10, 20)
+    assert t.facts.cells.contributors == [[4]]
+    assert t.facts.cells.top == [[[20.0, 10.0, 4.0]]]
+
+
+def test_declared_levels_come_first_and_stay() -> None:
+    """`levels=`: declared levels in declared order, kept when empty; undeclared values follow,
+    sorted; whole floats are labelled as ints (the server's rule)."""
+    rows = pd.Series(["m", "k", "z", "k", None])
+    cols = pd.Series([2.0, 1.0, 1.0, 3.0, 2.0])
+    t = build_table([rows], [cols], levels=[["z", "q", "k"], None])
+    assert t.row_labels == [["z"], ["q"], ["k"], ["m"]]
+    assert t.col_labels == [[1], [2], [3]]
+    assert t.facts.cells.counts == [[1, 0, 0], [0, 0, 0], [1, 0, 1], [0, 1, 0]]
+    with pytest.raises(TabulationError, match="levels"):
+        build_table([rows], [cols], levels=[["z"]])
+
+
+def test_one_way_margins_are_a_total_row() -> None:
+    df = _data()
+    t = build_table([df.region], values=df.pay, statistic="sum", margins=True)
+    assert t.row_labels[-1] == ["All"] and t.col_labels == [[]]
+    ref = df.groupby("region")["pay"].sum()
+    assert np.allclose([row[0] for row in t.values[:-1]], ref.to_numpy())
+    assert t.values[-1][0] == pytest.approx(ref.sum())

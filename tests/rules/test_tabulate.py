@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safeaccess.rules.tabulate import TabulationError, build_table, top3
+from safeaccess.rules.tabulate import TabulationError, build_table, code_levels, top3
+from safeaccess.rules.tabulate import _codes as tabulate_codes
 
 
 def _data(n: int = 3000, seed: int = 7) -> pd.DataFrame:
@@ -186,3 +187,32 @@ def test_one_way_margins_are_a_total_row() -> None:
     ref = df.groupby("region")["pay"].sum()
     assert np.allclose([row[0] for row in t.values[:-1]], ref.to_numpy())
     assert t.values[-1][0] == pytest.approx(ref.sum())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.integers(-300, 300), max_size=60).map(lambda v: np.array(v, dtype=np.int64)),
+        st.lists(st.integers(-100, 100), max_size=60).map(lambda v: np.array(v, dtype=np.int8)),
+        st.lists(st.integers(0, 10**12), max_size=30).map(lambda v: np.array(v, dtype=np.int64)),
+        st.lists(st.sampled_from(["b", "a", "ä", "Z", None]), max_size=60).map(pd.Series),
+    )
+)
+def test_keys_are_coded_as_pandas_sorts_them(values: object) -> None:
+    """The counting (small integer spans) and sort-the-distinct-values paths give pandas'
+    `factorize(sort=True)` codes and levels."""
+    codes, levels = tabulate_codes(values)
+    ref_codes, ref_levels = pd.factorize(pd.Series(values), sort=True)
+    assert codes.tolist() == ref_codes.tolist()
+    assert levels == list(pd.Index(ref_levels).tolist())
+
+
+def test_declared_categorical_codes_count_missing_apart() -> None:
+    """Categorical codes of a narrow type (-1 = missing) are counted without a masked copy;
+    a missing value is never taken for the last category."""
+    cats = [f"c{i}" for i in range(127)]  # int8 codes: -1 would be 255 as unsigned
+    s = pd.Series(pd.Categorical(["c126", None, "c0"], categories=cats))
+    codes, levels = code_levels(s, None)
+    assert codes.tolist() == [126, -1, 0] and levels == cats
+    codes, levels = code_levels(s, ["c126", "c5"])  # declared levels only: undeclared used follow
+    assert codes.tolist() == [0, -1, 2] and levels == ["c126", "c5", "c0"]

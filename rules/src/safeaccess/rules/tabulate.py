@@ -24,6 +24,7 @@ variables, a last column.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -79,9 +80,8 @@ def code_levels(values: Any, declared: Sequence[Label] | None) -> tuple[np.ndarr
     if isinstance(column.dtype, pd.CategoricalDtype):
         # A categorical already holds codes into its categories: keep the categories in use.
         first_seen = column.cat.codes.to_numpy()
-        used = np.bincount(first_seen[first_seen >= 0], minlength=len(column.cat.categories))
         present = column.cat.categories
-        unused = used == 0
+        unused = _category_counts(first_seen, len(present)) == 0
     else:
         first_seen, present = pd.factorize(column, use_na_sentinel=True)
         unused = np.zeros(len(present), dtype=bool)
@@ -124,20 +124,57 @@ def code_levels(values: Any, declared: Sequence[Label] | None) -> tuple[np.ndarr
         if code is None:
             code = index[str(label)]
         table[i] = code
-    return table[np.asarray(first_seen, dtype=np.int64)], levels
+    if np.array_equal(table[:-1], np.arange(len(present))):
+        return first_seen, levels  # the levels are the values' own order: codes as they are
+    return np.take(table, first_seen), levels
+
+
+def _category_counts(codes: np.ndarray, ncategories: int) -> np.ndarray:
+    """Records per category from a Categorical's codes (-1 = missing).
+
+    Small code types are counted as unsigned, which sends the -1 of a missing value past the
+    last category (pandas picks the narrowest type that holds the categories): no masked copy.
+    """
+    if codes.dtype in (np.int8, np.int16):
+        unsigned = codes.view(np.uint8 if codes.dtype == np.int8 else np.uint16)
+        return np.bincount(unsigned, minlength=ncategories)[:ncategories]
+    return np.bincount(codes[codes >= 0], minlength=ncategories)
 
 
 def _codes(values: Any) -> tuple[np.ndarray, list[Label]]:
     """Integer codes (-1 for missing) and the sorted levels of one key variable (pandas' rule)."""
     s = values if isinstance(values, pd.Series) else pd.Series(np.asarray(values))
     if isinstance(s.dtype, pd.CategoricalDtype):
-        codes = np.asarray(s.cat.codes, dtype=np.int64)
-        levels = list(s.cat.categories.tolist())
-    else:
-        raw, uniques = pd.factorize(s, sort=True, use_na_sentinel=True)
-        codes = raw.astype(np.int64, copy=False)
-        levels = list(pd.Index(uniques).tolist())
-    return codes, [_label(x) for x in levels]
+        return s.cat.codes.to_numpy(), [_label(x) for x in s.cat.categories.tolist()]
+    small = _small_integers(s.to_numpy()) if s.dtype.kind in "iu" else None
+    if small is not None:
+        return small
+    # Sorting is done on the few distinct values, then mapped onto the records with one gather:
+    # `factorize(sort=True)` would reorder the codes of every record through pandas' `take`.
+    raw, uniques = pd.factorize(s, sort=False, use_na_sentinel=True)
+    rank, ordered = pd.factorize(uniques, sort=True)
+    table = np.append(rank, -1)  # the sentinel -1 indexes the last entry: missing stays -1
+    return np.take(table, raw), [_label(x) for x in pd.Index(ordered).tolist()]
+
+
+def _small_integers(values: np.ndarray) -> tuple[np.ndarray, list[Label]] | None:
+    """Codes of an integer array spanning few values, by counting (no hashing, no sort); None
+    when the span is too wide for a count array."""
+    if len(values) == 0:
+        return None
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    if span > max(1 << 16, 2 * len(values)):
+        return None
+    if values.dtype == np.uint64:
+        return None  # np.bincount takes signed indexes only
+    shifted = values if lo == 0 else values.astype(np.int64) - lo
+    present = np.bincount(shifted, minlength=span) > 0
+    if present.all():  # every value in the span occurs: the shifted values are the codes
+        return shifted, list(range(lo, hi + 1))
+    rank = np.cumsum(present) - 1
+    codes = np.take(rank, shifted)
+    return codes, [int(x) + lo for x in np.flatnonzero(present)]
 
 
 def _numeric(values: Any) -> np.ndarray:
@@ -167,18 +204,27 @@ def _key(values: Any, server_rule: bool, declared: Sequence[Label] | None) -> Co
     return Coded(name, np.asarray(codes, dtype=np.int64), levels)
 
 
-def _combine(keys: Sequence[Coded], n: int) -> tuple[np.ndarray, list[list[Label]], np.ndarray]:
-    """Mixed-radix code over several key variables, their level product, and a validity mask."""
-    code = np.zeros(n, dtype=np.int64)
-    valid = np.ones(n, dtype=bool)
+def _combine(
+    keys: Sequence[Coded], n: int
+) -> tuple[np.ndarray | None, list[list[Label]], np.ndarray | None]:
+    """Mixed-radix code over several key variables (None: no variable, all in code 0), their
+    level product, and a validity mask (None: every record has every key)."""
+    code: np.ndarray | None = None
+    valid: np.ndarray | None = None
     labels: list[list[Label]] = [[]]
     for key in keys:
         if len(key.codes) != n:
             raise TabulationError(
                 f"all columns must have the same length; got {len(key.codes)} and {n} records"
             )
-        valid &= key.codes >= 0
-        code = code * max(len(key.levels), 1) + np.maximum(key.codes, 0)
+        c = key.codes
+        if n and int(c.min()) < 0:
+            valid = c >= 0 if valid is None else valid & (c >= 0)
+            c = np.maximum(c, 0)
+        if code is None:
+            code = c.astype(np.int64, copy=False)
+        else:
+            code = code * max(len(key.levels), 1) + c
         labels = [[*lab, x] for lab in labels for x in key.levels]
     return code, labels, valid
 
@@ -344,10 +390,35 @@ def _record_sums(cell: np.ndarray, v: np.ndarray, lay: _Layout) -> Any:
 
 @dataclass(frozen=True)
 class Tabulated:
-    """A table and, per record, the index of the body cell it is counted in (-1: none)."""
+    """A table, and what gives each record's body cell (`record_cells`)."""
 
     output: TableOutput
-    cell: np.ndarray
+    cell_all: np.ndarray  # body cell of each record's keys
+    inside: np.ndarray | None  # records counted in their cell (None: all)
+
+    def record_cells(self) -> np.ndarray:
+        """Per record, the index of the body cell it is counted in (-1: none)."""
+        if self.inside is None:
+            return self.cell_all
+        return np.where(self.inside, self.cell_all, -1)
+
+
+def _both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """The conjunction of two masks, None standing for all-true (no array is made for it)."""
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
+def _pick(x: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    return x if mask is None else x[mask]
+
+
+def _cells(rcode: np.ndarray | None, ccode: np.ndarray | None, nc: int, n: int) -> np.ndarray:
+    """Row-major body cell of each record from its row and column codes."""
+    if ccode is None:
+        return rcode if rcode is not None else np.zeros(n, dtype=np.int64)
+    return ccode if rcode is None else rcode * nc + ccode
 
 
 def tabulate(
@@ -392,14 +463,14 @@ def tabulate(
         )
     lay = _Layout(nr, nc, margins, bool(cols))
     ncells = nr * nc
-    valid = rvalid & cvalid
-    cell_all = rcode * nc + ccode
+    valid = _both(rvalid, cvalid)  # None: every record has every key
+    cell_all = _cells(rcode, ccode, nc, n)
     cells_kw: dict[str, Any] = {}
     if statistic == "count":
         if values is not None:
             raise TabulationError("a count table takes no values; use statistic 'sum' or 'mean'")
         inside = valid
-        counts = lay.added(np.bincount(cell_all[inside], minlength=ncells))
+        counts = lay.added(np.bincount(_pick(cell_all, inside), minlength=ncells))
         value_grid = counts.astype(float)
     else:
         if values is None:
@@ -408,36 +479,42 @@ def tabulate(
         if len(v_all) != n:
             raise TabulationError(f"values have {len(v_all)} records, the keys have {n}")
         nan = np.isnan(v_all)
+        any_nan = bool(nan.any())
         # A record without a value adds nothing to its cell, so it is not counted towards the
         # threshold (as ACRO: aggfunc "count" skips missing values) nor in the query set; the
         # checks see it in `missing`.
-        inside = valid & ~nan
-        cell, v = cell_all[inside], v_all[inside]
+        inside = _both(valid, ~nan if any_nan else None)
+        cell, v = _pick(cell_all, inside), _pick(v_all, inside)
         counts = lay.added(np.bincount(cell, minlength=ncells))
         total = _record_sums(cell, v, lay)
         cells_kw["total"] = total.tolist()
-        cells_kw["missing"] = lay.added(
-            np.bincount(cell_all[valid & nan], minlength=ncells)
-        ).tolist()
+        lacking = (
+            np.bincount(_pick(cell_all, _both(valid, nan)), minlength=ncells)
+            if any_nan
+            else np.zeros(ncells, dtype=np.int64)
+        )
+        cells_kw["missing"] = lay.added(lacking).tolist()
         neg = v < 0
         cells_kw["negative"] = lay.added(np.bincount(cell[neg], minlength=ncells) > 0).tolist()
-        units = None if contributor is None else _unit_codes(contributor, n)
-        cells_kw.update(_largest_facts(cell, v, None if units is None else units[inside], lay))
+        units = None if contributor is None else _pick(_unit_codes(contributor, n), inside)
+        cells_kw.update(_largest_facts(cell, v, units, lay))
         with np.errstate(divide="ignore", invalid="ignore"):
             if statistic == "sum":
                 value_grid = np.where(counts > 0, total, np.nan)
             else:
                 value_grid = np.where(counts > 0, total / counts, np.nan)
         if statistic in ("std", "mode"):
-            keyed = None if contributor is None else _own_units(contributor)[valid]
-            value_grid, more = _spread_or_mode(statistic, cell_all[valid], v_all[valid], lay, keyed)
+            keyed = None if contributor is None else _pick(_own_units(contributor), valid)
+            value_grid, more = _spread_or_mode(
+                statistic, _pick(cell_all, valid), _pick(v_all, valid), lay, keyed
+            )
             cells_kw.update(more)
     if margins:
         rlabels = [*rlabels, ["All"]]
         if cols:
             clabels = [*clabels, ["All"]]
     vals: list[list[float | None]] = [
-        [x if np.isfinite(x) else None for x in row] for row in value_grid.tolist()
+        [x if math.isfinite(x) else None for x in row] for row in value_grid.tolist()
     ]
     output = TableOutput(
         source=source or ("frequency_table" if statistic == "count" else "magnitude_table"),
@@ -451,10 +528,10 @@ def tabulate(
         margins=margins,
         facts=TableFacts(
             cells=CellFacts(counts=counts.tolist(), **cells_kw),
-            n_total=int(inside.sum()),
+            n_total=n if inside is None else int(inside.sum()),
         ),
     )
-    return Tabulated(output=output, cell=np.where(inside, cell_all, -1))
+    return Tabulated(output=output, cell_all=cell_all, inside=inside)
 
 
 def _largest_facts(
@@ -543,7 +620,7 @@ def build_table(
         nr = len(out.row_labels) - (1 if margins else 0)
         nc = len(out.col_labels) - (1 if margins and cols else 0)
         names = [_flat_name(r, c) for r in out.row_labels[:nr] for c in out.col_labels[:nc]]
-        out.facts.query_set = QuerySet.from_array(names, done.cell.astype(np.int32))
+        out.facts.query_set = QuerySet.from_array(names, done.record_cells().astype(np.int32))
     return out
 
 

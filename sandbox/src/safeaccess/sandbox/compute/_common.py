@@ -133,6 +133,8 @@ def label_text(labels: list[Label]) -> str:
 
 def query_set(labels: list[str], frame: pd.DataFrame, cell: np.ndarray, n_records: int) -> QuerySet:
     """QuerySet over all stored records: `cell` gives the index for each row of the filtered frame."""
+    if isinstance(frame.index, pd.RangeIndex) and frame.index.equals(pd.RangeIndex(n_records)):
+        return QuerySet.from_array(labels, cell)  # every stored record, in stored order
     index = np.full(n_records, -1, dtype=np.int64)
     positions = frame.index.to_numpy(dtype=np.int64)
     index[positions] = cell

@@ -53,7 +53,7 @@ def _released(done: Tabulated, frame: pd.DataFrame, n_records: int) -> TableOutp
         for r in out.row_labels[:n_rows]
         for c in out.col_labels[:n_cols]
     ]
-    out.facts.query_set = query_set(names, frame, done.cell, n_records)
+    out.facts.query_set = query_set(names, frame, done.record_cells(), n_records)
     return out
 
 

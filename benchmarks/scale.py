@@ -14,6 +14,9 @@ employment 3, income; a person number as record key) and measures, in one run:
 - that a dataset of `--large-rows` records works (one checked table end to end).
 
     python benchmarks/scale.py [--rows 10000000] [--large-rows 20000000] [--small-rows 100000]
+                               [--table-only]
+
+`--table-only` stops after the first measurement (the checked table against bare `pd.crosstab`).
 
 Peer: pandas itself (`pd.crosstab`), the figure a researcher with the data on her laptop gets.
 """
@@ -196,6 +199,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--large-rows", type=int, default=20_000_000)
     parser.add_argument("--small-rows", type=int, default=100_000)
+    parser.add_argument(
+        "--table-only", action="store_true", help="only the checked table against pd.crosstab"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp) / "data")
@@ -228,6 +234,9 @@ def main() -> None:
                 f"  ratio end to end / bare: {end_to_end / read_tab:.1f}x (read + crosstab), "
                 f"{end_to_end / mem_tab:.1f}x (in memory); target 3x"
             )
+            print(f"  runs: {', '.join(f'{t:.3f}' for t in single)} s")
+            if args.table_only:
+                return
 
             times, statuses, sizes = bench.sequence(url, sid, "census", SEQUENCE)
             print(f"\nsequence of {len(SEQUENCE)} two-way tables on {args.rows:,} rows")

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import safeaccess.rules.tabulate as tabulate_module
 from safeaccess.rules.tabulate import TabulationError, build_table, code_levels, top3
 from safeaccess.rules.tabulate import _codes as tabulate_codes
 
@@ -216,3 +217,30 @@ def test_declared_categorical_codes_count_missing_apart() -> None:
     assert codes.tolist() == [126, -1, 0] and levels == cats
     codes, levels = code_levels(s, ["c126", "c5"])  # declared levels only: undeclared used follow
     assert codes.tolist() == [0, -1, 2] and levels == ["c126", "c5", "c0"]
+
+
+@pytest.mark.parametrize("margins", [False, True])
+@pytest.mark.parametrize("statistic", ["count", "sum", "std"])
+def test_variables_coded_one_by_one_give_the_same_table(
+    monkeypatch: pytest.MonkeyPatch, margins: bool, statistic: str
+) -> None:
+    """Too many distinct value combinations for one joint count: each variable is coded to its
+    levels first. Both ways must give the same table and query set."""
+    df = _data()
+    kw = {} if statistic == "count" else {"values": df.pay, "contributor": df.firm}
+    args = ([df.region, df.band], [df.sex])
+
+    def table() -> object:
+        out = build_table(
+            *args,
+            margins=margins,
+            statistic=statistic,
+            query_set=True,
+            **kw,  # type: ignore[arg-type]
+        )
+        assert out.facts.query_set is not None
+        return out.model_dump(), out.facts.query_set.to_array().tolist()
+
+    joint = table()
+    monkeypatch.setattr(tabulate_module, "_JOINT_LIMIT", 0)
+    assert table() == joint

@@ -25,7 +25,7 @@ variables, a last column.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -66,6 +66,126 @@ def declared_label(value: Any) -> Label:
     return str(value)
 
 
+@dataclass(frozen=True)
+class _Raw:
+    """A key variable as codes into its distinct values (-1 = missing), before its levels are
+    known: which values are levels can depend on which occur, and that is read off the table's
+    own counts rather than from one more pass over the records per variable."""
+
+    name: str
+    codes: np.ndarray
+    size: int  # codes are < size
+    finish: Callable[[np.ndarray], tuple[np.ndarray, list[Label]]]  # occurs -> (to level, levels)
+
+
+def _server_raw(values: Any, declared: Sequence[Label] | None, name: str = "") -> _Raw:
+    """A key variable for the server's level rule (see `code_levels`)."""
+    column = values if isinstance(values, pd.Series) else pd.Series(values)
+    categorical = isinstance(column.dtype, pd.CategoricalDtype)
+    if categorical:
+        # A categorical already holds codes into its categories.
+        raw = column.cat.codes.to_numpy()
+        present = column.cat.categories
+    else:
+        raw, present = pd.factorize(column, use_na_sentinel=True)
+    schema_levels: list[Any] = []
+    if declared:
+        schema_levels = list(declared)
+    elif categorical:
+        # A Parquet/pandas categorical carries its own ordered level list: use it, unused
+        # categories included, as the design matrices do.
+        schema_levels = [declared_label(c) for c in column.cat.categories]
+
+    def finish(occurs: np.ndarray) -> tuple[np.ndarray, list[Label]]:
+        levels: list[Label] = []
+        index: dict[Any, int] = {}
+        for level in schema_levels:
+            if level not in index:
+                index[level] = len(levels)
+                levels.append(level)
+        extra = []
+        for value, seen in zip(present, occurs, strict=True):
+            if not seen:
+                continue  # a category no record has is a level only if declared
+            label = declared_label(value)
+            if label in index or str(label) in index:
+                continue
+            extra.append(label)
+        try:
+            extra.sort()
+        except TypeError:
+            extra.sort(key=str)
+        for label in extra:
+            index[label] = len(levels)
+            levels.append(label)
+        table = np.full(len(present), -1, dtype=np.int64)
+        for i, (value, seen) in enumerate(zip(present, occurs, strict=True)):
+            if seen:  # else never indexed: no record has this category
+                label = declared_label(value)
+                code = index.get(label)
+                table[i] = index[str(label)] if code is None else code
+        return table, levels
+
+    return _Raw(name, raw, len(present), finish)
+
+
+def _pandas_raw(values: Any, name: str = "") -> _Raw:
+    """A key variable for pandas' level rule: the sorted observed values (all categories of a
+    Categorical)."""
+    s = values if isinstance(values, pd.Series) else pd.Series(np.asarray(values))
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        levels = [_label(x) for x in s.cat.categories.tolist()]
+        return _Raw(
+            name, s.cat.codes.to_numpy(), len(levels), lambda _: (_identity(levels), levels)
+        )
+    array = s.to_numpy()
+    if array.dtype.kind in "iu" and array.dtype != np.uint64 and len(array):
+        lo, hi = int(array.min()), int(array.max())
+        if hi - lo < max(1 << 16, 2 * len(array)):
+            # A small span of integers: the values (shifted) are the codes; no hash, no sort.
+            shifted = array if lo == 0 else array.astype(np.int64) - lo
+
+            def by_value(occurs: np.ndarray) -> tuple[np.ndarray, list[Label]]:
+                table = np.where(occurs, np.cumsum(occurs) - 1, -1)
+                return table, [int(x) + lo for x in np.flatnonzero(occurs)]
+
+            return _Raw(name, shifted, hi - lo + 1, by_value)
+    # Sorting is done on the few distinct values, then mapped onto the records with one gather:
+    # `factorize(sort=True)` would reorder the codes of every record through pandas' `take`.
+    raw, uniques = pd.factorize(s, sort=False, use_na_sentinel=True)
+    rank, ordered = pd.factorize(uniques, sort=True)
+    levels = [_label(x) for x in pd.Index(ordered).tolist()]
+    return _Raw(name, raw, len(uniques), lambda _: (rank.astype(np.int64), levels))
+
+
+def _identity(levels: list[Label]) -> np.ndarray:
+    return np.arange(len(levels), dtype=np.int64)
+
+
+def _coded_raw(key: Coded) -> _Raw:
+    return _Raw(key.name, key.codes, len(key.levels), lambda _: (_identity(key.levels), key.levels))
+
+
+def _occurs(codes: np.ndarray, size: int) -> np.ndarray:
+    """Which of `size` values occur in `codes` (-1 = missing).
+
+    Small code types are counted as unsigned, which sends the -1 of a missing value past the
+    last value (pandas picks the narrowest type that holds a Categorical's categories): no
+    masked copy.
+    """
+    if codes.dtype in (np.int8, np.int16) and size < (128 if codes.dtype == np.int8 else 32768):
+        unsigned = codes.view(np.uint8 if codes.dtype == np.int8 else np.uint16)
+        return np.bincount(unsigned, minlength=size)[:size] > 0
+    return np.bincount(codes[codes >= 0], minlength=size)[:size] > 0
+
+
+def _apply(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Level codes from value codes through `table` (-1 stays -1)."""
+    if np.array_equal(table, np.arange(len(table))):
+        return codes  # the levels are the values' own order: codes as they are
+    return np.take(np.append(table, -1), codes)  # -1 indexes the appended -1
+
+
 def code_levels(values: Any, declared: Sequence[Label] | None) -> tuple[np.ndarray, list[Label]]:
     """Codes (-1 = missing) and levels of a key variable by the server's rule.
 
@@ -73,108 +193,16 @@ def code_levels(values: Any, declared: Sequence[Label] | None) -> tuple[np.ndarr
     and are kept even when no record has them: empty cells matter for disclosure checks. Values
     not declared follow in sorted order.
     """
-    column = values if isinstance(values, pd.Series) else pd.Series(values)
-    # One vectorised pass: codes into the distinct non-missing values (-1 = missing), then a
-    # table from those few values to level indexes (mapping every record through a Python dict
-    # cost most of a table job).
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        # A categorical already holds codes into its categories: keep the categories in use.
-        first_seen = column.cat.codes.to_numpy()
-        present = column.cat.categories
-        unused = _category_counts(first_seen, len(present)) == 0
-    else:
-        first_seen, present = pd.factorize(column, use_na_sentinel=True)
-        unused = np.zeros(len(present), dtype=bool)
-    schema_levels: list[Any] = []
-    if declared:
-        schema_levels = list(declared)
-    elif isinstance(column.dtype, pd.CategoricalDtype):
-        # A Parquet/pandas categorical carries its own ordered level list: use it, unused
-        # categories included, as the design matrices do.
-        schema_levels = [declared_label(c) for c in column.cat.categories]
-    levels: list[Label] = []
-    index: dict[Any, int] = {}
-    for level in schema_levels:
-        if level not in index:
-            index[level] = len(levels)
-            levels.append(level)
-    extra = []
-    for value, absent in zip(present, unused, strict=True):
-        if absent:
-            continue  # a category no record has is a level only if declared
-        label = declared_label(value)
-        if label in index or str(label) in index:
-            continue
-        extra.append(label)
-    try:
-        extra.sort()
-    except TypeError:
-        extra.sort(key=str)
-    for label in extra:
-        index[label] = len(levels)
-        levels.append(label)
-    table = np.empty(len(present) + 1, dtype=np.int64)
-    table[-1] = -1  # factorize's sentinel -1 indexes the last entry: missing stays -1
-    for i, (value, absent) in enumerate(zip(present, unused, strict=True)):
-        if absent:
-            table[i] = -1  # never indexed: no record has this category
-            continue
-        label = declared_label(value)
-        code = index.get(label)
-        if code is None:
-            code = index[str(label)]
-        table[i] = code
-    if np.array_equal(table[:-1], np.arange(len(present))):
-        return first_seen, levels  # the levels are the values' own order: codes as they are
-    return np.take(table, first_seen), levels
-
-
-def _category_counts(codes: np.ndarray, ncategories: int) -> np.ndarray:
-    """Records per category from a Categorical's codes (-1 = missing).
-
-    Small code types are counted as unsigned, which sends the -1 of a missing value past the
-    last category (pandas picks the narrowest type that holds the categories): no masked copy.
-    """
-    if codes.dtype in (np.int8, np.int16):
-        unsigned = codes.view(np.uint8 if codes.dtype == np.int8 else np.uint16)
-        return np.bincount(unsigned, minlength=ncategories)[:ncategories]
-    return np.bincount(codes[codes >= 0], minlength=ncategories)
+    raw = _server_raw(values, declared)
+    table, levels = raw.finish(_occurs(raw.codes, raw.size))
+    return _apply(table, raw.codes), levels
 
 
 def _codes(values: Any) -> tuple[np.ndarray, list[Label]]:
     """Integer codes (-1 for missing) and the sorted levels of one key variable (pandas' rule)."""
-    s = values if isinstance(values, pd.Series) else pd.Series(np.asarray(values))
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        return s.cat.codes.to_numpy(), [_label(x) for x in s.cat.categories.tolist()]
-    small = _small_integers(s.to_numpy()) if s.dtype.kind in "iu" else None
-    if small is not None:
-        return small
-    # Sorting is done on the few distinct values, then mapped onto the records with one gather:
-    # `factorize(sort=True)` would reorder the codes of every record through pandas' `take`.
-    raw, uniques = pd.factorize(s, sort=False, use_na_sentinel=True)
-    rank, ordered = pd.factorize(uniques, sort=True)
-    table = np.append(rank, -1)  # the sentinel -1 indexes the last entry: missing stays -1
-    return np.take(table, raw), [_label(x) for x in pd.Index(ordered).tolist()]
-
-
-def _small_integers(values: np.ndarray) -> tuple[np.ndarray, list[Label]] | None:
-    """Codes of an integer array spanning few values, by counting (no hashing, no sort); None
-    when the span is too wide for a count array."""
-    if len(values) == 0:
-        return None
-    lo, hi = int(values.min()), int(values.max())
-    span = hi - lo + 1
-    if span > max(1 << 16, 2 * len(values)):
-        return None
-    if values.dtype == np.uint64:
-        return None  # np.bincount takes signed indexes only
-    shifted = values if lo == 0 else values.astype(np.int64) - lo
-    present = np.bincount(shifted, minlength=span) > 0
-    if present.all():  # every value in the span occurs: the shifted values are the codes
-        return shifted, list(range(lo, hi + 1))
-    rank = np.cumsum(present) - 1
-    codes = np.take(rank, shifted)
-    return codes, [int(x) + lo for x in np.flatnonzero(present)]
+    raw = _pandas_raw(values)
+    table, levels = raw.finish(_occurs(raw.codes, raw.size))
+    return _apply(table, raw.codes), levels
 
 
 def _numeric(values: Any) -> np.ndarray:
@@ -192,16 +220,12 @@ def _label(x: Any) -> Label:
     return str(x)
 
 
-def _key(values: Any, server_rule: bool, declared: Sequence[Label] | None) -> Coded:
-    """One key variable as `Coded`, by the server's level rule or pandas' (see the module)."""
+def _raw_key(values: Any, server_rule: bool, declared: Sequence[Label] | None) -> _Raw:
+    """One key variable, by the server's level rule or pandas' (see the module)."""
     if isinstance(values, Coded):
-        return values
+        return _coded_raw(values)
     name = str(values.name) if isinstance(values, pd.Series) and values.name is not None else ""
-    if server_rule:
-        codes, levels = code_levels(values, declared)
-    else:
-        codes, levels = _codes(values)
-    return Coded(name, np.asarray(codes, dtype=np.int64), levels)
+    return _server_raw(values, declared, name) if server_rule else _pandas_raw(values, name)
 
 
 def _combine(
@@ -390,17 +414,165 @@ def _record_sums(cell: np.ndarray, v: np.ndarray, lay: _Layout) -> Any:
 
 @dataclass(frozen=True)
 class Tabulated:
-    """A table, and what gives each record's body cell (`record_cells`)."""
+    """A table, and `record_cells()`: per record, the index of the body cell it is counted in
+    (-1: none), made only when asked for (a query set)."""
 
     output: TableOutput
-    cell_all: np.ndarray  # body cell of each record's keys
-    inside: np.ndarray | None  # records counted in their cell (None: all)
+    record_cells: Callable[[], np.ndarray]
+
+
+def _masked_cells(cell_all: np.ndarray, inside: np.ndarray | None) -> Callable[[], np.ndarray]:
+    if inside is None:
+        return lambda: cell_all
+    return lambda: np.where(inside, cell_all, -1)
+
+
+class TooManyCells(TabulationError):
+    """The table would have more than `max_cells` cells: `side` says which product is too
+    large ("rows", "cols" or "table"), `names` its variables and `cells` its size."""
+
+    def __init__(self, side: str, names: list[str], cells: int, message: str) -> None:
+        super().__init__(message)
+        self.side, self.names, self.cells = side, names, cells
+
+
+# Largest product of distinct values (plus a missing slot each) counted in one `bincount` over
+# the records; beyond it each variable is coded on its own first.
+_JOINT_LIMIT = 1 << 22
+
+
+class _Placed:
+    """Where the records fall: the table's labels, its body counts and, on demand, each record's
+    body cell.
+
+    Usually every record gets one joint code over its variables' value codes (one pass), a
+    `bincount` of those gives the counts of every value combination, which variable values
+    occur is read off them, and the body counts follow on that small array: the records are
+    not touched again unless a per-record cell is needed (magnitudes, query sets). When the
+    product of distinct values is too large for that, each variable is coded to its levels
+    first and the cells combined per record.
+    """
+
+    def __init__(self, raws: list[_Raw], n_row_keys: int, n: int, max_cells: int) -> None:
+        self.n = n
+        self.joint: np.ndarray | None = None
+        self.hist: np.ndarray | None = None
+        self.to_cell: np.ndarray | None = None
+        self.cell_all: np.ndarray | None = None
+        self.valid: np.ndarray | None = None
+        joint_size = int(np.prod([r.size + 1 for r in raws], dtype=np.float64))
+        if joint_size <= min(max(1 << 20, n), _JOINT_LIMIT):
+            # the narrowest integer type that holds the joint codes: fewer bytes to pass over
+            width = np.int16 if joint_size < 1 << 15 else np.int32
+            joint = np.add(raws[0].codes, 1, dtype=width)
+            for r in raws[1:]:
+                joint *= r.size + 1
+                joint += r.codes
+                joint += 1
+            hist = np.bincount(joint, minlength=joint_size)
+            shaped = hist.reshape([r.size + 1 for r in raws])
+            finished = []
+            for i, r in enumerate(raws):
+                others = tuple(a for a in range(len(raws)) if a != i)
+                finished.append(r.finish(shaped.sum(axis=others)[1:] > 0))
+            self.joint, self.hist = joint, hist
+        else:
+            finished = [r.finish(_occurs(r.codes, r.size)) for r in raws]
+        key_levels = [lv for _, lv in finished]
+        self.row_labels = _product(key_levels[:n_row_keys])
+        self.col_labels = _product(key_levels[n_row_keys:])
+        _check_size(raws, key_levels, n_row_keys, max_cells)
+        nc = len(self.col_labels)
+        self.ncells = len(self.row_labels) * nc
+        if self.hist is not None:
+            # int32: a query set's cell indexes are int32, so no record-sized conversion follows
+            self.to_cell = _joint_cells(raws, finished, n_row_keys, nc).astype(np.int32)
+            return
+        coded = [
+            Coded(r.name, _apply(table, r.codes), lv)
+            for r, (table, lv) in zip(raws, finished, strict=True)
+        ]
+        rcode, _, rvalid = _combine(coded[:n_row_keys], n)
+        ccode, _, cvalid = _combine(coded[n_row_keys:], n)
+        self.cell_all = _cells(rcode, ccode, nc, n)
+        self.valid = _both(rvalid, cvalid)
+
+    def counts(self) -> np.ndarray:
+        """Records per body cell (row-major)."""
+        if self.hist is not None and self.to_cell is not None:
+            ok = self.to_cell >= 0
+            body = np.bincount(self.to_cell[ok], weights=self.hist[ok], minlength=self.ncells)
+            return body.astype(np.int64)
+        assert self.cell_all is not None
+        return np.bincount(_pick(self.cell_all, self.valid), minlength=self.ncells)
+
+    def per_record(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Each record's body cell by its keys, and which records have every key (None: all)."""
+        if self.cell_all is None:
+            assert self.to_cell is not None and self.joint is not None
+            # int64: magnitudes combine cells with unit codes and must not overflow
+            cell = np.take(self.to_cell.astype(np.int64), self.joint)
+            self.cell_all = cell
+            self.valid = cell >= 0 if self.n and int(cell.min()) < 0 else None
+        return self.cell_all, self.valid
 
     def record_cells(self) -> np.ndarray:
-        """Per record, the index of the body cell it is counted in (-1: none)."""
-        if self.inside is None:
-            return self.cell_all
-        return np.where(self.inside, self.cell_all, -1)
+        """Per record, its body cell (-1: a key is missing)."""
+        if self.to_cell is not None and self.joint is not None:
+            return np.take(self.to_cell, self.joint)
+        cell_all, valid = self.per_record()
+        return _masked_cells(cell_all, valid)()
+
+
+def _product(key_levels: list[list[Label]]) -> list[list[Label]]:
+    labels: list[list[Label]] = [[]]
+    for lv in key_levels:
+        labels = [[*lab, x] for lab in labels for x in lv]
+    return labels
+
+
+def _check_size(
+    raws: list[_Raw], key_levels: list[list[Label]], n_row_keys: int, max_cells: int
+) -> None:
+    """Refuse a table of more than `max_cells` cells before anything is allocated for it."""
+    sides = []
+    for side, part in (("rows", slice(0, n_row_keys)), ("cols", slice(n_row_keys, None))):
+        names = [r.name for r in raws[part]]
+        sides.append((side, names, math.prod(max(len(lv), 1) for lv in key_levels[part])))
+    table = math.prod(len(lv) for lv in key_levels)
+    for side, names, size in [*sides, ("table", [r.name for r in raws], table)]:
+        if size > max_cells:
+            raise TooManyCells(
+                side,
+                names,
+                size,
+                f"the table would have {max(table, size):,} cells (more than {max_cells:,}); "
+                "use fewer or coarser variables",
+            )
+
+
+def _joint_cells(
+    raws: list[_Raw],
+    finished: list[tuple[np.ndarray, list[Label]]],
+    n_row_keys: int,
+    nc: int,
+) -> np.ndarray:
+    """Body cell (-1: none) of every joint code, as `_combine` would place its records."""
+    shape = [r.size + 1 for r in raws]
+    out = []
+    for part in (range(n_row_keys), range(n_row_keys, len(raws))):
+        code = np.zeros(shape, dtype=np.int64)
+        bad = np.zeros(shape, dtype=bool)
+        for i in part:
+            table, lv = finished[i]
+            ext = np.concatenate(([-1], table)).reshape(
+                [-1 if a == i else 1 for a in range(len(shape))]
+            )
+            code = code * max(len(lv), 1) + np.maximum(ext, 0)
+            bad = bad | (ext < 0)
+        out.append((code, bad))
+    (rc, rbad), (cc, cbad) = out
+    return np.where(rbad | cbad, -1, rc * nc + cc).ravel()
 
 
 def _both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
@@ -448,36 +620,37 @@ def tabulate(
             f"levels must list one entry per row and column variable ({len(keys)}), "
             f"got {len(levels)}"
         )
-    coded = [
-        _key(k, levels is not None, None if levels is None else levels[i])
+    raws = [
+        _raw_key(k, levels is not None, None if levels is None else levels[i])
         for i, k in enumerate(keys)
     ]
-    n = len(coded[0].codes)
-    rcode, rlabels, rvalid = _combine(coded[: len(rows)], n)
-    ccode, clabels, cvalid = _combine(coded[len(rows) :], n)
+    n = len(raws[0].codes)
+    for raw in raws:
+        if len(raw.codes) != n:
+            raise TabulationError(
+                f"all columns must have the same length; got {len(raw.codes)} and {n} records"
+            )
+    where = _Placed(raws, len(rows), n, max_cells)
+    rlabels, clabels = where.row_labels, where.col_labels
     nr, nc = len(rlabels), len(clabels)
-    if nr * nc > max_cells:
-        raise TabulationError(
-            f"the table would have {nr * nc:,} cells (more than {max_cells:,}); "
-            "use fewer or coarser variables"
-        )
     lay = _Layout(nr, nc, margins, bool(cols))
     ncells = nr * nc
-    valid = _both(rvalid, cvalid)  # None: every record has every key
-    cell_all = _cells(rcode, ccode, nc, n)
     cells_kw: dict[str, Any] = {}
     if statistic == "count":
         if values is not None:
             raise TabulationError("a count table takes no values; use statistic 'sum' or 'mean'")
-        inside = valid
-        counts = lay.added(np.bincount(_pick(cell_all, inside), minlength=ncells))
+        body = where.counts()
+        counts = lay.added(body)
         value_grid = counts.astype(float)
+        n_inside = int(body.sum())
+        record_cells = where.record_cells
     else:
         if values is None:
             raise TabulationError(f"statistic '{statistic}' needs a column of values")
         v_all = _numeric(values)
         if len(v_all) != n:
             raise TabulationError(f"values have {len(v_all)} records, the keys have {n}")
+        cell_all, valid = where.per_record()
         nan = np.isnan(v_all)
         any_nan = bool(nan.any())
         # A record without a value adds nothing to its cell, so it is not counted towards the
@@ -509,6 +682,8 @@ def tabulate(
                 statistic, _pick(cell_all, valid), _pick(v_all, valid), lay, keyed
             )
             cells_kw.update(more)
+        n_inside = n if inside is None else int(inside.sum())
+        record_cells = _masked_cells(cell_all, inside)
     if margins:
         rlabels = [*rlabels, ["All"]]
         if cols:
@@ -528,10 +703,10 @@ def tabulate(
         margins=margins,
         facts=TableFacts(
             cells=CellFacts(counts=counts.tolist(), **cells_kw),
-            n_total=n if inside is None else int(inside.sum()),
+            n_total=n_inside,
         ),
     )
-    return Tabulated(output=output, cell_all=cell_all, inside=inside)
+    return Tabulated(output=output, record_cells=record_cells)
 
 
 def _largest_facts(

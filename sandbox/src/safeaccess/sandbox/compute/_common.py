@@ -78,9 +78,14 @@ def code_variable(frame: pd.DataFrame, name: str, metadata: DatasetMetadata) -> 
     checks. Values not declared follow in sorted order. Missing values get code -1 (the record
     is in no cell).
     """
-    declared = metadata.column(name)
-    codes, levels = code_levels(frame[name], declared.levels if declared is not None else None)
+    codes, levels = code_levels(frame[name], declared_levels(metadata, name))
     return Coded(name=name, codes=codes, levels=levels)
+
+
+def declared_levels(metadata: DatasetMetadata, name: str) -> list[Label] | None:
+    """The levels the metadata declares for a column (None: none declared)."""
+    declared = metadata.column(name)
+    return list(declared.levels) if declared is not None and declared.levels else None
 
 
 @dataclass(frozen=True)
@@ -97,13 +102,16 @@ def check_cells(coded: list[Coded]) -> int:
     for c in coded:
         size *= max(len(c.levels), 1)
     if size > MAX_CELLS:
-        names = ", ".join(c.name for c in coded)
-        raise AnalysisError(
-            "too_many_cells",
-            f"grouping by {names} gives {size} cells (limit {MAX_CELLS}); group by fewer or coarser "
-            "variables",
-        )
+        raise AnalysisError("too_many_cells", too_many_groups([c.name for c in coded], size))
     return size
+
+
+def too_many_groups(names: list[str], size: int) -> str:
+    """The message refusing a grouping of `size` level combinations of `names`."""
+    return (
+        f"grouping by {', '.join(names)} gives {size} cells (limit {MAX_CELLS}); group by fewer "
+        "or coarser variables"
+    )
 
 
 def combine(coded: list[Coded], n: int) -> Cells:

@@ -10,37 +10,53 @@ margin cells at once.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from safeaccess.client.analyses import FrequencyTable, Histogram, MagnitudeTable
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import TableOutput
-from safeaccess.rules.tabulate import Coded, Tabulated, tabulate
+from safeaccess.rules.tabulate import Coded, Tabulated, TooManyCells, tabulate
 from safeaccess.sandbox.compute._common import (
     MAX_CELLS,
     AnalysisError,
-    check_cells,
-    code_variable,
+    declared_levels,
     label_text,
     numeric_values,
     query_set,
     require_columns,
+    too_many_groups,
 )
 
+TOO_MANY = f"the table would have more than {MAX_CELLS} cells; use fewer levels"
 
-def _keys(
-    frame: pd.DataFrame, rows: list[str], cols: list[str], metadata: DatasetMetadata
-) -> tuple[list[Coded], list[Coded]]:
-    """The row and column variables coded by their declared levels, refused when too many."""
-    row_keys = [code_variable(frame, v, metadata) for v in rows]
-    col_keys = [code_variable(frame, v, metadata) for v in cols]
-    n_rows, n_cols = check_cells(row_keys), check_cells(col_keys)
-    if n_rows * n_cols > MAX_CELLS:
-        raise AnalysisError(
-            "too_many_cells", f"the table would have more than {MAX_CELLS} cells; use fewer levels"
+
+def _tabulate(
+    frame: pd.DataFrame,
+    rows: list[str],
+    cols: list[str],
+    metadata: DatasetMetadata,
+    too_many: str,
+    bins: Coded | None = None,
+    **how: Any,
+) -> Tabulated:
+    """The table of `rows` x `cols` (then `bins`) by the variables' declared levels; a table of
+    more than MAX_CELLS cells is refused with `too_many`, a side of more with its variables."""
+    names = [*rows, *cols]
+    levels = [declared_levels(metadata, v) for v in names] + ([None] if bins else [])
+    try:
+        return tabulate(
+            [frame[v] for v in rows],
+            [frame[v] for v in cols] + ([bins] if bins else []),
+            levels=levels,
+            max_cells=MAX_CELLS,
+            **how,
         )
-    return row_keys, col_keys
+    except TooManyCells as exc:
+        message = too_many if exc.side == "table" else too_many_groups(exc.names, exc.cells)
+        raise AnalysisError("too_many_cells", message) from None
 
 
 def _released(done: Tabulated, frame: pd.DataFrame, n_records: int) -> TableOutput:
@@ -62,10 +78,12 @@ def frequency_table(
 ) -> TableOutput:
     """Counts of records by row x column level combinations."""
     require_columns(frame, analysis.rows + analysis.cols)
-    row_keys, col_keys = _keys(frame, analysis.rows, analysis.cols, metadata)
-    done = tabulate(
-        row_keys,
-        col_keys,
+    done = _tabulate(
+        frame,
+        analysis.rows,
+        analysis.cols,
+        metadata,
+        TOO_MANY,
         row_names=analysis.rows,
         col_names=analysis.cols,
         margins=analysis.margins,
@@ -85,10 +103,12 @@ def magnitude_table(
         needed.append(unit_col)
     require_columns(frame, needed)
     values = numeric_values(frame, analysis.value)
-    row_keys, col_keys = _keys(frame, analysis.rows, analysis.cols, metadata)
-    done = tabulate(
-        row_keys,
-        col_keys,
+    done = _tabulate(
+        frame,
+        analysis.rows,
+        analysis.cols,
+        metadata,
+        TOO_MANY,
         row_names=analysis.rows,
         col_names=analysis.cols,
         values=values,
@@ -131,19 +151,18 @@ def histogram(
     bin_index[values == edges[-1]] = n_bins - 1
     outside = np.isnan(values) | (values < edges[0]) | (values > edges[-1])
     bin_index[outside] = -1
-    by = [code_variable(frame, v, metadata) for v in analysis.by]
-    if check_cells(by) * n_bins > MAX_CELLS:
-        raise AnalysisError(
-            "too_many_cells", f"the histogram would have more than {MAX_CELLS} cells"
-        )
     bins = Coded(
         analysis.variable,
         bin_index,
         [_bin_label(edges[i], edges[i + 1], i == n_bins - 1) for i in range(n_bins)],
     )
-    done = tabulate(
-        by,
-        [bins],
+    done = _tabulate(
+        frame,
+        analysis.by,
+        [],
+        metadata,
+        f"the histogram would have more than {MAX_CELLS} cells",
+        bins=bins,
         row_names=analysis.by,
         col_names=[analysis.variable],
         value_name=analysis.variable,

@@ -8,10 +8,11 @@ record's cell), so both sides agree cell for cell.
 
 Why not `pd.crosstab`: it builds one groupby per statistic and is several times slower than
 integer codes plus `np.bincount`; a checked table needs five statistics per cell. Keys are coded
-once (hash-based), the cell of each record is a mixed-radix code, every per-cell sum is a
-`bincount`, and the largest contributions per cell come from `top3`: a cheap bound per cell
-leaves only a few candidate records to sort by (cell, -value) (no sort of all records, no loop
-over cells).
+once to their distinct values (no hashing for Categoricals and small integer spans), each record
+gets one joint (mixed-radix) code and one `bincount` counts every value combination (`_Placed`);
+every per-cell sum is a `bincount` with weights, and the largest contributions per cell come from
+`top3`: a cheap bound per cell leaves only a few candidate records to sort by (cell, -value) (no
+sort of all records, no loop over cells).
 
 Levels. Without `levels`, the layout follows `pd.crosstab(..., dropna=False)`: the sorted
 observed levels of each variable (all categories for a pandas Categorical). With `levels` (the

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safeaccess.rules.tabulate import TabulationError, build_table, top3
+import safeaccess.rules.tabulate as tabulate_module
+from safeaccess.rules.tabulate import TabulationError, build_table, code_levels, top3
+from safeaccess.rules.tabulate import _codes as tabulate_codes
 
 
 def _data(n: int = 3000, seed: int = 7) -> pd.DataFrame:
@@ -128,3 +130,117 @@ def test_top3_matches_sorting(pairs: list[tuple[int, int]], big: bool) -> None:
         expect = sorted(v[g == k].tolist(), reverse=True)[:3]
         expect += [0.0] * (3 - len(expect))
         assert got[k].tolist() == expect
+
+
+def test_a_record_without_a_value_is_in_no_cell() -> None:
+    """Counts of a magnitude table are values, as pandas' `count` (and ACRO's threshold); a
+    record without one is only in `missing` and outside the query set."""
+    df = _data().dropna(subset=["region"]).reset_index(drop=True)
+    t = build_table([df.region], [df.sex], values=df.pay, statistic="sum", query_set=True)
+    ref = df.groupby(["region", "sex"])["pay"].count().unstack().to_numpy()
+    assert np.array_equal(np.array(t.facts.cells.counts), ref)
+    assert t.facts.n_total == int(df.pay.notna().sum())
+    assert t.facts.query_set is not None
+    index = t.facts.query_set.to_array()
+    assert np.array_equal(index < 0, df.pay.isna().to_numpy())
+
+
+def test_largest_contributions_are_those_made() -> None:
+    """No zero stands in for a missing contributor: a cell or margin of k < 3 contributions
+    lists k, negative ones included."""
+    df = pd.DataFrame({"r": ["a", "a", "b"], "c": ["x", "y", "x"], "v": [-2.0, -5.0, 4.0]})
+    t = build_table([df.r], [df.c], values=df.v, statistic="sum", margins=True)
+    # rows a, b, All; columns x, y, All; (b, y) is empty
+    assert t.facts.cells.top == [
+        [[-2.0], [-5.0], [-2.0, -5.0]],
+        [[4.0], [], [4.0]],
+        [[4.0, -2.0], [-5.0], [4.0, -2.0, -5.0]],
+    ]
+
+
+def test_unknown_contributor_is_a_unit_of_its_own() -> None:
+    df = pd.DataFrame(
+        {"r": ["a"] * 5, "firm": [1, 1, None, None, 2], "v": [1.0, 2.0, 10.0, 20.0, 4.0]}
+    )
+    t = build_table([df.r], values=df.v, statistic="sum", contributor=df.firm)
+    # units: firm 1 (1 + 2), firm 2 (4), and each record without a firm (10, 20)
+    assert t.facts.cells.contributors == [[4]]
+    assert t.facts.cells.top == [[[20.0, 10.0, 4.0]]]
+
+
+def test_declared_levels_come_first_and_stay() -> None:
+    """`levels=`: declared levels in declared order, kept when empty; undeclared values follow,
+    sorted; whole floats are labelled as ints (the server's rule)."""
+    rows = pd.Series(["m", "k", "z", "k", None])
+    cols = pd.Series([2.0, 1.0, 1.0, 3.0, 2.0])
+    t = build_table([rows], [cols], levels=[["z", "q", "k"], None])
+    assert t.row_labels == [["z"], ["q"], ["k"], ["m"]]
+    assert t.col_labels == [[1], [2], [3]]
+    assert t.facts.cells.counts == [[1, 0, 0], [0, 0, 0], [1, 0, 1], [0, 1, 0]]
+    with pytest.raises(TabulationError, match="levels"):
+        build_table([rows], [cols], levels=[["z"]])
+
+
+def test_one_way_margins_are_a_total_row() -> None:
+    df = _data()
+    t = build_table([df.region], values=df.pay, statistic="sum", margins=True)
+    assert t.row_labels[-1] == ["All"] and t.col_labels == [[]]
+    ref = df.groupby("region")["pay"].sum()
+    assert np.allclose([row[0] for row in t.values[:-1]], ref.to_numpy())
+    assert t.values[-1][0] == pytest.approx(ref.sum())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.integers(-300, 300), max_size=60).map(lambda v: np.array(v, dtype=np.int64)),
+        st.lists(st.integers(-100, 100), max_size=60).map(lambda v: np.array(v, dtype=np.int8)),
+        st.lists(st.integers(0, 10**12), max_size=30).map(lambda v: np.array(v, dtype=np.int64)),
+        st.lists(st.sampled_from(["b", "a", "ä", "Z", None]), max_size=60).map(pd.Series),
+    )
+)
+def test_keys_are_coded_as_pandas_sorts_them(values: object) -> None:
+    """The counting (small integer spans) and sort-the-distinct-values paths give pandas'
+    `factorize(sort=True)` codes and levels."""
+    codes, levels = tabulate_codes(values)
+    ref_codes, ref_levels = pd.factorize(pd.Series(values), sort=True)
+    assert codes.tolist() == ref_codes.tolist()
+    assert levels == list(pd.Index(ref_levels).tolist())
+
+
+def test_declared_categorical_codes_count_missing_apart() -> None:
+    """Categorical codes of a narrow type (-1 = missing) are counted without a masked copy;
+    a missing value is never taken for the last category."""
+    cats = [f"c{i}" for i in range(127)]  # int8 codes: -1 would be 255 as unsigned
+    s = pd.Series(pd.Categorical(["c126", None, "c0"], categories=cats))
+    codes, levels = code_levels(s, None)
+    assert codes.tolist() == [126, -1, 0] and levels == cats
+    codes, levels = code_levels(s, ["c126", "c5"])  # declared levels only: undeclared used follow
+    assert codes.tolist() == [0, -1, 2] and levels == ["c126", "c5", "c0"]
+
+
+@pytest.mark.parametrize("margins", [False, True])
+@pytest.mark.parametrize("statistic", ["count", "sum", "std"])
+def test_variables_coded_one_by_one_give_the_same_table(
+    monkeypatch: pytest.MonkeyPatch, margins: bool, statistic: str
+) -> None:
+    """Too many distinct value combinations for one joint count: each variable is coded to its
+    levels first. Both ways must give the same table and query set."""
+    df = _data()
+    kw = {} if statistic == "count" else {"values": df.pay, "contributor": df.firm}
+    args = ([df.region, df.band], [df.sex])
+
+    def table() -> object:
+        out = build_table(
+            *args,
+            margins=margins,
+            statistic=statistic,
+            query_set=True,
+            **kw,  # type: ignore[arg-type]
+        )
+        assert out.facts.query_set is not None
+        return out.model_dump(), out.facts.query_set.to_array().tolist()
+
+    joint = table()
+    monkeypatch.setattr(tabulate_module, "_JOINT_LIMIT", 0)
+    assert table() == joint

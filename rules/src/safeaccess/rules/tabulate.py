@@ -1,24 +1,33 @@
-"""Build a `TableOutput` with its checking facts from raw columns, vectorised with numpy.
+"""Build a `TableOutput` with its checking facts from key columns, vectorised with numpy.
 
 `build_table` is the one place where a frequency or magnitude table and its facts (counts,
 distinct contributors, top-3 contributions, totals, negatives, missing values, query set) are
-computed. The researcher-side `crosstab` / `pivot_table` use it, and the sandbox runner can use it
-so both sides agree cell for cell.
+computed: the researcher-side `crosstab` / `pivot_table` call it, and so do the sandbox's
+frequency tables, magnitude tables and histograms (through `tabulate`, which also gives each
+record's cell), so both sides agree cell for cell.
 
 Why not `pd.crosstab`: it builds one groupby per statistic and is several times slower than
-integer codes plus `np.bincount`; a checked table needs five statistics per cell. Keys are
-factorised once (hash-based), the cell of each record is a mixed-radix code, every per-cell sum is
-a `bincount`, and the largest contributions per cell come from `top3`: a cheap bound per cell
-leaves only a few candidate records to sort (no sort of all records).
+integer codes plus `np.bincount`; a checked table needs five statistics per cell. Keys are coded
+once to their distinct values (no hashing for Categoricals and small integer spans), each record
+gets one joint (mixed-radix) code and one `bincount` counts every value combination (`_Placed`);
+every per-cell sum is a `bincount` with weights, and the largest contributions per cell come from
+`top3`: a cheap bound per cell leaves only a few candidate records to sort by (cell, -value) (no
+sort of all records, no loop over cells).
 
-Layout follows `pd.crosstab(..., dropna=False)`: rows and columns are the Cartesian product of the
-sorted observed levels of each variable (all categories for a pandas Categorical); records with a
-missing key are left out; margins, when asked for, are the last row and column, labelled "All".
+Levels. Without `levels`, the layout follows `pd.crosstab(..., dropna=False)`: the sorted
+observed levels of each variable (all categories for a pandas Categorical). With `levels` (the
+server's rule, `code_levels`): the declared levels first, in declared order, kept even when no
+record has them, then undeclared values in sorted order. Records with a missing key are in no
+cell; in a magnitude table so are records whose value is missing (they are counted in
+`missing`). Margins, when asked for, are a last row labelled "All" and, for a table with column
+variables, a last column.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -27,22 +36,174 @@ import pandas as pd
 from safeaccess.rules.facts import cell_spread_and_mode
 from safeaccess.rules.outputs import CellFacts, Label, QuerySet, TableFacts, TableOutput
 
+Statistic = Literal["count", "sum", "mean", "std", "mode"]
+Source = Literal["frequency_table", "magnitude_table", "histogram", "contingency"]
+TOP_N = 3
+
 
 class TabulationError(ValueError):
     """The columns given cannot form a table (lengths differ, non-numeric values ...)."""
 
 
-def _codes(values: Any) -> tuple[np.ndarray, list[Label]]:
-    """Integer codes (-1 for missing) and the sorted levels of one key variable."""
+@dataclass(frozen=True)
+class Coded:
+    """A key variable coded as level indexes (-1 = missing) with its ordered levels."""
+
+    name: str
+    codes: np.ndarray
+    levels: list[Label]
+
+
+def declared_label(value: Any) -> Label:
+    """A plain JSON-able label from a numpy/pandas scalar (whole floats become ints)."""
+    if value is None:
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    return str(value)
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """A key variable as codes into its distinct values (-1 = missing), before its levels are
+    known: which values are levels can depend on which occur, and that is read off the table's
+    own counts rather than from one more pass over the records per variable."""
+
+    name: str
+    codes: np.ndarray
+    size: int  # codes are < size
+    finish: Callable[[np.ndarray], tuple[np.ndarray, list[Label]]]  # occurs -> (to level, levels)
+
+
+def _server_raw(values: Any, declared: Sequence[Label] | None, name: str = "") -> _Raw:
+    """A key variable for the server's level rule (see `code_levels`)."""
+    column = values if isinstance(values, pd.Series) else pd.Series(values)
+    categorical = isinstance(column.dtype, pd.CategoricalDtype)
+    if categorical:
+        # A categorical already holds codes into its categories.
+        raw = column.cat.codes.to_numpy()
+        present = column.cat.categories
+    else:
+        raw, present = pd.factorize(column, use_na_sentinel=True)
+    schema_levels: list[Any] = []
+    if declared:
+        schema_levels = list(declared)
+    elif categorical:
+        # A Parquet/pandas categorical carries its own ordered level list: use it, unused
+        # categories included, as the design matrices do.
+        schema_levels = [declared_label(c) for c in column.cat.categories]
+
+    def finish(occurs: np.ndarray) -> tuple[np.ndarray, list[Label]]:
+        levels: list[Label] = []
+        index: dict[Any, int] = {}
+        for level in schema_levels:
+            if level not in index:
+                index[level] = len(levels)
+                levels.append(level)
+        extra = []
+        for value, seen in zip(present, occurs, strict=True):
+            if not seen:
+                continue  # a category no record has is a level only if declared
+            label = declared_label(value)
+            if label in index or str(label) in index:
+                continue
+            extra.append(label)
+        try:
+            extra.sort()
+        except TypeError:
+            extra.sort(key=str)
+        for label in extra:
+            index[label] = len(levels)
+            levels.append(label)
+        table = np.full(len(present), -1, dtype=np.int64)
+        for i, (value, seen) in enumerate(zip(present, occurs, strict=True)):
+            if seen:  # else never indexed: no record has this category
+                label = declared_label(value)
+                code = index.get(label)
+                table[i] = index[str(label)] if code is None else code
+        return table, levels
+
+    return _Raw(name, raw, len(present), finish)
+
+
+def _pandas_raw(values: Any, name: str = "") -> _Raw:
+    """A key variable for pandas' level rule: the sorted observed values (all categories of a
+    Categorical)."""
     s = values if isinstance(values, pd.Series) else pd.Series(np.asarray(values))
     if isinstance(s.dtype, pd.CategoricalDtype):
-        codes = np.asarray(s.cat.codes, dtype=np.int64)
-        levels = list(s.cat.categories.tolist())
-    else:
-        raw, uniques = pd.factorize(s, sort=True, use_na_sentinel=True)
-        codes = raw.astype(np.int64, copy=False)
-        levels = list(pd.Index(uniques).tolist())
-    return codes, [_label(x) for x in levels]
+        levels = [_label(x) for x in s.cat.categories.tolist()]
+        return _Raw(
+            name, s.cat.codes.to_numpy(), len(levels), lambda _: (_identity(levels), levels)
+        )
+    array = s.to_numpy()
+    if array.dtype.kind in "iu" and array.dtype != np.uint64 and len(array):
+        lo, hi = int(array.min()), int(array.max())
+        if hi - lo < max(1 << 16, 2 * len(array)):
+            # A small span of integers: the values (shifted) are the codes; no hash, no sort.
+            shifted = array if lo == 0 else array.astype(np.int64) - lo
+
+            def by_value(occurs: np.ndarray) -> tuple[np.ndarray, list[Label]]:
+                table = np.where(occurs, np.cumsum(occurs) - 1, -1)
+                return table, [int(x) + lo for x in np.flatnonzero(occurs)]
+
+            return _Raw(name, shifted, hi - lo + 1, by_value)
+    # Sorting is done on the few distinct values, then mapped onto the records with one gather:
+    # `factorize(sort=True)` would reorder the codes of every record through pandas' `take`.
+    raw, uniques = pd.factorize(s, sort=False, use_na_sentinel=True)
+    rank, ordered = pd.factorize(uniques, sort=True)
+    levels = [_label(x) for x in pd.Index(ordered).tolist()]
+    return _Raw(name, raw, len(uniques), lambda _: (rank.astype(np.int64), levels))
+
+
+def _identity(levels: list[Label]) -> np.ndarray:
+    return np.arange(len(levels), dtype=np.int64)
+
+
+def _coded_raw(key: Coded) -> _Raw:
+    return _Raw(key.name, key.codes, len(key.levels), lambda _: (_identity(key.levels), key.levels))
+
+
+def _occurs(codes: np.ndarray, size: int) -> np.ndarray:
+    """Which of `size` values occur in `codes` (-1 = missing).
+
+    Small code types are counted as unsigned, which sends the -1 of a missing value past the
+    last value (pandas picks the narrowest type that holds a Categorical's categories): no
+    masked copy.
+    """
+    if codes.dtype in (np.int8, np.int16) and size < (128 if codes.dtype == np.int8 else 32768):
+        unsigned = codes.view(np.uint8 if codes.dtype == np.int8 else np.uint16)
+        return np.bincount(unsigned, minlength=size)[:size] > 0
+    return np.bincount(codes[codes >= 0], minlength=size)[:size] > 0
+
+
+def _apply(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Level codes from value codes through `table` (-1 stays -1)."""
+    if np.array_equal(table, np.arange(len(table))):
+        return codes  # the levels are the values' own order: codes as they are
+    return np.take(np.append(table, -1), codes)  # -1 indexes the appended -1
+
+
+def code_levels(values: Any, declared: Sequence[Label] | None) -> tuple[np.ndarray, list[Label]]:
+    """Codes (-1 = missing) and levels of a key variable by the server's rule.
+
+    Declared levels (else the categories of a pandas Categorical) come first, in declared order,
+    and are kept even when no record has them: empty cells matter for disclosure checks. Values
+    not declared follow in sorted order.
+    """
+    raw = _server_raw(values, declared)
+    table, levels = raw.finish(_occurs(raw.codes, raw.size))
+    return _apply(table, raw.codes), levels
+
+
+def _codes(values: Any) -> tuple[np.ndarray, list[Label]]:
+    """Integer codes (-1 for missing) and the sorted levels of one key variable (pandas' rule)."""
+    raw = _pandas_raw(values)
+    table, levels = raw.finish(_occurs(raw.codes, raw.size))
+    return _apply(table, raw.codes), levels
 
 
 def _numeric(values: Any) -> np.ndarray:
@@ -60,32 +221,36 @@ def _label(x: Any) -> Label:
     return str(x)
 
 
-def _combine(keys: Sequence[Any], n: int) -> tuple[np.ndarray, list[list[Label]], np.ndarray]:
-    """Mixed-radix code over several key variables, their level product, and a validity mask."""
-    if not keys:
-        return np.zeros(n, dtype=np.int64), [[]], np.ones(n, dtype=bool)
-    if len(keys) == 1:
-        c, levels = _codes(keys[0])
-        if len(c) != n:
-            raise TabulationError(
-                f"all columns must have the same length; got {len(c)} and {n} records"
-            )
-        return c, [[x] for x in levels], c >= 0
-    code = np.zeros(n, dtype=np.int64)
-    valid = np.ones(n, dtype=bool)
-    level_lists: list[list[Label]] = []
-    for key in keys:
-        c, levels = _codes(key)
-        if len(c) != n:
-            raise TabulationError(
-                f"all columns must have the same length; got {len(c)} and {n} records"
-            )
-        valid &= c >= 0
-        code = code * max(len(levels), 1) + np.maximum(c, 0)
-        level_lists.append(levels)
+def _raw_key(values: Any, server_rule: bool, declared: Sequence[Label] | None) -> _Raw:
+    """One key variable, by the server's level rule or pandas' (see the module)."""
+    if isinstance(values, Coded):
+        return _coded_raw(values)
+    name = str(values.name) if isinstance(values, pd.Series) and values.name is not None else ""
+    return _server_raw(values, declared, name) if server_rule else _pandas_raw(values, name)
+
+
+def _combine(
+    keys: Sequence[Coded], n: int
+) -> tuple[np.ndarray | None, list[list[Label]], np.ndarray | None]:
+    """Mixed-radix code over several key variables (None: no variable, all in code 0), their
+    level product, and a validity mask (None: every record has every key)."""
+    code: np.ndarray | None = None
+    valid: np.ndarray | None = None
     labels: list[list[Label]] = [[]]
-    for levels in level_lists:
-        labels = [[*lab, x] for lab in labels for x in levels]
+    for key in keys:
+        if len(key.codes) != n:
+            raise TabulationError(
+                f"all columns must have the same length; got {len(key.codes)} and {n} records"
+            )
+        c = key.codes
+        if n and int(c.min()) < 0:
+            valid = c >= 0 if valid is None else valid & (c >= 0)
+            c = np.maximum(c, 0)
+        if code is None:
+            code = c.astype(np.int64, copy=False)
+        else:
+            code = code * max(len(key.levels), 1) + c
+        labels = [[*lab, x] for lab in labels for x in key.levels]
     return code, labels, valid
 
 
@@ -147,41 +312,289 @@ def _top3_passes(group: np.ndarray, v: np.ndarray, ngroups: int) -> np.ndarray:
     return out
 
 
-def _merge_tops(tops: np.ndarray, axis: int) -> np.ndarray:
-    """Top-3 of a row or column from its cells' top-3 (exact when each unit lies in one cell)."""
+def _unit_codes(contributor: Any, n: int) -> np.ndarray:
+    """Contributor unit per record as integer codes; a record whose unit is unknown is a unit of
+    its own (it still contributes to the cell, so it must count as a contributor)."""
+    codes, uniques = pd.factorize(pd.Series(np.asarray(contributor, dtype=object)))
+    if len(codes) != n:
+        raise TabulationError("the contributor column must have one entry per record")
+    codes = codes.astype(np.int64, copy=False)
+    unknown = codes < 0
+    if unknown.any():
+        codes[unknown] = len(uniques) + np.arange(int(unknown.sum()))
+    return codes
+
+
+def _own_units(contributor: Any) -> np.ndarray:
+    """Contributor ids as objects, unknown ones replaced by a per-record id (for std tables,
+    whose per-unit deviations group by the ids' text); the NUL byte keeps them apart from ids."""
+    units = np.asarray(contributor, dtype=object).copy()
+    unknown = pd.isna(units)
+    units[unknown] = [f"\x00record{i}" for i in np.flatnonzero(unknown)]
+    return units
+
+
+def _unit_sums(group: np.ndarray, v: np.ndarray, unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per (group, unit) totals and the group of each pair.
+
+    pandas' grouped sum (compensated, in record order) rather than `bincount`, so that a unit's
+    total is the same float whoever computes it.
+    """
+    if len(v) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    nunits = int(unit.max()) + 1
+    sums = pd.Series(v).groupby(group * nunits + unit, sort=False).sum()
+    return np.asarray(sums.index, dtype=np.int64) // nunits, sums.to_numpy(dtype=float)
+
+
+def _largest(group: np.ndarray, v: np.ndarray, ngroups: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (up to) three largest values per group, -inf-padded, and how many each group has."""
+    tops = top3(group, v, ngroups)
+    k = np.minimum(np.bincount(group, minlength=ngroups), TOP_N)
+    tops[np.arange(TOP_N)[None, :] >= k[:, None]] = -np.inf
+    return tops, k
+
+
+def _merge_largest(tops: np.ndarray, axis: int) -> np.ndarray:
+    """Top three of a row or column from its cells' -inf-padded top three (records lie in one
+    cell, so the largest of the margin are among the largest of its cells)."""
     moved = np.moveaxis(tops, axis, -2)  # (..., cells along axis, 3)
     flat = moved.reshape(*moved.shape[:-2], -1)
-    return -np.sort(-flat, axis=-1)[..., :3]
+    return -np.sort(-flat, axis=-1)[..., :TOP_N]
 
 
-def _unit_sums(
-    cell: np.ndarray, v: np.ndarray, unit: np.ndarray, ncells: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per (cell, unit) totals and the cell of each pair; units are factorised codes."""
-    nunits = int(unit.max()) + 1 if len(unit) else 1
-    pair = cell * nunits + unit
-    pcodes, uniq = pd.factorize(pair)
-    sums = np.bincount(pcodes, weights=v, minlength=len(uniq))
-    return np.asarray(uniq, dtype=np.int64) // nunits, sums
+def _top_lists(tops: np.ndarray) -> list[list[list[float]]]:
+    """Nested lists of a (rows, cols, 3) -inf-padded array, each cell's list cut at its padding:
+    a cell with one contribution lists one value (a zero would be a contribution nobody made)."""
+    return [[[x for x in cell if x != -np.inf] for cell in row] for row in tops.tolist()]
 
 
-def _grid(flat: np.ndarray, nr: int, nc: int) -> np.ndarray:
-    return flat.reshape(nr, nc)
+class _Layout:
+    """Where body cells and margins go in the released grid."""
+
+    def __init__(self, nr: int, nc: int, margins: bool, two_way: bool) -> None:
+        self.nr, self.nc, self.margins, self.two_way = nr, nc, margins, two_way
+        self.height = nr + 1 if margins else nr
+        self.width = nc + 1 if margins and two_way else nc
+
+    def grid(self, body: np.ndarray, row: Any = None, col: Any = None, corner: Any = None) -> Any:
+        """The (height, width[, k]) grid from the body (one entry, or k, per cell, row-major)
+        and its margins: row totals (nr[, k]), column totals (nc[, k]) and the grand total."""
+        body = body.reshape(self.nr, self.nc, *body.shape[1:])
+        if not self.margins:
+            return body
+        out = np.zeros((self.height, self.width, *body.shape[2:]), dtype=body.dtype)
+        out[: self.nr, : self.nc] = body
+        if self.two_way:
+            out[: self.nr, self.nc] = row
+            out[self.nr, : self.nc] = col
+            out[self.nr, self.nc] = corner
+        else:  # one column: its total is the grand total
+            out[self.nr, 0] = corner
+        return out
+
+    def added(self, body: np.ndarray) -> Any:
+        """The grid of an integer (summed) or boolean (any) fact, margins from the body."""
+        b = body.reshape(self.nr, self.nc)
+        if body.dtype == bool:
+            return self.grid(body, b.any(axis=1), b.any(axis=0), b.any())
+        return self.grid(body, b.sum(axis=1), b.sum(axis=0), b.sum())
 
 
-def _with_margins(body: np.ndarray, how: Literal["sum", "any"]) -> np.ndarray:
-    """Append a total column and row to a 2-D body (sum, or logical any)."""
-    if how == "any":
-        body_b = body.astype(bool)
-        col = body_b.any(axis=1, keepdims=True)
-        full = np.hstack([body_b, col])
-        return np.vstack([full, full.any(axis=0, keepdims=True)])
-    col = body.sum(axis=1, keepdims=True)
-    full = np.hstack([body, col])
-    return np.vstack([full, full.sum(axis=0, keepdims=True)])
+def _record_sums(cell: np.ndarray, v: np.ndarray, lay: _Layout) -> Any:
+    """The grid of per-cell sums of `v`, margins summed over their records (not their cells) in
+    record order, so a total is the same float however the table is laid out."""
+    body = np.bincount(cell, weights=v, minlength=lay.nr * lay.nc)
+    if not lay.margins:
+        return lay.grid(body)
+    row = np.bincount(cell // lay.nc, weights=v, minlength=lay.nr)
+    col = np.bincount(cell % lay.nc, weights=v, minlength=lay.nc)
+    corner = np.bincount(np.zeros(len(cell), dtype=np.int64), weights=v, minlength=1)[0]
+    return lay.grid(body, row, col, corner)
 
 
-def build_table(
+@dataclass(frozen=True)
+class Tabulated:
+    """A table, and `record_cells()`: per record, the index of the body cell it is counted in
+    (-1: none), made only when asked for (a query set)."""
+
+    output: TableOutput
+    record_cells: Callable[[], np.ndarray]
+
+
+def _masked_cells(cell_all: np.ndarray, inside: np.ndarray | None) -> Callable[[], np.ndarray]:
+    if inside is None:
+        return lambda: cell_all
+    return lambda: np.where(inside, cell_all, -1)
+
+
+class TooManyCells(TabulationError):
+    """The table would have more than `max_cells` cells: `side` says which product is too
+    large ("rows", "cols" or "table"), `names` its variables and `cells` its size."""
+
+    def __init__(self, side: str, names: list[str], cells: int, message: str) -> None:
+        super().__init__(message)
+        self.side, self.names, self.cells = side, names, cells
+
+
+# Largest product of distinct values (plus a missing slot each) counted in one `bincount` over
+# the records; beyond it each variable is coded on its own first.
+_JOINT_LIMIT = 1 << 22
+
+
+class _Placed:
+    """Where the records fall: the table's labels, its body counts and, on demand, each record's
+    body cell.
+
+    Usually every record gets one joint code over its variables' value codes (one pass), a
+    `bincount` of those gives the counts of every value combination, which variable values
+    occur is read off them, and the body counts follow on that small array: the records are
+    not touched again unless a per-record cell is needed (magnitudes, query sets). When the
+    product of distinct values is too large for that, each variable is coded to its levels
+    first and the cells combined per record.
+    """
+
+    def __init__(self, raws: list[_Raw], n_row_keys: int, n: int, max_cells: int) -> None:
+        self.n = n
+        self.joint: np.ndarray | None = None
+        self.hist: np.ndarray | None = None
+        self.to_cell: np.ndarray | None = None
+        self.cell_all: np.ndarray | None = None
+        self.valid: np.ndarray | None = None
+        joint_size = int(np.prod([r.size + 1 for r in raws], dtype=np.float64))
+        if joint_size <= min(max(1 << 20, n), _JOINT_LIMIT):
+            # the narrowest integer type that holds the joint codes: fewer bytes to pass over
+            width = np.int16 if joint_size < 1 << 15 else np.int32
+            joint = np.add(raws[0].codes, 1, dtype=width)
+            for r in raws[1:]:
+                joint *= r.size + 1
+                joint += r.codes
+                joint += 1
+            hist = np.bincount(joint, minlength=joint_size)
+            shaped = hist.reshape([r.size + 1 for r in raws])
+            finished = []
+            for i, r in enumerate(raws):
+                others = tuple(a for a in range(len(raws)) if a != i)
+                finished.append(r.finish(shaped.sum(axis=others)[1:] > 0))
+            self.joint, self.hist = joint, hist
+        else:
+            finished = [r.finish(_occurs(r.codes, r.size)) for r in raws]
+        key_levels = [lv for _, lv in finished]
+        self.row_labels = _product(key_levels[:n_row_keys])
+        self.col_labels = _product(key_levels[n_row_keys:])
+        _check_size(raws, key_levels, n_row_keys, max_cells)
+        nc = len(self.col_labels)
+        self.ncells = len(self.row_labels) * nc
+        if self.hist is not None:
+            # int32: a query set's cell indexes are int32, so no record-sized conversion follows
+            self.to_cell = _joint_cells(raws, finished, n_row_keys, nc).astype(np.int32)
+            return
+        coded = [
+            Coded(r.name, _apply(table, r.codes), lv)
+            for r, (table, lv) in zip(raws, finished, strict=True)
+        ]
+        rcode, _, rvalid = _combine(coded[:n_row_keys], n)
+        ccode, _, cvalid = _combine(coded[n_row_keys:], n)
+        self.cell_all = _cells(rcode, ccode, nc, n)
+        self.valid = _both(rvalid, cvalid)
+
+    def counts(self) -> np.ndarray:
+        """Records per body cell (row-major)."""
+        if self.hist is not None and self.to_cell is not None:
+            ok = self.to_cell >= 0
+            body = np.bincount(self.to_cell[ok], weights=self.hist[ok], minlength=self.ncells)
+            return body.astype(np.int64)
+        assert self.cell_all is not None
+        return np.bincount(_pick(self.cell_all, self.valid), minlength=self.ncells)
+
+    def per_record(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Each record's body cell by its keys, and which records have every key (None: all)."""
+        if self.cell_all is None:
+            assert self.to_cell is not None and self.joint is not None
+            # int64: magnitudes combine cells with unit codes and must not overflow
+            cell = np.take(self.to_cell.astype(np.int64), self.joint)
+            self.cell_all = cell
+            self.valid = cell >= 0 if self.n and int(cell.min()) < 0 else None
+        return self.cell_all, self.valid
+
+    def record_cells(self) -> np.ndarray:
+        """Per record, its body cell (-1: a key is missing)."""
+        if self.to_cell is not None and self.joint is not None:
+            return np.take(self.to_cell, self.joint)
+        cell_all, valid = self.per_record()
+        return _masked_cells(cell_all, valid)()
+
+
+def _product(key_levels: list[list[Label]]) -> list[list[Label]]:
+    labels: list[list[Label]] = [[]]
+    for lv in key_levels:
+        labels = [[*lab, x] for lab in labels for x in lv]
+    return labels
+
+
+def _check_size(
+    raws: list[_Raw], key_levels: list[list[Label]], n_row_keys: int, max_cells: int
+) -> None:
+    """Refuse a table of more than `max_cells` cells before anything is allocated for it."""
+    sides = []
+    for side, part in (("rows", slice(0, n_row_keys)), ("cols", slice(n_row_keys, None))):
+        names = [r.name for r in raws[part]]
+        sides.append((side, names, math.prod(max(len(lv), 1) for lv in key_levels[part])))
+    table = math.prod(len(lv) for lv in key_levels)
+    for side, names, size in [*sides, ("table", [r.name for r in raws], table)]:
+        if size > max_cells:
+            raise TooManyCells(
+                side,
+                names,
+                size,
+                f"the table would have {max(table, size):,} cells (more than {max_cells:,}); "
+                "use fewer or coarser variables",
+            )
+
+
+def _joint_cells(
+    raws: list[_Raw],
+    finished: list[tuple[np.ndarray, list[Label]]],
+    n_row_keys: int,
+    nc: int,
+) -> np.ndarray:
+    """Body cell (-1: none) of every joint code, as `_combine` would place its records."""
+    shape = [r.size + 1 for r in raws]
+    out = []
+    for part in (range(n_row_keys), range(n_row_keys, len(raws))):
+        code = np.zeros(shape, dtype=np.int64)
+        bad = np.zeros(shape, dtype=bool)
+        for i in part:
+            table, lv = finished[i]
+            ext = np.concatenate(([-1], table)).reshape(
+                [-1 if a == i else 1 for a in range(len(shape))]
+            )
+            code = code * max(len(lv), 1) + np.maximum(ext, 0)
+            bad = bad | (ext < 0)
+        out.append((code, bad))
+    (rc, rbad), (cc, cbad) = out
+    return np.where(rbad | cbad, -1, rc * nc + cc).ravel()
+
+
+def _both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """The conjunction of two masks, None standing for all-true (no array is made for it)."""
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
+def _pick(x: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    return x if mask is None else x[mask]
+
+
+def _cells(rcode: np.ndarray | None, ccode: np.ndarray | None, nc: int, n: int) -> np.ndarray:
+    """Row-major body cell of each record from its row and column codes."""
+    if ccode is None:
+        return rcode if rcode is not None else np.zeros(n, dtype=np.int64)
+    return ccode if rcode is None else rcode * nc + ccode
+
+
+def tabulate(
     rows: Sequence[Any],
     cols: Sequence[Any] = (),
     *,
@@ -189,148 +602,97 @@ def build_table(
     col_names: Sequence[str] | None = None,
     values: Any = None,
     value_name: str | None = None,
-    statistic: Literal["count", "sum", "mean", "std", "mode"] = "count",
+    statistic: Statistic = "count",
     margins: bool = False,
     contributor: Any = None,
-    source: Literal["frequency_table", "magnitude_table", "histogram", "contingency"] | None = None,
-    query_set: bool = False,
+    source: Source | None = None,
+    levels: Sequence[Sequence[Label] | None] | None = None,
     max_cells: int = 1_000_000,
-) -> TableOutput:
-    """Tabulate `rows` x `cols` (lists of equal-length arrays) into a checked-ready TableOutput.
+) -> Tabulated:
+    """`build_table` plus each record's body cell; `rows` may be empty (one row labelled []).
 
-    `statistic` "count" needs no values; "sum", "mean", "std" and "mode" aggregate `values`
-    (missing values are left out and counted in `facts.cells.missing`; std and mode as
-    `facts.cell_spread_and_mode` computes them). `contributor` (e.g. an employer id) makes the
-    threshold count distinct units and the top contributions per-unit totals. With `query_set`
-    the facts carry, per record, the index of its body cell (-1 when a key is missing).
-    Tables of more than `max_cells` cells are refused before any memory is allocated for them.
+    Keys may be given already coded (`Coded`, e.g. histogram bins); those are used as they are.
     """
-    if not rows:
-        raise TabulationError("a table needs at least one row variable")
-    n = len(rows[0])
-    rcode, rlabels, rvalid = _combine(list(rows), n)
-    ccode, clabels, cvalid = _combine(list(cols), n)
-    nr, nc = len(rlabels), len(clabels)
-    if nr * nc > max_cells:
+    keys = [*rows, *cols]
+    if not keys:
+        raise TabulationError("a table needs at least one variable")
+    if levels is not None and len(levels) != len(keys):
         raise TabulationError(
-            f"the table would have {nr * nc:,} cells (more than {max_cells:,}); "
-            "use fewer or coarser variables"
+            f"levels must list one entry per row and column variable ({len(keys)}), "
+            f"got {len(levels)}"
         )
-    valid = rvalid & cvalid
-    cell_all = rcode * nc + ccode
-    all_valid = bool(valid.all())
-    cell = cell_all if all_valid else cell_all[valid]
+    raws = [
+        _raw_key(k, levels is not None, None if levels is None else levels[i])
+        for i, k in enumerate(keys)
+    ]
+    n = len(raws[0].codes)
+    for raw in raws:
+        if len(raw.codes) != n:
+            raise TabulationError(
+                f"all columns must have the same length; got {len(raw.codes)} and {n} records"
+            )
+    where = _Placed(raws, len(rows), n, max_cells)
+    rlabels, clabels = where.row_labels, where.col_labels
+    nr, nc = len(rlabels), len(clabels)
+    lay = _Layout(nr, nc, margins, bool(cols))
     ncells = nr * nc
-    counts = np.bincount(cell, minlength=ncells).astype(np.int64)
-
     cells_kw: dict[str, Any] = {}
-    value_grid: np.ndarray
     if statistic == "count":
         if values is not None:
             raise TabulationError("a count table takes no values; use statistic 'sum' or 'mean'")
+        body = where.counts()
+        counts = lay.added(body)
         value_grid = counts.astype(float)
+        n_inside = int(body.sum())
+        record_cells = where.record_cells
     else:
         if values is None:
             raise TabulationError(f"statistic '{statistic}' needs a column of values")
         v_all = _numeric(values)
         if len(v_all) != n:
             raise TabulationError(f"values have {len(v_all)} records, the keys have {n}")
-        v = v_all if all_valid else v_all[valid]
-        ok = ~np.isnan(v)
-        all_ok = bool(ok.all())
-        cell_ok, v_ok = (cell, v) if all_ok else (cell[ok], v[ok])
-        nvalid = np.bincount(cell_ok, minlength=ncells)
-        total = np.bincount(cell_ok, weights=v_ok, minlength=ncells)
-        neg = v_ok < 0
-        negative = (
-            np.bincount(cell_ok[neg], minlength=ncells) > 0
-            if neg.any()
-            else np.zeros(ncells, dtype=bool)
+        cell_all, valid = where.per_record()
+        nan = np.isnan(v_all)
+        any_nan = bool(nan.any())
+        # A record without a value adds nothing to its cell, so it is not counted towards the
+        # threshold (as ACRO: aggfunc "count" skips missing values) nor in the query set; the
+        # checks see it in `missing`.
+        inside = _both(valid, ~nan if any_nan else None)
+        cell, v = _pick(cell_all, inside), _pick(v_all, inside)
+        counts = lay.added(np.bincount(cell, minlength=ncells))
+        total = _record_sums(cell, v, lay)
+        cells_kw["total"] = total.tolist()
+        lacking = (
+            np.bincount(_pick(cell_all, _both(valid, nan)), minlength=ncells)
+            if any_nan
+            else np.zeros(ncells, dtype=np.int64)
         )
-        if contributor is not None:
-            ucode, _ = _codes(contributor)
-            if len(ucode) != n:
-                raise TabulationError("the contributor column must have one entry per record")
-            u = ucode if all_valid else ucode[valid]
-            u = u if all_ok else u[ok]
-            keep = u >= 0
-            pair_cell, pair_sum = _unit_sums(cell_ok[keep], v_ok[keep], u[keep], ncells)
-            tops = top3(pair_cell, pair_sum, ncells)
-            units = np.bincount(pair_cell, minlength=ncells)
-        else:
-            pair_cell, pair_sum = cell_ok, v_ok
-            tops = top3(cell_ok, v_ok, ncells)
-            units = None
-        missing = counts - nvalid
-        if margins:
-            tops_cells = tops.reshape(nr, nc, 3)
-            top_full = np.zeros((nr + 1, nc + 1, 3))
-            top_full[:nr, :nc] = tops_cells
-            if contributor is None:
-                top_full[:nr, nc] = _merge_tops(tops_cells, axis=1)
-                top_full[nr, :nc] = _merge_tops(tops_cells, axis=0)
-                top_full[nr, nc] = _merge_tops(top_full[:nr, nc][None, :, :], axis=1)[0]
-            else:
-                # per-unit totals of a margin must be summed over the unit's cells
-                kc, kv, ku = cell_ok[keep], v_ok[keep], u[keep]
-                ufull = np.zeros((nr + 1, nc + 1), dtype=np.int64)
-                ufull[:nr, :nc] = _grid(units, nr, nc) if units is not None else 0
-                pg, ps = _unit_sums(kc // nc, kv, ku, nr)
-                top_full[:nr, nc] = top3(pg, ps, nr)
-                ufull[:nr, nc] = np.bincount(pg, minlength=nr)
-                pg, ps = _unit_sums(kc % nc, kv, ku, nc)
-                top_full[nr, :nc] = top3(pg, ps, nc)
-                ufull[nr, :nc] = np.bincount(pg, minlength=nc)
-                pg, ps = _unit_sums(np.zeros(len(kc), dtype=np.int64), kv, ku, 1)
-                top_full[nr, nc] = top3(pg, ps, 1)[0]
-                ufull[nr, nc] = len(ps)
-                cells_kw["contributors"] = ufull.tolist()
-            total_g = _with_margins(_grid(total, nr, nc), "sum")
-            nvalid_g = _with_margins(_grid(nvalid, nr, nc), "sum")
-            cells_kw["top"] = top_full.tolist()
-            cells_kw["total"] = total_g.tolist()
-            cells_kw["negative"] = _with_margins(_grid(negative, nr, nc), "any").tolist()
-            cells_kw["missing"] = _with_margins(_grid(missing, nr, nc), "sum").tolist()
-        else:
-            total_g = _grid(total, nr, nc)
-            nvalid_g = _grid(nvalid, nr, nc)
-            if units is not None:
-                cells_kw["contributors"] = _grid(units, nr, nc).tolist()
-            cells_kw["top"] = tops.reshape(nr, nc, 3).tolist()
-            cells_kw["total"] = total_g.tolist()
-            cells_kw["negative"] = _grid(negative, nr, nc).tolist()
-            cells_kw["missing"] = _grid(missing, nr, nc).tolist()
+        cells_kw["missing"] = lay.added(lacking).tolist()
+        neg = v < 0
+        cells_kw["negative"] = lay.added(np.bincount(cell[neg], minlength=ncells) > 0).tolist()
+        units = None if contributor is None else _pick(_unit_codes(contributor, n), inside)
+        cells_kw.update(_largest_facts(cell, v, units, lay))
         with np.errstate(divide="ignore", invalid="ignore"):
             if statistic == "sum":
-                value_grid = np.where(nvalid_g > 0, total_g, np.nan)
+                value_grid = np.where(counts > 0, total, np.nan)
             else:
-                value_grid = np.where(nvalid_g > 0, total_g / nvalid_g, np.nan)
+                value_grid = np.where(counts > 0, total / counts, np.nan)
         if statistic in ("std", "mode"):
-            keyed = None if contributor is None else np.asarray(contributor, dtype=object)
-            if keyed is not None and not all_valid:
-                keyed = keyed[valid]
-            value_grid, more = _spread_or_mode(statistic, cell, v, nr, nc, margins, keyed)
+            keyed = None if contributor is None else _pick(_own_units(contributor), valid)
+            value_grid, more = _spread_or_mode(
+                statistic, _pick(cell_all, valid), _pick(v_all, valid), lay, keyed
+            )
             cells_kw.update(more)
-
-    count_grid = _grid(counts, nr, nc)
+        n_inside = n if inside is None else int(inside.sum())
+        record_cells = _masked_cells(cell_all, inside)
     if margins:
-        count_grid = _with_margins(count_grid, "sum")
-        if statistic == "count":
-            value_grid = count_grid.astype(float)
         rlabels = [*rlabels, ["All"]]
-        clabels = [*clabels, ["All"]]
-    elif statistic == "count":
-        value_grid = count_grid.astype(float)
-
-    qs = None
-    if query_set:
-        index = np.where(valid, cell_all, -1).astype(np.int32)
-        names = [_flat_name(r, c) for r in rlabels[:nr] for c in clabels[:nc]]
-        qs = QuerySet.from_array(names, index)
+        if cols:
+            clabels = [*clabels, ["All"]]
     vals: list[list[float | None]] = [
-        [None if np.isnan(x) else x for x in row] for row in value_grid.tolist()
+        [x if math.isfinite(x) else None for x in row] for row in value_grid.tolist()
     ]
-    return TableOutput(
+    output = TableOutput(
         source=source or ("frequency_table" if statistic == "count" else "magnitude_table"),
         statistic=statistic,
         value=value_name,
@@ -341,31 +703,122 @@ def build_table(
         values=vals,
         margins=margins,
         facts=TableFacts(
-            cells=CellFacts(counts=count_grid.tolist(), **cells_kw),
-            query_set=qs,
-            n_total=int(valid.sum()),
+            cells=CellFacts(counts=counts.tolist(), **cells_kw),
+            n_total=n_inside,
         ),
     )
+    return Tabulated(output=output, record_cells=record_cells)
+
+
+def _largest_facts(
+    cell: np.ndarray, v: np.ndarray, units: np.ndarray | None, lay: _Layout
+) -> dict[str, Any]:
+    """Largest contributions per cell and margin (of per-unit totals when units are given) and
+    the number of distinct units."""
+    ncells = lay.nr * lay.nc
+    if units is None:
+        tops, _ = _largest(cell, v, ncells)
+        if not lay.margins:
+            return {"top": _top_lists(lay.grid(tops))}
+        shaped = tops.reshape(lay.nr, lay.nc, TOP_N)
+        row = _merge_largest(shaped, axis=1)
+        col = _merge_largest(shaped, axis=0)
+        corner = _merge_largest(row[None, :, :], axis=1)[0]
+        return {"top": _top_lists(lay.grid(tops, row, col, corner))}
+    # Dominance is about contributor units (e.g. firms): sum each unit's records first, per
+    # cell and again per margin (a unit may lie in several cells of a row).
+    pg, ps = _unit_sums(cell, v, units)
+    tops, _ = _largest(pg, ps, ncells)
+    contributors = np.bincount(pg, minlength=ncells)
+    if not lay.margins:
+        return {"top": _top_lists(lay.grid(tops)), "contributors": lay.grid(contributors).tolist()}
+    margin: list[tuple[np.ndarray, np.ndarray]] = []
+    for group, size in (
+        (cell // lay.nc, lay.nr),
+        (cell % lay.nc, lay.nc),
+        (np.zeros(len(cell), dtype=np.int64), 1),
+    ):
+        g, s = _unit_sums(group, v, units)
+        margin.append((_largest(g, s, size)[0], np.bincount(g, minlength=size)))
+    (rt, ru), (ct, cu), (gt, gu) = margin
+    return {
+        "top": _top_lists(lay.grid(tops, rt, ct, gt[0])),
+        "contributors": lay.grid(contributors, ru, cu, gu[0]).tolist(),
+    }
+
+
+def build_table(
+    rows: Sequence[Any],
+    cols: Sequence[Any] = (),
+    *,
+    row_names: Sequence[str] | None = None,
+    col_names: Sequence[str] | None = None,
+    values: Any = None,
+    value_name: str | None = None,
+    statistic: Statistic = "count",
+    margins: bool = False,
+    contributor: Any = None,
+    source: Source | None = None,
+    query_set: bool = False,
+    levels: Sequence[Sequence[Label] | None] | None = None,
+    max_cells: int = 1_000_000,
+) -> TableOutput:
+    """Tabulate `rows` x `cols` (lists of equal-length arrays) into a checked-ready TableOutput.
+
+    `statistic` "count" needs no values; "sum", "mean", "std" and "mode" aggregate `values`
+    (records with a missing value are in no cell and counted in `facts.cells.missing`; std and
+    mode as `facts.cell_spread_and_mode` computes them). `contributor` (e.g. an employer id)
+    makes the threshold count distinct units and the top contributions per-unit totals; a record
+    whose unit is unknown is a unit of its own. `levels` (one entry per row then column
+    variable: its declared levels, or None) switches to the server's level rule (see the module
+    docstring). With `query_set` the facts carry, per record, the index of its body cell (-1 when
+    it is in no cell). Tables of more than `max_cells` cells are refused before any memory is
+    allocated for them.
+    """
+    if not rows:
+        raise TabulationError("a table needs at least one row variable")
+    done = tabulate(
+        rows,
+        cols,
+        row_names=row_names,
+        col_names=col_names,
+        values=values,
+        value_name=value_name,
+        statistic=statistic,
+        margins=margins,
+        contributor=contributor,
+        source=source,
+        levels=levels,
+        max_cells=max_cells,
+    )
+    out = done.output
+    if query_set:
+        nr = len(out.row_labels) - (1 if margins else 0)
+        nc = len(out.col_labels) - (1 if margins and cols else 0)
+        names = [_flat_name(r, c) for r in out.row_labels[:nr] for c in out.col_labels[:nc]]
+        out.facts.query_set = QuerySet.from_array(names, done.record_cells().astype(np.int32))
+    return out
 
 
 def _spread_or_mode(
     statistic: str,
     cell: np.ndarray,
     v: np.ndarray,
-    nr: int,
-    nc: int,
-    margins: bool,
+    lay: _Layout,
     contributor: Any,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Value grid and facts of a std or mode table; margins are computed from the records
     (neither statistic adds up from its cells)."""
-    width = nc + 1 if margins else nc
+    nr, nc, width, height = lay.nr, lay.nc, lay.width, lay.height
     r, c = cell // nc, cell % nc
     places = [r * width + c]
-    if margins:
-        places += [r * width + nc, nr * width + c, np.full(len(cell), nr * width + nc)]
+    if lay.margins:
+        if lay.two_way:
+            places.append(r * width + nc)
+        places.append(nr * width + c)
+        if lay.two_way:
+            places.append(np.full(len(cell), nr * width + nc))
     units = None if contributor is None else np.concatenate([contributor] * len(places))
-    height = nr + 1 if margins else nr
     stat, facts = cell_spread_and_mode(
         statistic, np.concatenate(places), np.concatenate([v] * len(places)), height * width, units
     )

@@ -16,6 +16,12 @@ import pandas as pd
 
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Label, QuerySet
+from safeaccess.rules.tabulate import Coded as Coded
+from safeaccess.rules.tabulate import code_levels, declared_label
+
+# The level rule lives with the one table builder in safeaccess.rules; the name stays here for
+# the compute modules that label their groups with it.
+to_label = declared_label
 
 # A table or grouping with more cells than this is almost certainly a mistake (e.g. grouping by
 # an identifier) and would only produce disclosive singleton cells; refuse it early.
@@ -56,19 +62,6 @@ def numeric_values(frame: pd.DataFrame, name: str) -> np.ndarray:
     return column.astype("float64").to_numpy(na_value=np.nan)
 
 
-def to_label(value: Any) -> Label:
-    """A plain JSON-able label from a numpy/pandas scalar."""
-    if value is None:
-        return None
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else value
-    return str(value)
-
-
 def fnum(value: Any) -> float | None:
     """A finite float, or None for NaN/inf/None (JSON has no NaN)."""
     if value is None:
@@ -77,79 +70,22 @@ def fnum(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
-@dataclass(frozen=True)
-class Coded:
-    """A grouping variable coded as level indexes (-1 = missing) with its ordered levels."""
-
-    name: str
-    codes: np.ndarray
-    levels: list[Label]
-
-
 def code_variable(frame: pd.DataFrame, name: str, metadata: DatasetMetadata) -> Coded:
-    """Code a grouping variable by its levels.
+    """Code a grouping variable by its declared levels (`safeaccess.rules.tabulate.code_levels`).
 
     Declared levels (metadata, else the categories of a pandas Categorical) come first, in
     declared order, and are kept even when no record has them: empty cells matter for disclosure
-    checks. Values not declared follow in sorted order.
-    Missing values get code -1 (the record is in no cell).
+    checks. Values not declared follow in sorted order. Missing values get code -1 (the record
+    is in no cell).
     """
-    column = frame[name]
-    # One vectorised pass: codes into the distinct non-missing values (-1 = missing), then a
-    # table from those few values to level indexes (mapping every record through a Python dict
-    # cost most of a table job).
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        # A categorical already holds codes into its categories: keep the categories in use.
-        first_seen = column.cat.codes.to_numpy()
-        used = np.bincount(first_seen[first_seen >= 0], minlength=len(column.cat.categories))
-        categories = column.cat.categories
-        present = categories
-        unused = used == 0
-    else:
-        first_seen, present = pd.factorize(column, use_na_sentinel=True)
-        unused = np.zeros(len(present), dtype=bool)
-    declared = metadata.column(name)
-    levels: list[Label] = []
-    index: dict[Any, int] = {}
-    schema_levels: list[Any] = []
-    if declared is not None and declared.levels:
-        schema_levels = list(declared.levels)
-    elif isinstance(column.dtype, pd.CategoricalDtype):
-        # A Parquet/pandas categorical carries its own ordered level list: use it, unused
-        # categories included, as the design matrices do.
-        schema_levels = [to_label(c) for c in column.cat.categories]
-    for level in schema_levels:
-        if level not in index:
-            index[level] = len(levels)
-            levels.append(level)
-    extra = []
-    for value, absent in zip(present, unused, strict=True):
-        if absent:
-            continue  # a category no record has is a level only if declared
-        label = to_label(value)
-        if label in index or str(label) in index:
-            continue
-        extra.append(label)
-    try:
-        extra.sort()
-    except TypeError:
-        extra.sort(key=str)
-    for label in extra:
-        index[label] = len(levels)
-        levels.append(label)
-    table = np.empty(len(present) + 1, dtype=np.int64)
-    table[-1] = -1  # factorize's sentinel -1 indexes the last entry: missing stays -1
-    for i, (value, absent) in enumerate(zip(present, unused, strict=True)):
-        if absent:
-            table[i] = -1  # never indexed: no record has this category
-            continue
-        label = to_label(value)
-        code = index.get(label)
-        if code is None:
-            code = index[str(label)]
-        table[i] = code
-    codes = table[np.asarray(first_seen, dtype=np.int64)]
+    codes, levels = code_levels(frame[name], declared_levels(metadata, name))
     return Coded(name=name, codes=codes, levels=levels)
+
+
+def declared_levels(metadata: DatasetMetadata, name: str) -> list[Label] | None:
+    """The levels the metadata declares for a column (None: none declared)."""
+    declared = metadata.column(name)
+    return list(declared.levels) if declared is not None and declared.levels else None
 
 
 @dataclass(frozen=True)
@@ -160,6 +96,24 @@ class Cells:
     codes: np.ndarray  # cell index per record, -1 where any variable is missing
 
 
+def check_cells(coded: list[Coded]) -> int:
+    """The number of level combinations of `coded`; AnalysisError when more than MAX_CELLS."""
+    size = 1
+    for c in coded:
+        size *= max(len(c.levels), 1)
+    if size > MAX_CELLS:
+        raise AnalysisError("too_many_cells", too_many_groups([c.name for c in coded], size))
+    return size
+
+
+def too_many_groups(names: list[str], size: int) -> str:
+    """The message refusing a grouping of `size` level combinations of `names`."""
+    return (
+        f"grouping by {', '.join(names)} gives {size} cells (limit {MAX_CELLS}); group by fewer "
+        "or coarser variables"
+    )
+
+
 def combine(coded: list[Coded], n: int) -> Cells:
     """Cells of the cartesian product of `coded` variables (row-major in the given order).
 
@@ -167,16 +121,7 @@ def combine(coded: list[Coded], n: int) -> Cells:
     """
     if not coded:
         return Cells(labels=[[]], codes=np.zeros(n, dtype=np.int64))
-    size = 1
-    for c in coded:
-        size *= max(len(c.levels), 1)
-    if size > MAX_CELLS:
-        names = ", ".join(c.name for c in coded)
-        raise AnalysisError(
-            "too_many_cells",
-            f"grouping by {names} gives {size} cells (limit {MAX_CELLS}); group by fewer or coarser "
-            "variables",
-        )
+    check_cells(coded)
     labels: list[list[Label]] = [[]]
     for c in coded:
         labels = [[*prefix, level] for prefix in labels for level in c.levels]
@@ -196,6 +141,8 @@ def label_text(labels: list[Label]) -> str:
 
 def query_set(labels: list[str], frame: pd.DataFrame, cell: np.ndarray, n_records: int) -> QuerySet:
     """QuerySet over all stored records: `cell` gives the index for each row of the filtered frame."""
+    if isinstance(frame.index, pd.RangeIndex) and frame.index.equals(pd.RangeIndex(n_records)):
+        return QuerySet.from_array(labels, cell)  # every stored record, in stored order
     index = np.full(n_records, -1, dtype=np.int64)
     positions = frame.index.to_numpy(dtype=np.int64)
     index[positions] = cell

@@ -23,6 +23,8 @@ from typing import Any, Final, Literal
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from safeaccess.client.protocol import canonical
+
 LOG_FORMAT: Final = "safeaccess-audit"
 LOG_VERSION: Final = 1
 SALT_SIZE: Final = 32
@@ -52,7 +54,7 @@ class LogRecord(BaseModel):
 
 def encode_record(fields: dict[str, Any]) -> bytes:
     """The canonical bytes of a record (RFC 8785)."""
-    return rfc8785.dumps(fields)
+    return canonical.dumps(fields)
 
 
 def is_canonical(raw: bytes, parsed: Any, plain_floats: bool) -> bool:
@@ -70,7 +72,7 @@ def is_canonical(raw: bytes, parsed: Any, plain_floats: bool) -> bool:
         if quick == raw:
             return True
     try:
-        return bool(rfc8785.dumps(parsed) == raw)
+        return bool(canonical.dumps(parsed) == raw)
     except rfc8785.CanonicalizationError:
         return False
 
@@ -105,7 +107,7 @@ def commit(salt: bytes, output: Any) -> str:
     """The commitment (hex) to an output: SHA-256(salt || canonical JSON of the output)."""
     if len(salt) != SALT_SIZE:
         raise ValueError(f"a commitment salt is {SALT_SIZE} bytes")
-    return hashlib.sha256(salt + rfc8785.dumps(output)).hexdigest()
+    return hashlib.sha256(salt + canonical.dumps(output)).hexdigest()
 
 
 def opens(commitment: str, salt: bytes, output: Any) -> bool:

@@ -30,6 +30,10 @@ LOG_VERSION: Final = 1
 SALT_SIZE: Final = 32
 COMMITMENT_SCHEME: Final = "sha256(salt||jcs(output))"
 _ASTRAL: Final = re.compile(rb"[\xf0-\xf4]")  # lead bytes of characters beyond the BMP
+# One encoder for every record (`json.dumps` with options builds a new one per call).
+_SORTED_COMPACT: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 class RecordError(ValueError):
@@ -65,10 +69,9 @@ def is_canonical(raw: bytes, parsed: Any, plain_floats: bool) -> bool:
     where the two number formats differ) and no key holds characters beyond the Basic
     Multilingual Plane (where UTF-16 and code-point order differ). Anything else, and any
     mismatch, is decided by the RFC 8785 encoder itself."""
-    if plain_floats and _ASTRAL.search(raw) is None:
-        quick = json.dumps(
-            parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode("utf-8")
+    # `isascii` (C, one pass) settles most records before the regular expression is needed.
+    if plain_floats and (raw.isascii() or _ASTRAL.search(raw) is None):
+        quick = _SORTED_COMPACT.encode(parsed).encode("utf-8")
         if quick == raw:
             return True
     try:

@@ -3,11 +3,14 @@ of leaves, and the memory it holds does not grow with the number of entries."""
 
 from __future__ import annotations
 
+import base64
 import gc
+import json
 import time
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -17,7 +20,7 @@ from hypothesis import strategies as st
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
 from safeaccess.client.audit.merkle import Frontier, leaf_hash, node_hash, root_of, split_point
 from safeaccess.client.audit.records import encode_record
-from safeaccess.client.audit.verify import AuditFailure, log_origin, verify_log
+from safeaccess.client.audit.verify import AuditFailure, ExportSource, log_origin, verify_log
 
 SERVER = "stream-centre"
 
@@ -118,3 +121,22 @@ def test_an_edited_entry_is_still_caught_while_streaming() -> None:
         verify_log(source)
     # The root is checked once all were read; naming the entry (no proofs here) reads again.
     assert source.served >= 300
+
+
+def test_a_malformed_export_line_is_named(tmp_path: Path) -> None:
+    source = _Generated(3)
+    header = {
+        "format": "safeaccess-audit-export",
+        "version": 1,
+        "server_id": SERVER,
+        "server_public_key": base64.b64encode(source.server_key.public_bytes_raw()).decode(),
+        "checkpoint": source.checkpoint_note,
+    }
+    lines = [json.dumps(header).encode()]
+    for index, raw, _ in source.entries(3):
+        leaf = base64.b64encode(leaf_hash(raw))
+        lines.append(b"%d %s %s" % (index, leaf, raw) if index != 1 else b"garbage")
+    export = tmp_path / "log.export"
+    export.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(AuditFailure, match="entry 1: the export line is not"):
+        verify_log(ExportSource(export))

@@ -106,10 +106,15 @@ class ExportSource:
     def entries(self, size: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         with open(self.path, "rb") as handle:
             handle.readline()
-            for line in handle:
-                line = line.rstrip(b"\n")
-                index, leaf, record = line.split(b" ", 2)
-                yield int(index), record, _b64(leaf.decode("ascii"))
+            for position, line in enumerate(handle):
+                try:
+                    index, leaf, record = line.rstrip(b"\n").split(b" ", 2)
+                    parsed = int(index), record, _b64(leaf.decode("ascii"))
+                except (ValueError, binascii.Error) as exc:
+                    raise AuditFailure(
+                        "the export line is not `<index> <leaf hash> <record>`", position
+                    ) from exc
+                yield parsed
 
     def inclusion(self, index: int, size: int) -> list[bytes] | None:
         return None

@@ -37,22 +37,42 @@ _ENCODER = json.JSONEncoder(
 )
 
 
-def _bmp_key(key: str) -> bool:
-    """True when code-point order and UTF-16 order agree for this key (no astral character)."""
-    return key.isascii() or max(key) <= "\uffff"
-
-
 def _plain(value: Any) -> bool:
-    """Whether `value` is made only of the types the fast path is proved equal on."""
+    """Whether `value` is made only of the types the fast path is proved equal on.
+
+    Written as loops with the leaves checked inline: a function call per leaf would cost more
+    than the encoding it saves. Recursion is bounded like the reference's (a RecursionError,
+    for a cycle or deep nesting, sends the value to the reference, which raises it too)."""
     kind = type(value)
-    if kind is str or value is None or kind is bool:
+    if kind is dict:
+        for key, item in value.items():
+            # Code-point and UTF-16 order agree unless a key holds a character beyond U+FFFF.
+            if type(key) is not str or not (key.isascii() or max(key) <= "\uffff"):
+                return False
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int:
+                if not -_INT_MAX <= item <= _INT_MAX:
+                    return False
+            elif not _plain(item):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int:
+                if not -_INT_MAX <= item <= _INT_MAX:
+                    return False
+            elif not _plain(item):
+                return False
+        return True
+    if kind is str or kind is bool or value is None:
         return True
     if kind is int:
         return -_INT_MAX <= value <= _INT_MAX
-    if kind is dict:
-        return all(type(k) is str and _bmp_key(k) and _plain(v) for k, v in value.items())
-    if kind is list:
-        return all(_plain(v) for v in value)
     return False
 
 

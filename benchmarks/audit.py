@@ -7,15 +7,19 @@
 - proofs: a log of `--proof-entries` entries (default 10^6; records bulk-loaded with the same
   node layout, since a million one-by-one transactions would only measure the disk): inclusion
   and consistency proof sizes and generation times, and verification times.
-- verify: an export of `--export-entries` (default 10^5) entries made of real sequences (signed
-  headers, hash chains, decisions) verified offline by `safeaccess audit verify`'s code
-  (target < 30 s).
+- verify: logs of `--verify-entries` entries (default 10^5; e.g. `100000 1000000`) made of real
+  sequences (signed headers, hash chains, decisions), verified by `safeaccess audit verify`'s
+  code from an export file and through a live server (`--verify-mode`), each in a fresh process:
+  wall time, the verifier's CPU time and its peak RSS (target: 10^5 entries in <= 10 s, memory
+  flat in the log's size). `--log-dir DIR` keeps the built logs (a million entries take about
+  ten minutes to build) and reuses them on the next run.
 
 Peer figures (Trillian/Tessera, Rekor): an RFC 9162 proof at 10^6 leaves has 20 hashes (640
 bytes) in any implementation; Tessera reads it from at most ~3 tiles, we read it in at most ~20
 indexed rows fetched by one query per level.
 
-    python benchmarks/audit.py [--steps 300] [--proof-entries 1000000] [--export-entries 100000]
+    python benchmarks/audit.py [--steps 300] [--proof-entries 1000000]
+        [--verify-entries 100000 [1000000]] [--verify-mode export|server|both] [--log-dir DIR]
 """
 
 from __future__ import annotations

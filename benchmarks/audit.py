@@ -7,15 +7,19 @@
 - proofs: a log of `--proof-entries` entries (default 10^6; records bulk-loaded with the same
   node layout, since a million one-by-one transactions would only measure the disk): inclusion
   and consistency proof sizes and generation times, and verification times.
-- verify: an export of `--export-entries` (default 10^5) entries made of real sequences (signed
-  headers, hash chains, decisions) verified offline by `safeaccess audit verify`'s code
-  (target < 30 s).
+- verify: logs of `--verify-entries` entries (default 10^5; e.g. `100000 1000000`) made of real
+  sequences (signed headers, hash chains, decisions), verified by `safeaccess audit verify`'s
+  code from an export file and through a live server (`--verify-mode`), each in a fresh process:
+  wall time, the verifier's CPU time and its peak RSS (target: 10^5 entries in <= 10 s, memory
+  flat in the log's size). `--log-dir DIR` keeps the built logs (a million entries take about
+  ten minutes to build) and reuses them on the next run.
 
 Peer figures (Trillian/Tessera, Rekor): an RFC 9162 proof at 10^6 leaves has 20 hashes (640
 bytes) in any implementation; Tessera reads it from at most ~3 tiles, we read it in at most ~20
 indexed rows fetched by one query per level.
 
-    python benchmarks/audit.py [--steps 300] [--proof-entries 1000000] [--export-entries 100000]
+    python benchmarks/audit.py [--steps 300] [--proof-entries 1000000]
+        [--verify-entries 100000 [1000000]] [--verify-mode export|server|both] [--log-dir DIR]
 """
 
 from __future__ import annotations
@@ -42,7 +46,6 @@ from safeaccess.client.audit.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from safeaccess.client.audit.verify import ExportSource, verify_log
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
 from safeaccess.rules.ruleset import DEFAULT_RULESET
@@ -112,6 +115,14 @@ class Centre:
             self.dataset_id = row.id
         self.body = to_body(FrequencyTable(rows=["region"], cols=["sex"]))
         self.ruleset_hash = DEFAULT_RULESET.content_hash()
+
+    @classmethod
+    def reopen(cls, root: Path) -> Centre:
+        """A centre built earlier (the benchmark's `--log-dir`): its service only."""
+        centre = cls.__new__(cls)
+        centre.service = Service(root, backend=_NoSandbox())  # type: ignore[arg-type]
+        centre.store = centre.service.store
+        return centre
 
     def sequence(self, steps: int) -> None:
         """One sequence of `steps` released steps, each reveal and outcome one transaction."""
@@ -401,33 +412,115 @@ def bench_proofs(total: int) -> None:
             store.close()
 
 
-def bench_verify(entries: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        centre = Centre(Path(tmp) / "data")
+def _build_log(root: Path, entries: int) -> tuple[Centre, float]:
+    """A centre whose log holds at least `entries` entries of real sequences (reused when
+    `root` already holds one of that size: building a million entries takes minutes)."""
+    start = time.perf_counter()
+    if (root / "safeaccess.db").exists():
+        centre = Centre.reopen(root)
+        with centre.store.transaction() as s:
+            if auditlog.size(s) >= entries:
+                return centre, 0.0
+        centre.service.close()
+        raise SystemExit(f"{root} holds a smaller log; remove it or pick another --log-dir")
+    centre = Centre(root)
+    centre.sequence(2)
+    size = 0
+    while size < entries:
+        size = centre.fast_sequences(20, 10)
+    return centre, time.perf_counter() - start
+
+
+# The verifier runs in a fresh interpreter that imports only the client's audit code, so its
+# peak RSS is the verifier's (plus an interpreter), not the benchmark's server and data stack.
+_CHILD = """
+import json, sys, time
+from pathlib import Path
+from safeaccess.client.audit.remote import ServerSource, SignedClient
+from safeaccess.client.audit.verify import ExportSource, verify_log
+
+def hwm():  # peak RSS of this process image, MiB (ru_maxrss would count the forking parent)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+
+base = hwm()
+start, cpu = time.perf_counter(), time.process_time()
+if sys.argv[1] == "export":
+    report = verify_log(ExportSource(Path(sys.argv[2])))
+else:
+    client = SignedClient(sys.argv[2], Path(sys.argv[3]), sys.argv[4])
+    report = verify_log(ServerSource(client))
+    client.close()
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+print(json.dumps({"size": report.size, "sequences": report.sequences,
+                  "decisions": report.decisions, "wall": wall, "cpu": cpu,
+                  "peak_mib": hwm(), "import_mib": base}))
+"""
+
+
+def _run_child(*argv: str) -> dict[str, Any]:
+    """Verify in a child process: `export PATH` or `server URL KEY AUDITOR`."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, *argv], check=True, capture_output=True, text=True
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def bench_verify(entries: int, modes: list[str], log_dir: str | None = None) -> None:
+    """Verify a log of `entries` entries from an export file and/or through a live server,
+    each in its own process (time, CPU, peak RSS)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from safeaccess.server.api import create_app
+    from safeaccess.server.embedded import EmbeddedServer
+
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(log_dir) / str(entries) if log_dir is not None else Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        centre, build = _build_log(tmp / "data", entries)
         try:
-            start = time.perf_counter()
-            centre.sequence(2)
-            size = 0
-            while size < entries:
-                size = centre.fast_sequences(20, 10)
-            build = time.perf_counter() - start
-            export = Path(tmp) / "log.export"
-            with open(export, "wb") as handle:
-                for chunk in AuditService(centre.service).export():
-                    handle.write(chunk)
-            start, cpu = time.perf_counter(), time.process_time()
-            report = verify_log(ExportSource(export))
-            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+            export = tmp / "log.export"
+            if not export.exists():
+                with open(export, "wb") as handle:
+                    for chunk in AuditService(centre.service).export():
+                        handle.write(chunk)
+            auditor = Ed25519PrivateKey.generate()
+            name = f"eve{uuid.uuid4().hex[:8]}"
+            centre.store.add_auditor(
+                name, public_key_text(auditor.public_key()), fingerprint(auditor.public_key())
+            )
+            key = tmp / "eve.key"
+            key.write_bytes(
+                auditor.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
+            results: dict[str, dict[str, Any]] = {}
+            if "export" in modes:
+                results["export"] = _run_child("export", str(export))
+            if "server" in modes:
+                with EmbeddedServer(create_app(centre.service)) as srv:
+                    results["server"] = _run_child("server", srv.url, str(key), name)
         finally:
             centre.service.close()
-    print(
-        f"verify an export of {report.size:,} entries ({report.sequences:,} sequences, "
-        f"{report.decisions:,} decisions; built in {build:.0f} s):"
-    )
-    print(
-        f"  {elapsed:.1f} s wall, {cpu:.1f} s CPU (target < 30 s); "
-        f"{report.size / cpu:,.0f} entries/s of CPU"
-    )
+    for mode, r in results.items():
+        print(
+            f"verify {r['size']:,} entries from {'an export' if mode == 'export' else 'the server'}"
+            f" ({r['sequences']:,} sequences, {r['decisions']:,} decisions; log built in "
+            f"{build:.0f} s):"
+        )
+        print(
+            f"  {r['wall']:.1f} s wall, {r['cpu']:.1f} s CPU of the verifier (target <= 10 s at "
+            f"100,000); {r['size'] / r['wall']:,.0f} entries/s; peak RSS {r['peak_mib']:.0f} MiB "
+            f"({r['import_mib']:.0f} MiB after imports)"
+        )
 
 
 def _load() -> str:
@@ -441,7 +534,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--proof-entries", type=int, default=1_000_000)
-    parser.add_argument("--export-entries", type=int, default=100_000)
+    parser.add_argument(
+        "--verify-entries",
+        "--export-entries",
+        type=int,
+        nargs="+",
+        default=[100_000],
+        help="log sizes to verify (e.g. 100000 1000000)",
+    )
+    parser.add_argument(
+        "--verify-mode",
+        choices=["export", "server", "both"],
+        default="both",
+        help="verify an export file, through a live server, or both",
+    )
+    parser.add_argument(
+        "--log-dir", help="keep the built logs here and reuse them on the next run (verify)"
+    )
     parser.add_argument("--only", choices=["append", "proofs", "verify"], default=None)
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, {_load()} (wall times grow with load; CPU times less so)")
@@ -450,7 +559,9 @@ def main() -> None:
     if args.only in (None, "proofs"):
         bench_proofs(args.proof_entries)
     if args.only in (None, "verify"):
-        bench_verify(args.export_entries)
+        modes = ["export", "server"] if args.verify_mode == "both" else [args.verify_mode]
+        for entries in args.verify_entries:
+            bench_verify(entries, modes, args.log_dir)
 
 
 if __name__ == "__main__":

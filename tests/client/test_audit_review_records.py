@@ -35,7 +35,6 @@ def _replay(checkers: int) -> _Replay:
     replay.feed(_record(1, "checker_added", "admin", {"checker": "ada-c", "researcher": "ada"}))
     replay.sequences[SEQ] = _Sequence(
         researcher="ada",
-        verifier=None,  # type: ignore[arg-type]
         previous_trace=b"",
         state="review",
         step=1,

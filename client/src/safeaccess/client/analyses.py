@@ -15,8 +15,9 @@ import itertools
 import math
 from typing import Annotated, Literal
 
-import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from safeaccess.client.protocol import canonical
 
 SummaryStatistic = Literal[
     "count",
@@ -455,4 +456,4 @@ def parse_analysis(body: bytes | str | dict[str, object]) -> Analysis:
 
 def to_body(analysis: Analysis) -> bytes:
     """Serialise an analysis as its canonical JSON body (RFC 8785), the bytes bound in a sequence."""
-    return rfc8785.dumps(analysis.model_dump(mode="json"))
+    return canonical.dumps(analysis.model_dump(mode="json"))

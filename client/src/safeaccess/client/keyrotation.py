@@ -15,10 +15,11 @@ import base64
 import binascii
 from typing import Final, Literal
 
-import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict
+
+from safeaccess.client.protocol import canonical
 
 ROTATION_CONTEXT: Final = "safeaccess-key-rotation-v1"
 ROTATED: Final = "researcher_key_rotated"
@@ -30,7 +31,7 @@ def rotation_statement(
 ) -> bytes:
     """The canonical bytes the old key signs to authorise its replacement by `new_public_key`
     (PEM text) on `server_id` only."""
-    return rfc8785.dumps(
+    return canonical.dumps(
         {
             "context": ROTATION_CONTEXT,
             "server": server_id,

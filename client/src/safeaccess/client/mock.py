@@ -12,12 +12,12 @@ import hashlib
 import io
 from typing import TYPE_CHECKING, Any
 
-import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 if TYPE_CHECKING:
     import pandas as pd
+from safeaccess.client.protocol import canonical
 
 LABEL = "DP MOCK (synthetic): results predict nothing about the real data or its verdicts"
 
@@ -38,7 +38,7 @@ def verify_mock(
     except (KeyError, TypeError, ValueError) as exc:
         raise MockInvalid("the mock answer is malformed") from exc
     try:
-        server_key.verify(signature, rfc8785.dumps(manifest))
+        server_key.verify(signature, canonical.dumps(manifest))
     except InvalidSignature as exc:
         raise MockInvalid("the mock's manifest is not signed by the centre's key") from exc
     if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):

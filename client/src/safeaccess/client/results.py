@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from safeaccess.client.audit.records import opens
 from safeaccess.client.dpresult import DPResult
+from safeaccess.client.protocol import canonical
 
 if TYPE_CHECKING:
     from safeaccess.client.protocol.sealed import SealedSequence
@@ -323,7 +324,7 @@ def verify_receipt(
     fields: dict[str, Any] = receipt["fields"]
     try:
         signature = base64.b64decode(str(receipt.get("signature", "")), validate=True)
-        server_key.verify(signature, rfc8785.dumps(fields))
+        server_key.verify(signature, canonical.dumps(fields))
     except (binascii.Error, InvalidSignature, rfc8785.CanonicalizationError) as exc:
         raise ReceiptInvalid(
             f"the receipt of step {result.index} is not signed by the server's key"

@@ -14,12 +14,12 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
 from safeaccess.client.httpsig import SignatureError, verify_request
 from safeaccess.client.keys import load_public_key, public_key_raw
+from safeaccess.client.protocol import canonical
 from safeaccess.server import auditlog
 from safeaccess.server.errors import InvalidRequest, NotFound, Unauthenticated
 
@@ -151,7 +151,7 @@ class AuditService:
             ).decode("ascii"),
             "checkpoint": checkpoint,
         }
-        yield rfc8785.dumps(header) + b"\n"
+        yield canonical.dumps(header) + b"\n"
         for start in range(0, size, EXPORT_BATCH):
             end = min(size, start + EXPORT_BATCH)
             with self.store.transaction() as s:
@@ -202,7 +202,7 @@ def configuration_record(service: Service) -> dict[str, Any]:
         "sandbox": config.sandbox.model_dump(mode="json"),
         "max_concurrent_jobs": config.max_concurrent_jobs,
     }
-    data["digest"] = hashlib.sha256(rfc8785.dumps(data)).hexdigest()
+    data["digest"] = hashlib.sha256(canonical.dumps(data)).hexdigest()
     return data
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import rfc8785
+from safeaccess.client.protocol import canonical
 
 
 def sha256_hex(data: bytes) -> str:
@@ -15,4 +15,4 @@ def sha256_hex(data: bytes) -> str:
 
 def json_hash(value: Any) -> str:
     """SHA-256 of the canonical JSON (RFC 8785) of a value: stable across processes."""
-    return sha256_hex(rfc8785.dumps(value))
+    return sha256_hex(canonical.dumps(value))

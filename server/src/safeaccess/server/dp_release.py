@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import rfc8785
 
 from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, DPMeanTest
 from safeaccess.client.dpquery import DPQuery, Layout, LayoutError, layout
 from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.protocol import canonical
 from safeaccess.rules.decision import Decision, Finding
 from safeaccess.rules.dp import (
     DPParameterError,
@@ -88,7 +88,7 @@ class DPPlan:
 
 
 def config_hash(config: DPConfig) -> str:
-    return hashlib.sha256(rfc8785.dumps(config.model_dump(mode="json"))).hexdigest()
+    return hashlib.sha256(canonical.dumps(config.model_dump(mode="json"))).hexdigest()
 
 
 def refusal(kind: str, config: DPConfig | None, dataset: str) -> tuple[str, str] | None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.audit.records import commit
+from safeaccess.client.protocol import canonical
 from safeaccess.server.states import StepState
 from safeaccess.server.store.schema import SequenceRow, StepRow
 
@@ -61,5 +61,5 @@ def sign_receipt(
     if StepState(step.state) not in FINAL_STEP_STATES:
         return None
     fields = receipt_fields(server_id, seq, step)
-    signature = key.sign(rfc8785.dumps(fields))
+    signature = key.sign(canonical.dumps(fields))
     return {"fields": fields, "signature": base64.b64encode(signature).decode("ascii")}

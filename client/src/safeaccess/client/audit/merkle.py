@@ -11,7 +11,7 @@ the whole log and recompute its root.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -34,25 +34,42 @@ def split_point(n: int) -> int:
     return 1 << ((n - 1).bit_length() - 1)
 
 
-def root_of(leaf_hashes: Sequence[bytes]) -> bytes:
-    """MTH over leaf hashes (already `leaf_hash`ed), iteratively in O(n) with a stack of
-    perfect subtrees, so a million-entry export needs no recursion."""
-    if not leaf_hashes:
-        return EMPTY_ROOT
-    stack: list[tuple[int, bytes]] = []  # (height, hash) of completed perfect subtrees
-    for h in leaf_hashes:
-        height, current = 0, h
-        while stack and stack[-1][0] == height:
-            _, left = stack.pop()
+class Frontier:
+    """The right edge of a growing RFC 9162 tree: one hash per perfect subtree (at most
+    log2(n) + 1 of them), so a verifier streaming a million entries recomputes the root in
+    O(n) time and O(log n) memory instead of holding every leaf hash."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._stack: list[tuple[int, bytes]] = []  # (height, hash) of completed perfect subtrees
+
+    def append(self, leaf: bytes) -> None:
+        """Add the next leaf hash (already `leaf_hash`ed)."""
+        height, current = 0, leaf
+        while self._stack and self._stack[-1][0] == height:
+            _, left = self._stack.pop()
             current = node_hash(left, current)
             height += 1
-        stack.append((height, current))
-    # Fold the right edge: smaller subtrees on the right combine first (RFC 9162 split).
-    _, root = stack.pop()
-    while stack:
-        _, left = stack.pop()
-        root = node_hash(left, root)
-    return root
+        self._stack.append((height, current))
+        self.size += 1
+
+    def root(self) -> bytes:
+        """MTH of the leaves appended so far."""
+        if not self._stack:
+            return EMPTY_ROOT
+        # Fold the right edge: smaller subtrees on the right combine first (RFC 9162 split).
+        root = self._stack[-1][1]
+        for _, left in reversed(self._stack[:-1]):
+            root = node_hash(left, root)
+        return root
+
+
+def root_of(leaf_hashes: Iterable[bytes]) -> bytes:
+    """MTH over leaf hashes (already `leaf_hash`ed), iteratively in O(n), no recursion."""
+    frontier = Frontier()
+    for h in leaf_hashes:
+        frontier.append(h)
+    return frontier.root()
 
 
 def _check_hash(value: bytes, what: str) -> None:

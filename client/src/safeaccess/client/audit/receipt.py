@@ -13,7 +13,6 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
-import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -21,6 +20,7 @@ from safeaccess.client.audit.checkpoint import CheckpointError, verify_checkpoin
 from safeaccess.client.audit.merkle import ProofError, leaf_hash, verify_inclusion
 from safeaccess.client.audit.records import RecordError, decode_record, opens
 from safeaccess.client.audit.verify import AuditFailure
+from safeaccess.client.protocol import canonical
 
 # The log entries that close a step without a release.
 WITHHOLD_KINDS = frozenset({"step_withheld", "step_failed", "review_rejected"})
@@ -47,7 +47,7 @@ def check_receipt(
     if not isinstance(fields, dict):
         raise AuditFailure("the file holds no receipt (no 'fields')")
     try:
-        server_key.verify(base64.b64decode(str(receipt.get("signature"))), rfc8785.dumps(fields))
+        server_key.verify(base64.b64decode(str(receipt.get("signature"))), canonical.dumps(fields))
     except (InvalidSignature, binascii.Error, ValueError) as exc:
         raise AuditFailure("the receipt is not signed by the centre's key") from exc
     index = fields.get("log_index")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import gc
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from safeaccess.client.keys import load_private_key
 from safeaccess.client.session import _Signer
 
 BATCH = 1000
+COLLECT_EVERY = 8  # pages
 
 
 class AuditHTTPError(Exception):
@@ -68,11 +71,38 @@ class ServerSource:
         self.server_key = server_key if server_key is not None else announced
         self.checkpoint_note = client.get("/v1/audit/checkpoint").text
 
+    def _page(self, start: int, end: int) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = self.client.get(
+            "/v1/audit/entries", start=start, end=end
+        ).json()["entries"]
+        return entries
+
     def entries(self, size: int) -> Iterator[tuple[int, bytes, bytes | None]]:
-        for start in range(0, size, BATCH):
-            batch = self.client.get("/v1/audit/entries", start=start, end=min(size, start + BATCH))
-            for entry in batch.json()["entries"]:
-                yield int(entry["index"]), base64.b64decode(entry["record"]), None
+        """Pages of BATCH entries, the next one fetched while this one is verified: the
+        verifier holds at most two pages, and waits on the network only when the server is
+        slower than the checks."""
+        starts = range(0, size, BATCH)
+        if not starts:
+            return
+        # Each httpx response ends up in a reference cycle (with its 1000 records), which only
+        # the cyclic collector frees, and rarely: left alone it holds tens of MB on a long log.
+        # Collecting every few pages keeps memory flat; freezing what existed before (imports,
+        # the client) makes those collections walk only what the verification allocated.
+        gc.freeze()
+        try:
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-page") as pool:
+                pending = pool.submit(self._page, 0, min(size, BATCH))
+                for number, start in enumerate(starts, start=1):
+                    page = pending.result()
+                    following = start + BATCH
+                    if following < size:
+                        pending = pool.submit(self._page, following, min(size, following + BATCH))
+                    for entry in page:
+                        yield int(entry["index"]), base64.b64decode(entry["record"]), None
+                    if number % COLLECT_EVERY == 0:
+                        gc.collect()
+        finally:
+            gc.unfreeze()
 
     def entry(self, index: int) -> bytes | None:
         """The record the server serves at `index`, even past the checkpoint; None if none."""

@@ -33,9 +33,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from safeaccess.client.audit import decisions
 from safeaccess.client.audit.checkpoint import Checkpoint, CheckpointError, verify_checkpoint
 from safeaccess.client.audit.merkle import (
+    EMPTY_ROOT,
+    Frontier,
     ProofError,
     leaf_hash,
-    root_of,
     verify_consistency,
     verify_inclusion,
 )
@@ -105,10 +106,15 @@ class ExportSource:
     def entries(self, size: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         with open(self.path, "rb") as handle:
             handle.readline()
-            for line in handle:
-                line = line.rstrip(b"\n")
-                index, leaf, record = line.split(b" ", 2)
-                yield int(index), record, _b64(leaf.decode("ascii"))
+            for position, line in enumerate(handle):
+                try:
+                    index, leaf, record = line.rstrip(b"\n").split(b" ", 2)
+                    parsed = int(index), record, _b64(leaf.decode("ascii"))
+                except (ValueError, binascii.Error) as exc:
+                    raise AuditFailure(
+                        "the export line is not `<index> <leaf hash> <record>`", position
+                    ) from exc
+                yield parsed
 
     def inclusion(self, index: int, size: int) -> list[bytes] | None:
         return None
@@ -143,10 +149,11 @@ class Report:
         ]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Sequence:
+    """The replay's state of one sequence that may still take records."""
+
     researcher: str
-    verifier: SequenceVerifier
     previous_trace: bytes
     next_index: int = 1
     state: str = "open"  # open | running | review | released | closed
@@ -169,6 +176,10 @@ class _Replay:
 
     def __init__(self, report: Report):
         self.report = report
+        # Only sequences that may still take a record keep their state; a closed one keeps
+        # (researcher, step, last), enough to refuse and name a record that comes after it.
+        self.closed: dict[str, tuple[str, int, bool]] = {}
+        self.with_sequences: set[str] = set()  # researchers with a sequence on record
         self.researcher_keys: dict[str, Ed25519PublicKey] = {}  # her key now, in the replay
         self.cas: dict[str, Ed25519PublicKey] = {}
         self.server_id: str | None = None
@@ -184,6 +195,12 @@ class _Replay:
             handler = self._outcome
         if handler is not None:
             handler(rec)
+        seq = self.sequences.get(rec.sequence or "")
+        # A closed sequence takes no more records, except the run of a script a checker
+        # rejected while it ran: keep it until then.
+        if seq is not None and seq.state == "closed" and seq.script != "queued":
+            del self.sequences[rec.sequence or ""]
+            self.closed[rec.sequence or ""] = (seq.researcher, seq.step, seq.last)
 
     def _fail(self, rec: LogRecord, message: str) -> AuditFailure:
         return AuditFailure(f"{rec.kind}: {message}", rec.index)
@@ -224,7 +241,7 @@ class _Replay:
         # The server keeps the account of anyone with a sequence on record (her sequences are
         # checked against her key): a removal now, and a registration with another key after
         # it, would let sequences be signed in her name.
-        if any(seq.researcher == name for seq in self.sequences.values()):
+        if name in self.with_sequences:
             raise self._fail(
                 rec, f"researcher {name!r} is removed although she has sequences on record"
             )
@@ -337,11 +354,16 @@ class _Replay:
     def _seq(self, rec: LogRecord) -> _Sequence:
         seq = self.sequences.get(rec.sequence or "")
         if seq is None:
-            raise self._fail(rec, f"sequence {rec.sequence} was never opened in the log")
+            closed = self.closed.get(rec.sequence or "")
+            if closed is None:
+                raise self._fail(rec, f"sequence {rec.sequence} was never opened in the log")
+            # Every handler refuses a record for a closed sequence; this copy is never kept.
+            researcher, step, last = closed
+            return _Sequence(researcher, b"", state="closed", step=step, last=last)
         return seq
 
     def _sequence_opened(self, rec: LogRecord) -> None:
-        if rec.sequence is None or rec.sequence in self.sequences:
+        if rec.sequence is None or rec.sequence in self.sequences or rec.sequence in self.closed:
             raise self._fail(rec, "a sequence id is missing or opened twice")
         key = self.researcher_keys.get(rec.actor)
         if key is None:
@@ -366,7 +388,6 @@ class _Replay:
         self.sequences[rec.sequence] = _Sequence(
             researcher=rec.actor,
             signed_with=key.public_bytes_raw(),
-            verifier=verifier,
             previous_trace=verifier.header.t0,
             dataset=verifier.header.dataset,
             granted=frozenset(
@@ -375,6 +396,7 @@ class _Replay:
                 if isinstance(policy := e.claims.get("policy"), str)
             ),
         )
+        self.with_sequences.add(rec.actor)
         seq = self.sequences[rec.sequence]
         seq.required = self._required_now(seq.dataset)
         for kind in verifier.header.kinds or ():
@@ -538,23 +560,22 @@ class _Replay:
         self.report.steps_withheld += 1
 
 
-def _trusted(path: Path, source: LogSource) -> tuple[Checkpoint, dict[int, bytes] | None]:
-    """A trusted checkpoint (a signed note) or an earlier export (its checkpoint, and its
-    records' leaf hashes, which name the first rewritten entry)."""
-    leaves: dict[int, bytes] | None = None
+def _trusted(path: Path, source: LogSource) -> tuple[Checkpoint, ExportSource | None]:
+    """A trusted checkpoint (a signed note) or an earlier export (its checkpoint; its records,
+    read again only if the log turns out inconsistent, name the first rewritten entry)."""
+    old_export: ExportSource | None = None
     with open(path, "rb") as handle:
         start = handle.read(1)
     if start == b"{":
-        old = ExportSource(path)
-        note = old.checkpoint_note
-        leaves = {i: leaf_hash(r) for i, r, _ in old.entries(0)}
+        old_export = ExportSource(path)
+        note = old_export.checkpoint_note
     else:
         note = path.read_text(encoding="utf-8")
     try:
         checkpoint = verify_checkpoint(note, source.server_id, source.server_key)
     except CheckpointError as exc:
         raise AuditFailure(f"the trusted checkpoint: {exc}") from exc
-    return checkpoint, leaves
+    return checkpoint, old_export
 
 
 def verify_log(
@@ -563,7 +584,14 @@ def verify_log(
     trusted: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Report:
-    """Run every check; raises AuditFailure naming the first bad entry."""
+    """Run every check; raises AuditFailure naming the first bad entry.
+
+    The entries are streamed: each is checked, hashed into the tree's right edge (`Frontier`)
+    and replayed as it arrives, and then dropped, so memory stays flat in the log's size (the
+    replay keeps the state of open sequences and a few bytes per closed one). A replay failure
+    is held until the tree is checked: an entry that is not in the signed tree is named as such
+    first, exactly as when the checks ran one after the other. Naming an entry that breaks the
+    tree, or the first entry that differs from a trusted export, reads the log a second time."""
     report = Report()
     try:
         checkpoint = verify_checkpoint(source.checkpoint_note, source.server_id, source.server_key)
@@ -574,11 +602,13 @@ def verify_log(
     size = checkpoint.size
     report.size, report.root = size, checkpoint.root.hex()
     report.checkpoint = source.checkpoint_note
+    old, old_export = _trusted(trusted, source) if trusted is not None else (None, None)
+    prefix_root = EMPTY_ROOT if old is not None and old.size == 0 else None
 
-    # 3. entries: all there, in place, canonical; leaf hashes for the tree.
-    leaves: list[bytes] = []
+    # 3. entries: all there, in place, canonical, hashed into the tree; 4, 5. replayed.
+    frontier = Frontier()
     replay = _Replay(report)
-    records: list[LogRecord] = []
+    held: AuditFailure | None = None
     expected = 0
     for index, raw, stored_leaf in source.entries(size):
         if index != expected:
@@ -603,9 +633,16 @@ def verify_log(
         leaf = leaf_hash(raw)
         if stored_leaf is not None and stored_leaf != leaf:
             raise AuditFailure("the record does not match the leaf hash in the tree: edited", index)
-        leaves.append(leaf)
-        records.append(rec)
+        frontier.append(leaf)
         expected += 1
+        if old is not None and expected == old.size:
+            prefix_root = frontier.root()
+        if held is None:
+            try:
+                replay.feed(rec)
+            except AuditFailure as exc:
+                held = exc
+            report.kinds[rec.kind] = report.kinds.get(rec.kind, 0) + 1
         if progress is not None and expected % 10_000 == 0:
             progress(expected, size)
     if expected != size:
@@ -614,41 +651,40 @@ def verify_log(
             "were served",
             expected,
         )
-    if root_of(leaves) != checkpoint.root:
-        _name_bad_entry(source, leaves, checkpoint)
+    if frontier.root() != checkpoint.root:
+        _name_bad_entry(source, checkpoint)
 
     # 2. consistency with the trusted checkpoint.
-    if trusted is not None:
-        _check_trusted(trusted, source, leaves, checkpoint, report)
-
-    # 4, 5. sequences and decisions.
-    for rec in records:
-        replay.feed(rec)
-        report.kinds[rec.kind] = report.kinds.get(rec.kind, 0) + 1
+    if old is not None:
+        _check_trusted(old, old_export, prefix_root, source, checkpoint, report)
+    if held is not None:
+        raise held
     return report
 
 
-def _served_after(source: LogSource, index: int, leaves: list[bytes]) -> bytes | None:
-    """The leaf hash of the entry served after `index` (past the checkpoint if the source can
-    serve one entry alone), or None."""
-    if index + 1 < len(leaves):
-        return leaves[index + 1]
-    entry = getattr(source, "entry", None)
-    if entry is None:
-        return None
-    raw = entry(index + 1)
-    return leaf_hash(raw) if raw is not None else None
+def _leaves(source: LogSource, size: int) -> Iterator[bytes]:
+    """The leaf hashes of the entries as the source serves them (a second read)."""
+    for _, raw, _ in source.entries(size):
+        yield leaf_hash(raw)
 
 
-def _name_bad_entry(source: LogSource, leaves: list[bytes], checkpoint: Checkpoint) -> None:
-    for index, leaf in enumerate(leaves):
+def _name_bad_entry(source: LogSource, checkpoint: Checkpoint) -> None:
+    leaves = _leaves(source, checkpoint.size)
+    current = next(leaves, None)
+    index = 0
+    while current is not None:
+        following = next(leaves, None)
         proof = source.inclusion(index, checkpoint.size)
         if proof is None:
             break
         try:
-            verify_inclusion(index, checkpoint.size, leaf, proof, checkpoint.root)
+            verify_inclusion(index, checkpoint.size, current, proof, checkpoint.root)
         except ProofError as exc:
-            after = _served_after(source, index, leaves)
+            after = following
+            if after is None and (entry := getattr(source, "entry", None)) is not None:
+                # Past the checkpoint, if the source can serve one entry alone.
+                raw = entry(index + 1)
+                after = leaf_hash(raw) if raw is not None else None
             if after is not None:
                 try:
                     verify_inclusion(index, checkpoint.size, after, proof, checkpoint.root)
@@ -664,35 +700,47 @@ def _name_bad_entry(source: LogSource, leaves: list[bytes], checkpoint: Checkpoi
             raise AuditFailure(
                 f"not included in the signed tree (an edited or inserted entry): {exc}", index
             ) from exc
+        current, index = following, index + 1
     raise AuditFailure(
         "the entries do not hash to the checkpoint's root: the log was altered after signing"
     )
 
 
-def _check_trusted(
-    trusted: Path, source: LogSource, leaves: list[bytes], checkpoint: Checkpoint, report: Report
-) -> None:
-    old, old_leaves = _trusted(trusted, source)
+def _first_difference(old_export: ExportSource, source: LogSource, size: int) -> int:
+    """The first position where the trusted export and the log differ (reads both again)."""
+    position = 0
+    for old_entry, new_leaf in zip(old_export.entries(0), _leaves(source, size), strict=False):
+        old_index, old_raw, _ = old_entry
+        if old_index != position or leaf_hash(old_raw) != new_leaf:
+            return position
+        position += 1
+    return position
 
+
+def _check_trusted(
+    old: Checkpoint,
+    old_export: ExportSource | None,
+    prefix_root: bytes | None,
+    source: LogSource,
+    checkpoint: Checkpoint,
+    report: Report,
+) -> None:
     def first_difference() -> int | None:
-        if old_leaves is None:
+        if old_export is None:
             return None
-        for i in range(min(len(leaves), len(old_leaves))):
-            if old_leaves.get(i) != leaves[i]:
-                return i
-        return min(len(leaves), len(old_leaves))
+        return _first_difference(old_export, source, checkpoint.size)
 
     if old.size > checkpoint.size:
         raise AuditFailure(
             f"the log has {checkpoint.size} entries, fewer than the {old.size} of the trusted "
             "checkpoint: it was truncated",
-            first_difference() if old_leaves is not None else checkpoint.size,
+            first_difference() if old_export is not None else checkpoint.size,
         )
     proof = source.consistency(old.size, checkpoint.size) if old.size > 0 else None
     try:
         if proof is not None:
             verify_consistency(old.size, checkpoint.size, old.root, checkpoint.root, proof)
-        if root_of(leaves[: old.size]) != old.root:
+        if prefix_root != old.root:
             raise ProofError(
                 f"the first {old.size} entries do not hash to the trusted root: history was "
                 "rewritten"

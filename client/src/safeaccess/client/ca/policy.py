@@ -13,11 +13,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
-import rfc8785
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from safeaccess.client.analyses import ModelFamily
+from safeaccess.client.protocol import canonical
 
 POLICY_FORMAT: Final = "safeaccess-ca-policy/1"
 SHIPPED_POLICIES: Final = ("explainable", "fair")
@@ -103,7 +103,7 @@ class Policy(_Strict):
 
     def sha256(self) -> str:
         """SHA-256 of the policy's canonical JSON: which exact rules a claim was granted under."""
-        return hashlib.sha256(rfc8785.dumps(self.model_dump(mode="json"))).hexdigest()
+        return hashlib.sha256(canonical.dumps(self.model_dump(mode="json"))).hexdigest()
 
     @property
     def label(self) -> str:

@@ -18,7 +18,6 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
-import rfc8785
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -30,6 +29,7 @@ from pydantic import (
     model_serializer,
 )
 
+from safeaccess.client.protocol import canonical
 from safeaccess.client.protocol.errors import MalformedError, UnsupportedProtocolError
 
 PROTOCOL_ID: Final = "safeaccess-sequence"
@@ -148,7 +148,7 @@ def encode_header(header: Header) -> bytes:
     """The canonical (RFC 8785) bytes of a header: what the researcher signs."""
     if header.expires <= header.created:
         raise MalformedError("a header must expire after it is created")
-    return rfc8785.dumps(header.to_json_dict())
+    return canonical.dumps(header.to_json_dict())
 
 
 def parse_header(data: bytes) -> Header:

@@ -18,6 +18,7 @@ from pydantic import (
     ValidationError,
 )
 
+from safeaccess.client.protocol import canonical
 from safeaccess.client.protocol._encoding import B64Bytes, TraceBytes
 from safeaccess.client.protocol.errors import (
     EndorsementError,
@@ -57,7 +58,7 @@ class Endorsement(BaseModel):
 def endorsement_message(header: bytes, ca: str, claims: dict[str, Any]) -> bytes:
     """The bytes a CA signs: canonical JSON binding its name, its claims and SHA-512(header)."""
     try:
-        return rfc8785.dumps(
+        return canonical.dumps(
             {
                 "protocol": ENDORSEMENT_PROTOCOL,
                 "version": ENDORSEMENT_VERSION,

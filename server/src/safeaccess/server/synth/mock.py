@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.analyses import SyntheticData
 from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.protocol import canonical
 from safeaccess.rules.dp import GaussianLedger
 from safeaccess.rules.outputs import SynthTablesOutput
 from safeaccess.rules.ruleset import RuleSet
@@ -69,7 +69,7 @@ class MockResult:
 
 def sign_manifest(key: Ed25519PrivateKey, manifest: dict[str, Any]) -> str:
     """Base64 Ed25519 signature over the manifest's canonical JSON (RFC 8785)."""
-    return base64.b64encode(key.sign(rfc8785.dumps(manifest))).decode("ascii")
+    return base64.b64encode(key.sign(canonical.dumps(manifest))).decode("ascii")
 
 
 def make_mock(

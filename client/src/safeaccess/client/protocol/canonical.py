@@ -1,0 +1,93 @@
+"""Canonical JSON (RFC 8785, JCS): the one function every signer, hasher and verifier calls.
+
+`rfc8785.dumps` is the reference; it is pure Python and costs about 0.2 ms per 1 KB object,
+which the server pays several times on every step and a verifier once per log entry. For the
+values we actually sign (dicts with str keys, lists, str, bool, None, ints within the JSON-safe
+range) the standard library's C encoder, with sorted keys, compact separators and no ASCII
+escaping, produces the very same bytes:
+
+- strings: both escape `"`, `\\`, `\\b \\f \\n \\r \\t` by their short forms and every other
+  control character below U+0020 as `\\u00xx` (lower-case hex), and write everything else,
+  U+007F, U+2028/U+2029 and characters beyond the BMP included, as raw UTF-8;
+- integers: both write the decimal digits (RFC 8785 accepts only |n| <= 2^53 - 1);
+- object keys: RFC 8785 sorts by UTF-16 code units, Python by code points. The two orders agree
+  unless a key holds a character beyond U+FFFF (a surrogate pair, 0xD800-0xDBFF, sorts below
+  U+E000-U+FFFF in UTF-16 but above them by code point), so such keys take the reference path.
+
+Anything else (floats, whose number formats differ; big ints; non-str keys; tuples, subclasses,
+other mappings; lone surrogates, which RFC 8785 rejects) goes to `rfc8785.dumps`, so the fast
+path never decides a case it was not shown to decide. `tests/client/test_canonical.py` checks
+byte equality with the library on thousands of generated values, adversarial keys and strings
+included. A hand-written encoder, not another library: none we could find is both maintained
+and faster while being exactly RFC 8785.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import rfc8785
+
+CanonicalizationError = rfc8785.CanonicalizationError
+
+_INT_MAX = 2**53 - 1
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def _plain(value: Any) -> bool:
+    """Whether `value` is made only of the types the fast path is proved equal on.
+
+    Written as loops with the leaves checked inline: a function call per leaf would cost more
+    than the encoding it saves. Recursion is bounded like the reference's (a RecursionError,
+    for a cycle or deep nesting, sends the value to the reference, which raises it too)."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            # Code-point and UTF-16 order agree unless a key holds a character beyond U+FFFF.
+            if type(key) is not str or not (key.isascii() or max(key) <= "\uffff"):
+                return False
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int:
+                if not -_INT_MAX <= item <= _INT_MAX:
+                    return False
+            elif not _plain(item):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int:
+                if not -_INT_MAX <= item <= _INT_MAX:
+                    return False
+            elif not _plain(item):
+                return False
+        return True
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -_INT_MAX <= value <= _INT_MAX
+    return False
+
+
+def dumps(value: Any) -> bytes:
+    """The RFC 8785 canonical bytes of `value` (byte-identical to `rfc8785.dumps`).
+
+    Raises `rfc8785.CanonicalizationError` for what JCS cannot encode (NaN, infinities, ints
+    beyond 2^53 - 1, lone surrogates, non-str keys)."""
+    try:
+        plain = _plain(value)
+    except RecursionError:
+        plain = False  # the reference decides (and raises) for values nested this deep
+    if plain:
+        try:
+            return _ENCODER.encode(value).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError):
+            pass  # a lone surrogate: the reference raises its own error
+    return rfc8785.dumps(value)

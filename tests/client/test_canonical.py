@@ -1,0 +1,110 @@
+"""The canonical-JSON fast path is byte-identical to the RFC 8785 library, or defers to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from safeaccess.client.protocol import canonical
+
+# Characters where JSON encoders and the two key orders are known to part ways: controls (short
+# and \u escapes), quote and backslash, DEL, the line/paragraph separators, the private-use and
+# specials area just below U+FFFF, characters beyond the BMP and lone surrogates.
+TRICKY = (
+    [chr(c) for c in range(0x20)]
+    + ['"', "\\", "/", "\x7f", "\u2028", "\u2029", "\ue000", "\uf8ff", "\ufeff", "\ufffd"]
+    + ["\uffff", "\U00010000", "\U0001f600", "\U0010ffff", "é", "ß", "\ud800", "\udfff"]
+)
+tricky_text = st.text(alphabet=st.one_of(st.sampled_from(TRICKY), st.characters()), max_size=12)
+texts = st.one_of(tricky_text, st.text(max_size=20))
+BOUND = 2**53
+ints = st.one_of(
+    st.integers(min_value=-(BOUND - 1), max_value=BOUND - 1),
+    st.sampled_from([BOUND - 1, -(BOUND - 1), BOUND, -BOUND, 2**64, 0, -1]),
+    st.integers(),
+)
+floats = st.floats(allow_nan=True, allow_infinity=True)
+scalars = st.one_of(st.none(), st.booleans(), ints, texts, floats)
+values = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=6),
+        st.dictionaries(texts, children, max_size=6),
+        st.tuples(children, children),
+    ),
+    max_leaves=40,
+)
+# Mostly the types the fast path takes (no floats), so most examples exercise it.
+plain_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), ints, texts),
+    lambda children: st.one_of(
+        st.lists(children, max_size=6), st.dictionaries(texts, children, max_size=6)
+    ),
+    max_leaves=40,
+)
+
+
+# What the library raises for what it refuses (its own error; a UnicodeEncodeError from its key
+# sort for a lone surrogate in a key): the fast path must raise the same.
+REFUSED = (rfc8785.CanonicalizationError, UnicodeEncodeError)
+
+
+def _reference(value: Any) -> bytes | type[BaseException]:
+    try:
+        return rfc8785.dumps(value)
+    except REFUSED as exc:
+        return type(exc)
+
+
+def _fast(value: Any) -> bytes | type[BaseException]:
+    try:
+        return canonical.dumps(value)
+    except REFUSED as exc:
+        return type(exc)
+
+
+@settings(max_examples=4000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plain_values)
+def test_equal_to_the_library_on_plain_values(value: Any) -> None:
+    assert _fast(value) == _reference(value)
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values)
+def test_equal_to_the_library_on_any_value(value: Any) -> None:
+    assert _fast(value) == _reference(value)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.dictionaries(tricky_text, st.integers(-5, 5), min_size=2, max_size=8))
+def test_keys_are_ordered_like_the_library(obj: dict[str, int]) -> None:
+    assert _fast(obj) == _reference(obj)
+
+
+def test_utf16_key_order_where_code_point_order_differs() -> None:
+    # U+E000 sorts before U+10000 by code point but after it in UTF-16 (D800 DC00).
+    obj = {"\ue000": 1, "\U00010000": 2}
+    assert canonical.dumps(obj) == rfc8785.dumps(obj)
+    assert canonical.dumps(obj).index("\U00010000".encode()) < canonical.dumps(obj).index(
+        "\ue000".encode()
+    )
+
+
+@pytest.mark.parametrize(
+    "bad", [float("nan"), float("inf"), 2**53, -(2**53), "\ud800", {1: "x"}, {"k": [1.0, 2**60]}]
+)
+def test_what_rfc8785_refuses_is_refused(bad: Any) -> None:
+    with pytest.raises(rfc8785.CanonicalizationError):
+        canonical.dumps(bad)
+
+
+def test_floats_and_subclasses_take_the_reference_path() -> None:
+    class Text(str):
+        pass
+
+    for value in [{"x": 1.0}, {"x": 1e21}, {"x": 5e-7}, [Text("a")], ("a", 1), {"x": True}]:
+        assert canonical.dumps(value) == rfc8785.dumps(value)

@@ -42,8 +42,10 @@ from safeaccess.rules.synthetic.summary import AttackSummary, attack_summary
 from safeaccess.rules.synthetic.synthpop import (
     ReproducedUniques,
     SynthpopMeasures,
+    UniquesExcess,
     reproduced_uniques,
     synthpop_measures,
+    uniques_excess,
 )
 from safeaccess.rules.synthetic.utility import statistical_error, tvd
 
@@ -56,6 +58,7 @@ __all__ = [
     "Interval",
     "PPrivacy",
     "ReproducedUniques",
+    "UniquesExcess",
     "RuleOutcome",
     "SampledCoverage",
     "SynthRules",
@@ -81,6 +84,7 @@ __all__ = [
     "paired_bootstrap",
     "predict",
     "reproduced_uniques",
+    "uniques_excess",
     "run_checks",
     "statistical_error",
     "synthpop_measures",

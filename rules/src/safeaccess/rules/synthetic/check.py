@@ -23,8 +23,10 @@ from safeaccess.rules.synthetic.pprivacy import dependency_cliques, p_privacy
 from safeaccess.rules.synthetic.synthpop import (
     ReproducedUniques,
     SynthpopMeasures,
+    UniquesExcess,
     reproduced_uniques,
     synthpop_measures,
+    uniques_excess,
 )
 
 
@@ -44,6 +46,7 @@ class CheckFacts:
     attack: tuple[AttackRow, ...]
     synthpop: dict[int, SynthpopMeasures]  # per target, on all its keys
     reproduced: ReproducedUniques
+    uniques: UniquesExcess  # reproduced full-row uniques against the split-half reference
     dcr: DcrReport
     coverage: SampledCoverage
     p_privacy: PPrivacy
@@ -94,6 +97,7 @@ def run_checks(
         attack=tuple(attack),
         synthpop=sp,
         reproduced=reproduced_uniques(o, s),
+        uniques=uniques_excess(o, s, seed=seed),
         dcr=dcr,
         coverage=coverage,
         p_privacy=PPrivacy(r.synth_p_privacy_tau, tuple(cliques), f_size, xi, p),
@@ -105,7 +109,7 @@ def verdict(facts: CheckFacts, rules: SynthRules | None = None) -> SynthVerdict:
     return decide(
         rules or SynthRules(),
         attack=facts.attack,
-        reproduced=facts.reproduced,
+        uniques=facts.uniques,
         dcr=facts.dcr,
         coverage=facts.coverage,
     )

@@ -64,10 +64,13 @@ def run_checks(
     rules: SynthRules | None = None,
     categorical: Sequence[bool] | None = None,
     seed: int = 0,
+    one_hot: bool = False,
 ) -> CheckFacts:
     """Run every check on coded `real` and `syn` (records x columns, column i in
     0..levels[i]-1) and their distance features (`distance_features`). `categorical[i]` says
-    which columns take Cramer's V in the dependency graph (default: all categorical)."""
+    which columns take Cramer's V in the dependency graph (default: all categorical).
+    `one_hot` says that the features are the one-hot features of every column's codes: DCR is
+    then the exact Hamming search on all records (`hamming_dcr`)."""
     r = rules or SynthRules()
     lv = levels_checked(levels)
     o = coded_matrix(real, lv, "real")
@@ -80,7 +83,7 @@ def run_checks(
     for t in dict.fromkeys(int(t) for t in targets):
         cols = [int(k) for k in keys if int(k) != t]
         sp[t] = synthpop_measures(o[:, cols], o[:, t], s[:, cols], s[:, t])
-    dcr = dcr_report(fs, fo, seed=seed)
+    dcr = dcr_report(fs, fo, seed=seed, codes=(s, o, lv) if one_hot else None)
     if isinstance(r.synth_yp_y, str):
         if r.synth_yp_y != "loo_q05":
             raise SyntheticCheckError(

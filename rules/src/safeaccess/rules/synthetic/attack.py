@@ -30,7 +30,6 @@ from safeaccess.rules.synthetic.summary import (
     attack_summary,
     certain_correct,
     correct,
-    scores,
 )
 
 DEFAULT_RESAMPLES = 200
@@ -191,12 +190,18 @@ def loo_zero_rule(target: ArrayLike, target_levels: int) -> NDArray[np.int64]:
 
 
 def real_cell_pure(
-    keys: ArrayLike, target: ArrayLike, key_levels: Sequence[int], target_levels: int
+    loo_counts: ArrayLike, loo_rho: ArrayLike, target: ArrayLike
 ) -> NDArray[np.bool_]:
     """Whether each real record's key cell in O (the record included) holds its target in at
-    least CERTAIN_SCORE of its records: the real data confirm a certain attribution."""
-    counts, _ = gcap(keys, target, keys, target, key_levels, target_levels)
-    return np.asarray(scores(counts, target) >= CERTAIN_SCORE)
+    least CERTAIN_SCORE of its records: the real data confirm a certain attribution.
+
+    From `gcap_loo`'s output, without another search: at rho = 0 the cell is the other records
+    at distance 0 plus the record itself; at rho > 0 the record is alone in its cell (pure)."""
+    counts = np.asarray(loo_counts, dtype=np.int64)
+    t = np.asarray(target, dtype=np.int64)
+    own = counts[np.arange(t.size), t] + 1
+    pure = own >= CERTAIN_SCORE * (counts.sum(axis=1) + 1)
+    return np.asarray(pure | (np.asarray(loo_rho) > 0))
 
 
 def _one_attack(
@@ -230,7 +235,7 @@ def _one_attack(
     # A certain attribution discloses only where the real key cell is as pure as the synthetic
     # one: a noisy model that makes a key cell pure in the majority class is certain and right
     # only at the cell's real rate. The LOO attacker's certainty implies a pure real cell.
-    confirmed = real_cell_pure(o[:, ks], target, key_lv, lv[t])
+    confirmed = real_cell_pure(l_counts, l_rho, target)
     cc = float(
         (certain_correct(counts, rho, target) & confirmed).mean()
         - certain_correct(l_counts, l_rho, target).mean()

@@ -36,6 +36,7 @@ from safeaccess.server.synth.protocol import WorkerRequest
 from safeaccess.server.synth.worker_client import WorkerResult
 
 pytest.importorskip("mbi")
+pytestmark = pytest.mark.slow  # five Private-PGM fits through the server
 
 # mu = 50 at delta 1e-9 takes epsilon ~1 550 (GDP: epsilon grows like mu^2 / 2)
 EPSILON_MU50 = 1550.0

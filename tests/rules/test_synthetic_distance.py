@@ -280,5 +280,6 @@ def test_hamming_dcr_by_hand_and_against_all_pairs() -> None:
     assert np.array_equal(loo**2, own.min(axis=1))
     # the one-hot features' Euclidean DCR is the same distance
     feats = [distance_features(x, levels) for x in (syn, real)]
-    report = dcr_report(feats[0], feats[1], codes=(syn, real, levels))
+    report = dcr_report(feats[0], feats[1], distances=hamming_dcr(syn, real, levels))
     assert report.p_syn == pytest.approx(np.mean(pairs.min(axis=1) <= report.threshold**2))
+    assert report == dcr_report(feats[0], feats[1])  # the k-d tree's search agrees

@@ -30,6 +30,8 @@ from safeaccess.sandbox.compute.synthetic import (
 )
 
 pytest.importorskip("mbi")
+# two Private-PGM fits and four whole checks at 100 000 records: minutes on a shared machine
+pytestmark = pytest.mark.slow
 
 LEVELS = (5, 4, 10, 3, 6, 2, 8, 12)
 NAMES = [f"c{i}" for i in range(len(LEVELS))]

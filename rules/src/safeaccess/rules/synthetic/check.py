@@ -17,7 +17,7 @@ from safeaccess.rules.synthetic.attack import AttackRow, attack_check
 from safeaccess.rules.synthetic.coding import coded_matrix, levels_checked
 from safeaccess.rules.synthetic.coverage import SampledCoverage, yp_coverage_sampled
 from safeaccess.rules.synthetic.decision import SynthRules, SynthVerdict, decide
-from safeaccess.rules.synthetic.distance import DcrReport, as_features, dcr_report
+from safeaccess.rules.synthetic.distance import DcrReport, as_features, dcr_report, hamming_dcr
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 from safeaccess.rules.synthetic.pprivacy import dependency_cliques, p_privacy
 from safeaccess.rules.synthetic.synthpop import (
@@ -83,7 +83,8 @@ def run_checks(
     for t in dict.fromkeys(int(t) for t in targets):
         cols = [int(k) for k in keys if int(k) != t]
         sp[t] = synthpop_measures(o[:, cols], o[:, t], s[:, cols], s[:, t])
-    dcr = dcr_report(fs, fo, seed=seed, codes=(s, o, lv) if one_hot else None)
+    exact = hamming_dcr(s, o, lv) if one_hot else None
+    dcr = dcr_report(fs, fo, seed=seed, distances=exact)
     if isinstance(r.synth_yp_y, str):
         if r.synth_yp_y != "loo_q05":
             raise SyntheticCheckError(
@@ -92,7 +93,15 @@ def run_checks(
         y = dcr.threshold
     else:
         y = float(r.synth_yp_y)
-    coverage = yp_coverage_sampled(fo, fs, y, r.synth_yp_p, m=r.synth_hungarian_max, seed=seed)
+    coverage = yp_coverage_sampled(
+        fo,
+        fs,
+        y,
+        r.synth_yp_p,
+        m=r.synth_hungarian_max,
+        seed=seed,
+        nearest=exact[0] if exact is not None else None,
+    )
     cat = [True] * len(lv) if categorical is None else list(categorical)
     cliques = dependency_cliques(s, r.synth_p_privacy_tau, categorical=cat)
     f_size, xi, p = p_privacy(o, s, cliques)

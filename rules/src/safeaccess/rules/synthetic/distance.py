@@ -143,14 +143,14 @@ def dcr_report(
     quantile: float = 0.05,
     sample: int = BRUTE_FORCE_SAMPLE,
     seed: int = 0,
-    codes: tuple[ArrayLike, ArrayLike, Sequence[int]] | None = None,
+    distances: tuple[ArrayLike, ArrayLike] | None = None,
 ) -> DcrReport:
     """DCR of S against O, compared with the LOO distances of O (threshold = their `quantile`).
 
     Above dimension 10 (no k-d tree), at most `sample` synthetic records and as many real
-    records (drawn with `seed`) are measured, each against all real records. `codes` =
-    (syn codes, real codes, levels) says that every column is categorical and `syn`/`real` are
-    their one-hot features: the distances then come from `hamming_dcr`, exact on all records.
+    records (drawn with `seed`) are measured, each against all real records. `distances` =
+    (DCR of every synthetic record, LOO distance of every real record), when the caller has them
+    (`hamming_dcr` for all-categorical records), replaces the search.
     `z` is the one-sided binomial z of p_syn against p_ref over the measured synthetic records;
     the exact copy share counts all synthetic rows equal to a real row (row equality, not a
     distance)."""
@@ -160,10 +160,11 @@ def dcr_report(
     if s_all.shape[0] == 0:
         raise SyntheticCheckError("syn has no records")
     s, rows = s_all, None
-    if codes is not None:
-        dist, loo = hamming_dcr(*codes)
-        if dist.shape[0] != s_all.shape[0] or loo.shape[0] != r.shape[0]:
-            raise SyntheticCheckError("the codes must describe the same records as the features")
+    if distances is not None:
+        dist = np.asarray(distances[0], dtype=np.float64)
+        loo = np.asarray(distances[1], dtype=np.float64)
+        if dist.shape != (s_all.shape[0],) or loo.shape != (r.shape[0],):
+            raise SyntheticCheckError("distances must hold one entry per syn and real record")
     else:
         if r.shape[1] > KD_TREE_MAX_DIM:
             rng = np.random.default_rng(seed)

@@ -37,9 +37,12 @@ from safeaccess.server.synth.worker_client import WorkerResult
 pytest.importorskip("mbi")
 
 
-# The rules that withhold each (the design note's CMC table: the identity fires every gate; with
-# age in 7 bins and 20 % of cells replaced (seed 20), 305 of the 1 163 coded full-row uniques
-# survive, 0.26 >= synth_full_row_uniques_withhold 0.25)
+# The rules that withhold each. The identity fires every gate. With age in 7 bins and 20 % of
+# cells replaced (seed 20), the records sit closer to real ones than real ones to each other
+# (p_syn - p_ref +0.07, z 6.8: synth_dcr_close_withhold, deterministic), and S reproduces rows
+# unique within a half of O more often than the other half does (+0.05, interval about
+# +-0.025: synth_full_row_uniques_withhold on most random splits; the split's seed comes from
+# the step, so that rule is allowed but not required here).
 EXPECTED_WITHHOLDS = {
     "identity": {
         "synth_attack_excess_withhold",
@@ -47,7 +50,11 @@ EXPECTED_WITHHOLDS = {
         "synth_dcr_close_withhold",
         "synth_full_row_uniques_withhold",
     },
-    "noise20": {"synth_full_row_uniques_withhold"},
+    "noise20": {"synth_dcr_close_withhold"},
+}
+ALLOWED_WITHHOLDS = {
+    "identity": EXPECTED_WITHHOLDS["identity"],
+    "noise20": {"synth_dcr_close_withhold", "synth_full_row_uniques_withhold"},
 }
 
 
@@ -156,6 +163,6 @@ def test_leaking_synthesisers_are_withheld_and_still_charged(
     # the checkers' record: which synth_* rules withheld it, from the real-data facts
     assert row is not None and row.decision is not None and row.output is not None
     fired = {f["check"] for f in row.decision["findings"] if f["verdict"] == "withhold"}
-    assert fired == EXPECTED_WITHHOLDS[name]
+    assert EXPECTED_WITHHOLDS[name] <= fired <= ALLOWED_WITHHOLDS[name]
     reproduced = row.output["facts"]["check"]["checks"]["reproduced"]
     assert reproduced["real_uniques"] == _coded_uniques()

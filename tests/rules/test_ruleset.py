@@ -44,9 +44,9 @@ def test_content_hash_is_sha256_of_canonical_json() -> None:
         "model_fairness_action": "report", "model_max_depth": None, "model_max_leaves": None,
         "model_max_estimators": None, "model_max_features": None,
         "synth_attack_excess_withhold": 0.05, "synth_attack_excess_review": 0.02,
-        "synth_certain_correct_withhold": 0.05, "synth_full_row_uniques_review": 0.10,
-        "synth_full_row_uniques_withhold": 0.25, "synth_dcr_close_review": 0.02,
-        "synth_dcr_close_withhold": 0.10, "synth_yp_y": "loo_q05", "synth_yp_p": 0.10,
+        "synth_certain_correct_withhold": 0.05, "synth_full_row_uniques_review": 0.01,
+        "synth_full_row_uniques_withhold": 0.03, "synth_dcr_close_review": 0.02,
+        "synth_dcr_close_withhold": 0.05, "synth_yp_y": "loo_q05", "synth_yp_p": 0.10,
         "synth_p_privacy_tau": 0.9, "synth_max_keysets": 20, "synth_max_cells": 100_000,
         "synth_max_model_cells": 10_000_000, "synth_max_rows": 1_000_000,
         "synth_hungarian_max": 5000, "synth_action_on_check_error": "review",
@@ -143,14 +143,14 @@ def test_with_overrides_rejects_unknown_and_leaves_base_unchanged() -> None:
 
 
 def test_synth_settings_are_typed_fields_read_through_synth_rules() -> None:
-    # the design note's defaults, typed in by hand
+    # the defaults of docs/synthetic.md (part B, section 8), typed in by hand
     rules = DEFAULT_RULESET.synth_rules
     assert (rules.synth_attack_excess_withhold, rules.synth_attack_excess_review) == (0.05, 0.02)
     assert (rules.synth_full_row_uniques_review, rules.synth_full_row_uniques_withhold) == (
-        0.10,
-        0.25,
+        0.01,
+        0.03,
     )
-    assert (rules.synth_dcr_close_review, rules.synth_dcr_close_withhold) == (0.02, 0.10)
+    assert (rules.synth_dcr_close_review, rules.synth_dcr_close_withhold) == (0.02, 0.05)
     assert rules.synth_yp_y == "loo_q05" and rules.synth_max_cells == 100_000
     assert rules.synth_action_on_check_error == "review"
     rs = load_ruleset("synth_attack_excess_withhold: 0.08\nsynth_yp_y: 1\n", base=DEFAULT_RULESET)

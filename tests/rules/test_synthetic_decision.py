@@ -13,10 +13,10 @@ from safeaccess.rules.synthetic import (
     AttackSummary,
     DcrReport,
     Interval,
-    ReproducedUniques,
     SampledCoverage,
     SyntheticCheckError,
     SynthRules,
+    UniquesExcess,
     attack_check,
     decide,
     key_sets,
@@ -41,12 +41,19 @@ def test_identity_release_excess_matches_the_calibration_table(cmc):
     rows = attack_check(coded, coded, levels, S1_QI, [METHOD], lengths=[3, 6], max_keysets=50)
     kl6 = [r for r in rows if len(r.keys) == 6]
     assert len(kl6) == 7
-    assert round(100 * np.mean([r.excess.estimate for r in kl6]), 1) == 36.4
+    # the note's table is against the LOO attack on the key set itself
+    plain = [r.synthetic.gcap_accuracy - r.loo.gcap_accuracy for r in kl6]
+    assert round(100 * np.mean(plain), 1) == 36.4
+    # the reference is the best back-off LOO attack, never below the key set's own
+    assert all(r.reference_accuracy >= r.loo.gcap_accuracy for r in rows)
+    assert all(r.excess.estimate <= p + 1e-12 for r, p in zip(kl6, plain, strict=True))
+    assert np.mean([r.excess.estimate for r in kl6]) > 0.30
     # resubstitution accuracy is the paper's 84.0 (Table 2, Original)
     assert round(100 * np.mean([r.synthetic.gcap_accuracy for r in kl6]), 1) == 84.0
     rows2 = attack_check(coded, coded, levels, S2_QI, [HEDU], lengths=[2, 4], max_keysets=50)
     kl4 = [r for r in rows2 if len(r.keys) == 4]
-    assert round(100 * np.mean([r.excess.estimate for r in kl4]), 1) == 18.4
+    plain4 = [r.synthetic.gcap_accuracy - r.loo.gcap_accuracy for r in kl4]
+    assert round(100 * np.mean(plain4), 1) == 18.4
     verdict = decide(SynthRules(), attack=rows)
     assert verdict.action == "withhold"
     assert any(o.rule == "synth_attack_excess_withhold" for o in verdict.outcomes)
@@ -116,16 +123,30 @@ def _dcr(p_syn, p_ref, z):
     return DcrReport(0.0, 0.1, {}, 0.05, p_syn, p_ref, z, 0.0)
 
 
+def _uniques(excess, low):
+    return UniquesExcess(100, 0.1 + excess, 0.1, Interval(excess, low, excess + 0.02))
+
+
 def test_identity_distance_and_coverage_rules():
     rules = SynthRules()
-    assert decide(rules, reproduced=ReproducedUniques(100, 9)).action == "release"
-    assert decide(rules, reproduced=ReproducedUniques(100, 10)).action == "review"
-    assert decide(rules, reproduced=ReproducedUniques(100, 25)).action == "withhold"
-    assert decide(rules, dcr=_dcr(0.10, 0.05, 4.0)).action == "review"
-    assert decide(rules, dcr=_dcr(0.10, 0.05, 2.0)).action == "release"  # not significant
-    assert decide(rules, dcr=_dcr(0.20, 0.05, 1.0)).action == "withhold"
+    # reproduced uniques: the excess over the split-half reference, its lower bound above 0
+    assert decide(rules, uniques=_uniques(0.009, 0.001)).action == "release"
+    assert decide(rules, uniques=_uniques(0.01, 0.001)).action == "review"
+    assert decide(rules, uniques=_uniques(0.03, 0.001)).action == "withhold"
+    assert decide(rules, uniques=_uniques(0.08, -0.001)).action == "release"  # CI covers 0
+    assert decide(rules, dcr=_dcr(0.08, 0.05, 4.0)).action == "review"
+    assert decide(rules, dcr=_dcr(0.08, 0.05, 2.0)).action == "release"  # not significant
+    assert decide(rules, dcr=_dcr(0.10, 0.05, 4.0)).action == "withhold"
+    assert decide(rules, dcr=_dcr(0.20, 0.05, 1.0)).action == "release"  # not significant
     cov = SampledCoverage(100, (0.2, 0.1, 0.15), 0.15, 0.2, 0.3, False)
     assert decide(rules, coverage=cov).action == "review"
+    # ties at the LOO quantile: 21 % of real records lie within y of another (p_ref 0.21), so p
+    # rises by 0.21 - 0.05 to 0.26; a mean p' of 0.15 passes, 0.27 does not
+    assert decide(rules, coverage=cov, dcr=_dcr(0.0, 0.21, -9.0)).action == "release"
+    cov27 = SampledCoverage(100, (0.27, 0.27, 0.27), 0.27, 0.27, 0.3, False)
+    assert decide(rules, coverage=cov27, dcr=_dcr(0.0, 0.21, -9.0)).action == "review"
+    # without ties (p_ref at the quantile, 0.05) p stays 0.10
+    assert decide(rules, coverage=cov, dcr=_dcr(0.0, 0.05, -9.0)).action == "review"
     # a check that could not run never releases
     assert decide(rules, check_error="time limit").action == "review"
     strict = SynthRules(synth_action_on_check_error="withhold")

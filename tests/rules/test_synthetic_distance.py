@@ -257,3 +257,29 @@ def test_tvd():
     assert tvd([1, 1], [2, 2]) == 0.0
     assert tvd([1, 0], [0, 3]) == 1.0
     assert tvd([3, 1], [-1, 2]) == pytest.approx(0.75)  # noisy -1 clipped to 0
+
+
+def test_hamming_dcr_by_hand_and_against_all_pairs() -> None:
+    from safeaccess.rules.synthetic.distance import hamming_dcr
+
+    real = np.array([[0, 0], [0, 1], [1, 1]])
+    syn = np.array([[0, 0], [1, 0], [2, 2]])
+    # syn [0,0] is a real row; [1,0] differs from [0,0] and [1,1] in one column; [2,2] from
+    # every real row in two. Each real row has another one column away.
+    dist, loo = hamming_dcr(syn, real, [3, 3])
+    assert dist.tolist() == [0.0, 1.0, pytest.approx(2**0.5)]
+    assert loo.tolist() == [1.0, 1.0, 1.0]
+    rng = np.random.default_rng(4)
+    levels = [3, 4, 2, 5, 3]
+    real = np.stack([rng.integers(0, lv, 300) for lv in levels], axis=1)
+    syn = np.stack([rng.integers(0, lv, 200) for lv in levels], axis=1)
+    pairs = (syn[:, None, :] != real[None, :, :]).sum(axis=2)  # every pair's Hamming distance
+    own = (real[:, None, :] != real[None, :, :]).sum(axis=2) + np.diag([99] * 300)
+    dist, loo = hamming_dcr(syn, real, levels)
+    assert np.array_equal(dist**2, pairs.min(axis=1))
+    assert np.array_equal(loo**2, own.min(axis=1))
+    # the one-hot features' Euclidean DCR is the same distance
+    feats = [distance_features(x, levels) for x in (syn, real)]
+    report = dcr_report(feats[0], feats[1], distances=hamming_dcr(syn, real, levels))
+    assert report.p_syn == pytest.approx(np.mean(pairs.min(axis=1) <= report.threshold**2))
+    assert report == dcr_report(feats[0], feats[1])  # the k-d tree's search agrees

@@ -71,3 +71,18 @@ def test_errors():
         synthpop_measures(np.zeros((2, 2)), [0], np.zeros((2, 2)), [0, 0])
     with pytest.raises(SyntheticCheckError, match="integer codes"):
         synthpop_measures(np.full((1, 1), 0.5), [0], np.zeros((1, 1)), [0])
+
+
+def test_row_ids_are_the_rank_of_each_row_among_the_distinct_rows() -> None:
+    from safeaccess.rules.synthetic.coding import row_ids
+
+    rng = np.random.default_rng(2)
+    a, b = rng.integers(0, 4, (50, 3)), rng.integers(0, 4, (30, 3))
+    distinct = sorted({tuple(r) for r in np.concatenate([a, b]).tolist()})
+    rank = {row: i for i, row in enumerate(distinct)}
+    ids_a, ids_b = row_ids(a, b)
+    assert ids_a.tolist() == [rank[tuple(r)] for r in a.tolist()]
+    assert ids_b.tolist() == [rank[tuple(r)] for r in b.tolist()]
+    # negative codes (float bit patterns) take the general path, with the same meaning
+    neg_a, neg_b = row_ids(a - 2, b - 2)
+    assert neg_a.tolist() == ids_a.tolist() and neg_b.tolist() == ids_b.tolist()

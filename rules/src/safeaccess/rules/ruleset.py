@@ -190,14 +190,15 @@ class RuleSet(BaseModel):
         description="Synthetic data: withhold at this excess of near-certain correct inferences.",
     )
     synth_full_row_uniques_review: float = Field(
-        default=0.10,
+        default=0.01,
         ge=0.0,
         le=1.0,
-        description="Synthetic data: review when this share of the real full-row uniques "
-        "appears in the synthetic records.",
+        description="Synthetic data: review when the synthetic records reproduce this much more "
+        "of the rows unique within a half of the real data than the other half does (split-half "
+        "reference, bootstrap lower bound > 0).",
     )
     synth_full_row_uniques_withhold: float = Field(
-        default=0.25, ge=0.0, le=1.0, description="Synthetic data: withhold at this share."
+        default=0.03, ge=0.0, le=1.0, description="Synthetic data: withhold at this excess."
     )
     synth_dcr_close_review: float = Field(
         default=0.02,
@@ -207,7 +208,10 @@ class RuleSet(BaseModel):
         "5 % leave-one-out distance) reaches this and is significant.",
     )
     synth_dcr_close_withhold: float = Field(
-        default=0.10, ge=0.0, le=1.0, description="Synthetic data: withhold at this gap."
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="Synthetic data: withhold at this gap (also significant).",
     )
     synth_yp_y: Literal["loo_q05"] | float = Field(
         default="loo_q05",

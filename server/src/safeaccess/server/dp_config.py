@@ -12,13 +12,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from safeaccess.client.analyses import SYNTH_MAX_EPSILON
+
 Scope = Literal["researcher", "project", "dataset"]
 
 
 class DPConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    epsilon: float = Field(gt=0.0, le=100.0, allow_inf_nan=False)
+    # up to the largest synthetic-data request, so that a budget can cover it (the bound only
+    # catches typos; each kind's own request bound still applies)
+    epsilon: float = Field(gt=0.0, le=SYNTH_MAX_EPSILON, allow_inf_nan=False)
     delta: float = Field(gt=0.0, lt=1.0)
     scope: Scope = "researcher"
     mandatory: bool = False

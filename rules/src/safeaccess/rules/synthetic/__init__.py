@@ -42,8 +42,10 @@ from safeaccess.rules.synthetic.summary import AttackSummary, attack_summary
 from safeaccess.rules.synthetic.synthpop import (
     ReproducedUniques,
     SynthpopMeasures,
+    UniquesExcess,
     reproduced_uniques,
     synthpop_measures,
+    uniques_excess,
 )
 from safeaccess.rules.synthetic.utility import statistical_error, tvd
 
@@ -62,6 +64,7 @@ __all__ = [
     "SynthVerdict",
     "SyntheticCheckError",
     "SynthpopMeasures",
+    "UniquesExcess",
     "attack_check",
     "attack_summary",
     "dcr",
@@ -85,6 +88,7 @@ __all__ = [
     "statistical_error",
     "synthpop_measures",
     "tvd",
+    "uniques_excess",
     "verdict",
     "workload_mu",
     "yp_coverage",

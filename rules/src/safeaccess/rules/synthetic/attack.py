@@ -2,8 +2,13 @@
 
 The reference is the same attack run on the real data without the victim: what anyone learns
 about a person from everyone else's records (population-level inference a release may carry).
-The excess of the synthetic-data attack over it is what the release adds; a paired bootstrap over
-the real records gives its interval.
+An attacker who knows the keys of a key set may also ignore some of them, so the reference is the
+best of the leave-one-out attacks on the key set and on its back-off subsets (each key alone, the
+key set less one key, and no key at all: the majority of everyone else). GCAP's majority vote in
+a sparse real key cell without the victim can fall below that majority (a cell of two records
+with different targets predicts each one wrong), and a smooth synthesiser reaching the majority
+would otherwise show as an excess. The excess of the synthetic-data attack over the reference is
+what the release adds; a paired bootstrap over the real records gives its interval.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from safeaccess.rules.synthetic.coding import coded_matrix, levels_checked
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 from safeaccess.rules.synthetic.gcap import gcap, gcap_loo
 from safeaccess.rules.synthetic.summary import (
+    CERTAIN_SCORE,
     AttackSummary,
     attack_summary,
     certain_correct,
@@ -50,6 +56,9 @@ class AttackRow:
     excess: Interval
     certain_correct_excess: float
     n_real: int
+    # the reference attacker: the key subset (of `keys`) whose LOO accuracy was highest
+    reference_keys: tuple[int, ...] = ()
+    reference_accuracy: float = float("nan")
 
 
 def paired_bootstrap(
@@ -150,9 +159,49 @@ def attack_check(
     rows: list[AttackRow] = []
     for t in dict.fromkeys(int(t) for t in targets):
         cols = [int(k) for k in keys if int(k) != t]
+        cache: dict[tuple[int, ...], NDArray[np.bool_]] = {}  # LOO hits per key subset
         for ks in key_sets(cols, max_per_length=max_keysets, seed=seed, lengths=lengths):
-            rows.append(_one_attack(o, s, lv, list(ks), t, resamples, seed))
+            rows.append(_one_attack(o, s, lv, list(ks), t, resamples, seed, cache))
     return rows
+
+
+def backoff_subsets(keys: Sequence[int]) -> list[tuple[int, ...]]:
+    """The key subsets the reference attacker may fall back on: none, each key alone and the
+    key set less one key (all subsets for up to 3 keys), without the key set itself."""
+    ks = tuple(keys)
+    out: dict[tuple[int, ...], None] = {(): None}
+    for k in ks:
+        out[(k,)] = None
+    if len(ks) > 2:
+        for drop in range(len(ks)):
+            out[ks[:drop] + ks[drop + 1 :]] = None
+    out.pop(ks, None)
+    return list(out)
+
+
+def loo_zero_rule(target: ArrayLike, target_levels: int) -> NDArray[np.int64]:
+    """Counts of the LOO attacker that knows no key: every other record's target."""
+    t = np.asarray(target, dtype=np.int64)
+    if t.size < 2:
+        raise SyntheticCheckError("the leave-one-out reference needs at least 2 records")
+    counts = np.tile(np.bincount(t, minlength=target_levels), (t.size, 1))
+    counts[np.arange(t.size), t] -= 1
+    return counts
+
+
+def real_cell_pure(
+    loo_counts: ArrayLike, loo_rho: ArrayLike, target: ArrayLike
+) -> NDArray[np.bool_]:
+    """Whether each real record's key cell in O (the record included) holds its target in at
+    least CERTAIN_SCORE of its records: the real data confirm a certain attribution.
+
+    From `gcap_loo`'s output, without another search: at rho = 0 the cell is the other records
+    at distance 0 plus the record itself; at rho > 0 the record is alone in its cell (pure)."""
+    counts = np.asarray(loo_counts, dtype=np.int64)
+    t = np.asarray(target, dtype=np.int64)
+    own = counts[np.arange(t.size), t] + 1
+    pure = own >= CERTAIN_SCORE * (counts.sum(axis=1) + 1)
+    return np.asarray(pure | (np.asarray(loo_rho) > 0))
 
 
 def _one_attack(
@@ -163,18 +212,42 @@ def _one_attack(
     t: int,
     resamples: int,
     seed: int,
+    cache: dict[tuple[int, ...], NDArray[np.bool_]],
 ) -> AttackRow:
     key_lv = [lv[i] for i in ks]
-    counts, rho = gcap(o[:, ks], o[:, t], s[:, ks], s[:, t], key_lv, lv[t])
-    l_counts, l_rho = gcap_loo(o[:, ks], o[:, t], key_lv, lv[t])
-    syn_summary = attack_summary(counts, rho, o[:, t], s[:, t], lv[t])
+    target = o[:, t]
+    counts, rho = gcap(o[:, ks], target, s[:, ks], s[:, t], key_lv, lv[t])
+    l_counts, l_rho = gcap_loo(o[:, ks], target, key_lv, lv[t])
+    syn_summary = attack_summary(counts, rho, target, s[:, t], lv[t])
     # the LOO attacker's zero rule is the real mode: its "synthetic data" is the real data
-    loo_summary = attack_summary(l_counts, l_rho, o[:, t], o[:, t], lv[t])
-    excess = paired_bootstrap(
-        correct(counts, o[:, t]), correct(l_counts, o[:, t]), resamples=resamples, seed=seed
-    )
+    loo_summary = attack_summary(l_counts, l_rho, target, target, lv[t])
+    ref_keys, ref_hits = tuple(ks), correct(l_counts, target)
+    for sub in backoff_subsets(ks):
+        if sub not in cache:
+            if sub:
+                sub_counts, _ = gcap_loo(o[:, list(sub)], target, [lv[i] for i in sub], lv[t])
+            else:
+                sub_counts = loo_zero_rule(target, lv[t])
+            cache[sub] = correct(sub_counts, target)
+        if cache[sub].mean() > ref_hits.mean():
+            ref_keys, ref_hits = sub, cache[sub]
+    excess = paired_bootstrap(correct(counts, target), ref_hits, resamples=resamples, seed=seed)
+    # A certain attribution discloses only where the real key cell is as pure as the synthetic
+    # one: a noisy model that makes a key cell pure in the majority class is certain and right
+    # only at the cell's real rate. The LOO attacker's certainty implies a pure real cell.
+    confirmed = real_cell_pure(l_counts, l_rho, target)
     cc = float(
-        certain_correct(counts, rho, o[:, t]).mean()
-        - certain_correct(l_counts, l_rho, o[:, t]).mean()
+        (certain_correct(counts, rho, target) & confirmed).mean()
+        - certain_correct(l_counts, l_rho, target).mean()
     )
-    return AttackRow(t, tuple(ks), syn_summary, loo_summary, excess, cc, o.shape[0])
+    return AttackRow(
+        t,
+        tuple(ks),
+        syn_summary,
+        loo_summary,
+        excess,
+        cc,
+        o.shape[0],
+        ref_keys,
+        float(ref_hits.mean()),
+    )

@@ -17,14 +17,16 @@ from safeaccess.rules.synthetic.attack import AttackRow, attack_check
 from safeaccess.rules.synthetic.coding import coded_matrix, levels_checked
 from safeaccess.rules.synthetic.coverage import SampledCoverage, yp_coverage_sampled
 from safeaccess.rules.synthetic.decision import SynthRules, SynthVerdict, decide
-from safeaccess.rules.synthetic.distance import DcrReport, as_features, dcr_report
+from safeaccess.rules.synthetic.distance import DcrReport, as_features, dcr_report, hamming_dcr
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 from safeaccess.rules.synthetic.pprivacy import dependency_cliques, p_privacy
 from safeaccess.rules.synthetic.synthpop import (
     ReproducedUniques,
     SynthpopMeasures,
+    UniquesExcess,
     reproduced_uniques,
     synthpop_measures,
+    uniques_excess,
 )
 
 
@@ -44,6 +46,7 @@ class CheckFacts:
     attack: tuple[AttackRow, ...]
     synthpop: dict[int, SynthpopMeasures]  # per target, on all its keys
     reproduced: ReproducedUniques
+    uniques: UniquesExcess  # reproduced full-row uniques against the split-half reference
     dcr: DcrReport
     coverage: SampledCoverage
     p_privacy: PPrivacy
@@ -61,10 +64,13 @@ def run_checks(
     rules: SynthRules | None = None,
     categorical: Sequence[bool] | None = None,
     seed: int = 0,
+    one_hot: bool = False,
 ) -> CheckFacts:
     """Run every check on coded `real` and `syn` (records x columns, column i in
     0..levels[i]-1) and their distance features (`distance_features`). `categorical[i]` says
-    which columns take Cramer's V in the dependency graph (default: all categorical)."""
+    which columns take Cramer's V in the dependency graph (default: all categorical).
+    `one_hot` says that the features are the one-hot features of every column's codes: DCR is
+    then the exact Hamming search on all records (`hamming_dcr`)."""
     r = rules or SynthRules()
     lv = levels_checked(levels)
     o = coded_matrix(real, lv, "real")
@@ -77,7 +83,8 @@ def run_checks(
     for t in dict.fromkeys(int(t) for t in targets):
         cols = [int(k) for k in keys if int(k) != t]
         sp[t] = synthpop_measures(o[:, cols], o[:, t], s[:, cols], s[:, t])
-    dcr = dcr_report(fs, fo, seed=seed)
+    exact = hamming_dcr(s, o, lv) if one_hot else None
+    dcr = dcr_report(fs, fo, seed=seed, distances=exact)
     if isinstance(r.synth_yp_y, str):
         if r.synth_yp_y != "loo_q05":
             raise SyntheticCheckError(
@@ -86,7 +93,15 @@ def run_checks(
         y = dcr.threshold
     else:
         y = float(r.synth_yp_y)
-    coverage = yp_coverage_sampled(fo, fs, y, r.synth_yp_p, m=r.synth_hungarian_max, seed=seed)
+    coverage = yp_coverage_sampled(
+        fo,
+        fs,
+        y,
+        r.synth_yp_p,
+        m=r.synth_hungarian_max,
+        seed=seed,
+        nearest=exact[0] if exact is not None else None,
+    )
     cat = [True] * len(lv) if categorical is None else list(categorical)
     cliques = dependency_cliques(s, r.synth_p_privacy_tau, categorical=cat)
     f_size, xi, p = p_privacy(o, s, cliques)
@@ -94,6 +109,7 @@ def run_checks(
         attack=tuple(attack),
         synthpop=sp,
         reproduced=reproduced_uniques(o, s),
+        uniques=uniques_excess(o, s, seed=seed),
         dcr=dcr,
         coverage=coverage,
         p_privacy=PPrivacy(r.synth_p_privacy_tau, tuple(cliques), f_size, xi, p),
@@ -105,7 +121,7 @@ def verdict(facts: CheckFacts, rules: SynthRules | None = None) -> SynthVerdict:
     return decide(
         rules or SynthRules(),
         attack=facts.attack,
-        reproduced=facts.reproduced,
+        uniques=facts.uniques,
         dcr=facts.dcr,
         coverage=facts.coverage,
     )

@@ -7,6 +7,7 @@ which numpy can sort and join without Python loops.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -104,7 +105,15 @@ def row_ids(*arrays: IntArray) -> list[IntArray]:
     stacked = np.concatenate(arrays, axis=0)
     if stacked.shape[0] == 0:
         return [np.zeros(0, dtype=np.int64) for _ in arrays]
-    _, inv = np.unique(stacked, axis=0, return_inverse=True)
+    dims = [int(m) + 1 for m in stacked.max(axis=0)] if stacked.shape[1] else []
+    if stacked.shape[1] and stacked.min() >= 0 and math.prod(dims) < 2**62:
+        # Mixed-radix codes in C order sort as the rows do, so the ids are the same as the
+        # row-wise unique's, from a 1-D sort (np.unique over rows sorts a structured view,
+        # several times slower at 10^5 rows).
+        flat = np.ravel_multi_index(tuple(stacked.T), dims)
+        _, inv = np.unique(flat, return_inverse=True)
+    else:
+        _, inv = np.unique(stacked, axis=0, return_inverse=True)
     inv = inv.reshape(-1).astype(np.int64)
     out = []
     start = 0

@@ -20,6 +20,7 @@ from scipy.spatial.distance import cdist
 
 from safeaccess.rules.synthetic.coding import row_ids
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
+from safeaccess.rules.synthetic.gcap import gcap, gcap_loo
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -114,6 +115,27 @@ class DcrReport:
     exact_copy_share: float
 
 
+def hamming_dcr(
+    syn_codes: ArrayLike, real_codes: ArrayLike, levels: Sequence[int]
+) -> tuple[FloatArray, FloatArray]:
+    """DCR and LOO distances when every column is categorical, exactly and on all records.
+
+    With one-hot / sqrt 2 features (`distance_features` with an int per column) the squared
+    distance of two records is the number of columns where their codes differ, so the nearest
+    record is the one at the smallest Hamming distance: GCAP's shell search over all columns
+    (sort-joins of unique packed rows) finds it without the n_syn x n_real distance matrix that
+    brute force needs above dimension 10. Returns (sqrt of each synthetic record's Hamming
+    distance to its closest real record, the same for each real record to its closest other).
+    """
+    s = np.asarray(syn_codes, dtype=np.int64)
+    r = np.asarray(real_codes, dtype=np.int64)
+    if s.ndim != 2 or r.ndim != 2 or s.shape[1] != r.shape[1] or s.shape[1] != len(levels):
+        raise SyntheticCheckError("syn_codes and real_codes must be records x len(levels)")
+    _, rho = gcap(s, np.zeros(len(s), np.int64), r, np.zeros(len(r), np.int64), levels, 1)
+    _, loo = gcap_loo(r, np.zeros(len(r), np.int64), levels, 1)
+    return np.sqrt(rho.astype(np.float64)), np.sqrt(loo.astype(np.float64))
+
+
 def dcr_report(
     syn: ArrayLike,
     real: ArrayLike,
@@ -121,31 +143,41 @@ def dcr_report(
     quantile: float = 0.05,
     sample: int = BRUTE_FORCE_SAMPLE,
     seed: int = 0,
+    distances: tuple[ArrayLike, ArrayLike] | None = None,
 ) -> DcrReport:
     """DCR of S against O, compared with the LOO distances of O (threshold = their `quantile`).
 
     Above dimension 10 (no k-d tree), at most `sample` synthetic records and as many real
-    records (drawn with `seed`) are measured, each against all real records. `z` is the
-    one-sided binomial z of p_syn against p_ref over the measured synthetic records; the exact
-    copy share counts all synthetic rows equal to a real row (row equality, not a distance)."""
+    records (drawn with `seed`) are measured, each against all real records. `distances` =
+    (DCR of every synthetic record, LOO distance of every real record), when the caller has them
+    (`hamming_dcr` for all-categorical records), replaces the search.
+    `z` is the one-sided binomial z of p_syn against p_ref over the measured synthetic records;
+    the exact copy share counts all synthetic rows equal to a real row (row equality, not a
+    distance)."""
     s_all, r = as_features(syn, "syn"), as_features(real, "real")
     if not 0.0 < quantile < 1.0:
         raise SyntheticCheckError(f"quantile must lie strictly between 0 and 1, got {quantile}")
     if s_all.shape[0] == 0:
         raise SyntheticCheckError("syn has no records")
     s, rows = s_all, None
-    if r.shape[1] > KD_TREE_MAX_DIM:
-        rng = np.random.default_rng(seed)
-        if s_all.shape[0] > sample:
-            s = s_all[np.sort(rng.choice(s_all.shape[0], size=sample, replace=False))]
-        if r.shape[0] > sample:
-            rows = np.sort(rng.choice(r.shape[0], size=sample, replace=False))
-    dist, _ = dcr(s, r)
-    loo, _ = dcr_loo(r, rows)
+    if distances is not None:
+        dist = np.asarray(distances[0], dtype=np.float64)
+        loo = np.asarray(distances[1], dtype=np.float64)
+        if dist.shape != (s_all.shape[0],) or loo.shape != (r.shape[0],):
+            raise SyntheticCheckError("distances must hold one entry per syn and real record")
+    else:
+        if r.shape[1] > KD_TREE_MAX_DIM:
+            rng = np.random.default_rng(seed)
+            if s_all.shape[0] > sample:
+                s = s_all[np.sort(rng.choice(s_all.shape[0], size=sample, replace=False))]
+            if r.shape[0] > sample:
+                rows = np.sort(rng.choice(r.shape[0], size=sample, replace=False))
+        dist, _ = dcr(s, r)
+        loo, _ = dcr_loo(r, rows)
     threshold = float(np.quantile(loo, quantile))
     p_syn = float(np.mean(dist <= threshold))
     p_ref = float(np.mean(loo <= threshold))
-    sd = math.sqrt(p_ref * (1.0 - p_ref) / s.shape[0]) if s.shape[0] else 0.0
+    sd = math.sqrt(p_ref * (1.0 - p_ref) / dist.shape[0])
     z = (p_syn - p_ref) / sd if sd > 0 else (math.inf if p_syn > p_ref else 0.0)
     s_ids, r_ids = row_ids(_exact(s_all), _exact(r))
     copies = float(np.isin(s_ids, r_ids).mean())

@@ -4,6 +4,13 @@ full-row uniques.
 Definitions (percent of the n_O real records): UiO, unique on the keys in O; repU, unique on the
 keys in O and in S; Dorig, every O record with its key shares its target; DiSCO, its key occurs in
 S and every S record with that key has the record's target.
+
+A release that models the population well reproduces rare real rows by chance: a row of
+probability p turns up among m draws with probability 1 - (1 - p)^m, whether or not its owner was
+in O. `uniques_excess` measures what S reproduces beyond that, against a split-half reference: O
+is split at random into halves A and B; for each row unique within A, whether it occurs in B (an
+independent sample of the population, without that record) and whether it occurs in as many rows
+of S. Both halves take each role once.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from safeaccess.rules.synthetic.attack import DEFAULT_RESAMPLES, Interval, paired_bootstrap
 from safeaccess.rules.synthetic.coding import IntArray, row_ids
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 
@@ -90,6 +98,56 @@ def reproduced_uniques(real: ArrayLike, syn: ArrayLike) -> ReproducedUniques:
     unique = np.bincount(r_ids, minlength=size)[r_ids] == 1
     present = np.bincount(s_ids, minlength=size)[r_ids] > 0
     return ReproducedUniques(int(unique.sum()), int((unique & present).sum()))
+
+
+@dataclass(frozen=True)
+class UniquesExcess:
+    """Rows unique within a half of O: the share S reproduces (in as many rows as the other
+    half has) minus the share the other half reproduces, with its paired bootstrap interval."""
+
+    uniques: int
+    syn_share: float
+    ref_share: float
+    excess: Interval
+
+
+def uniques_excess(
+    real: ArrayLike, syn: ArrayLike, *, seed: int = 0, resamples: int = DEFAULT_RESAMPLES
+) -> UniquesExcess:
+    """Split-half reference for reproduced full-row uniques (module docstring).
+
+    For each half A of a random split of O (and then the other half): the rows unique within A,
+    whether each occurs among m rows of the other half B and among m rows of S, m = min(|B|,
+    |S|) (all of B or S when it has m rows, else a random subset drawn with `seed`). The
+    outcomes of both halves are pooled and compared record by record."""
+    r = _matrix(real, "real")
+    s = _matrix(syn, "syn")
+    if r.shape[1] != s.shape[1]:
+        raise SyntheticCheckError(f"real has {r.shape[1]} columns but syn has {s.shape[1]}")
+    if r.shape[0] < 4 or s.shape[0] < 1:
+        raise SyntheticCheckError("the split-half reference needs >= 4 real and >= 1 syn records")
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(r.shape[0])
+    halves = (perm[: r.shape[0] // 2], perm[r.shape[0] // 2 :])
+    hit_syn: list[np.ndarray] = []
+    hit_ref: list[np.ndarray] = []
+    for a, b in (halves, halves[::-1]):
+        m = min(b.size, s.shape[0])
+        b_rows = r[b if b.size == m else rng.choice(b, size=m, replace=False)]
+        s_rows = s if s.shape[0] == m else s[rng.choice(s.shape[0], size=m, replace=False)]
+        a_ids, b_ids, s_ids = row_ids(r[a], b_rows, s_rows)
+        unique = np.bincount(a_ids, minlength=int(a_ids.max()) + 1)[a_ids] == 1
+        hit_ref.append(np.isin(a_ids[unique], b_ids))
+        hit_syn.append(np.isin(a_ids[unique], s_ids))
+    x, y = np.concatenate(hit_syn), np.concatenate(hit_ref)
+    if x.size == 0:  # every row of O is repeated within its half: nothing unique to copy
+        return UniquesExcess(0, 0.0, 0.0, Interval(0.0, 0.0, 0.0))
+    return UniquesExcess(
+        int(x.size),
+        float(x.mean()),
+        float(y.mean()),
+        paired_bootstrap(x, y, resamples=resamples, seed=seed),
+    )
 
 
 def _keys_target(keys: ArrayLike, target: ArrayLike, side: str) -> tuple[IntArray, IntArray]:

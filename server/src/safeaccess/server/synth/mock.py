@@ -19,7 +19,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from safeaccess.client.analyses import SyntheticData
+from safeaccess.client.analyses import SYNTH_MAX_EPSILON, SyntheticData
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.protocol import canonical
 from safeaccess.rules.dp import GaussianLedger
@@ -119,7 +119,7 @@ def make_mock(
     epsilon = GaussianLedger(spent=charge, releases=1).epsilon_at(config.delta)
     analysis = SyntheticData(
         columns=columns,
-        epsilon=min(epsilon, 100.0),
+        epsilon=min(epsilon, SYNTH_MAX_EPSILON),
         delta=config.delta,
         rows=rows,
     )

@@ -333,8 +333,23 @@ def decide_scratch(
     p: int,
     max_nodes: int,
 ) -> tuple[Verdict, KeptSets | None]:
-    """Decide from scratch (`decide`, exact), and when that certifies build new kept sets for
-    the next admission."""
+    """Decide from scratch, and keep new completing sets for the next admission. The kept sets
+    are built first (`kept.build`): when they certify they are the proof, and the exact
+    `decide` (packing and branch-and-bound) runs only when they do not."""
+    built = kept_sets.build(indptr, indices, sizes, k, k)
+    if built is not None and built.certifies(sizes, k):
+        big = int((sizes[built.cols[0]] >= k).sum()) if built.cols else 0
+        n_rows = int(indptr.shape[0]) - 1
+        return (
+            Certified(
+                sets=built.n_sets,
+                atoms_used=built.small_members(sizes, k),
+                quotient_dim=n_rows - big,
+                big_rank=big,
+                nodes=0,
+            ),
+            built,
+        )
     verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes)
     if isinstance(verdict, Certified):
         return verdict, kept_sets.build(indptr, indices, sizes, k, k)

@@ -144,7 +144,10 @@ def _admit(
         ref = refine(atom_of, sizes, outside, array)
         sizes, outside = ref.sizes, ref.outside
         refinements.append(ref)
-    new_sets = sum(int(np.unique(ref.cell[ref.cell >= 0]).size) for ref in refinements)
+    # distinct cells of each array (a count per cell, not a sort of every atom)
+    new_sets = sum(
+        int(np.count_nonzero(np.bincount(ref.cell[ref.cell >= 0]))) for ref in refinements
+    )
     m_after = int(sizes.shape[0])
     facts: dict[str, Any] = {
         "mode": policy.mode.value,

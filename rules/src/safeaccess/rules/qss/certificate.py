@@ -29,6 +29,7 @@ R·log₂R / 2^30 per refusal), never one that releases.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -306,8 +307,12 @@ def carry_kept(
     swapped, holes = kept_sets.substitute(kept, ancestor, n_old_atoms, sizes, k)
     need = (n_rows - n_old_rows) * kept.n_sets + sum(len(h) for h in holes)
     fresh = np.arange(n_old_atoms, n_atoms, dtype=np.int64)
-    order = kept_sets.candidate_order(indptr, indices, sizes, k, n_old_rows, n_rows, fresh)
-    supply = kept_sets.batches(indptr, indices, n_atoms, n_rows, order, size=2 * need + 64)
+
+    def supply() -> Iterator[tuple[Int64Array, kept_sets.FloatArray]]:
+        # ordered only when read: an output that adds no row and leaves no hole reads none
+        order = kept_sets.candidate_order(indptr, indices, sizes, k, n_old_rows, n_rows, fresh)
+        return kept_sets.batches(indptr, indices, n_atoms, n_rows, order, size=2 * need + 64)()
+
     carried = kept_sets.extend(swapped, indptr, indices, n_rows, sizes, k, supply, holes)
     if carried is None or not carried.certifies(sizes, k):
         return None

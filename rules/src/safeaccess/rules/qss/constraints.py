@@ -209,20 +209,24 @@ class Constraints:
                 )
             lanes.append(replace(lane, d=d, sketch=sketch))
         indptr, indices = self.indptr, self.indices
-        reps = 1 + n_children[indices]
-        if reps.size and int(reps.max()) > 1:
+        # only the entries of atoms that split change: their pieces are added at the end of the
+        # entry's row (the order of atoms within a row means nothing), in one insertion pass
+        counts = n_children[indices]
+        hit = np.flatnonzero(counts)
+        if hit.size:
             children = np.argsort(parent, kind="stable").astype(np.int64) + m_old
             child_start = np.concatenate([[0], np.cumsum(n_children)]).astype(np.int64)
-            total = int(reps.sum())
-            ends = np.cumsum(reps)
-            starts = ends - reps
-            expanded = np.repeat(indices.astype(np.int64), reps)
-            offset = np.arange(total, dtype=np.int64) - np.repeat(starts, reps)
-            extra = offset > 0
-            expanded[extra] = children[child_start[expanded[extra]] + offset[extra] - 1]
-            cum = np.concatenate([[0], ends]).astype(np.int64)
-            indptr = cum[indptr]
-            indices = expanded.astype(np.int32)
+            per_hit = counts[hit].astype(np.int64)
+            first = np.repeat(child_start[indices[hit]], per_hit)
+            rank = np.arange(int(per_hit.sum()), dtype=np.int64) - np.repeat(
+                np.cumsum(per_hit) - per_hit, per_hit
+            )
+            pieces = children[first + rank]
+            row_of_hit = np.searchsorted(indptr, hit, side="right") - 1
+            at = np.repeat(indptr[row_of_hit + 1], per_hit)
+            indices = np.insert(indices, at, pieces.astype(np.int32))
+            added = np.bincount(row_of_hit, weights=per_hit, minlength=self.n_rows)
+            indptr = indptr + np.concatenate([[0], np.cumsum(added.astype(np.int64))])
         return Constraints(
             n_atoms=m_new, indptr=indptr, indices=indices, lanes=tuple(lanes), origin=self.origin
         )
@@ -275,7 +279,10 @@ def _rows_from_cells(
     for g, cell in enumerate(cells):
         offsets.append(len(rows))
         inside = np.flatnonzero(cell >= 0)
-        order = inside[np.argsort(cell[inside], kind="stable")]
+        values = cell[inside]
+        if values.size and int(values.max()) < np.iinfo(np.int16).max:
+            values = values.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
+        order = inside[np.argsort(values, kind="stable")]
         sorted_cells = cell[order]
         n_cells = int(sorted_cells[-1]) + 1 if sorted_cells.size else 0
         bounds = np.searchsorted(sorted_cells, np.arange(n_cells + 1))

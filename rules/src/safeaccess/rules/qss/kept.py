@@ -20,7 +20,9 @@ Across an admission:
   parent's column on the old rows. So A[:, cols] is unchanged on the old rows, whatever splits.
 - *Shared atoms that became small* (a big atom split into small pieces) would break
   disjointness: every set but one swaps it for one of its pieces, which has the same old column,
-  so `inv` does not change (a big piece can stand in for every set).
+  so `inv` does not change (a big piece can stand in for every set). Where the pieces run out,
+  the positions left (holes) are filled together by other candidates, with one block (Woodbury)
+  update of `inv` (`_fill_holes`).
 - *New rows* (Δ of them): with U = B[:, cols] (the new rows on the set's columns), H = U·inv and
   a candidate atom x with old part a and new part b, the residual r(x) = b − H·a is the part of x
   the old columns cannot reach. Δ candidates with independent residuals (matrix S) complete the
@@ -28,9 +30,9 @@ Across an admission:
   inv' = [[inv + G S⁻¹ H, −G S⁻¹], [−S⁻¹ H, S⁻¹]]. Cost O(R²·Δ) per set, no work over atoms
   beyond reading the candidates' columns.
 
-Whenever a step cannot be taken (no piece to swap in, too few candidates with independent
-residuals in the bounded pool), the caller decides from scratch (`certificate.decide`, exact)
-and rebuilds the kept sets (`build`).
+Whenever a step cannot be taken (no candidate to fill a hole, too few candidates with
+independent residuals in the bounded pool), the caller rebuilds the kept sets from scratch
+(`build`), and decides exactly (`certificate.decide`) only when those do not certify.
 """
 
 from __future__ import annotations

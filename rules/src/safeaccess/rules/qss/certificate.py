@@ -29,6 +29,7 @@ R·log₂R / 2^30 per refusal), never one that releases.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -283,6 +284,83 @@ def decide(
     return _decide(indptr, indices, n_atoms, sizes, k, p, max_nodes)
 
 
+def carry_kept(
+    kept: KeptSets | None,
+    indptr: Int64Array,
+    indices: Int32Array,
+    sizes: Int64Array,
+    k: int,
+    n_old_rows: int,
+    ancestor: Int64Array,
+) -> tuple[Certified, KeptSets] | None:
+    """The completing sets kept from the previous admission carried over this one's splits and
+    rows (`kept.py`), when that certifies; None when it cannot (decide from scratch then). It
+    never refuses: a kept family that certifies is a proof, anything else decides nothing.
+
+    `n_old_rows`: the rows before this admission (the kept sets cover exactly those);
+    `ancestor[a]`: the atom before this admission that atom a is a piece of."""
+    if kept is None or kept.n_rows != n_old_rows or kept.n_sets < k:
+        return None
+    n_rows = int(indptr.shape[0]) - 1
+    n_atoms = int(sizes.shape[0])
+    n_old_atoms = n_atoms - int(np.count_nonzero(ancestor != np.arange(n_atoms)))
+    swapped, holes = kept_sets.substitute(kept, ancestor, n_old_atoms, sizes, k)
+    need = (n_rows - n_old_rows) * kept.n_sets + sum(len(h) for h in holes)
+    fresh = np.arange(n_old_atoms, n_atoms, dtype=np.int64)
+
+    def supply() -> Iterator[tuple[Int64Array, kept_sets.FloatArray]]:
+        # ordered only when read: an output that adds no row and leaves no hole reads none
+        order = kept_sets.candidate_order(indptr, indices, sizes, k, n_old_rows, n_rows, fresh)
+        return kept_sets.batches(indptr, indices, n_atoms, n_rows, order, size=2 * need + 64)()
+
+    carried = kept_sets.extend(swapped, indptr, indices, n_rows, sizes, k, supply, holes)
+    if carried is None or not carried.certifies(sizes, k):
+        return None
+    big = int((sizes[carried.cols[0]] >= k).sum()) if carried.cols else 0
+    return (
+        Certified(
+            sets=carried.n_sets,
+            atoms_used=carried.small_members(sizes, k),
+            quotient_dim=n_rows - big,
+            big_rank=big,
+            nodes=0,
+            kept=True,
+        ),
+        carried,
+    )
+
+
+def decide_scratch(
+    indptr: Int64Array,
+    indices: Int32Array,
+    sizes: Int64Array,
+    k: int,
+    p: int,
+    max_nodes: int,
+) -> tuple[Verdict, KeptSets | None]:
+    """Decide from scratch, and keep new completing sets for the next admission. The kept sets
+    are built first (`kept.build`): when they certify they are the proof, and the exact
+    `decide` (packing and branch-and-bound) runs only when they do not."""
+    built = kept_sets.build(indptr, indices, sizes, k, k)
+    if built is not None and built.certifies(sizes, k):
+        big = int((sizes[built.cols[0]] >= k).sum()) if built.cols else 0
+        n_rows = int(indptr.shape[0]) - 1
+        return (
+            Certified(
+                sets=built.n_sets,
+                atoms_used=built.small_members(sizes, k),
+                quotient_dim=n_rows - big,
+                big_rank=big,
+                nodes=0,
+            ),
+            built,
+        )
+    verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes)
+    if isinstance(verdict, Certified):
+        return verdict, kept_sets.build(indptr, indices, sizes, k, k)
+    return verdict, None
+
+
 def decide_kept(
     kept: KeptSets | None,
     indptr: Int64Array,
@@ -295,38 +373,11 @@ def decide_kept(
     ancestor: Int64Array,
 ) -> tuple[Verdict, KeptSets | None]:
     """Decide with the completing sets kept from the previous admission when they can be
-    carried over (`kept.py`): the new output's splits and its rows only. Otherwise decide from
-    scratch (`decide`, exact), and when that certifies build new kept sets for the next one.
-
-    `n_old_rows`: the rows before this admission (the kept sets cover exactly those);
-    `ancestor[a]`: the atom before this admission that atom a is a piece of."""
-    n_rows = int(indptr.shape[0]) - 1
-    n_atoms = int(sizes.shape[0])
-    n_old_atoms = n_atoms - int(np.count_nonzero(ancestor != np.arange(n_atoms)))
-    if kept is not None and kept.n_rows == n_old_rows and kept.n_sets >= k:
-        swapped, holes = kept_sets.substitute(kept, ancestor, n_old_atoms, sizes, k)
-        need = (n_rows - n_old_rows) * kept.n_sets + sum(len(h) for h in holes)
-        fresh = np.arange(n_old_atoms, n_atoms, dtype=np.int64)
-        order = kept_sets.candidate_order(indptr, indices, sizes, k, n_old_rows, n_rows, fresh)
-        supply = kept_sets.batches(indptr, indices, n_atoms, n_rows, order, size=2 * need + 64)
-        carried = kept_sets.extend(swapped, indptr, indices, n_rows, sizes, k, supply, holes)
-        if carried is not None and carried.certifies(sizes, k):
-            big = int((sizes[carried.cols[0]] >= k).sum()) if carried.cols else 0
-            return (
-                Certified(
-                    sets=carried.n_sets,
-                    atoms_used=carried.small_members(sizes, k),
-                    quotient_dim=n_rows - big,
-                    big_rank=big,
-                    nodes=0,
-                    kept=True,
-                ),
-                carried,
-            )
-    verdict = decide(indptr, indices, n_atoms, sizes, k, p, max_nodes)
-    if isinstance(verdict, Certified):
-        return verdict, kept_sets.build(indptr, indices, sizes, k, k)
-    return verdict, None
+    carried over (`carry_kept`); otherwise from scratch (`decide_scratch`)."""
+    carried = carry_kept(kept, indptr, indices, sizes, k, n_old_rows, ancestor)
+    if carried is not None:
+        return carried
+    return decide_scratch(indptr, indices, sizes, k, p, max_nodes)
 
 
 def _decide(

@@ -16,6 +16,14 @@ is taken as determined when either lane finds it so.
 
 When an atom splits, its pieces get random weights that sum to the atom's weight, so K and K⁻¹
 (whose rows are unions of atoms) are unchanged, and the weights stay uniformly random.
+
+Each lane also keeps a *sketch*: `SKETCHES` more random weights per atom, independent of d and
+split the same way, and their sum over every kept row. A new row the lane calls dependent comes
+with its coefficients μ over the basis; it is checked by comparing its own sketch with μ times
+the basis rows' sketches, O(R) per row instead of a pass over every row's entries. A row that
+is not that combination mod p passes with probability p^-SKETCHES per lane (its difference from
+the combination is a nonzero vector over atoms, and the weights are uniform and independent).
+Sketches are not encoded: a decoded state draws fresh ones (one pass over the rows).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse as sp
 
 from safeaccess.rules.qss import modp
 from safeaccess.rules.qss.kept import KeptSets
@@ -32,7 +41,11 @@ Int32Array = npt.NDArray[np.int32]
 Int64Array = npt.NDArray[np.int64]
 
 N_LANES = 2
+#: Independent sketch weight vectors per lane (see the module docstring).
+SKETCHES = 2
 _LO = (1 << 16) - 1
+#: Below this many terms per key, a float64 bincount of values below 2**31 is exact (< 2**53).
+_EXACT_TERMS = 1 << 22
 
 
 class LaneFailure(Exception):
@@ -40,8 +53,17 @@ class LaneFailure(Exception):
     the admission is refused rather than trusting a possibly incomplete basis."""
 
 
-def _bincount_mod(keys: Int64Array, weights: Int64Array, size: int, p: int) -> Int64Array:
-    """Exact Σ weights per key, mod p (16-bit limbs keep every float64 partial sum exact)."""
+def _bincount_mod(
+    keys: Int64Array, weights: Int64Array, size: int, p: int, max_terms: int | None = None
+) -> Int64Array:
+    """Exact Σ weights per key, mod p (weights in [0, p), p < 2**31). With fewer than 2**22
+    terms per key (`max_terms`, a bound the caller knows, or all the keys) every float64 partial
+    sum is below 2**53 and one pass is exact; otherwise 16-bit limbs keep them exact."""
+    if min(keys.shape[0], max_terms if max_terms is not None else keys.shape[0]) < _EXACT_TERMS:
+        return (
+            np.bincount(keys, weights=weights.astype(np.float64), minlength=size).astype(np.int64)
+            % p
+        )
     lo = np.bincount(keys, weights=(weights & _LO).astype(np.float64), minlength=size)
     hi = np.bincount(keys, weights=(weights >> 16).astype(np.float64), minlength=size)
     return (hi.astype(np.int64) % p * (1 << 16) + lo.astype(np.int64)) % p
@@ -56,6 +78,10 @@ class Lane:
     basis: Int64Array  # (r,) row ids
     k_mat: Int64Array  # (r, r)
     k_inv: Int64Array  # (r, r)
+    # sketch weights (m, SKETCHES) and their sums over every row (R, SKETCHES), mod p; None
+    # until first needed (a decoded state: `with_sketch` draws them)
+    sketch: Int64Array | None = None
+    sketch_rows: Int64Array | None = None
 
     @classmethod
     def fresh(cls, n_atoms: int, rng: np.random.Generator) -> Lane:
@@ -66,7 +92,21 @@ class Lane:
             basis=np.empty(0, dtype=np.int64),
             k_mat=np.zeros((0, 0), dtype=np.int64),
             k_inv=np.zeros((0, 0), dtype=np.int64),
+            sketch=rng.integers(0, p, size=(n_atoms, SKETCHES), dtype=np.int64),
+            sketch_rows=np.zeros((0, SKETCHES), dtype=np.int64),
         )
+
+
+def _split_weights(
+    w: Int64Array, parent: Int64Array, m_old: int, p: int, rng: np.random.Generator
+) -> Int64Array:
+    """Weights over the atoms after a split: each piece a fresh uniform weight, the parent (which
+    keeps its id for one piece) what is left, so every row's sum is unchanged."""
+    fresh = rng.integers(1, p, size=parent.shape[0], dtype=np.int64)
+    taken = np.bincount(parent, weights=fresh.astype(np.float64), minlength=m_old)
+    out = np.concatenate([w, fresh])
+    out[:m_old] = (w - taken.astype(np.int64) % p) % p
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,10 +152,40 @@ class Constraints:
         """One more atom that no row contains (new record ids outside everything)."""
         rng = _secure_rng()
         lanes = tuple(
-            replace(lane, d=np.concatenate([lane.d, rng.integers(1, lane.p, 1, dtype=np.int64)]))
+            replace(
+                lane,
+                d=np.concatenate([lane.d, rng.integers(1, lane.p, 1, dtype=np.int64)]),
+                sketch=None
+                if lane.sketch is None
+                else np.concatenate(
+                    [lane.sketch, rng.integers(0, lane.p, (1, SKETCHES), dtype=np.int64)]
+                ),
+            )
             for lane in self.lanes
         )
         return replace(self, n_atoms=self.n_atoms + 1, lanes=lanes)
+
+    def with_sketch(self) -> Constraints:
+        """The same constraints with every lane's sketch drawn (one pass over the rows' entries
+        for a lane that has none: a state just decoded)."""
+        if all(lane.sketch is not None for lane in self.lanes):
+            return self
+        rng = _secure_rng()
+        rows = self.row_of_entry()
+        lanes = []
+        for lane in self.lanes:
+            if lane.sketch is None:
+                w = rng.integers(0, lane.p, size=(self.n_atoms, SKETCHES), dtype=np.int64)
+                sums = np.stack(
+                    [
+                        _bincount_mod(rows, w[self.indices, s], self.n_rows, lane.p, self.n_atoms)
+                        for s in range(SKETCHES)
+                    ],
+                    axis=1,
+                ).reshape(self.n_rows, SKETCHES)
+                lane = replace(lane, sketch=w, sketch_rows=sums)
+            lanes.append(lane)
+        return replace(self, lanes=tuple(lanes))
 
     def split(self, parent: Int64Array, rng: np.random.Generator) -> Constraints:
         """Atoms n_atoms.. are fresh pieces of atoms `parent`: rows containing a parent now
@@ -127,26 +197,36 @@ class Constraints:
         n_children = np.bincount(parent, minlength=m_old)
         lanes = []
         for lane in self.lanes:
-            fresh = rng.integers(1, lane.p, size=parent.shape[0], dtype=np.int64)
-            taken = np.bincount(parent, weights=fresh.astype(np.float64), minlength=m_old)
-            d = np.concatenate([lane.d, fresh])
-            d[:m_old] = (lane.d - taken.astype(np.int64) % lane.p) % lane.p
-            lanes.append(replace(lane, d=d))
+            d = _split_weights(lane.d, parent, m_old, lane.p, rng)
+            sketch = lane.sketch
+            if sketch is not None:
+                sketch = np.stack(
+                    [
+                        _split_weights(sketch[:, s], parent, m_old, lane.p, rng)
+                        for s in range(SKETCHES)
+                    ],
+                    axis=1,
+                )
+            lanes.append(replace(lane, d=d, sketch=sketch))
         indptr, indices = self.indptr, self.indices
-        reps = 1 + n_children[indices]
-        if reps.size and int(reps.max()) > 1:
+        # only the entries of atoms that split change: their pieces are added at the end of the
+        # entry's row (the order of atoms within a row means nothing), in one insertion pass
+        counts = n_children[indices]
+        hit = np.flatnonzero(counts)
+        if hit.size:
             children = np.argsort(parent, kind="stable").astype(np.int64) + m_old
             child_start = np.concatenate([[0], np.cumsum(n_children)]).astype(np.int64)
-            total = int(reps.sum())
-            ends = np.cumsum(reps)
-            starts = ends - reps
-            expanded = np.repeat(indices.astype(np.int64), reps)
-            offset = np.arange(total, dtype=np.int64) - np.repeat(starts, reps)
-            extra = offset > 0
-            expanded[extra] = children[child_start[expanded[extra]] + offset[extra] - 1]
-            cum = np.concatenate([[0], ends]).astype(np.int64)
-            indptr = cum[indptr]
-            indices = expanded.astype(np.int32)
+            per_hit = counts[hit].astype(np.int64)
+            first = np.repeat(child_start[indices[hit]], per_hit)
+            rank = np.arange(int(per_hit.sum()), dtype=np.int64) - np.repeat(
+                np.cumsum(per_hit) - per_hit, per_hit
+            )
+            pieces = children[first + rank]
+            row_of_hit = np.searchsorted(indptr, hit, side="right") - 1
+            at = np.repeat(indptr[row_of_hit + 1], per_hit)
+            indices = np.insert(indices, at, pieces.astype(np.int32))
+            added = np.bincount(row_of_hit, weights=per_hit, minlength=self.n_rows)
+            indptr = indptr + np.concatenate([[0], np.cumsum(added.astype(np.int64))])
         return Constraints(
             n_atoms=m_new, indptr=indptr, indices=indices, lanes=tuple(lanes), origin=self.origin
         )
@@ -184,6 +264,8 @@ class Candidate:
     n_new_rows: int
     kept_keys: list[CellKey] = field(default_factory=list)  # of the rows added, in row order
     dependencies: list[Dependency] = field(default_factory=list)
+    #: dropped rows whose sketch disagrees with their dependency in some lane (must be 0)
+    unverified: int = 0
 
 
 def _rows_from_cells(
@@ -197,7 +279,10 @@ def _rows_from_cells(
     for g, cell in enumerate(cells):
         offsets.append(len(rows))
         inside = np.flatnonzero(cell >= 0)
-        order = inside[np.argsort(cell[inside], kind="stable")]
+        values = cell[inside]
+        if values.size and int(values.max()) < np.iinfo(np.int16).max:
+            values = values.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
+        order = inside[np.argsort(values, kind="stable")]
         sorted_cells = cell[order]
         n_cells = int(sorted_cells[-1]) + 1 if sorted_cells.size else 0
         bounds = np.searchsorted(sorted_cells, np.arange(n_cells + 1))
@@ -210,58 +295,112 @@ def _rows_from_cells(
     return rows, np.asarray(offsets, dtype=np.int64), keys
 
 
+def _cross_products(
+    constraints: Constraints, new_index: list[Int64Array], n_new: int
+) -> list[Int64Array]:
+    """Per lane, C = M D Nᵀ mod p: (n_rows, n_new), Σ of the lane's atom weights over each kept
+    row ∩ new row. One sparse product for every lane: the rows (0/1, CSR) times the new rows'
+    weighted columns. Each entry sums at most one weight below 2**31 per atom, so with fewer
+    than 2**22 atoms every float64 partial sum is below 2**53 and the product is exact; above
+    that the sums go through 16-bit limbs."""
+    m, n_rows, lanes = constraints.n_atoms, constraints.n_rows, constraints.lanes
+    if n_rows == 0 or n_new == 0:
+        return [np.zeros((n_rows, n_new), np.int64) for _ in lanes]
+    inside = [np.flatnonzero(idx >= 0) for idx in new_index]
+    atoms = np.concatenate(inside)
+    cols = np.concatenate([idx[a] for idx, a in zip(new_index, inside, strict=True)])
+    rows = sp.csr_matrix(
+        (np.ones(constraints.nnz, np.float64), constraints.indices, constraints.indptr),
+        shape=(n_rows, m),
+    )
+    limbs: list[tuple[int, int]] = [(0, 0)] if m < _EXACT_TERMS else [(0, _LO), (16, _LO)]
+    blocks = []
+    for lane in lanes:
+        for shift, mask in limbs:
+            w = lane.d[atoms]
+            blocks.append(((w >> shift) & mask if mask else w).astype(np.float64))
+    n_blocks = len(blocks)
+    weighted = sp.csr_matrix(
+        (
+            np.concatenate(blocks),
+            (
+                np.tile(atoms, n_blocks),
+                np.concatenate([cols + b * n_new for b in range(n_blocks)]),
+            ),
+        ),
+        shape=(m, n_blocks * n_new),
+    )
+    product = (rows @ weighted).toarray().astype(np.int64)
+    out = []
+    per_lane = len(limbs)
+    for i, lane in enumerate(lanes):
+        part = [
+            product[:, (i * per_lane + j) * n_new : (i * per_lane + j + 1) * n_new]
+            for j in range(per_lane)
+        ]
+        if per_lane == 1:
+            out.append(part[0] % lane.p)
+        else:
+            out.append((part[1] % lane.p * (1 << 16) + part[0]) % lane.p)
+    return out
+
+
 def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1) -> Candidate:
     """Add the rows given by cell arrays over the current atoms (one per query-set array); the
-    rows kept are tagged with `origin` (the admission they come from)."""
+    rows kept are tagged with `origin` (the admission they come from). A new row no lane keeps
+    is checked against its dependency in every lane by the sketches (`Candidate.unverified`)."""
+    constraints = constraints.with_sketch()
     new_rows, offsets, row_keys = _rows_from_cells(cells)
     nonempty = [j for j, row in enumerate(new_rows) if row.size]
     n_new = len(new_rows)
     m = constraints.n_atoms
-    row_of_entry = constraints.row_of_entry()
-    atoms_of_entry = constraints.indices.astype(np.int64)
     # new-row index of each atom, per array (an atom is in at most one cell of an array)
     new_index = []
     for g, cell in enumerate(cells):
         idx = np.where(cell >= 0, cell.astype(np.int64) + offsets[g], -1)
         new_index.append(idx)
+    # C = M D Nᵀ for every lane at once (all rows; each lane takes its basis rows)
+    c_all = _cross_products(constraints, new_index, n_new)
+    # pairs of new rows that share atoms (for E = N D Nᵀ), and each new row's atoms
+    pair_keys: list[Int64Array] = []
+    pair_atoms: list[Int64Array] = []
+    for g, idx in enumerate(new_index):
+        for h in range(g, len(new_index)):
+            jh = new_index[h]
+            both = np.flatnonzero((idx >= 0) & (jh >= 0))
+            if both.size == 0:
+                continue
+            pair_keys.append(idx[both] * n_new + jh[both])
+            pair_atoms.append(both.astype(np.int64))
+            if h != g:
+                pair_keys.append(jh[both] * n_new + idx[both])
+                pair_atoms.append(both.astype(np.int64))
+    e_keys = np.concatenate(pair_keys) if pair_keys else np.empty(0, np.int64)
+    e_atoms = np.concatenate(pair_atoms) if pair_atoms else np.empty(0, np.int64)
+    row_keys_new = [np.flatnonzero(idx >= 0) for idx in new_index]
     lanes = []
     kept_any = np.zeros(n_new, dtype=bool)
     kept_by_lane: list[list[int]] = []
     # per lane: for each new row it did not pick, its coefficients over the lane's grown basis
     lane_deps: list[dict[int, Int64Array]] = []
-    for lane in constraints.lanes:
+    lane_sketch_new: list[Int64Array] = []
+    unverified = 0
+    checks: list[tuple[int, Int64Array, Int64Array, Int64Array]] = []
+    for lane_no, lane in enumerate(constraints.lanes):
         p = lane.p
-        r = int(lane.basis.shape[0])
-        local = np.full(constraints.n_rows, -1, dtype=np.int64)
-        local[lane.basis] = np.arange(r, dtype=np.int64)
-        entry_local = local[row_of_entry]
-        in_basis = entry_local >= 0
-        e_local = entry_local[in_basis]
-        e_atom = atoms_of_entry[in_basis]
-        c_mat = np.zeros(r * n_new, dtype=np.int64)
-        e_mat = np.zeros(n_new * n_new, dtype=np.int64)
-        for g, idx in enumerate(new_index):
-            j = idx[e_atom]
-            sel = j >= 0
-            if sel.any():
-                c_mat = (
-                    c_mat
-                    + _bincount_mod(
-                        e_local[sel] * n_new + j[sel], lane.d[e_atom[sel]], r * n_new, p
-                    )
+        assert lane.sketch is not None and lane.sketch_rows is not None
+        c = c_all[lane_no][lane.basis]
+        e = _bincount_mod(e_keys, lane.d[e_atoms], n_new * n_new, p, m).reshape(n_new, n_new)
+        # each new row's sketch: Σ of the sketch weights over its atoms
+        sk_new = np.zeros((n_new, SKETCHES), dtype=np.int64)
+        for idx, inside in zip(new_index, row_keys_new, strict=True):
+            if inside.size == 0:
+                continue
+            for t in range(SKETCHES):
+                sk_new[:, t] = (
+                    sk_new[:, t] + _bincount_mod(idx[inside], lane.sketch[inside, t], n_new, p, m)
                 ) % p
-            for h in range(g, len(new_index)):
-                jh = new_index[h]
-                both = (idx >= 0) & (jh >= 0)
-                if not both.any():
-                    continue
-                keys = idx[both] * n_new + jh[both]
-                block = _bincount_mod(keys, lane.d[both], n_new * n_new, p)
-                e_mat = (e_mat + block) % p
-                if h != g:
-                    e_mat = (e_mat + block.reshape(n_new, n_new).T.reshape(-1)) % p
-        c = c_mat.reshape(r, n_new)
-        e = e_mat.reshape(n_new, n_new)
+        lane_sketch_new.append(sk_new)
         u = modp.matmul(lane.k_inv, c, p)
         schur = (e - modp.matmul(c.T.copy(), u, p)) % p
         candidates = np.asarray(nonempty, dtype=np.int64)
@@ -274,9 +413,9 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
                 raise LaneFailure("Schur complement singular on independent rows")
             c_j = c[:, picked]
             u_j = u[:, picked]
-            t = modp.matmul(u_j, s_inv, p)
-            top_left = (lane.k_inv + modp.matmul(t, u_j.T.copy(), p)) % p
-            top_right = (-t) % p
+            t_mat = modp.matmul(u_j, s_inv, p)
+            top_left = (lane.k_inv + modp.matmul(t_mat, u_j.T.copy(), p)) % p
+            top_right = (-t_mat) % p
             k_inv = np.block([[top_left, top_right], [top_right.T, s_inv]])
             k_mat = np.block([[lane.k_mat, c_j], [c_j.T, e[np.ix_(picked, picked)]]])
         else:
@@ -290,10 +429,23 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
             mu = modp.matmul(k_inv, rhs, p)
             for col, row in enumerate(rest):
                 deps[int(row)] = mu[:, col]
+            # the sketches of the basis rows (old ones by row id, then the picked new ones)
+            basis_sketch = np.vstack([lane.sketch_rows[lane.basis], sk_new[picked]])
+            checks.append((lane_no, rest, mu, basis_sketch))
         lane_deps.append(deps)
         kept_any[picked] = True
         kept_by_lane.append([int(x) for x in picked])
         lanes.append((lane, k_mat, k_inv))
+    # a row no lane kept must be, in every lane, the combination μ that lane found
+    for lane_no, rest, mu, basis_sketch in checks:
+        dropped_here = np.flatnonzero(~kept_any[rest])
+        if dropped_here.size == 0:
+            continue
+        sk_new = lane_sketch_new[lane_no]
+        claimed = modp.matmul(
+            mu[:, dropped_here].T.copy(), basis_sketch, constraints.lanes[lane_no].p
+        )
+        unverified += int(np.any(claimed != sk_new[rest[dropped_here]], axis=1).sum())
     # rows kept in some lane get ids after the existing rows
     kept = np.flatnonzero(kept_any)
     new_id = np.full(n_new, -1, dtype=np.int64)
@@ -304,9 +456,20 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
         [constraints.indices] + [new_rows[j].astype(np.int32) for j in kept]
     ).astype(np.int32)
     out_lanes = []
-    for (lane, k_mat, k_inv), picked_list in zip(lanes, kept_by_lane, strict=True):
+    for (lane, k_mat, k_inv), picked_list, sk_new in zip(
+        lanes, kept_by_lane, lane_sketch_new, strict=True
+    ):
+        assert lane.sketch_rows is not None
         basis = np.concatenate([lane.basis, new_id[np.asarray(picked_list, dtype=np.int64)]])
-        out_lanes.append(replace(lane, basis=basis.astype(np.int64), k_mat=k_mat, k_inv=k_inv))
+        out_lanes.append(
+            replace(
+                lane,
+                basis=basis.astype(np.int64),
+                k_mat=k_mat,
+                k_inv=k_inv,
+                sketch_rows=np.vstack([lane.sketch_rows, sk_new[kept]]),
+            )
+        )
     dropped = [new_rows[j] for j in nonempty if not kept_any[j]]
     dependencies: list[Dependency] = []
     for (lane, _, _), picked_list, deps in zip(lanes, kept_by_lane, lane_deps, strict=True):
@@ -316,14 +479,14 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
         for new in nonempty:
             if kept_any[new] or new not in deps:
                 continue
-            mu = deps[new]
-            nz = np.flatnonzero(mu)
+            mu_j = deps[new]
+            nz = np.flatnonzero(mu_j)
             dependencies.append(
                 Dependency(
                     key=row_keys[new],
                     p=lane.p,
                     rows=basis[nz].astype(np.int64),
-                    coefficients=mu[nz].astype(np.int64),
+                    coefficients=mu_j[nz].astype(np.int64),
                 )
             )
     return Candidate(
@@ -340,6 +503,7 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
         n_new_rows=len(nonempty),
         kept_keys=[row_keys[int(x)] for x in kept],
         dependencies=dependencies,
+        unverified=unverified,
     )
 
 
@@ -358,9 +522,10 @@ def null_vector(constraints: Constraints, lane: Lane, rng: np.random.Generator) 
     entries = np.arange(int(lengths.sum()), dtype=np.int64) + take
     atoms = constraints.indices[entries].astype(np.int64)
     local = np.repeat(np.arange(r, dtype=np.int64), lengths)
-    mw = _bincount_mod(local, w[atoms], r, p)
+    # a row sums at most m terms, an atom at most r
+    mw = _bincount_mod(local, w[atoms], r, p, m)
     y = modp.matmul(lane.k_inv, mw.reshape(r, 1), p).reshape(r)
-    z = _bincount_mod(atoms, y[local], m, p)
+    z = _bincount_mod(atoms, y[local], m, p, r)
     return (w - lane.d * z % p) % p
 
 
@@ -370,4 +535,6 @@ def row_sums(indptr: Int64Array, indices: Int32Array, v: Int64Array, p: int) -> 
     if n_rows == 0:
         return np.zeros(0, dtype=np.int64)
     rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
-    return _bincount_mod(rows, v[indices.astype(np.int64)], n_rows, p)
+    # a row holds each atom once: at most max(indices) + 1 terms
+    most = int(indices.max()) + 1 if indices.size else 0
+    return _bincount_mod(rows, v[indices.astype(np.int64)], n_rows, p, most)

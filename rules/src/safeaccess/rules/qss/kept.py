@@ -20,7 +20,9 @@ Across an admission:
   parent's column on the old rows. So A[:, cols] is unchanged on the old rows, whatever splits.
 - *Shared atoms that became small* (a big atom split into small pieces) would break
   disjointness: every set but one swaps it for one of its pieces, which has the same old column,
-  so `inv` does not change (a big piece can stand in for every set).
+  so `inv` does not change (a big piece can stand in for every set). Where the pieces run out,
+  the positions left (holes) are filled together by other candidates, with one block (Woodbury)
+  update of `inv` (`_fill_holes`).
 - *New rows* (Δ of them): with U = B[:, cols] (the new rows on the set's columns), H = U·inv and
   a candidate atom x with old part a and new part b, the residual r(x) = b − H·a is the part of x
   the old columns cannot reach. Δ candidates with independent residuals (matrix S) complete the
@@ -28,9 +30,9 @@ Across an admission:
   inv' = [[inv + G S⁻¹ H, −G S⁻¹], [−S⁻¹ H, S⁻¹]]. Cost O(R²·Δ) per set, no work over atoms
   beyond reading the candidates' columns.
 
-Whenever a step cannot be taken (no piece to swap in, too few candidates with independent
-residuals in the bounded pool), the caller decides from scratch (`certificate.decide`, exact)
-and rebuilds the kept sets (`build`).
+Whenever a step cannot be taken (no candidate to fill a hole, too few candidates with
+independent residuals in the bounded pool), the caller rebuilds the kept sets from scratch
+(`build`), and decides exactly (`certificate.decide`) only when those do not certify.
 """
 
 from __future__ import annotations
@@ -184,28 +186,48 @@ def _fill_holes(
     p: int,
 ) -> tuple[Int64Array, list[int]]:
     """Replace the columns at the hole positions by candidates (old parts `old`, usable where
-    `free`): x may replace position j iff (inv·x)[j] ≠ 0, and then
-    inv' = inv − (w − e_j)·inv[j, :] / w_j with w = inv·x (Sherman–Morrison). Returns the new
-    inverse and the candidate positions used; `cols` is updated in place."""
+    `free`). Returns the new inverse and the candidate positions used; `cols` and `holes` are
+    updated in place (holes no candidate can fill stay).
+
+    Candidates X may replace positions J together iff W[J, :] is invertible, W = inv·X; then
+    (Woodbury, A' = A + (X − A E_J) E_Jᵀ) inv' = inv − (W − E_J)·W[J, :]⁻¹·inv[J, :]. A window
+    of candidates a little wider than the holes is read at a time: its columns independent on
+    the hole rows (inv[J, :]·X, by elimination), then as many hole rows on which they are
+    independent, are replaced in one block update instead of one rank-one update per hole."""
     used: list[int] = []
-    for j in list(holes):
+    start = 0
+    width = 2 * len(holes) + 8
+    while holes:
+        # a window's candidates not taken may fill the holes left once the inverse changed:
+        # the window moves on only when it fills none
         avail = np.flatnonzero(free)
-        if avail.size == 0:
+        if start >= avail.shape[0]:
             break
-        reach = modp.matmul_01(inv[j : j + 1, :], old[:, avail], p).reshape(-1)
-        hit = np.flatnonzero(reach)
-        if hit.size == 0:
+        window = avail[start : start + width]
+        hole_rows = np.asarray(holes, dtype=np.int64)
+        reach = modp.matmul_01(inv[hole_rows, :], old[:, window], p)  # (holes, window)
+        pivot_cols = np.asarray(modp.pivot_columns(reach, p), dtype=np.int64)
+        if pivot_cols.size == 0:
+            start += width
+            width *= 2
             continue
-        pick = int(avail[hit[0]])
-        w = modp.matmul_01(inv, old[:, pick : pick + 1], p).reshape(-1)
-        f = w.copy()
-        f[j] = (f[j] - 1) % p
-        f = f * modp.inverse(int(w[j]), p) % p
-        inv = (inv - np.outer(f, inv[j, :]) % p) % p
-        cols[j] = atoms[pick]
-        free[pick] = False
-        used.append(pick)
-        holes.remove(j)
+        sub = reach[:, pivot_cols]  # rank = its column count
+        pivot_rows = np.asarray(modp.pivot_columns(sub.T.copy(), p), dtype=np.int64)
+        rows_j = hole_rows[pivot_rows]
+        picks = window[pivot_cols]
+        core_inv = modp.invert(sub[pivot_rows, :], p)
+        if core_inv is None:  # the eliminations said independent: an arithmetic fault
+            break
+        w = modp.matmul_01(inv, old[:, picks], p)  # (R, ρ)
+        w[rows_j, np.arange(rows_j.shape[0])] -= 1
+        w %= p
+        inv = (inv - modp.matmul(modp.matmul(w, core_inv, p), inv[rows_j, :], p)) % p
+        cols[rows_j] = atoms[picks]
+        free[picks] = False
+        used.extend(int(x) for x in picks)
+        for j in rows_j:
+            holes.remove(int(j))
+        width = 2 * len(holes) + 8
     return inv, used
 
 
@@ -346,24 +368,34 @@ def candidate_order(
         lead = first[sizes[first] < k]
         parts.append(lead[rng.permutation(lead.shape[0])])
     start, stop = int(indptr[r0]), int(indptr[r1])
+    tiers: list[int] = []
     if stop > start:
         entries = indices[start:stop].astype(np.int64)
-        rows = np.repeat(np.arange(r1 - r0), np.diff(indptr[r0 : r1 + 1]))
-        shuffled = np.lexsort(np.stack([rng.random(entries.shape[0]), rows.astype(np.float64)]))
-        rank = np.arange(entries.shape[0]) - np.searchsorted(rows[shuffled], rows[shuffled])
+        lengths = np.diff(indptr[r0 : r1 + 1])
+        rows = np.repeat(np.arange(r1 - r0, dtype=np.int32), lengths)
+        # each row's entries in random order: shuffle, then a stable sort by row (the rows
+        # stay contiguous, in CSR order, so an entry's rank in its row is its offset there)
+        perm = rng.permutation(entries.shape[0])
+        shuffled = perm[np.argsort(rows[perm], kind="stable")]
+        rank = np.arange(entries.shape[0]) - np.repeat(indptr[r0:r1] - indptr[r0], lengths)
         for lo, hi in ((0, per_row), (per_row, 4 * per_row)):
             tier = entries[shuffled[(rank >= lo) & (rank < hi)]]
+            tiers.append(len(parts))
             parts.append(tier[sizes[tier] < k])
     small = np.flatnonzero(sizes < k).astype(np.int64)
     parts.append(small[rng.permutation(small.shape[0])])
-    order = np.concatenate(parts)
-    # keep each atom's first place only
+    # keep each atom's first place only (an atom may be in several new rows' tiers; the other
+    # parts hold each atom once)
     seen = np.zeros(n_atoms, dtype=bool)
-    _, first_place = np.unique(order, return_index=True)
-    keep = np.zeros(order.shape[0], dtype=bool)
-    keep[first_place] = True
-    del seen
-    return order[keep]
+    kept_parts = []
+    for i, part in enumerate(parts):
+        part = part[~seen[part]]
+        if i in tiers:
+            _, first_place = np.unique(part, return_index=True)
+            part = part[np.sort(first_place)]
+        seen[part] = True
+        kept_parts.append(part)
+    return np.concatenate(kept_parts)
 
 
 def batches(

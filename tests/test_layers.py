@@ -184,6 +184,9 @@ def _cycles() -> list[frozenset[str]]:
 #: `importlib` loop is invisible to `ast`: neither is listed.
 KNOWN_CYCLES = {
     "service-audit_service": {"safeaccess.server.service", "safeaccess.server.audit_service"},
+}
+#: Cycles the layout issue has broken, checked by name so that a regression says which one.
+BROKEN_CYCLES = {
     "qss-state-codec": {"safeaccess.rules.qss.state", "safeaccess.rules.qss.codec"},
 }
 
@@ -198,6 +201,12 @@ def test_no_cycle_beyond_the_known_ones() -> None:
 @pytest.mark.xfail(strict=True, reason="a known cycle, to be broken by the layout issue")
 def test_known_cycle_is_broken(name: str) -> None:
     members = KNOWN_CYCLES[name]
+    assert not any(members <= c for c in _cycles())
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_CYCLES))
+def test_broken_cycle_stays_broken(name: str) -> None:
+    members = BROKEN_CYCLES[name]
     assert not any(members <= c for c in _cycles())
 
 

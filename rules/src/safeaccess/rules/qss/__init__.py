@@ -7,7 +7,7 @@ state, or refuses them all. See docs/qss.md for what each mode guarantees.
 from __future__ import annotations
 
 from safeaccess.rules.qss.admit import Admission, QuerySetError, admit
-from safeaccess.rules.qss.codec import StateFormatError
+from safeaccess.rules.qss.encoding import StateFormatError
 from safeaccess.rules.qss.policy import AuditMode, AuditPolicy
 from safeaccess.rules.qss.state import AuditState
 

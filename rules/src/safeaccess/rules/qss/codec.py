@@ -1,167 +1,31 @@
 """A versioned binary encoding of AuditState (no pickle), validated on load.
 
-Layout (little-endian): magic b"SAQSS\\0", u16 version, u16 flags (bit 0: constraints
-tracked), u64 n_records, n_atoms, outside + 1, n_query_sets, n_rows, nnz, n_lanes, then per lane
-u64 p and r; then atom_of int32[n_records], and when tracked: indptr int64[n_rows + 1], indices
-int32[nnz], origin int32[n_rows] (version 2 on; the admission each row came with), per lane d uint32[n_atoms], basis int32[r], K uint32[r*r], K⁻¹ uint32[r*r]; last a
-SHA-256 of everything before it. Atom sizes are recomputed from atom_of on load.
+The layout itself and its checks are in `encoding.py`, which works on the state's fields so that
+`AuditState.to_bytes` / `from_bytes` can use it without `state.py` importing this module (that
+was an import cycle). The names below stay here for callers that import them from the codec.
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
-
-import numpy as np
-import numpy.typing as npt
-
-from safeaccess.rules.qss import modp
-from safeaccess.rules.qss.constraints import Constraints, Lane
+from safeaccess.rules.qss.encoding import (
+    MAGIC,
+    READABLE,
+    VERSION,
+    StateFormatError,
+    decode_fields,
+    encode_fields,
+)
 from safeaccess.rules.qss.state import AuditState
 
-MAGIC = b"SAQSS\0"
-VERSION = 2
-#: Versions this decoder reads (1: rows carry no origin).
-READABLE = (1, 2)
-_HEAD = struct.Struct("<6sHH7Q")
-_LANE = struct.Struct("<2Q")
-_DIGEST = 32
-
-
-class StateFormatError(ValueError):
-    """Bytes that are not a valid encoded AuditState."""
+__all__ = ["MAGIC", "READABLE", "VERSION", "StateFormatError", "decode_state", "encode_state"]
 
 
 def encode_state(state: AuditState) -> bytes:
-    constraints = state.constraints
-    tracked = constraints is not None
-    lanes = constraints.lanes if constraints is not None else ()
-    parts: list[bytes] = [
-        _HEAD.pack(
-            MAGIC,
-            VERSION,
-            1 if tracked else 0,
-            state.n_records,
-            state.n_atoms,
-            state.outside + 1,
-            state.n_query_sets,
-            constraints.n_rows if constraints is not None else 0,
-            constraints.nnz if constraints is not None else 0,
-            len(lanes),
-        )
-    ]
-    parts += [_LANE.pack(lane.p, int(lane.basis.shape[0])) for lane in lanes]
-    parts.append(np.ascontiguousarray(state.atom_of, dtype="<i4").tobytes())
-    if constraints is not None:
-        parts.append(constraints.indptr.astype("<i8").tobytes())
-        parts.append(constraints.indices.astype("<i4").tobytes())
-        parts.append(constraints.origin.astype("<i4").tobytes())
-        for lane in lanes:
-            parts.append(lane.d.astype("<u4").tobytes())
-            parts.append(lane.basis.astype("<i4").tobytes())
-            parts.append(lane.k_mat.astype("<u4").tobytes())
-            parts.append(lane.k_inv.astype("<u4").tobytes())
-    body = b"".join(parts)
-    return body + hashlib.sha256(body).digest()
-
-
-class _Reader:
-    def __init__(self, data: memoryview) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, dtype: str, count: int, what: str) -> npt.NDArray[np.generic]:
-        width = np.dtype(dtype).itemsize * count
-        if self.pos + width > len(self.data):
-            raise StateFormatError(f"state is truncated in {what}")
-        out = np.frombuffer(self.data[self.pos : self.pos + width], dtype=dtype).copy()
-        self.pos += width
-        return out
+    """The bytes of `state` (the same as `state.to_bytes()`)."""
+    return encode_fields(state.fields())
 
 
 def decode_state(data: bytes) -> AuditState:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise StateFormatError(f"expected bytes, got {type(data).__name__}")
-    raw = bytes(data)
-    if len(raw) < _HEAD.size + _DIGEST or raw[: len(MAGIC)] != MAGIC:
-        raise StateFormatError("not an encoded query-set auditor state (bad magic or too short)")
-    body, digest = raw[:-_DIGEST], raw[-_DIGEST:]
-    (_, version, flags, n_records, n_atoms, outside1, n_query_sets, n_rows, nnz, n_lanes) = (
-        _HEAD.unpack_from(body)
-    )
-    if version not in READABLE:
-        raise StateFormatError(f"state format version {version}; this auditor reads {READABLE}")
-    if hashlib.sha256(body).digest() != digest:
-        raise StateFormatError("state checksum mismatch: the bytes are corrupted or truncated")
-    if flags not in (0, 1):
-        raise StateFormatError(f"unknown state flags {flags}")
-    reader = _Reader(memoryview(body))
-    reader.pos = _HEAD.size
-    lane_heads = []
-    for _ in range(n_lanes):
-        if reader.pos + _LANE.size > len(body):
-            raise StateFormatError("state is truncated in the lane headers")
-        lane_heads.append(_LANE.unpack_from(body, reader.pos))
-        reader.pos += _LANE.size
-    atom_of = reader.take("<i4", n_records, "atom_of").astype(np.int32)
-    if n_records and (int(atom_of.min()) < 0 or int(atom_of.max()) >= n_atoms):
-        raise StateFormatError("atom ids out of range")
-    sizes = np.bincount(atom_of, minlength=n_atoms).astype(np.int64)
-    if sizes.shape[0] != n_atoms or (n_atoms and int(sizes.min()) == 0):
-        raise StateFormatError("every atom must hold at least one record")
-    outside = int(outside1) - 1
-    if outside >= n_atoms or outside < -1:
-        raise StateFormatError("outside atom out of range")
-    constraints: Constraints | None = None
-    if flags & 1:
-        constraints = _decode_constraints(reader, lane_heads, n_atoms, n_rows, nnz, version)
-    elif n_lanes or n_rows or nnz:
-        raise StateFormatError("constraint data present in a state marked untracked")
-    if reader.pos != len(body):
-        raise StateFormatError(f"{len(body) - reader.pos} trailing bytes in state")
-    return AuditState(atom_of, sizes, outside, int(n_query_sets), constraints)
-
-
-def _decode_constraints(
-    reader: _Reader,
-    lane_heads: list[tuple[int, int]],
-    n_atoms: int,
-    n_rows: int,
-    nnz: int,
-    version: int,
-) -> Constraints:
-    indptr = reader.take("<i8", n_rows + 1, "row pointers").astype(np.int64)
-    indices = reader.take("<i4", nnz, "row entries").astype(np.int32)
-    if version >= 2:
-        origin = reader.take("<i4", n_rows, "row origins").astype(np.int32)
-    else:
-        origin = np.full(n_rows, -1, dtype=np.int32)
-    if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) <= 0):
-        raise StateFormatError("row pointers are not increasing from 0 to the entry count")
-    if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n_atoms):
-        raise StateFormatError("row entries name atoms out of range")
-    lanes = []
-    check_rng = np.random.default_rng()
-    for p, r in lane_heads:
-        if not (1 << 30) <= p < (1 << 31) or not modp.is_prime(p):
-            raise StateFormatError(f"lane modulus {p} is not a prime in [2**30, 2**31)")
-        d = reader.take("<u4", n_atoms, "atom weights").astype(np.int64)
-        basis = reader.take("<i4", r, "basis").astype(np.int64)
-        k_mat = reader.take("<u4", r * r, "K").astype(np.int64).reshape(r, r)
-        k_inv = reader.take("<u4", r * r, "K inverse").astype(np.int64).reshape(r, r)
-        if n_atoms and int(d.max()) >= p:
-            raise StateFormatError("atom weights out of range")
-        if r and (int(basis.min()) < 0 or int(basis.max()) >= n_rows):
-            raise StateFormatError("basis names rows out of range")
-        if np.unique(basis).size != r:
-            raise StateFormatError("basis names a row twice")
-        if r and (int(k_mat.max()) >= p or int(k_inv.max()) >= p):
-            raise StateFormatError("K entries out of range")
-        if r:
-            x = check_rng.integers(0, p, size=(r, 1), dtype=np.int64)
-            if not np.array_equal(modp.matmul(k_mat, modp.matmul(k_inv, x, p), p), x):
-                raise StateFormatError("stored K inverse does not invert K")
-        lanes.append(Lane(p=int(p), d=d, basis=basis, k_mat=k_mat, k_inv=k_inv))
-    return Constraints(
-        n_atoms=n_atoms, indptr=indptr, indices=indices, lanes=tuple(lanes), origin=origin
-    )
+    """The state encoded in `data` (the same as `AuditState.from_bytes(data)`); raise
+    StateFormatError for bytes that are not a valid encoded state."""
+    return AuditState(*decode_fields(data))

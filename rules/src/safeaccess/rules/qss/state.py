@@ -13,9 +13,13 @@ import numpy as np
 import numpy.typing as npt
 
 from safeaccess.rules.qss.constraints import Constraints
-
-Int32Array = npt.NDArray[np.int32]
-Int64Array = npt.NDArray[np.int64]
+from safeaccess.rules.qss.encoding import (
+    Int32Array,
+    Int64Array,
+    StateFields,
+    decode_fields,
+    encode_fields,
+)
 
 
 def _frozen(array: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
@@ -121,16 +125,20 @@ class AuditState:
         atom_of = np.concatenate([self._atom_of, np.full(added, outside, dtype=np.int32)])
         return AuditState(atom_of, sizes, outside, self._n_query_sets, constraints)
 
-    def to_bytes(self) -> bytes:
-        from safeaccess.rules.qss.codec import encode_state
+    def fields(self) -> StateFields:
+        """The constructor arguments that rebuild this state (what the encoding stores)."""
+        return StateFields(
+            self._atom_of, self._sizes, self._outside, self._n_query_sets, self._constraints
+        )
 
-        return encode_state(self)
+    def to_bytes(self) -> bytes:
+        """The versioned binary encoding of this state (see `encoding.py`)."""
+        return encode_fields(self.fields())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> AuditState:
-        from safeaccess.rules.qss.codec import decode_state
-
-        return decode_state(data)
+        """The state encoded in `data`; raise StateFormatError for anything else."""
+        return cls(*decode_fields(data))
 
     def __repr__(self) -> str:
         return (

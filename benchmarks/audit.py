@@ -487,7 +487,7 @@ def bench_verify(entries: int, modes: list[str], log_dir: str | None = None) -> 
             export = tmp / "log.export"
             if not export.exists():
                 with open(export, "wb") as handle:
-                    for chunk in AuditService(centre.service).export():
+                    for chunk in AuditService.of(centre.service).export():
                         handle.write(chunk)
             auditor = Ed25519PrivateKey.generate()
             name = f"eve{uuid.uuid4().hex[:8]}"

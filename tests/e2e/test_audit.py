@@ -442,7 +442,7 @@ def test_a_process_killed_mid_append_leaves_a_log_that_verifies(
     service = Service(root)
     try:
         export = tmp_path / "after-kill.export"
-        export.write_bytes(b"".join(AuditService(service).export()))
+        export.write_bytes(b"".join(AuditService.of(service).export()))
         report = verify_log(ExportSource(export))
         assert report.kinds.get("crash_test", 0) > 10
     finally:

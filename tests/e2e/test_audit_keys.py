@@ -52,7 +52,7 @@ def _write_public(key: Ed25519PrivateKey, path: Path) -> Path:
 
 
 def _export(service: Service, path: Path) -> ExportSource:
-    path.write_bytes(b"".join(AuditService(service).export()))
+    path.write_bytes(b"".join(AuditService.of(service).export()))
     return ExportSource(path)
 
 

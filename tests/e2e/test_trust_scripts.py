@@ -62,7 +62,7 @@ def test_a_log_holding_a_failed_and_rejected_script_verifies(
         service.store, seq, 1, approve=False, reviewer="carol", note="the script failed"
     ) in ("aborted", "finished")
     export = tmp_path / "failed-script.export"
-    export.write_bytes(b"".join(AuditService(service).export()))
+    export.write_bytes(b"".join(AuditService.of(service).export()))
     report = verify_log(ExportSource(export))
     assert report.kinds.get("script_run_finished", 0) >= 1
     assert report.kinds.get("review_rejected", 0) >= 1
@@ -113,7 +113,7 @@ def test_the_log_does_not_tell_a_researcher_when_her_script_finished(
     # The run enters the log with the checker's decision, just before it: the log verifies.
     assert review.decide(service.store, seq, 2, approve=True, reviewer="carol") == "finished"
     export = tmp_path / "script-timing.export"
-    export.write_bytes(b"".join(AuditService(service).export()))
+    export.write_bytes(b"".join(AuditService.of(service).export()))
     report = verify_log(ExportSource(export))
     assert report.kinds.get("script_run_finished", 0) >= 1
     kinds = [e.kind for e in service.store.events(seq) if e.step_index == 2]

@@ -14,17 +14,23 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
 from safeaccess.client.httpsig import SignatureError, verify_request
 from safeaccess.client.keys import load_public_key, public_key_raw
 from safeaccess.client.protocol import canonical
 from safeaccess.server import auditlog
+from safeaccess.server.auth import AUTHENTICATION_FAILED, check_rate
 from safeaccess.server.errors import InvalidRequest, NotFound, Unauthenticated
 
 if TYPE_CHECKING:
+    # Types only: this module takes the parts it needs, never the `Service` (service.py builds
+    # an AuditService, so importing it here at run time was an import cycle).
+    from safeaccess.server.config import ServerConfig
+    from safeaccess.server.ratelimit import FailureLimiter
     from safeaccess.server.service import Service
+    from safeaccess.server.store import Store
 
 MAX_ENTRIES_PER_REQUEST = 1000
 EXPORT_FORMAT = "safeaccess-audit-export"
@@ -37,12 +43,33 @@ def log_origin(server_id: str) -> str:
 
 
 class AuditService:
-    """Audit endpoints over a `Service`'s store and signing key."""
+    """Audit endpoints over the log's store, signed with the server's key.
 
-    def __init__(self, service: Service):
-        self.service = service
-        self.store = service.store
+    `config` gives the server id and the allowed clock skew; `auth_limiter` counts failed
+    authentications (shared with the researchers' side, so both roles hit one limit)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: ServerConfig,
+        signing_key: Ed25519PrivateKey,
+        auth_limiter: FailureLimiter,
+    ):
+        self.store = store
+        self.config = config
+        self.signing_key = signing_key
+        self.auth_limiter = auth_limiter
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
+
+    @classmethod
+    def of(cls, service: Service) -> AuditService:
+        """An AuditService over a running `Service`'s store, identity and limiter (a
+        convenience for tools and tests; the service's own is `service.audit`)."""
+        return cls(service.store, service.config, service.signing_key, service.auth_limiter)
+
+    @property
+    def server_id(self) -> str:
+        return self.config.server_id
 
     # -- authentication -------------------------------------------------------------------------
 
@@ -72,7 +99,7 @@ class AuditService:
 
         named = claimed_keyid(headers)
         claimed = None if named is None else "auditor:" + named
-        self.service.check_rate(claimed, address, "auditor")
+        check_rate(self.auth_limiter, claimed, address, "auditor")
         try:
             params = verify_request(
                 method,
@@ -83,15 +110,12 @@ class AuditService:
                 resolve_key=self._auditor_key,
                 # A separate nonce namespace: an auditor may share a name with a researcher.
                 remember_nonce=lambda k, n, e: self.store.remember_nonce("auditor:" + k, n, e),
-                max_skew=self.service.config.clock_skew_seconds,
-                server=self.service.server_id,
+                max_skew=self.config.clock_skew_seconds,
+                server=self.server_id,
             )
         except SignatureError as exc:
             # The researchers' rule holds for auditors too: one answer for every cause, so a
-            # distinct "unknown key" cannot tell who is registered. (Imported here: service
-            # imports this module.)
-            from safeaccess.server.service import AUTHENTICATION_FAILED
-
+            # distinct "unknown key" cannot tell who is registered.
             logging.getLogger("safeaccess.server").info(
                 "auditor authentication failed (%s) for key id %r from %s: %s",
                 exc.code,
@@ -99,7 +123,7 @@ class AuditService:
                 address,
                 exc,
             )
-            self.service.auth_limiter.failed(claimed, address)
+            self.auth_limiter.failed(claimed, address)
             raise Unauthenticated(AUTHENTICATION_FAILED) from exc
         return params.keyid
 
@@ -107,9 +131,9 @@ class AuditService:
 
     def _sign(self, size: int, root: bytes) -> str:
         checkpoint = Checkpoint(
-            origin=log_origin(self.service.server_id), size=size, root=root, time=int(time.time())
+            origin=log_origin(self.server_id), size=size, root=root, time=int(time.time())
         )
-        return sign_checkpoint(checkpoint, self.service.server_id, self.service.signing_key)
+        return sign_checkpoint(checkpoint, self.server_id, self.signing_key)
 
     def checkpoint(self) -> str:
         """A freshly signed checkpoint of the whole log."""
@@ -145,9 +169,9 @@ class AuditService:
         header: dict[str, Any] = {
             "format": EXPORT_FORMAT,
             "version": 1,
-            "server_id": self.service.server_id,
+            "server_id": self.server_id,
             "server_public_key": base64.b64encode(
-                public_key_raw(self.service.signing_key.public_key())
+                public_key_raw(self.signing_key.public_key())
             ).decode("ascii"),
             "checkpoint": checkpoint,
         }
@@ -187,17 +211,21 @@ class AuditService:
         }
 
 
-def configuration_record(service: Service) -> dict[str, Any]:
-    """The configuration an auditor needs to check the log: the centre's identity and key, the
-    certification authorities it trusts (their keys verify endorsements), sandbox settings."""
-    config = service.config
+def configuration_record(
+    config: ServerConfig,
+    server_public_key: str,
+    trusted_cas: Mapping[str, Ed25519PublicKey],
+) -> dict[str, Any]:
+    """The configuration an auditor needs to check the log: the centre's identity and key
+    (`server_public_key`, 32 raw bytes in base64), the certification authorities it trusts
+    (their keys verify endorsements), sandbox settings."""
     cas = {
         name: base64.b64encode(public_key_raw(key)).decode("ascii")
-        for name, key in sorted(service.trusted_cas.items())
+        for name, key in sorted(trusted_cas.items())
     }
     data: dict[str, Any] = {
         "server_id": config.server_id,
-        "server_public_key": service.server_public_key,
+        "server_public_key": server_public_key,
         "trusted_cas": cas,
         "sandbox": config.sandbox.model_dump(mode="json"),
         "max_concurrent_jobs": config.max_concurrent_jobs,
@@ -206,9 +234,9 @@ def configuration_record(service: Service) -> dict[str, Any]:
     return data
 
 
-def log_configuration(service: Service) -> None:
-    """Log the configuration when it differs from the last one logged (first start, changes)."""
-    data = configuration_record(service)
-    last = service.store.last_event("configuration")
+def log_configuration(store: Store, data: dict[str, Any]) -> None:
+    """Log the configuration record `data` (see `configuration_record`) when it differs from
+    the last one logged (first start, changes)."""
+    last = store.last_event("configuration")
     if last is None or last.data.get("digest") != data["digest"]:
-        service.store.log_event("configuration", "server", data)
+        store.log_event("configuration", "server", data)

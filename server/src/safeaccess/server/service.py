@@ -12,7 +12,6 @@ import contextlib
 import importlib.metadata
 import json
 import logging
-import math
 import re
 import threading
 import uuid
@@ -39,7 +38,13 @@ from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
 from safeaccess.server import budgets, claim_gate, review
-from safeaccess.server.audit_service import AuditService, log_configuration
+from safeaccess.server.audit_service import (
+    AuditService,
+    configuration_record,
+    log_configuration,
+)
+from safeaccess.server.auth import AUTHENTICATION_FAILED as AUTHENTICATION_FAILED
+from safeaccess.server.auth import check_rate
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.digests import sha256_hex
@@ -62,7 +67,6 @@ from safeaccess.server.qss_universe import Population
 from safeaccess.server.ratelimit import (
     DatabaseFailureLimiter,
     FailureLimiter,
-    TooManyFailures,
     claimed_keyid,
 )
 from safeaccess.server.reasons import researcher_reasons, script_reasons
@@ -100,12 +104,6 @@ AWAITING_APPROVAL = Reason(
     verdict="review",
     message="your withhold budget on this dataset is spent: an output checker must approve "
     "opening this sequence; run it again once approved",
-)
-
-AUTHENTICATION_FAILED = (
-    "the request could not be authenticated: sign it with the key registered for your researcher "
-    "name, for this server, with the current time and a fresh nonce (the safeaccess client does "
-    "this; check your researcher name, key file and clock)"
 )
 
 
@@ -206,8 +204,11 @@ class Service:
         resumed = self.scripts.resume()
         if resumed:
             log.info("resumed %d script run(s) left unfinished", resumed)
-        self.audit = AuditService(self)
-        log_configuration(self)
+        self.audit = AuditService(self.store, self.config, self.signing_key, self.auth_limiter)
+        log_configuration(
+            self.store,
+            configuration_record(self.config, self.server_public_key, self.trusted_cas),
+        )
 
     def close(self) -> None:
         self.scripts.close()
@@ -249,19 +250,7 @@ class Service:
     def check_rate(self, key: str | None, address: str | None, who: str) -> None:
         """Refuse (429) a key id or client address past its limit of authentication failures,
         before its signature is checked."""
-        wait = self.auth_limiter.retry_after(key, address)
-        if wait is not None:
-            log.warning(
-                "%s authentication refused: too many failures (key id %r, address %s)",
-                who,
-                key,
-                address,
-            )
-            raise TooManyFailures(
-                f"too many failed authentications from this key or address; try again in "
-                f"{math.ceil(wait)} s",
-                retry_after=wait,
-            )
+        check_rate(self.auth_limiter, key, address, who)
 
     def authenticate(
         self,

@@ -71,7 +71,9 @@ def main() -> None:
             counts, rho = gcap(
                 codes[:, k], codes[:, t], syn[:, k], syn[:, t], [levels[i] for i in k], levels[t]
             )
-            ours = 1.0 - attack_summary(counts, rho, codes[:, t], syn[:, t], levels[t]).gcap_mean_score
+            ours = (
+                1.0 - attack_summary(counts, rho, codes[:, t], syn[:, t], levels[t]).gcap_mean_score
+            )
             t_ours = time.perf_counter() - start
             print(
                 f"{rel_name} | {len(keys)} keys -> {target} | {theirs:.6f} | {ours:.6f} | "

@@ -15,6 +15,7 @@ like), total and per part, in CPU seconds; the sandbox's CPU limit is 60 s.
 
     python benchmarks/synthetic.py [--rows 100000] [--skip-hungarian] [--synthesis] [--check]
     python benchmarks/synthetic.py --synthesis-large
+    python benchmarks/synthetic.py --only-dcr
     python benchmarks/synthetic.py --only-check
 """
 
@@ -268,8 +269,12 @@ def main() -> None:
     parser.add_argument("--synthesis-large", action="store_true", help="MST-G on 1M x 30 alone")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--only-check", action="store_true")
+    parser.add_argument("--only-dcr", action="store_true")
     args = parser.parse_args()
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
+    if args.only_dcr:
+        bench_dcr(args.rows)
+        return
     if args.synthesis_large:
         bench_synthesis(1_000_000, 30)
         return

@@ -64,6 +64,30 @@ def test_dcr_matches_brute_force(dim, seed):
     assert idx.tolist() == [int(np.flatnonzero(row == row.min()).min()) for row in full]
 
 
+@pytest.mark.parametrize("threads", ["1", "2", None])
+@pytest.mark.parametrize("dim", [2, 5, 10])
+def test_dcr_on_continuous_data_matches_brute_force_on_any_thread_count(dim, threads, monkeypatch):
+    # continuous points (the k-d tree path with reordered, threaded queries), plus exact copies
+    # and a duplicated real row so ties to the lowest index are still exercised
+    if threads is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+    rng = np.random.default_rng(100 + dim)
+    real = rng.random((300, dim))
+    real[17] = real[250]
+    syn = np.r_[rng.random((200, dim)), real[[250, 3, 299]]]
+    dist, idx = dcr(syn, real)
+    full = np.sqrt(((syn[:, None, :] - real[None, :, :]) ** 2).sum(axis=2))
+    assert dist == pytest.approx(full.min(axis=1), abs=1e-12)
+    assert idx.tolist() == [int(np.flatnonzero(row == row.min()).min()) for row in full]
+    assert idx[-3] == 17  # the copy of row 250 resolves to its lower-index twin
+    loo, loo_idx = dcr_loo(real)
+    np.fill_diagonal(full_r := np.sqrt(((real[:, None] - real[None]) ** 2).sum(axis=2)), np.inf)
+    assert loo == pytest.approx(full_r.min(axis=1), abs=1e-12)
+    assert loo[17] == 0.0 and loo_idx[17] == 250 and loo_idx[250] == 17
+
+
 @pytest.mark.parametrize("dim", [2, 12])
 def test_dcr_loo_excludes_only_the_record_itself(dim):
     rng = np.random.default_rng(dim)

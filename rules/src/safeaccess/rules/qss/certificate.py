@@ -316,17 +316,21 @@ def carry_kept(
     carried = kept_sets.extend(swapped, indptr, indices, n_rows, sizes, k, supply, holes)
     if carried is None or not carried.certifies(sizes, k):
         return None
-    big = int((sizes[carried.cols[0]] >= k).sum()) if carried.cols else 0
-    return (
-        Certified(
-            sets=carried.n_sets,
-            atoms_used=carried.small_members(sizes, k),
-            quotient_dim=n_rows - big,
-            big_rank=big,
-            nodes=0,
-            kept=True,
-        ),
-        carried,
+    return _certified_by(carried, sizes, k, n_rows, kept=True), carried
+
+
+def _certified_by(
+    sets: KeptSets, sizes: Int64Array, k: int, n_rows: int, *, kept: bool
+) -> Certified:
+    """The certificate that completing sets which certify make (no search: `nodes` 0)."""
+    big = int((sizes[sets.cols[0]] >= k).sum()) if sets.cols else 0
+    return Certified(
+        sets=sets.n_sets,
+        atoms_used=sets.small_members(sizes, k),
+        quotient_dim=n_rows - big,
+        big_rank=big,
+        nodes=0,
+        kept=kept,
     )
 
 
@@ -343,18 +347,7 @@ def decide_scratch(
     `decide` (packing and branch-and-bound) runs only when they do not."""
     built = kept_sets.build(indptr, indices, sizes, k, k)
     if built is not None and built.certifies(sizes, k):
-        big = int((sizes[built.cols[0]] >= k).sum()) if built.cols else 0
-        n_rows = int(indptr.shape[0]) - 1
-        return (
-            Certified(
-                sets=built.n_sets,
-                atoms_used=built.small_members(sizes, k),
-                quotient_dim=n_rows - big,
-                big_rank=big,
-                nodes=0,
-            ),
-            built,
-        )
+        return _certified_by(built, sizes, k, int(indptr.shape[0]) - 1, kept=False), built
     verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes)
     if isinstance(verdict, Certified):
         return verdict, kept_sets.build(indptr, indices, sizes, k, k)

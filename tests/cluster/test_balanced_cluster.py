@@ -18,9 +18,11 @@ The steps run one after the other: the order the query-set auditor sees is the t
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import ssl
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -30,7 +32,7 @@ from pathlib import Path
 import pyotp
 import pytest
 from cluster_centre import Balanced, build_centre, seal_for
-from cluster_support import descendants, signal_all
+from cluster_support import HAPROXY_CONFIG, descendants, signal_all
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from sqlalchemy import select
 
@@ -174,6 +176,30 @@ def test_the_haproxy_configuration_is_valid(balanced: Balanced) -> None:
     assert checked.returncode == 0 and "Configuration file is valid" in checked.stdout, (
         checked.stdout + checked.stderr
     )
+    # The production directory (00-global.cfg too) with deploy/haproxy/default-haproxy's values,
+    # the certificate aside (the test's stands in for the centre's).
+    deploy = HAPROXY_CONFIG.parent
+    values = dict(
+        line.split("=", 1)
+        for line in (deploy / "default-haproxy").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert values["CONFIG"] == "/etc/haproxy/safeaccess.d"
+    values["SAFEACCESS_TLS_CERT"] = balanced.haproxy.env["SAFEACCESS_TLS_CERT"]
+    production = subprocess.run(
+        ["haproxy", "-c", "-f", str(deploy)],
+        env={**os.environ, **values},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert production.returncode == 0, production.stdout + production.stderr
+
+
+def test_a_client_that_does_not_trust_the_centres_ca_is_refused(balanced: Balanced) -> None:
+    session = connect(balanced.haproxy.url, balanced.keys["ada"], "ada")
+    with session, pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+        session.health()
 
 
 def test_sequences_spread_over_both_replicas_decide_as_one_host(

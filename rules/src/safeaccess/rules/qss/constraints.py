@@ -273,10 +273,9 @@ class Dependency:
 @dataclass(frozen=True)
 class Candidate:
     """Constraints with a new output's rows added (those independent in some lane), and the
-    new rows every lane found dependent (they must still be orthogonal to the null vectors)."""
+    dependencies of the new rows every lane found dependent."""
 
     constraints: Constraints
-    dropped: list[Int64Array]  # atom ids of each dropped new row
     n_new_rows: int
     kept_keys: list[CellKey] = field(default_factory=list)  # of the rows added, in row order
     dependencies: list[Dependency] = field(default_factory=list)
@@ -284,31 +283,33 @@ class Candidate:
     unverified: int = 0
 
 
-def _rows_from_cells(
-    cells: list[Int32Array],
-) -> tuple[list[Int64Array], Int64Array, list[CellKey]]:
-    """Atom ids of each new row (one per distinct cell of each array), each array's offset and
-    each row's (array, cell)."""
-    rows: list[Int64Array] = []
+def _row_layout(cells: list[Int32Array]) -> tuple[Int64Array, Int64Array, list[CellKey]]:
+    """The atom count of each new row (one per distinct cell of each array), each array's offset
+    and each row's (array, cell)."""
+    lengths: list[Int64Array] = []
     keys: list[CellKey] = []
     offsets = []
+    n_rows = 0
     for g, cell in enumerate(cells):
-        offsets.append(len(rows))
-        inside = np.flatnonzero(cell >= 0)
-        values = cell[inside]
-        if values.size and int(values.max()) < np.iinfo(np.int16).max:
-            values = values.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
-        order = inside[np.argsort(values, kind="stable")]
-        sorted_cells = cell[order]
-        n_cells = int(sorted_cells[-1]) + 1 if sorted_cells.size else 0
-        bounds = np.searchsorted(sorted_cells, np.arange(n_cells + 1))
-        for c in range(n_cells):
-            keys.append((g, c))
-            if bounds[c + 1] > bounds[c]:
-                rows.append(order[bounds[c] : bounds[c + 1]].astype(np.int64))
-            else:
-                rows.append(np.empty(0, dtype=np.int64))
-    return rows, np.asarray(offsets, dtype=np.int64), keys
+        offsets.append(n_rows)
+        inner = cell[cell >= 0]
+        counts = np.bincount(inner, minlength=0).astype(np.int64)
+        lengths.append(counts)
+        keys.extend((g, c) for c in range(counts.shape[0]))
+        n_rows += int(counts.shape[0])
+    joined = np.concatenate(lengths) if lengths else np.empty(0, np.int64)
+    return joined, np.asarray(offsets, dtype=np.int64), keys
+
+
+def _row_atoms(cell: Int32Array, wanted: Int64Array) -> list[Int64Array]:
+    """The atom ids of the cells `wanted` of one array, in atom order."""
+    inside = np.flatnonzero(cell >= 0)
+    values = cell[inside]
+    if values.size and int(values.max()) < np.iinfo(np.int16).max:
+        values = values.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
+    order = inside[np.argsort(values, kind="stable")]
+    bounds = np.searchsorted(cell[order], np.stack([wanted, wanted + 1]))
+    return [order[lo:hi].astype(np.int64) for lo, hi in zip(bounds[0], bounds[1], strict=True)]
 
 
 def _cross_products(
@@ -362,23 +363,46 @@ def _cross_products(
 
 
 def _new_sketches(
-    lane: Lane, new_index: list[Int64Array], inside: list[Int64Array], n_new: int, m: int
-) -> Int64Array:
-    """Each new row's sketch in this lane: Σ of the lane's sketch weights over its atoms."""
-    assert lane.sketch is not None
-    p = lane.p
-    out = np.zeros((n_new, SKETCHES), dtype=np.int64)
+    lanes: tuple[Lane, ...], new_index: list[Int64Array], inside: list[Int64Array], n_new: int
+) -> list[Int64Array]:
+    """Each new row's sketch in each lane: Σ of the lane's sketch weights over its atoms.
+
+    With fewer than 2**22 atoms every lane and sketch is summed in one sparse product per array
+    (the array's 0/1 rows over atoms times the (atoms × lanes·SKETCHES) weights): each sum holds
+    at most one weight below 2**31 per atom, so float64 is exact. Above, per-key 16-bit limbs."""
+    m = int(lanes[0].d.shape[0]) if lanes else 0
+    if m >= _EXACT_TERMS:
+        return [_new_sketches_limbs(lane, new_index, inside, n_new) for lane in lanes]
+    weights = np.empty((m, len(lanes) * SKETCHES), dtype=np.float64)
+    for i, lane in enumerate(lanes):
+        assert lane.sketch is not None
+        weights[:, i * SKETCHES : (i + 1) * SKETCHES] = lane.sketch
+    sums = np.zeros((n_new, len(lanes) * SKETCHES), dtype=np.int64)
     for idx, atoms in zip(new_index, inside, strict=True):
         if atoms.size == 0:
             continue
-        # an array over most atoms is summed over all of them (atoms outside go to bin 0), which
-        # saves gathering its atoms' keys and weights
-        whole = 2 * int(atoms.size) > m
-        keys = idx + 1 if whole else idx[atoms]
+        # CSC over atoms: column a holds the one new row atom a is in (if any)
+        indptr = np.zeros(m + 1, dtype=np.int64)
+        indptr[atoms + 1] = 1
+        np.cumsum(indptr, out=indptr)
+        rows = sp.csc_matrix(
+            (np.ones(atoms.shape[0]), idx[atoms], indptr), shape=(n_new, m), copy=False
+        )
+        sums += (rows @ weights).astype(np.int64)
+    return [sums[:, i * SKETCHES : (i + 1) * SKETCHES] % lane.p for i, lane in enumerate(lanes)]
+
+
+def _new_sketches_limbs(
+    lane: Lane, new_index: list[Int64Array], inside: list[Int64Array], n_new: int
+) -> Int64Array:
+    """One lane's new-row sketches through exact per-key sums (any number of atoms)."""
+    assert lane.sketch is not None
+    p, m = lane.p, int(lane.d.shape[0])
+    out = np.zeros((n_new, SKETCHES), dtype=np.int64)
+    for idx, atoms in zip(new_index, inside, strict=True):
         for t in range(SKETCHES):
-            weights = lane.sketch[:, t] if whole else lane.sketch[atoms, t]
-            sums = _bincount_mod(keys, weights, n_new + 1 if whole else n_new, p, m)
-            out[:, t] = (out[:, t] + (sums[1:] if whole else sums)) % p
+            sums = _bincount_mod(idx[atoms], lane.sketch[atoms, t], n_new, p, m)
+            out[:, t] = (out[:, t] + sums) % p
     return out
 
 
@@ -453,9 +477,9 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
     A new row equal to a kept row, or to a row found dependent before (`repeats.py`), takes its
     known dependency; the lanes' algebra runs on the other (*fresh*) rows only."""
     constraints = constraints.with_sketch()
-    new_rows, offsets, row_keys = _rows_from_cells(cells)
-    nonempty = [j for j, row in enumerate(new_rows) if row.size]
-    n_new = len(new_rows)
+    row_lengths, offsets, row_keys = _row_layout(cells)
+    nonempty = [int(j) for j in np.flatnonzero(row_lengths)]
+    n_new = int(row_lengths.shape[0])
     m = constraints.n_atoms
     # new-row index of each atom, per array (an atom is in at most one cell of an array)
     new_index = []
@@ -463,9 +487,7 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
         idx = np.where(cell >= 0, cell.astype(np.int64) + offsets[g], -1)
         new_index.append(idx)
     inside = [np.flatnonzero(idx >= 0) for idx in new_index]
-    lane_sketch_new = [
-        _new_sketches(lane, new_index, inside, n_new, m) for lane in constraints.lanes
-    ]
+    lane_sketch_new = _new_sketches(constraints.lanes, new_index, inside, n_new)
     new_keys = dict(zip(nonempty, repeats.keys_of(lane_sketch_new, nonempty), strict=True))
     known = {j: constraints.seen[key] for j, key in new_keys.items() if key in constraints.seen}
     fresh = np.asarray([j for j in nonempty if j not in known], dtype=np.int64)
@@ -509,11 +531,19 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
     kept = np.flatnonzero(kept_any)
     new_id = np.full(n_new, -1, dtype=np.int64)
     new_id[kept] = constraints.n_rows + np.arange(kept.size, dtype=np.int64)
-    lengths = np.asarray([new_rows[j].size for j in kept], dtype=np.int64)
-    indptr = np.concatenate([constraints.indptr, constraints.indptr[-1] + np.cumsum(lengths)])
-    indices = np.concatenate(
-        [constraints.indices] + [new_rows[j].astype(np.int32) for j in kept]
-    ).astype(np.int32, copy=False)
+    indptr, indices = constraints.indptr, constraints.indices
+    if kept.size:  # (nothing to copy when every new row is dependent)
+        indptr = np.concatenate(
+            [constraints.indptr, constraints.indptr[-1] + np.cumsum(row_lengths[kept])]
+        )
+        array_of = np.searchsorted(offsets, kept, side="right") - 1
+        pieces = []
+        for g in np.unique(array_of):
+            rows_here = kept[array_of == g]
+            pieces += _row_atoms(cells[int(g)], rows_here - offsets[g])
+        indices = np.concatenate(
+            [constraints.indices] + [atoms.astype(np.int32) for atoms in pieces]
+        )
     out_lanes = []
     bases = []
     for lane, step, sk_new in zip(constraints.lanes, steps, lane_sketch_new, strict=True):
@@ -530,7 +560,6 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
             )
         )
     n_rows_after = constraints.n_rows + int(kept.size)
-    dropped = [new_rows[j] for j in nonempty if not kept_any[j]]
     # each dropped row's dependency in every lane that holds every kept row (None elsewhere)
     terms: dict[int, list[tuple[Int64Array, Int64Array] | None]] = {
         j: [] for j in nonempty if not kept_any[j]
@@ -577,7 +606,6 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
             ).astype(np.int32),
             seen=seen,
         ),
-        dropped=dropped,
         n_new_rows=len(nonempty),
         kept_keys=[row_keys[int(x)] for x in kept],
         dependencies=dependencies,

@@ -47,14 +47,23 @@ def test_both_refinement_paths_give_the_same_split(
     for _ in range(40):
         n = int(rng.integers(1, 400))
         atom_of, sizes = _random_partition(rng, n)
-        cells = rng.integers(-1, int(rng.integers(1, 7)), n).astype(np.int32)
+        # some arrays over every record (no -1), some with records outside
+        low = -1 if rng.random() < 0.7 else 0
+        cells = rng.integers(low, int(rng.integers(1, 7)), n).astype(np.int32)
         outside = int(rng.integers(-1, sizes.shape[0]))
         monkeypatch.setattr(partition, "_dense", lambda slots, touched: True)
         dense = refine(atom_of, sizes, outside, cells)
         monkeypatch.setattr(partition, "_dense", lambda slots, touched: False)
         paired = refine(atom_of, sizes, outside, cells)
-        for name in ("sizes", "parent", "cell", "inside", "labels"):
+        for name in ("sizes", "parent", "cell", "labels"):
             assert np.array_equal(getattr(dense, name), getattr(paired, name)), name
+        # the records inside: None exactly when the array holds every record
+        if bool((cells >= 0).all()):
+            assert dense.inside is None and paired.inside is None
+        else:
+            assert dense.inside is not None and paired.inside is not None
+            assert np.array_equal(dense.inside, np.flatnonzero(cells >= 0))
+            assert np.array_equal(paired.inside, dense.inside)
         assert (dense.outside, dense.n_before, dense.n_cells) == (
             paired.outside,
             paired.n_before,

@@ -489,7 +489,20 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
     inside = [np.flatnonzero(idx >= 0) for idx in new_index]
     lane_sketch_new = _new_sketches(constraints.lanes, new_index, inside, n_new)
     new_keys = dict(zip(nonempty, repeats.keys_of(lane_sketch_new, nonempty), strict=True))
-    known = {j: constraints.seen[key] for j, key in new_keys.items() if key in constraints.seen}
+    # a remembered dependency is used only if it covers every lane that holds every kept row
+    # (a lane that holds them now held them then: a lane's basis only grows)
+    full_now = [int(lane.basis.shape[0]) == constraints.n_rows for lane in constraints.lanes]
+
+    def usable(found: int | repeats.SeenRow) -> bool:
+        return isinstance(found, int) or all(
+            t is not None for t, full in zip(found.terms, full_now, strict=True) if full
+        )
+
+    known = {
+        j: constraints.seen[key]
+        for j, key in new_keys.items()
+        if key in constraints.seen and usable(constraints.seen[key])
+    }
     fresh = np.asarray([j for j in nonempty if j not in known], dtype=np.int64)
     n_fresh = int(fresh.size)
     # each atom's fresh row (its position among the fresh rows), per array; -1 maps to -1

@@ -54,7 +54,7 @@ def test_insert_adds_the_greedy_independent_columns_and_keeps_a_reduced_basis(
             added = basis.insert(batch.copy())
             want: list[int] = []
             for j in range(width):
-                trial = taken + [[int(x) for x in batch[:, j]]]
+                trial = [*taken, [int(x) for x in batch[:, j]]]
                 if _rank(trial, p) > _rank(taken, p):
                     taken = trial
                     want.append(j)

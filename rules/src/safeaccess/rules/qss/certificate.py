@@ -347,16 +347,13 @@ def decide_scratch(
 ) -> tuple[Verdict, KeptSets | None]:
     """Decide from scratch, and keep new completing sets for the next admission. The kept sets
     are built first (`kept.build`): when they certify they are the proof, and the exact
-    `decide` (packing and branch-and-bound) runs only when they do not.
-
-    A build that ran out of candidates is not tried again after `decide`: the same rows and
-    atoms make a second build fail the same way (a cell with fewer small atoms than there are
-    sets to complete), at the cost of a whole build (about 1.5-2 s at 200 000 records). The next
-    admission then starts without kept sets and builds them itself."""
+    `decide` (packing and branch-and-bound) runs only when they do not."""
     built = kept_sets.build(indptr, indices, sizes, k, k)
     if built is not None and built.certifies(sizes, k):
         return _certified_by(built, sizes, k, int(indptr.shape[0]) - 1, kept=False), built
     verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes)
+    if isinstance(verdict, Certified):
+        return verdict, kept_sets.build(indptr, indices, sizes, k, k)
     return verdict, None
 
 

@@ -168,3 +168,34 @@ def test_admission_runs_with_one_blas_thread_and_restores_the_setting(
     _state(60, 3)
     assert seen and set(seen) == {1}
     assert threads() == before
+
+
+@pytest.mark.parametrize("limbs", [False, True])
+def test_new_rows_sketches_equal_the_weighted_sums(
+    limbs: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each new row's sketch (one sparse product for every lane and sketch, or the limb path
+    above 2**22 atoms) is Σ of the lane's sketch weights over the row's atoms, mod p."""
+    if limbs:
+        monkeypatch.setattr(constraints, "_EXACT_TERMS", 1)
+    for seed in range(5):
+        state, rng = _state(90, seed)
+        c = state.constraints
+        assert c is not None
+        c = c.with_sketch()
+        new_cells = [rng.integers(-1, 5, c.n_atoms), rng.integers(-1, 3, c.n_atoms)]
+        offsets = [0, int(new_cells[0].max()) + 1]
+        n_new = offsets[1] + int(new_cells[1].max()) + 1
+        new_index = [
+            np.where(x >= 0, x + o, -1).astype(np.int64)
+            for x, o in zip(new_cells, offsets, strict=True)
+        ]
+        inside = [np.flatnonzero(idx >= 0) for idx in new_index]
+        got = constraints._new_sketches(c.lanes, new_index, inside, n_new)
+        for lane, sums in zip(c.lanes, got, strict=True):
+            assert lane.sketch is not None
+            want = np.zeros((n_new, constraints.SKETCHES), dtype=object)
+            for idx in new_index:
+                for atom in np.flatnonzero(idx >= 0):
+                    want[idx[atom]] += lane.sketch[atom].astype(object)
+            assert np.array_equal(sums, (want % lane.p).astype(np.int64))

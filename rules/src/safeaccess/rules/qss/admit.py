@@ -266,7 +266,7 @@ def _span_audit(
     constraints to keep, decided exactly (see certificate.py)."""
     k = policy.k
     rng = np.random.default_rng(secrets.randbits(128))
-    kept, n_old_rows = constraints.kept, constraints.n_rows
+    kept, n_old_rows, n_old_atoms = constraints.kept, constraints.n_rows, constraints.n_atoms
     ancestor = np.arange(constraints.n_atoms, dtype=np.int64)  # each atom's atom before this output
     cells: list[Int32Array] = []
     for ref in refinements:
@@ -293,7 +293,9 @@ def _span_audit(
         return _Unverified("no lane holds every admitted row independent")
     # Fast path: the kept certificate carried over this output proves that nothing small is
     # determined, so the null vectors (whose only use is a fast refusal) are not needed.
-    carried = carry_kept(kept, grown.indptr, grown.indices, sizes, k, n_old_rows, ancestor)
+    carried = carry_kept(
+        kept, grown.indptr, grown.indices, sizes, k, n_old_rows, ancestor, n_old_atoms
+    )
     verdict: Verdict
     if carried is not None:
         verdict, kept = carried

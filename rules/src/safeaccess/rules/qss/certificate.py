@@ -292,18 +292,21 @@ def carry_kept(
     k: int,
     n_old_rows: int,
     ancestor: Int64Array,
+    n_old_atoms: int | None = None,
 ) -> tuple[Certified, KeptSets] | None:
     """The completing sets kept from the previous admission carried over this one's splits and
     rows (`kept.py`), when that certifies; None when it cannot (decide from scratch then). It
     never refuses: a kept family that certifies is a proof, anything else decides nothing.
 
     `n_old_rows`: the rows before this admission (the kept sets cover exactly those);
-    `ancestor[a]`: the atom before this admission that atom a is a piece of."""
+    `ancestor[a]`: the atom before this admission that atom a is a piece of; `n_old_atoms`: the
+    atoms before it (counted from `ancestor` when not given)."""
     if kept is None or kept.n_rows != n_old_rows or kept.n_sets < k:
         return None
     n_rows = int(indptr.shape[0]) - 1
     n_atoms = int(sizes.shape[0])
-    n_old_atoms = n_atoms - int(np.count_nonzero(ancestor != np.arange(n_atoms)))
+    if n_old_atoms is None:  # the atoms that are their own ancestor
+        n_old_atoms = n_atoms - int(np.count_nonzero(ancestor != np.arange(n_atoms)))
     swapped, holes = kept_sets.substitute(kept, ancestor, n_old_atoms, sizes, k)
     need = (n_rows - n_old_rows) * kept.n_sets + sum(len(h) for h in holes)
     fresh = np.arange(n_old_atoms, n_atoms, dtype=np.int64)

@@ -28,13 +28,14 @@ Sketches are not encoded: a decoded state draws fresh ones (one pass over the ro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from safeaccess.rules.qss import modp
+from safeaccess.rules.qss import modp, repeats
 from safeaccess.rules.qss.kept import KeptSets
 
 Int32Array = npt.NDArray[np.int32]
@@ -121,6 +122,10 @@ class Constraints:
     # the rank certificate's completing sets over these rows, kept for the next admission
     # (None: decide from scratch next time); split and add_rows drop it, admit carries it over
     kept: KeptSets | None = None
+    #: rows met before by their sketch key (`repeats.py`): kept rows by id, rows found dependent
+    #: by their dependency. Not encoded: a decoded state draws fresh sketches, then remembers
+    #: its kept rows only
+    seen: Mapping[repeats.Key, int | repeats.SeenRow] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, n_atoms: int, rng: np.random.Generator | None = None) -> Constraints:
@@ -185,7 +190,11 @@ class Constraints:
                 ).reshape(self.n_rows, SKETCHES)
                 lane = replace(lane, sketch=w, sketch_rows=sums)
             lanes.append(lane)
-        return replace(self, lanes=tuple(lanes))
+        # rows remembered by their old sketches cannot be recognised by the new ones
+        seen = repeats.remembered(
+            [lane.sketch_rows for lane in lanes if lane.sketch_rows is not None]
+        )
+        return replace(self, lanes=tuple(lanes), seen=seen)
 
     def split(self, parent: Int64Array, rng: np.random.Generator) -> Constraints:
         """Atoms n_atoms.. are fresh pieces of atoms `parent`: rows containing a parent now
@@ -227,8 +236,15 @@ class Constraints:
             indices = np.insert(indices, at, pieces.astype(np.int32))
             added = np.bincount(row_of_hit, weights=per_hit, minlength=self.n_rows)
             indptr = indptr + np.concatenate([[0], np.cumsum(added.astype(np.int64))])
+        # a split keeps every row's sketch (the pieces' weights sum to the parent's): the rows
+        # remembered stay recognisable
         return Constraints(
-            n_atoms=m_new, indptr=indptr, indices=indices, lanes=tuple(lanes), origin=self.origin
+            n_atoms=m_new,
+            indptr=indptr,
+            indices=indices,
+            lanes=tuple(lanes),
+            origin=self.origin,
+            seen=self.seen,
         )
 
 
@@ -257,10 +273,9 @@ class Dependency:
 @dataclass(frozen=True)
 class Candidate:
     """Constraints with a new output's rows added (those independent in some lane), and the
-    new rows every lane found dependent (they must still be orthogonal to the null vectors)."""
+    dependencies of the new rows every lane found dependent."""
 
     constraints: Constraints
-    dropped: list[Int64Array]  # atom ids of each dropped new row
     n_new_rows: int
     kept_keys: list[CellKey] = field(default_factory=list)  # of the rows added, in row order
     dependencies: list[Dependency] = field(default_factory=list)
@@ -268,31 +283,33 @@ class Candidate:
     unverified: int = 0
 
 
-def _rows_from_cells(
-    cells: list[Int32Array],
-) -> tuple[list[Int64Array], Int64Array, list[CellKey]]:
-    """Atom ids of each new row (one per distinct cell of each array), each array's offset and
-    each row's (array, cell)."""
-    rows: list[Int64Array] = []
+def _row_layout(cells: list[Int32Array]) -> tuple[Int64Array, Int64Array, list[CellKey]]:
+    """The atom count of each new row (one per distinct cell of each array), each array's offset
+    and each row's (array, cell)."""
+    lengths: list[Int64Array] = []
     keys: list[CellKey] = []
     offsets = []
+    n_rows = 0
     for g, cell in enumerate(cells):
-        offsets.append(len(rows))
-        inside = np.flatnonzero(cell >= 0)
-        values = cell[inside]
-        if values.size and int(values.max()) < np.iinfo(np.int16).max:
-            values = values.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
-        order = inside[np.argsort(values, kind="stable")]
-        sorted_cells = cell[order]
-        n_cells = int(sorted_cells[-1]) + 1 if sorted_cells.size else 0
-        bounds = np.searchsorted(sorted_cells, np.arange(n_cells + 1))
-        for c in range(n_cells):
-            keys.append((g, c))
-            if bounds[c + 1] > bounds[c]:
-                rows.append(order[bounds[c] : bounds[c + 1]].astype(np.int64))
-            else:
-                rows.append(np.empty(0, dtype=np.int64))
-    return rows, np.asarray(offsets, dtype=np.int64), keys
+        offsets.append(n_rows)
+        inner = cell[cell >= 0]
+        counts = np.bincount(inner, minlength=0).astype(np.int64)
+        lengths.append(counts)
+        keys.extend((g, c) for c in range(counts.shape[0]))
+        n_rows += int(counts.shape[0])
+    joined = np.concatenate(lengths) if lengths else np.empty(0, np.int64)
+    return joined, np.asarray(offsets, dtype=np.int64), keys
+
+
+def _row_atoms(cell: Int32Array, wanted: Int64Array) -> list[Int64Array]:
+    """The atom ids of the cells `wanted` of one array, in atom order."""
+    inside = np.flatnonzero(cell >= 0)
+    values = cell[inside]
+    if values.size and int(values.max()) < np.iinfo(np.int16).max:
+        values = values.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
+    order = inside[np.argsort(values, kind="stable")]
+    bounds = np.searchsorted(cell[order], np.stack([wanted, wanted + 1]))
+    return [order[lo:hi].astype(np.int64) for lo, hi in zip(bounds[0], bounds[1], strict=True)]
 
 
 def _cross_products(
@@ -345,23 +362,53 @@ def _cross_products(
     return out
 
 
-def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1) -> Candidate:
-    """Add the rows given by cell arrays over the current atoms (one per query-set array); the
-    rows kept are tagged with `origin` (the admission they come from). A new row no lane keeps
-    is checked against its dependency in every lane by the sketches (`Candidate.unverified`)."""
-    constraints = constraints.with_sketch()
-    new_rows, offsets, row_keys = _rows_from_cells(cells)
-    nonempty = [j for j, row in enumerate(new_rows) if row.size]
-    n_new = len(new_rows)
-    m = constraints.n_atoms
-    # new-row index of each atom, per array (an atom is in at most one cell of an array)
-    new_index = []
-    for g, cell in enumerate(cells):
-        idx = np.where(cell >= 0, cell.astype(np.int64) + offsets[g], -1)
-        new_index.append(idx)
-    # C = M D Nᵀ for every lane at once (all rows; each lane takes its basis rows)
-    c_all = _cross_products(constraints, new_index, n_new)
-    # pairs of new rows that share atoms (for E = N D Nᵀ), and each new row's atoms
+def _new_sketches(
+    lanes: tuple[Lane, ...], new_index: list[Int64Array], inside: list[Int64Array], n_new: int
+) -> list[Int64Array]:
+    """Each new row's sketch in each lane: Σ of the lane's sketch weights over its atoms.
+
+    With fewer than 2**22 atoms every lane and sketch is summed in one sparse product per array
+    (the array's 0/1 rows over atoms times the (atoms × lanes·SKETCHES) weights): each sum holds
+    at most one weight below 2**31 per atom, so float64 is exact. Above, per-key 16-bit limbs."""
+    m = int(lanes[0].d.shape[0]) if lanes else 0
+    if m >= _EXACT_TERMS:
+        return [_new_sketches_limbs(lane, new_index, inside, n_new) for lane in lanes]
+    weights = np.empty((m, len(lanes) * SKETCHES), dtype=np.float64)
+    for i, lane in enumerate(lanes):
+        assert lane.sketch is not None
+        weights[:, i * SKETCHES : (i + 1) * SKETCHES] = lane.sketch
+    sums = np.zeros((n_new, len(lanes) * SKETCHES), dtype=np.int64)
+    for idx, atoms in zip(new_index, inside, strict=True):
+        if atoms.size == 0:
+            continue
+        # CSC over atoms: column a holds the one new row atom a is in (if any)
+        indptr = np.zeros(m + 1, dtype=np.int64)
+        indptr[atoms + 1] = 1
+        np.cumsum(indptr, out=indptr)
+        rows = sp.csc_matrix(
+            (np.ones(atoms.shape[0]), idx[atoms], indptr), shape=(n_new, m), copy=False
+        )
+        sums += (rows @ weights).astype(np.int64)
+    return [sums[:, i * SKETCHES : (i + 1) * SKETCHES] % lane.p for i, lane in enumerate(lanes)]
+
+
+def _new_sketches_limbs(
+    lane: Lane, new_index: list[Int64Array], inside: list[Int64Array], n_new: int
+) -> Int64Array:
+    """One lane's new-row sketches through exact per-key sums (any number of atoms)."""
+    assert lane.sketch is not None
+    p, m = lane.p, int(lane.d.shape[0])
+    out = np.zeros((n_new, SKETCHES), dtype=np.int64)
+    for idx, atoms in zip(new_index, inside, strict=True):
+        for t in range(SKETCHES):
+            sums = _bincount_mod(idx[atoms], lane.sketch[atoms, t], n_new, p, m)
+            out[:, t] = (out[:, t] + sums) % p
+    return out
+
+
+def _pair_entries(new_index: list[Int64Array], n_new: int) -> tuple[Int64Array, Int64Array]:
+    """For E = N D Nᵀ: a key (row · n_new + row) and the atom of each shared atom of each pair of
+    new rows."""
     pair_keys: list[Int64Array] = []
     pair_atoms: list[Int64Array] = []
     for g, idx in enumerate(new_index):
@@ -377,118 +424,190 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
                 pair_atoms.append(both.astype(np.int64))
     e_keys = np.concatenate(pair_keys) if pair_keys else np.empty(0, np.int64)
     e_atoms = np.concatenate(pair_atoms) if pair_atoms else np.empty(0, np.int64)
-    row_keys_new = [np.flatnonzero(idx >= 0) for idx in new_index]
-    lanes = []
+    return e_keys, e_atoms
+
+
+@dataclass(frozen=True)
+class _LaneStep:
+    """One lane's part of adding the fresh rows (positions among the fresh rows)."""
+
+    k_mat: Int64Array
+    k_inv: Int64Array
+    picked: Int64Array  # fresh positions this lane keeps, in order
+    rest: Int64Array  # fresh positions it finds dependent
+    mu: Int64Array  # (basis after, rest.size): each dependent row's coefficients
+
+
+def _lane_step(lane: Lane, c: Int64Array, e: Int64Array) -> _LaneStep:
+    """Grow one lane's K and K⁻¹ by the fresh rows it finds independent (a Schur complement),
+    and solve each other fresh row's dependency. `c` = M_I D Nᵀ (basis × fresh), `e` = N D Nᵀ."""
+    p = lane.p
+    n_fresh = int(e.shape[0])
+    u = modp.matmul(lane.k_inv, c, p)
+    schur = (e - modp.matmul(c.T.copy(), u, p)) % p
+    picked = np.asarray(modp.pivot_columns(schur, p), dtype=np.int64)
+    rest = np.setdiff1d(np.arange(n_fresh, dtype=np.int64), picked)
+    if picked.size == 0:
+        # every fresh row is dependent on the basis: K μ = c, μ = K⁻¹ c = u
+        return _LaneStep(lane.k_mat, lane.k_inv, picked, rest, u[:, rest])
+    s_inv = modp.invert(schur[np.ix_(picked, picked)], p)
+    if s_inv is None:
+        raise LaneFailure("Schur complement singular on independent rows")
+    c_j = c[:, picked]
+    u_j = u[:, picked]
+    t_mat = modp.matmul(u_j, s_inv, p)
+    top_left = (lane.k_inv + modp.matmul(t_mat, u_j.T.copy(), p)) % p
+    top_right = (-t_mat) % p
+    k_inv = np.block([[top_left, top_right], [top_right.T, s_inv]])
+    k_mat = np.block([[lane.k_mat, c_j], [c_j.T, e[np.ix_(picked, picked)]]])
+    # A dependent fresh row solves K' μ = [c_rest; e_picked,rest] over the grown basis. By the
+    # block form of K'⁻¹ (z = the Schur complement's picked × rest block):
+    # μ_new = S⁻¹ z and μ_old = u_rest − T z, with no product by the whole of K'⁻¹.
+    z = schur[np.ix_(picked, rest)]
+    mu_new = modp.matmul(s_inv, z, p)
+    mu_old = (u[:, rest] - modp.matmul(t_mat, z, p)) % p
+    return _LaneStep(k_mat, k_inv, picked, rest, np.vstack([mu_old, mu_new]))
+
+
+def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1) -> Candidate:
+    """Add the rows given by cell arrays over the current atoms (one per query-set array); the
+    rows kept are tagged with `origin` (the admission they come from). A new row no lane keeps
+    is checked against its dependency in every lane by the sketches (`Candidate.unverified`).
+
+    A new row equal to a kept row, or to a row found dependent before (`repeats.py`), takes its
+    known dependency; the lanes' algebra runs on the other (*fresh*) rows only."""
+    constraints = constraints.with_sketch()
+    row_lengths, offsets, row_keys = _row_layout(cells)
+    nonempty = [int(j) for j in np.flatnonzero(row_lengths)]
+    n_new = int(row_lengths.shape[0])
+    m = constraints.n_atoms
+    # new-row index of each atom, per array (an atom is in at most one cell of an array)
+    new_index = []
+    for g, cell in enumerate(cells):
+        idx = np.where(cell >= 0, cell.astype(np.int64) + offsets[g], -1)
+        new_index.append(idx)
+    inside = [np.flatnonzero(idx >= 0) for idx in new_index]
+    lane_sketch_new = _new_sketches(constraints.lanes, new_index, inside, n_new)
+    new_keys = dict(zip(nonempty, repeats.keys_of(lane_sketch_new, nonempty), strict=True))
+    # a remembered dependency is used only if it covers every lane that holds every kept row
+    # (a lane that holds them now held them then: a lane's basis only grows)
+    full_now = [int(lane.basis.shape[0]) == constraints.n_rows for lane in constraints.lanes]
+
+    def usable(found: int | repeats.SeenRow) -> bool:
+        return isinstance(found, int) or all(
+            t is not None for t, full in zip(found.terms, full_now, strict=True) if full
+        )
+
+    known = {
+        j: constraints.seen[key]
+        for j, key in new_keys.items()
+        if key in constraints.seen and usable(constraints.seen[key])
+    }
+    fresh = np.asarray([j for j in nonempty if j not in known], dtype=np.int64)
+    n_fresh = int(fresh.size)
+    # each atom's fresh row (its position among the fresh rows), per array; -1 maps to -1
+    position = np.full(n_new + 1, -1, dtype=np.int64)
+    position[fresh] = np.arange(n_fresh, dtype=np.int64)
+    fresh_index = [position[idx] for idx in new_index]
+    # C = M D Nᵀ for every lane at once (all rows; each lane takes its basis rows)
+    c_all = (
+        _cross_products(constraints, fresh_index, n_fresh)
+        if n_fresh
+        else [np.zeros((constraints.n_rows, 0), np.int64) for _ in constraints.lanes]
+    )
+    e_keys, e_atoms = _pair_entries(fresh_index, n_fresh) if n_fresh else (None, None)
     kept_any = np.zeros(n_new, dtype=bool)
-    kept_by_lane: list[list[int]] = []
-    # per lane: for each new row it did not pick, its coefficients over the lane's grown basis
-    lane_deps: list[dict[int, Int64Array]] = []
-    lane_sketch_new: list[Int64Array] = []
-    unverified = 0
-    checks: list[tuple[int, Int64Array, Int64Array, Int64Array]] = []
+    steps: list[_LaneStep] = []
     for lane_no, lane in enumerate(constraints.lanes):
         p = lane.p
-        assert lane.sketch is not None and lane.sketch_rows is not None
-        c = c_all[lane_no][lane.basis]
-        e = _bincount_mod(e_keys, lane.d[e_atoms], n_new * n_new, p, m).reshape(n_new, n_new)
-        # each new row's sketch: Σ of the sketch weights over its atoms
-        sk_new = np.zeros((n_new, SKETCHES), dtype=np.int64)
-        for idx, inside in zip(new_index, row_keys_new, strict=True):
-            if inside.size == 0:
-                continue
-            for t in range(SKETCHES):
-                sk_new[:, t] = (
-                    sk_new[:, t] + _bincount_mod(idx[inside], lane.sketch[inside, t], n_new, p, m)
-                ) % p
-        lane_sketch_new.append(sk_new)
-        u = modp.matmul(lane.k_inv, c, p)
-        schur = (e - modp.matmul(c.T.copy(), u, p)) % p
-        candidates = np.asarray(nonempty, dtype=np.int64)
-        sub = schur[np.ix_(candidates, candidates)]
-        picked = candidates[np.asarray(modp.pivot_columns(sub, p), dtype=np.int64)]
-        if picked.size:
-            s_j = schur[np.ix_(picked, picked)]
-            s_inv = modp.invert(s_j, p)
-            if s_inv is None:
-                raise LaneFailure("Schur complement singular on independent rows")
-            c_j = c[:, picked]
-            u_j = u[:, picked]
-            t_mat = modp.matmul(u_j, s_inv, p)
-            top_left = (lane.k_inv + modp.matmul(t_mat, u_j.T.copy(), p)) % p
-            top_right = (-t_mat) % p
-            k_inv = np.block([[top_left, top_right], [top_right.T, s_inv]])
-            k_mat = np.block([[lane.k_mat, c_j], [c_j.T, e[np.ix_(picked, picked)]]])
+        if n_fresh:
+            assert e_keys is not None and e_atoms is not None
+            e = _bincount_mod(e_keys, lane.d[e_atoms], n_fresh * n_fresh, p, m).reshape(
+                n_fresh, n_fresh
+            )
         else:
-            k_inv, k_mat = lane.k_inv, lane.k_mat
-        # A dependent new row r_j: M D r_j = K μ, so μ = K⁻¹ [c_j; e_picked,j] over the basis
-        # (old rows, then the picked new ones).
-        rest = np.setdiff1d(candidates, picked)
-        deps: dict[int, Int64Array] = {}
-        if rest.size:
-            rhs = np.vstack([c[:, rest], e[np.ix_(picked, rest)]]) % p
-            mu = modp.matmul(k_inv, rhs, p)
-            for col, row in enumerate(rest):
-                deps[int(row)] = mu[:, col]
-            # the sketches of the basis rows (old ones by row id, then the picked new ones)
-            basis_sketch = np.vstack([lane.sketch_rows[lane.basis], sk_new[picked]])
-            checks.append((lane_no, rest, mu, basis_sketch))
-        lane_deps.append(deps)
-        kept_any[picked] = True
-        kept_by_lane.append([int(x) for x in picked])
-        lanes.append((lane, k_mat, k_inv))
-    # a row no lane kept must be, in every lane, the combination μ that lane found
-    for lane_no, rest, mu, basis_sketch in checks:
-        dropped_here = np.flatnonzero(~kept_any[rest])
+            e = np.zeros((0, 0), np.int64)
+        step = _lane_step(lane, c_all[lane_no][lane.basis], e)
+        steps.append(step)
+        kept_any[fresh[step.picked]] = True
+    # a fresh row no lane kept must be, in every lane, the combination μ that lane found
+    unverified = 0
+    for lane, step, sk_new in zip(constraints.lanes, steps, lane_sketch_new, strict=True):
+        assert lane.sketch_rows is not None
+        dropped_here = np.flatnonzero(~kept_any[fresh[step.rest]])
         if dropped_here.size == 0:
             continue
-        sk_new = lane_sketch_new[lane_no]
-        claimed = modp.matmul(
-            mu[:, dropped_here].T.copy(), basis_sketch, constraints.lanes[lane_no].p
-        )
-        unverified += int(np.any(claimed != sk_new[rest[dropped_here]], axis=1).sum())
+        basis_sketch = np.vstack([lane.sketch_rows[lane.basis], sk_new[fresh[step.picked]]])
+        claimed = modp.matmul(step.mu[:, dropped_here].T.copy(), basis_sketch, lane.p)
+        unverified += int(np.any(claimed != sk_new[fresh[step.rest[dropped_here]]], axis=1).sum())
     # rows kept in some lane get ids after the existing rows
     kept = np.flatnonzero(kept_any)
     new_id = np.full(n_new, -1, dtype=np.int64)
     new_id[kept] = constraints.n_rows + np.arange(kept.size, dtype=np.int64)
-    lengths = np.asarray([new_rows[j].size for j in kept], dtype=np.int64)
-    indptr = np.concatenate([constraints.indptr, constraints.indptr[-1] + np.cumsum(lengths)])
-    indices = np.concatenate(
-        [constraints.indices] + [new_rows[j].astype(np.int32) for j in kept]
-    ).astype(np.int32)
+    indptr, indices = constraints.indptr, constraints.indices
+    if kept.size:  # (nothing to copy when every new row is dependent)
+        indptr = np.concatenate(
+            [constraints.indptr, constraints.indptr[-1] + np.cumsum(row_lengths[kept])]
+        )
+        array_of = np.searchsorted(offsets, kept, side="right") - 1
+        pieces = []
+        for g in np.unique(array_of):
+            rows_here = kept[array_of == g]
+            pieces += _row_atoms(cells[int(g)], rows_here - offsets[g])
+        indices = np.concatenate(
+            [constraints.indices] + [atoms.astype(np.int32) for atoms in pieces]
+        )
     out_lanes = []
-    for (lane, k_mat, k_inv), picked_list, sk_new in zip(
-        lanes, kept_by_lane, lane_sketch_new, strict=True
-    ):
+    bases = []
+    for lane, step, sk_new in zip(constraints.lanes, steps, lane_sketch_new, strict=True):
         assert lane.sketch_rows is not None
-        basis = np.concatenate([lane.basis, new_id[np.asarray(picked_list, dtype=np.int64)]])
+        basis = np.concatenate([lane.basis, new_id[fresh[step.picked]]]).astype(np.int64)
+        bases.append(basis)
         out_lanes.append(
             replace(
                 lane,
-                basis=basis.astype(np.int64),
-                k_mat=k_mat,
-                k_inv=k_inv,
+                basis=basis,
+                k_mat=step.k_mat,
+                k_inv=step.k_inv,
                 sketch_rows=np.vstack([lane.sketch_rows, sk_new[kept]]),
             )
         )
-    dropped = [new_rows[j] for j in nonempty if not kept_any[j]]
-    dependencies: list[Dependency] = []
-    for (lane, _, _), picked_list, deps in zip(lanes, kept_by_lane, lane_deps, strict=True):
-        basis = np.concatenate([lane.basis, new_id[np.asarray(picked_list, dtype=np.int64)]])
-        if basis.shape[0] != constraints.n_rows + kept.size:
-            continue  # a lane that misses a kept row cannot express every dependency
-        for new in nonempty:
-            if kept_any[new] or new not in deps:
+    n_rows_after = constraints.n_rows + int(kept.size)
+    # each dropped row's dependency in every lane that holds every kept row (None elsewhere)
+    terms: dict[int, list[tuple[Int64Array, Int64Array] | None]] = {
+        j: [] for j in nonempty if not kept_any[j]
+    }
+    for lane_no, (step, basis) in enumerate(zip(steps, bases, strict=True)):
+        full = basis.shape[0] == n_rows_after
+        where = {int(fresh[r]): col for col, r in enumerate(step.rest)}
+        for j, lane_terms in terms.items():
+            if not full:
+                lane_terms.append(None)
                 continue
-            mu_j = deps[new]
-            nz = np.flatnonzero(mu_j)
-            dependencies.append(
-                Dependency(
-                    key=row_keys[new],
-                    p=lane.p,
-                    rows=basis[nz].astype(np.int64),
-                    coefficients=mu_j[nz].astype(np.int64),
+            found = known.get(j)
+            if isinstance(found, int):
+                lane_terms.append((np.asarray([found], np.int64), np.ones(1, np.int64)))
+            elif found is not None:
+                lane_terms.append(found.terms[lane_no])
+            else:
+                mu_j = step.mu[:, where[j]]
+                nz = np.flatnonzero(mu_j)
+                lane_terms.append((basis[nz].astype(np.int64), mu_j[nz].astype(np.int64)))
+    dependencies: list[Dependency] = []
+    for lane_no, lane in enumerate(constraints.lanes):
+        for j, lane_terms in terms.items():
+            pair = lane_terms[lane_no]
+            if pair is not None:
+                dependencies.append(
+                    Dependency(key=row_keys[j], p=lane.p, rows=pair[0], coefficients=pair[1])
                 )
-            )
+    # remember the fresh rows, kept or found dependent, for later admissions that repeat them
+    seen = dict(constraints.seen)
+    for j in (int(x) for x in fresh):
+        seen.setdefault(
+            new_keys[j],
+            int(new_id[j]) if kept_any[j] else repeats.SeenRow(terms=tuple(terms[j])),
+        )
     return Candidate(
         constraints=Constraints(
             n_atoms=m,
@@ -498,8 +617,8 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
             origin=np.concatenate(
                 [constraints.origin, np.full(kept.size, origin, dtype=np.int32)]
             ).astype(np.int32),
+            seen=seen,
         ),
-        dropped=dropped,
         n_new_rows=len(nonempty),
         kept_keys=[row_keys[int(x)] for x in kept],
         dependencies=dependencies,

@@ -290,25 +290,25 @@ def extend(
                 h = modp.matmul_01(invs[i].T, u.T, p).T.copy()
                 h_mats[i] = h
             avail = np.flatnonzero(~claimed[atoms])
-            # a window a little wider than the rank still missing: most candidates are
-            # independent, so the residuals of the whole batch are rarely needed
-            start, width = 0, 2 * (delta - bases[i].rank) + 8
+            # windows several times wider than the rank still missing, doubling: most
+            # candidates are independent, so one or two windows usually complete the set, and
+            # each window costs one product and one elimination whatever its width (the greedy
+            # choice, in candidate order, is the same whatever the windows)
+            start, width = 0, 4 * (delta - bases[i].rank) + 64
             while start < avail.size and bases[i].rank < delta:
                 window = avail[start : start + width]
                 start += width
-                window = window[~claimed[atoms[window]]]
+                width *= 2
                 x = block[:, window]
                 residual = _residuals(x[r0:r1], x[:r0], h, p)
                 added = bases[i].insert(residual)
                 if not added:
-                    width *= 2
                     continue
                 picked = window[np.asarray(added, dtype=np.int64)]
                 chosen_atoms[i].append(atoms[picked])
                 chosen_old[i].append(block[:r0, picked])
                 chosen_res[i].append(residual[:, added])
                 claimed[atoms[picked][sizes[atoms[picked]] < k]] = True
-                width = 2 * (delta - bases[i].rank) + 8
         if done():
             break
     if not done():

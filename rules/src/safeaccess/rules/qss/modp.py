@@ -19,6 +19,8 @@ _LIMB = 1 << 16
 #: to 2**53 / p² (above 2 000 for p < 2**21).
 SMALL_PRIME_LIMIT = 1 << 21
 _MAX_INNER = 1 << 20
+#: Columns of a batch reduced and eliminated together by `ColumnBasis.insert`.
+_INSERT_BLOCK = 64
 _MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
 
 
@@ -178,43 +180,54 @@ class ColumnBasis:
         """Add the columns (n, b) in order, each one that is independent of the span so far;
         returns the positions of those added.
 
-        The batch's new vectors W are first made fully reduced among themselves (work of
-        n × b per new vector); the old vectors V are then cleared on the new pivot rows in one
-        product, V − W·V[new pivots], instead of one outer product per new vector."""
+        The batch is reduced against the old vectors V in one product, then read in blocks of
+        `_INSERT_BLOCK` columns: each block is reduced against the batch's new vectors W so far
+        in one product, and eliminated within itself (n × block per new vector). Reading stops
+        once the span is full, so a wide batch of mostly independent columns costs little more
+        than the columns it needs. W is kept fully reduced on its own pivot rows; V is cleared
+        on the new pivot rows in one product, V − W·V[new pivots], at the end."""
         p = self.p
         work = self.reduce(columns)
         added: list[int] = []
-        fresh: list[int] = []  # columns of `work` that became new basis vectors, in order
-        new_pivots: list[int] = []
         room = self.n - self.rank
+        fresh = np.zeros((self.n, max(1, min(room, work.shape[1]))), np.int64)
+        new_pivots: list[int] = []
         # most columns of a batch reduce to zero once the span is large: visit only the others
-        # (a later insertion can zero a column that was not, so each is checked again)
-        for candidate in np.flatnonzero(work.any(axis=0)):
-            j = int(candidate)
-            if len(fresh) == room:
+        candidates = np.flatnonzero(work.any(axis=0))
+        for start in range(0, int(candidates.shape[0]), _INSERT_BLOCK):
+            if len(new_pivots) == room:
                 break
-            col = work[:, j]
-            nonzero = np.flatnonzero(col)
-            if nonzero.size == 0:
-                continue
-            q = int(nonzero[0])
-            col = col * inverse(int(col[q]), p) % p
-            work[:, j] = col
-            others = fresh + [c for c in range(j + 1, work.shape[1])]
-            if others:
-                idx = np.asarray(others, dtype=np.int64)
-                factors = work[q, idx]
-                hit = idx[factors != 0]
+            where = candidates[start : start + _INSERT_BLOCK]
+            block = work[:, where]
+            if new_pivots:
+                reach = matmul(fresh[:, : len(new_pivots)], block[new_pivots, :], p)
+                block = (block - reach) % p
+            for jj in range(int(where.shape[0])):
+                s = len(new_pivots)
+                if s == room:
+                    break
+                col = block[:, jj]
+                nonzero = np.flatnonzero(col)
+                if nonzero.size == 0:
+                    continue
+                q = int(nonzero[0])
+                col = col * inverse(int(col[q]), p) % p
+                later = block[:, jj + 1 :]
+                hit = np.flatnonzero(later[q, :])
                 if hit.size:
-                    work[:, hit] = (work[:, hit] - np.outer(col, work[q, hit])) % p
-            fresh.append(j)
-            new_pivots.append(q)
-            added.append(j)
-        if not fresh:
+                    later[:, hit] = (later[:, hit] - np.outer(col, later[q, hit])) % p
+                factors = fresh[q, :s]
+                hit = np.flatnonzero(factors)
+                if hit.size:  # keep the new vectors zero on each other's pivot rows
+                    fresh[:, hit] = (fresh[:, hit] - np.outer(col, factors[hit])) % p
+                fresh[:, s] = col
+                new_pivots.append(q)
+                added.append(int(where[jj]))
+        if not added:
             return added
-        w = work[:, fresh]
+        s = len(new_pivots)
+        w = fresh[:, :s]
         r = self.rank
-        s = len(fresh)
         if r + s > self._vectors.shape[1]:
             grown = np.zeros((self.n, max(r + s, 2 * self._vectors.shape[1])), np.int64)
             grown[:, :r] = self._vectors[:, :r]

@@ -19,18 +19,25 @@ import numpy.typing as npt
 Int32Array = npt.NDArray[np.int32]
 Int64Array = npt.NDArray[np.int64]
 
-# Above this many (atom, cell) key slots, and above 4 slots per touched record, the combined key
-# is relabelled by sorting the touched records instead of counting into a dense table: a table
-# much larger than the records costs more to allocate and scan than the sort (200 000 records
-# over 194 000 atoms by 40 cells: 64 ms dense, 16 ms sorted), while 10 M records over a few
-# thousand atoms stay dense.
+# Above this many (atom, cell) key slots, and above 4 slots per touched record, the pairs are
+# found atom by atom (`_pairs_by_atom`) instead of by counting into a dense table: a table much
+# larger than the records costs more to allocate and scan (200 000 records over 194 000 atoms by
+# 40 cells: 64 ms dense, 16 ms sorting every record), while 10 M records over a few thousand
+# atoms stay dense.
 _DENSE_KEY_SLOTS = 1 << 20
+
+
+def _dense(slots: int, touched: int) -> bool:
+    """Whether (atom, cell) pairs are counted in a dense table of `slots` keys (else found atom
+    by atom)."""
+    return slots <= max(_DENSE_KEY_SLOTS, 4 * touched)
 
 
 @dataclass(frozen=True)
 class Refinement:
     """What one array did to the partition. The records `inside` it get atom ids `labels`
-    (the caller applies them with `apply`, only once the output is admitted).
+    (the caller applies them with `apply`, only once the output is admitted); `inside` is None
+    when the array holds every record (no index of size n_records is made then).
 
     `sizes` covers the new atom ids; `parent` maps each fresh id (from `n_before` on) to the atom
     it split from; `cell` is the array's cell index for every atom after the split (-1 outside)."""
@@ -41,18 +48,24 @@ class Refinement:
     outside: int
     n_before: int
     n_cells: int
-    inside: Int64Array
+    inside: Int64Array | None
     labels: Int32Array
 
     def apply(self, atom_of: Int32Array) -> None:
-        atom_of[self.inside] = self.labels
+        if self.inside is None:
+            atom_of[:] = self.labels
+        else:
+            atom_of[self.inside] = self.labels
 
 
 def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Array) -> Refinement:
     """Split the atoms of `atom_of` (left unchanged) by the query-set array `cells`."""
     m = int(sizes.shape[0])
-    inside = np.flatnonzero(cells >= 0)
-    if inside.size == 0:
+    # an array over every record (a table of the whole population) needs no index of its
+    # records: at 10 M records that index and the two gathers through it cost more than the rest
+    everyone = cells.shape[0] > 0 and int(cells.min()) >= 0
+    inside = None if everyone else np.flatnonzero(cells >= 0)
+    if inside is not None and inside.size == 0:
         return Refinement(
             sizes=sizes,
             parent=np.empty(0, dtype=np.int64),
@@ -63,23 +76,23 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
             inside=inside.astype(np.int64),
             labels=np.empty(0, dtype=np.int32),
         )
-    inner = cells[inside]
+    inner = cells if inside is None else cells[inside]
+    member_atom = atom_of if inside is None else atom_of[inside]
     n_cells = int(inner.max()) + 1
     slots = m * n_cells
-    # int32 keys when they fit: half the memory traffic on the hot path (10 M records)
-    key_type = np.dtype(np.int32 if slots < np.iinfo(np.int32).max else np.int64)
-    key: npt.NDArray[np.signedinteger[Any]] = atom_of[inside].astype(key_type, copy=False)
-    key = key * n_cells
-    key += inner.astype(key_type, copy=False)
     inverse: Int64Array | None = None
-    if slots <= max(_DENSE_KEY_SLOTS, 4 * int(inside.size)):
+    key: npt.NDArray[np.signedinteger[Any]] | None = None
+    if _dense(slots, int(inner.shape[0])):
+        # int32 keys when they fit: half the memory traffic on the hot path (10 M records)
+        key_type = np.dtype(np.int32 if slots < np.iinfo(np.int32).max else np.int64)
+        key = member_atom.astype(key_type, copy=False)
+        key = key * n_cells
+        key += inner.astype(key_type, copy=False)
         counts = np.bincount(key, minlength=slots)
         present = np.flatnonzero(counts).astype(np.int64)
         pair_count = counts[present].astype(np.int64)
     else:
-        present, inverse_raw, pair_count = np.unique(key, return_inverse=True, return_counts=True)
-        inverse = inverse_raw.astype(np.int64)
-        pair_count = pair_count.astype(np.int64)
+        present, inverse, pair_count = _pairs_by_atom(member_atom, inner, m, n_cells)
     pair_atom = present // n_cells
     pair_cell = (present % n_cells).astype(np.int32)
     touched = np.bincount(pair_atom, weights=pair_count, minlength=m).astype(np.int64)
@@ -94,6 +107,7 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
     new_id[keeps] = pair_atom[keeps]
     new_id[fresh] = np.arange(m, m + n_fresh, dtype=np.int64)
     if inverse is None:
+        assert key is not None
         lut = np.empty(slots, dtype=np.int32)
         lut[present] = new_id
         labels = lut[key]
@@ -112,9 +126,58 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
         outside=outside,
         n_before=m,
         n_cells=n_cells,
-        inside=inside.astype(np.int64, copy=False),
+        inside=None if inside is None else inside.astype(np.int64, copy=False),
         labels=labels,
     )
+
+
+def _pairs_by_atom(
+    atom: Int32Array, cell: Int32Array, m: int, n_cells: int
+) -> tuple[Int64Array, Int64Array, Int64Array]:
+    """The distinct (atom, cell) pairs of the touched records as sorted keys atom · n_cells +
+    cell, each record's pair and each pair's record count: what `np.unique(key,
+    return_inverse=True, return_counts=True)` gives, without sorting every touched record.
+
+    Most touched atoms meet one cell only (on realistic data most atoms hold one record): their
+    pair is found by one write per record, and only the records of atoms that meet several
+    cells are sorted. Pairs are placed atom by atom, in key order, by each atom's pair count."""
+    atom64 = atom.astype(np.int64)
+    one_cell = np.empty(m, dtype=np.int32)
+    one_cell[atom64] = cell  # one of each touched atom's cells (any one will do)
+    mixed_record = cell != one_cell[atom64]
+    mixed_atom = np.zeros(m, dtype=bool)
+    mixed_atom[atom64[mixed_record]] = True
+    in_mixed = mixed_atom[atom64]
+    per_atom = np.bincount(atom64, minlength=m).astype(np.int64)  # records touched per atom
+    pairs_of = (per_atom > 0).astype(np.int64)
+    sub_key = np.empty(0, dtype=np.int64)
+    sub_inverse = np.empty(0, dtype=np.int64)
+    sub_count = np.empty(0, dtype=np.int64)
+    if mixed_atom.any():
+        key = atom64[in_mixed] * n_cells + cell[in_mixed]
+        sub_key, sub_inverse, sub_count = (
+            a.astype(np.int64) for a in np.unique(key, return_inverse=True, return_counts=True)
+        )
+        sub_atom = sub_key // n_cells
+        pairs_of[mixed_atom] = 0
+        pairs_of += np.bincount(sub_atom, minlength=m)
+    start = np.cumsum(pairs_of) - pairs_of  # each atom's first pair
+    n_pairs = int(pairs_of.sum())
+    present = np.empty(n_pairs, dtype=np.int64)
+    count = np.empty(n_pairs, dtype=np.int64)
+    pure = np.flatnonzero((per_atom > 0) & ~mixed_atom)
+    present[start[pure]] = pure * n_cells + one_cell[pure]
+    count[start[pure]] = per_atom[pure]
+    inverse = start[atom64]
+    if sub_key.size:
+        sub_atom = sub_key // n_cells
+        # rank of each mixed pair within its atom (the pairs of one atom are contiguous, sorted)
+        first_of_atom = np.searchsorted(sub_atom, sub_atom, side="left")
+        at = start[sub_atom] + np.arange(sub_key.shape[0], dtype=np.int64) - first_of_atom
+        present[at] = sub_key
+        count[at] = sub_count
+        inverse[in_mixed] = at[sub_inverse.reshape(-1)]
+    return present, inverse, count
 
 
 def extend(values: npt.NDArray[np.generic], parent: Int64Array) -> npt.NDArray[np.generic]:

@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from safeaccess.rules.outputs import Output, extra_query_sets_of, query_set_of
 
+# How much of a job's stderr the host keeps (its tail), for the controller's log only.
+STDERR_KEEP = 64 * 1024
+
 
 class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

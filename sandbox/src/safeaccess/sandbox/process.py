@@ -27,7 +27,6 @@ job's allowance.
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
 import resource
@@ -47,7 +46,6 @@ from safeaccess.sandbox.backend import (
     AnalysisFailed,
     Job,
     JobCrashed,
-    LimitExceeded,
     Limits,
     RunnerRequest,
     RunnerResponse,
@@ -60,10 +58,16 @@ from safeaccess.sandbox.backend import (
 )
 from safeaccess.sandbox.forkserver import (
     ForkServer,
-    JobOutcome,
     TemplateDamaged,
     TemplateKey,
     TemplateProcess,
+)
+from safeaccess.sandbox.supervise import (
+    JobOutcome,
+    StderrTail,
+    feed,
+    limit_exceeded,
+    read_reply,
 )
 from safeaccess.sandbox.template import family_for
 from safeaccess.sandbox.template_privileges import JOB_UID_COUNT, JOB_UID_FIRST
@@ -71,7 +75,6 @@ from safeaccess.sandbox.template_privileges import JOB_UID_COUNT, JOB_UID_FIRST
 DATASET_PATH = "/data/dataset.parquet"
 # Paths *inside* the sandbox (its own tmpfs), not on the host.
 SANDBOX_TMP = "/tmp"  # noqa: S108
-STDERR_KEEP = 64 * 1024
 # Fresh uids for sandboxed jobs when the server runs as root: far above any real account, and
 # inside the range a fork server template's user namespace maps.
 UID_BASE = JOB_UID_FIRST
@@ -611,13 +614,9 @@ class ProcessBackend:
             code = error.code if error else "analysis_failed"
             message = error.message if error else "the analysis failed"
             if code == "limit_memory":
-                raise LimitExceeded(
-                    "memory", f"the job exceeded its memory limit of {limits.memory_mb} MB"
-                )
+                raise limit_exceeded("memory", limits)
             if code == "limit_processes":
-                raise LimitExceeded(
-                    "processes", f"the job exceeded its limit of {limits.max_processes} processes"
-                )
+                raise limit_exceeded("processes", limits)
             raise AnalysisFailed(code, message)
         output = expected_output(job, response.output)
         return RunResult(
@@ -628,21 +627,15 @@ class ProcessBackend:
         cpu = outcome.cpu_seconds
         sig = outcome.signal
         if sig == signal.SIGXCPU or cpu >= limits.cpu_seconds:
-            return LimitExceeded(
-                "cpu", f"the job used more than its CPU limit of {limits.cpu_seconds} s"
-            )
+            return limit_exceeded("cpu", limits)
         if any(marker in outcome.stderr for marker in _MEMORY_MARKERS) or sig in (
             signal.SIGSEGV,
             signal.SIGBUS,
             signal.SIGABRT,
         ):
-            return LimitExceeded(
-                "memory", f"the job exceeded its memory limit of {limits.memory_mb} MB"
-            )
+            return limit_exceeded("memory", limits)
         if sig == signal.SIGXFSZ:
-            return LimitExceeded(
-                "output", f"the job wrote a file larger than its limit of {limits.tmp_mb} MB"
-            )
+            return limit_exceeded("file", limits)
         status = f"signal {sig}" if sig else f"exit status {outcome.exit_code}"
         return JobCrashed(f"the sandboxed runner ended without a valid response ({status})")
 
@@ -661,16 +654,13 @@ class ProcessBackend:
             self._warm.clear()
 
 
-_Outcome = JobOutcome
-
-
 class _Supervisor:
-    """Feeds the request, reads capped output, enforces the wall clock and reaps the sandbox."""
+    """Feeds the request, reads the capped reply within the wall clock and reaps the sandbox."""
 
     def __init__(self, proc: subprocess.Popen[bytes], limits: Limits):
         self.proc = proc
         self.limits = limits
-        self.outcome = _Outcome()
+        self.outcome = JobOutcome()
 
     def _kill(self) -> None:
         # bwrap is the leader of its own process group; killing it tears down the pid namespace
@@ -678,72 +668,20 @@ class _Supervisor:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
 
-    def _feed(self, request: bytes) -> None:
-        assert self.proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.write(request)
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.close()
-
-    def _drain_stderr(self) -> None:
+    def supervise(self, request: bytes) -> JobOutcome:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         assert self.proc.stderr is not None
-        fd = self.proc.stderr.fileno()
-        kept = bytearray()
-        for chunk in iter(lambda: os.read(fd, 65536), b""):
-            if len(kept) < STDERR_KEEP:
-                kept += chunk[: STDERR_KEEP - len(kept)]
-        self.outcome.stderr = bytes(kept)
-
-    def supervise(self, request: bytes) -> _Outcome:
-        import selectors
-
-        threads = [
-            threading.Thread(target=self._feed, args=(request,), daemon=True),
-            threading.Thread(target=self._drain_stderr, daemon=True),
-        ]
-        for t in threads:
-            t.start()
+        stdin = self.proc.stdin
+        feeder = feed(stdin.write, request, stdin.close)
+        stderr = StderrTail(self.proc.stderr.fileno())
         deadline = time.monotonic() + self.limits.wall_seconds
-        cap = self.limits.max_output_bytes
-        assert self.proc.stdout is not None
         stdout_fd = self.proc.stdout.fileno()
-        chunks: list[bytes] = []
-        size = 0
-        with selectors.DefaultSelector() as selector:
-            selector.register(stdout_fd, selectors.EVENT_READ)
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._kill()
-                    self.outcome.killed_for = LimitExceeded(
-                        "wall",
-                        f"the job ran longer than its wall-clock limit of "
-                        f"{self.limits.wall_seconds:g} s and was stopped",
-                    )
-                    break
-                if not selector.select(timeout=min(remaining, 1.0)):
-                    continue
-                try:
-                    chunk = os.read(stdout_fd, 65536)
-                except OSError as exc:
-                    if exc.errno == errno.EINTR:
-                        continue
-                    raise
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > cap:
-                    self._kill()
-                    self.outcome.killed_for = LimitExceeded(
-                        "output",
-                        f"the job's output exceeded its limit of {cap} bytes and was stopped",
-                    )
-                    break
-                chunks.append(chunk)
+        self.outcome.stdout, self.outcome.killed_for = read_reply(
+            stdout_fd, lambda n: os.read(stdout_fd, n), deadline, self.limits, self._kill
+        )
         self._reap(deadline)
-        for t in threads:
-            t.join(timeout=5)
-        self.outcome.stdout = b"".join(chunks)
+        feeder.join(timeout=5)
+        self.outcome.stderr = stderr.finish(timeout=5)
         self.proc.stdout.close()
         return self.outcome
 
@@ -755,19 +693,7 @@ class _Supervisor:
                 break
             if time.monotonic() > deadline + 1 and self.outcome.killed_for is None:
                 self._kill()
-                self.outcome.killed_for = LimitExceeded(
-                    "wall",
-                    f"the job ran longer than its wall-clock limit of "
-                    f"{self.limits.wall_seconds:g} s and was stopped",
-                )
+                self.outcome.killed_for = limit_exceeded("wall", self.limits)
             time.sleep(0.002)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
-        self.outcome.cpu_seconds = usage.ru_utime + usage.ru_stime
-        if os.WIFSIGNALED(status):
-            self.outcome.signal = os.WTERMSIG(status)
-        else:
-            code = os.WEXITSTATUS(status)
-            self.outcome.exit_code = code
-            # bwrap reports a child killed by signal N as exit status 128 + N.
-            if code > 128:
-                self.outcome.signal = code - 128
+        self.outcome.set_status(status, usage.ru_utime + usage.ru_stime)

@@ -19,7 +19,6 @@ from docker.models.containers import Container
 
 from safeaccess.sandbox.backend import (
     Job,
-    LimitExceeded,
     Limits,
     RunnerRequest,
     RunResult,
@@ -37,10 +36,10 @@ from safeaccess.sandbox.docker.container import (
     JobContainer,
     container_kwargs,
     owner_label,
-    wall_message,
 )
 from safeaccess.sandbox.docker.image import LABEL_KIND
 from safeaccess.sandbox.docker.pool import WarmPool
+from safeaccess.sandbox.supervise import limit_exceeded
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +280,7 @@ class DockerBackend:
                 job_container = self._start_container(key, remaining, preload=False)
             except SandboxError:
                 if time.monotonic() >= started + job.limits.wall_seconds:
-                    raise LimitExceeded("wall", wall_message(job.limits)) from None
+                    raise limit_exceeded("wall", job.limits) from None
                 raise
             except Exception as exc:  # the engine connection failed (requests/urllib3 errors)
                 raise SandboxError(f"the Docker Engine failed to start the job: {exc}") from exc

@@ -6,7 +6,7 @@ quota, an RLIMIT_CPU, a size-capped noexec tmpfs on /tmp, an init process (reaps
 forwards signals), no IPC namespace sharing, a capped json-file log, and exactly one host path:
 the job's dataset file, bind-mounted read-only at `/data/dataset.parquet`.
 
-I/O: the container runs `safeaccess.sandbox.docker_entry` with stdin open. The backend attaches
+I/O: the container runs `safeaccess.sandbox.docker.entry` with stdin open. The backend attaches
 to the container (stdin + stdout + stderr), sends one length-prefixed `RunnerRequest` and reads the
 multiplexed output stream, counting stdout bytes against the output limit and killing the
 container the moment it is exceeded or the wall clock runs out.
@@ -41,8 +41,8 @@ from safeaccess.sandbox.backend import (
     SandboxError,
     decode_reply,
 )
+from safeaccess.sandbox.docker.entry import DONE_MARKER, ENV_PRELOAD, READY_MARKER
 from safeaccess.sandbox.docker.image import SANDBOX_TMP, SANDBOX_USER
-from safeaccess.sandbox.docker_entry import DONE_MARKER, ENV_PRELOAD, READY_MARKER
 from safeaccess.sandbox.seccomp import docker_profile
 from safeaccess.sandbox.supervise import StderrTail, limit_exceeded, output_exceeded, read_until
 

@@ -1,9 +1,9 @@
 """The host side of the process backend's fork server: templates, one per dataset version.
 
-A `TemplateProcess` is one bubblewrap sandbox running `safeaccess.sandbox.template` for one
+A `TemplateProcess` is one bubblewrap sandbox running `safeaccess.sandbox.process.template` for one
 (dataset file version, runner version) key; `ForkServer` keeps the templates of the most
 recently used keys and runs each job in a child forked from the right one. See the template and
-`safeaccess.sandbox.isolate` for what happens inside; docs/sandbox.md for the design.
+`safeaccess.sandbox.process.isolate` for what happens inside; docs/sandbox.md for the design.
 
 Lifecycle of a template: STARTING (bubblewrap started, libraries importing, dataset loading) ->
 READY (serving jobs) -> RETIRED (replaced: new dataset version or runner, or evicted; it
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from safeaccess.sandbox.backend import Limits, SandboxUnavailable
+from safeaccess.sandbox.process.template import ENV_FAMILY, MAX_MESSAGE
 from safeaccess.sandbox.supervise import JobOutcome, StderrTail, feed, read_reply
-from safeaccess.sandbox.template import ENV_FAMILY, MAX_MESSAGE
 
 log = logging.getLogger(__name__)
 

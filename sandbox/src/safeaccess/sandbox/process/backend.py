@@ -56,12 +56,14 @@ from safeaccess.sandbox.backend import (
     expected_output,
     side_arrays,
 )
-from safeaccess.sandbox.forkserver import (
+from safeaccess.sandbox.process.forkserver import (
     ForkServer,
     TemplateDamaged,
     TemplateKey,
     TemplateProcess,
 )
+from safeaccess.sandbox.process.template import family_for
+from safeaccess.sandbox.process.template_privileges import JOB_UID_COUNT, JOB_UID_FIRST
 from safeaccess.sandbox.supervise import (
     JobOutcome,
     StderrTail,
@@ -69,8 +71,6 @@ from safeaccess.sandbox.supervise import (
     limit_exceeded,
     read_reply,
 )
-from safeaccess.sandbox.template import family_for
-from safeaccess.sandbox.template_privileges import JOB_UID_COUNT, JOB_UID_FIRST
 
 DATASET_PATH = "/data/dataset.parquet"
 # Paths *inside* the sandbox (its own tmpfs), not on the host.
@@ -320,9 +320,9 @@ class ProcessBackend:
 
         `preload` names an analysis kind whose libraries the runner imports before it waits for
         the request (used for warm sandboxes). With `template`, the command starts a fork
-        server template instead (`safeaccess.sandbox.template`), which never runs researcher
+        server template instead (`safeaccess.sandbox.process.template`), which never runs researcher
         input itself: it starts with the host capabilities it needs to leave for a user
-        namespace of its own (`safeaccess.sandbox.template_privileges`), where it holds those
+        namespace of its own (`safeaccess.sandbox.process.template_privileges`), where it holds those
         its jobs need to isolate themselves (new namespaces, mounts, a fresh uid).
         """
         if self._bwrap is None:
@@ -408,7 +408,7 @@ class ProcessBackend:
             env["SAFEACCESS_SANDBOX_GID"] = str(uid)
         for key, value in env.items():
             args += ["--setenv", key, value]
-        module = "safeaccess.sandbox.template" if template else "safeaccess.sandbox.runner"
+        module = "safeaccess.sandbox.process.template" if template else "safeaccess.sandbox.runner"
         args += ["--", sys.executable, "-I", "-m", module]
         return args
 

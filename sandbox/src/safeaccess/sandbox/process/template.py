@@ -1,10 +1,10 @@
-"""The fork server's template: `python -m safeaccess.sandbox.template` inside bubblewrap.
+"""The fork server's template: `python -m safeaccess.sandbox.process.template` inside bubblewrap.
 
 One template runs per dataset version. It imports the runner and its libraries, loads
 the dataset from /data once (decoded into a DataFrame once: every job forked from the template
 shares those pages copy-on-write), then serves the host over one control socket. It never runs
 researcher input itself: for each job it forks a child that isolates itself
-(`safeaccess.sandbox.isolate`) and only then reads the request.
+(`safeaccess.sandbox.process.isolate`) and only then reads the request.
 
 Control protocol (SOCK_SEQPACKET, one JSON object per message, little and fixed):
 
@@ -45,31 +45,31 @@ MAX_MESSAGE = 4096
 # steps fork from a template without statsmodels, SciPy, scikit-learn and fairlearn.
 PRELOAD_TABLES = (
     "safeaccess.sandbox.runner",
-    "safeaccess.sandbox.isolate",
+    "safeaccess.sandbox.process.isolate",
     "safeaccess.sandbox.seccomp",
     "pyarrow.parquet",
-    "safeaccess.sandbox.compute.tables",
-    "safeaccess.sandbox.compute.summary",
-    "safeaccess.sandbox.compute.survival",
-    "safeaccess.sandbox.compute.dp",
-    "safeaccess.sandbox.compute.synthetic",
-    "safeaccess.sandbox.filters",
+    "safeaccess.sandbox.runner.compute.tables",
+    "safeaccess.sandbox.runner.compute.summary",
+    "safeaccess.sandbox.runner.compute.survival",
+    "safeaccess.sandbox.runner.compute.dp",
+    "safeaccess.sandbox.runner.compute.synthetic",
+    "safeaccess.sandbox.runner.filters",
 )
 PRELOAD_FULL = (
     *PRELOAD_TABLES,
-    "safeaccess.sandbox.compute.script",
-    "safeaccess.sandbox.compute.regression",
-    "safeaccess.sandbox.compute.correlation",
-    "safeaccess.sandbox.compute.tests",
-    "safeaccess.sandbox.design",
+    "safeaccess.sandbox.runner.compute.script",
+    "safeaccess.sandbox.runner.compute.regression",
+    "safeaccess.sandbox.runner.compute.correlation",
+    "safeaccess.sandbox.runner.compute.tests",
+    "safeaccess.sandbox.runner.design",
     "statsmodels.api",
     "scipy.stats",
     # model_training: scikit-learn and fairlearn add about 20 MB to the template, shared
     # copy-on-write by every job, and save each model job about 0.6 s of imports.
-    "safeaccess.sandbox.compute.models",
-    "safeaccess.sandbox.compute.model_export",
-    "safeaccess.sandbox.compute.model_attacks",
-    "safeaccess.sandbox.compute.roc",
+    "safeaccess.sandbox.runner.compute.models",
+    "safeaccess.sandbox.runner.compute.model_export",
+    "safeaccess.sandbox.runner.compute.model_attacks",
+    "safeaccess.sandbox.runner.compute.roc",
     "sklearn.tree",
     "sklearn.ensemble",
     "sklearn.linear_model",
@@ -161,7 +161,7 @@ class Template:
         return True
 
     def _fork_job(self, job: str, uid: int, limits: Limits, channel: int, stderr: int) -> None:
-        from safeaccess.sandbox.isolate import new_pid_namespace, run_isolated_job
+        from safeaccess.sandbox.process.isolate import new_pid_namespace, run_isolated_job
 
         new_pid_namespace(self.own_pid_namespace)
         pid = os.fork()
@@ -230,7 +230,7 @@ def main() -> None:
     # namespace of the template's own) before any library is imported or any byte of the
     # dataset parsed. The process that called main() waits in there; its child returns.
     data = os.open(DATASET_PATH, os.O_RDONLY | os.O_CLOEXEC)
-    from safeaccess.sandbox.template_privileges import enter_own_user_namespace
+    from safeaccess.sandbox.process.template_privileges import enter_own_user_namespace
 
     enter_own_user_namespace()
     for name in FAMILIES[os.environ.pop(ENV_FAMILY, "full")]:

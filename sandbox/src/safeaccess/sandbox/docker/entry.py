@@ -28,19 +28,19 @@ PRELOAD = (
     "pandas",
     "pyarrow.parquet",
     # The runner imports these per analysis kind; a warm container has them ready.
-    "safeaccess.sandbox.compute.tables",
-    "safeaccess.sandbox.compute.summary",
-    "safeaccess.sandbox.compute.survival",
-    "safeaccess.sandbox.compute.script",
-    "safeaccess.sandbox.filters",
+    "safeaccess.sandbox.runner.compute.tables",
+    "safeaccess.sandbox.runner.compute.summary",
+    "safeaccess.sandbox.runner.compute.survival",
+    "safeaccess.sandbox.runner.compute.script",
+    "safeaccess.sandbox.runner.filters",
 )
 # Also imported when the container's memory limit leaves room (about 100 MB more): the model
 # libraries. Below that, a job that needs them imports them itself.
 PRELOAD_MODELS = (
-    "safeaccess.sandbox.compute.regression",
-    "safeaccess.sandbox.compute.correlation",
-    "safeaccess.sandbox.compute.tests",
-    "safeaccess.sandbox.design",
+    "safeaccess.sandbox.runner.compute.regression",
+    "safeaccess.sandbox.runner.compute.correlation",
+    "safeaccess.sandbox.runner.compute.tests",
+    "safeaccess.sandbox.runner.design",
     "statsmodels.api",
     "scipy.stats",
 )

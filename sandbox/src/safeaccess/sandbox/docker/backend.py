@@ -18,6 +18,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from safeaccess.sandbox.backend import (
+    DATASET_PATH,
     Job,
     Limits,
     RunnerRequest,
@@ -29,7 +30,6 @@ from safeaccess.sandbox.backend import (
 )
 from safeaccess.sandbox.config import DockerOptions
 from safeaccess.sandbox.docker.container import (
-    DATASET_IN_SANDBOX,
     LABEL_OWNER,
     LABEL_ROLE,
     DatasetKey,
@@ -267,9 +267,7 @@ class DockerBackend:
         started = time.monotonic()
         key: PoolKey = (DatasetKey.of(job.dataset), job.limits)
         request = (
-            RunnerRequest(
-                analysis=job.analysis, metadata=job.metadata, dataset_path=DATASET_IN_SANDBOX
-            )
+            RunnerRequest(analysis=job.analysis, metadata=job.metadata, dataset_path=DATASET_PATH)
             .model_dump_json()
             .encode("utf-8")
         )

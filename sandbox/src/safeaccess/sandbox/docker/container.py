@@ -33,6 +33,7 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Mount, Ulimit
 
 from safeaccess.sandbox.backend import (
+    DATASET_PATH,
     AnalysisFailed,
     JobCrashed,
     LimitExceeded,
@@ -48,7 +49,6 @@ from safeaccess.sandbox.supervise import StderrTail, limit_exceeded, output_exce
 
 log = logging.getLogger(__name__)
 
-DATASET_IN_SANDBOX = "/data/dataset.parquet"
 LABEL_ROLE = "org.safeaccess.sandbox.role"
 LABEL_OWNER = "org.safeaccess.sandbox.owner"
 LOG_MAX_SIZE = "1m"
@@ -165,7 +165,7 @@ def container_kwargs(
         "tmpfs": {SANDBOX_TMP: f"rw,noexec,nosuid,nodev,size={limits.tmp_mb}m,mode=1777"},
         "mounts": [
             Mount(
-                target=DATASET_IN_SANDBOX,
+                target=DATASET_PATH,
                 source=dataset.path,
                 type="bind",
                 read_only=True,

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Literal
 
 from safeaccess.sandbox.backend import (
+    DATASET_PATH,
     AnalysisFailed,
     Job,
     JobCrashed,
@@ -62,8 +63,8 @@ from safeaccess.sandbox.process.forkserver import (
     TemplateKey,
     TemplateProcess,
 )
-from safeaccess.sandbox.process.template import family_for
 from safeaccess.sandbox.process.template_privileges import JOB_UID_COUNT, JOB_UID_FIRST
+from safeaccess.sandbox.runner.kinds import family_for
 from safeaccess.sandbox.supervise import (
     JobOutcome,
     StderrTail,
@@ -72,7 +73,6 @@ from safeaccess.sandbox.supervise import (
     read_reply,
 )
 
-DATASET_PATH = "/data/dataset.parquet"
 # Paths *inside* the sandbox (its own tmpfs), not on the host.
 SANDBOX_TMP = "/tmp"  # noqa: S108
 # Fresh uids for sandboxed jobs when the server runs as root: far above any real account, and

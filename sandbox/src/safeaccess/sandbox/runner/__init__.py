@@ -18,10 +18,11 @@ RLIMIT_NPROC (ignored for root) holds.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
-from typing import IO, Any, TypeAlias
+from typing import IO, Any, TypeAlias, cast
 
 import pandas as pd
 from pydantic import ValidationError
@@ -31,6 +32,7 @@ from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Output
 from safeaccess.sandbox.backend import RunnerError, RunnerRequest, RunnerResponse, encode_reply
 from safeaccess.sandbox.runner.compute._common import AnalysisError
+from safeaccess.sandbox.runner.kinds import KINDS
 
 ENV_UID = "SAFEACCESS_SANDBOX_UID"
 ENV_GID = "SAFEACCESS_SANDBOX_GID"
@@ -42,22 +44,7 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # Runner error codes that report a resource limit rather than a problem with the analysis.
 LIMIT_CODES = {"limit_memory": "memory", "limit_processes": "processes"}
 
-ANALYSIS_KINDS = frozenset(
-    {
-        "frequency_table",
-        "magnitude_table",
-        "histogram",
-        "summary",
-        "regression",
-        "correlation",
-        "test",
-        "survival",
-        "script",
-        *DP_KINDS,
-        "model_training",
-        *SYNTH_KINDS,
-    }
-)
+ANALYSIS_KINDS = frozenset(KINDS)
 #: The disclosure check of synthetic data: a job the server builds, never a researcher's kind.
 SYNTH_CHECK = "synthetic_check"
 
@@ -65,67 +52,22 @@ Compute = Callable[[Any, pd.DataFrame, DatasetMetadata, int], Output]
 
 
 def _compute_for(kind: str) -> Compute:
-    # Imported per kind so that a frequency table does not pay for statsmodels or scipy.
-    if kind in ("frequency_table", "magnitude_table", "histogram"):
-        from safeaccess.sandbox.runner.compute import tables
-
-        return {  # type: ignore[return-value]
-            "frequency_table": tables.frequency_table,
-            "magnitude_table": tables.magnitude_table,
-            "histogram": tables.histogram,
-        }[kind]
-    if kind == "summary":
-        from safeaccess.sandbox.runner.compute.summary import summary
-
-        return summary
-    if kind == "regression":
-        from safeaccess.sandbox.runner.compute.regression import regression
-
-        return regression
-    if kind == "correlation":
-        from safeaccess.sandbox.runner.compute.correlation import correlation
-
-        return correlation
-    if kind == "test":
-        from safeaccess.sandbox.runner.compute.tests import stat_test
-
-        return stat_test
-    if kind == "survival":
-        from safeaccess.sandbox.runner.compute.survival import survival
-
-        return survival
-    if kind == "script":
-        from safeaccess.sandbox.runner.compute.script import script
-
-        return script
-    if kind in DP_KINDS:
-        from safeaccess.sandbox.runner.compute.dp import dp_statistic
-
-        return dp_statistic
-    if kind == "model_training":
-        from safeaccess.sandbox.runner.compute.models import model_training
-
-        return model_training
-    if kind in SYNTH_KINDS:
-        from safeaccess.sandbox.runner.compute.synthetic import synthetic_tables
-
-        return synthetic_tables
-    raise AnalysisError("bad_analysis", f"analysis kind {kind!r} is not supported by this runner")
+    entry = KINDS.get(kind)
+    if entry is None:
+        raise AnalysisError(
+            "bad_analysis", f"analysis kind {kind!r} is not supported by this runner"
+        )
+    # Imported per kind (runner/kinds.py) so that a frequency table does not pay for statsmodels.
+    return cast(Compute, entry.load())
 
 
 def preload(kind: str) -> None:
-    """Import the libraries an analysis kind needs (ahead of the request, in a warm sandbox)."""
-    if kind not in ANALYSIS_KINDS:
+    """Import the modules an analysis kind needs (ahead of the request, in a warm sandbox)."""
+    entry = KINDS.get(kind)
+    if entry is None:
         return
-    _compute_for(kind)
-    if kind == "regression":
-        import statsmodels.api  # noqa: F401
-    elif kind == "test":
-        import scipy.stats  # noqa: F401
-    elif kind == "model_training":
-        from safeaccess.sandbox.runner.compute.models import preload_models
-
-        preload_models()
+    for name in entry.modules():
+        importlib.import_module(name)
 
 
 def apply_filter(analysis: Analysis, frame: pd.DataFrame) -> pd.DataFrame:

@@ -46,21 +46,6 @@ from safeaccess.sandbox.runner.compute._common import AnalysisError, numeric_val
 OUTSIDE = -1
 
 
-def preload_models() -> None:
-    """Import what training needs before the records are looked at (timing must not depend on
-    the selection: an empty one would otherwise answer before the imports)."""
-    import fairlearn.metrics
-    import fairlearn.postprocessing
-    import fairlearn.reductions  # noqa: F401
-    import sklearn.ensemble
-    import sklearn.linear_model
-    import sklearn.metrics
-    import sklearn.model_selection
-    import sklearn.tree  # noqa: F401
-
-    from safeaccess.sandbox.runner.compute import model_attacks, model_export  # noqa: F401
-
-
 # ------------------------------------------------------------------------------ encoding
 
 
@@ -487,4 +472,4 @@ def complete_rows(
     return np.nonzero(complete)[0]
 
 
-__all__ = ["FairnessFacts", "model_training", "preload_models", "split_positions"]
+__all__ = ["FairnessFacts", "model_training", "split_positions"]

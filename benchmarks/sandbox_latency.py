@@ -87,7 +87,7 @@ def _backends(names: list[str], image: str | None) -> dict[str, dict[str, Any]]:
     """name -> {"cold": backend, "warm": backend, "wait": callable(dataset)}."""
     made: dict[str, dict[str, Any]] = {}
     if "process" in names:
-        from safeaccess.sandbox.process.backend import ProcessBackend
+        from safeaccess.sandbox.process import ProcessBackend
 
         warm = ProcessBackend(LIMITS)
         warm.check_available()

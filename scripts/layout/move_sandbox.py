@@ -56,6 +56,12 @@ MODULES: dict[str, str] = {
     "mock_rehearsal": "mock.rehearsal",
 }
 
+#: Names a new package exports itself (lazily): `safeaccess.sandbox.process.ProcessBackend` and
+#: `from safeaccess.sandbox.process import ProcessBackend` are new-layout references, left alone.
+#: Submodules of the new packages that the move did not create (process/bwrap.py, split out of
+#: process/backend.py later) count as new too.
+PACKAGE_EXPORTS: dict[str, tuple[str, ...]] = {"process": ("ProcessBackend", "bwrap")}
+
 #: Old path -> new path, below PACKAGE.
 MOVES: dict[str, str] = {
     "process.py": "process/backend.py",
@@ -178,17 +184,11 @@ def _dotted_patterns() -> list[tuple[re.Pattern[str], str]]:
         guard = ""
         if new.startswith(old + "."):
             # `process` becomes a package: a name already below it (process.backend) is new.
-            children = {
-                m.split(".", 1)[1].split(".")[0]
-                for m in MODULES.values()
-                if m.startswith(old + ".")
-            }
+            children = _new_package_names(old)
             alternatives = "|".join(sorted(children))
-            # Nor is one imported from it (`from safeaccess.sandbox.process import forkserver`).
-            guard = (
-                r"(?!\.(?:" + alternatives + r")\b)"
-                r"(?!\s+import\s+\(?\s*(?:" + alternatives + r")\b)"
-            )
+            # `from safeaccess.sandbox.process import ...` is decided by what it imports
+            # (`_rewrite_from_new_package`).
+            guard = r"(?!\.(?:" + alternatives + r")\b)(?!\s+import\b)"
         patterns.append(
             (
                 re.compile(r"(?<![\w.])safeaccess\.sandbox\." + re.escape(old) + r"(?!\w)" + guard),
@@ -246,10 +246,44 @@ def _rewrite_from_package(text: str) -> str:
     return _FROM_PACKAGE.sub(repl, text)
 
 
+def _new_package_names(old: str) -> set[str]:
+    """What the new package `old` (process) holds itself: its submodules and its exports."""
+    children = {
+        m.split(".", 1)[1].split(".")[0] for m in MODULES.values() if m.startswith(old + ".")
+    }
+    return children | set(PACKAGE_EXPORTS.get(old, ()))
+
+
+def _rewrite_from_new_package(text: str) -> str:
+    """`from safeaccess.sandbox.process import X, Y`: left alone when every name is one the new
+    package holds (`ProcessBackend`, `forkserver` ...), else an old-layout import of the module
+    that became `process/backend.py`, rewritten to import from there."""
+    for old, new in MODULES.items():
+        if not new.startswith(old + "."):
+            continue
+        held = _new_package_names(old)
+        pattern = re.compile(
+            r"(?<![\w.])from safeaccess\.sandbox\."
+            + re.escape(old)
+            + r"(\s+import\s+)(\([^)]*\)|[^\n]*)"
+        )
+
+        def repl(match: re.Match[str], held: set[str] = held, new: str = new) -> str:
+            body = re.sub(r"#[^\n]*", "", match.group(2)).strip("() \n")
+            names = {n.split(" as ")[0].strip() for n in body.split(",") if n.strip()}
+            if names <= held:
+                return match.group(0)
+            return f"from safeaccess.sandbox.{new}{match.group(1)}{match.group(2)}"
+
+        text = pattern.sub(repl, text)
+    return text
+
+
 def rewrite(text: str) -> str:
     """`text` with every reference to an old sandbox module or path replaced by the new one."""
     for pattern, new in _dotted_patterns():
         text = pattern.sub(new, text)
+    text = _rewrite_from_new_package(text)
     # After the dotted names: the imports it writes name new modules only.
     text = _rewrite_from_package(text)
     for pattern, new in _path_patterns():

@@ -109,7 +109,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     and the Docker backend."""
     b: Backend
     if request.param in ("forkserver", "warm"):
-        from safeaccess.sandbox.process.backend import ProcessBackend
+        from safeaccess.sandbox.process import ProcessBackend
 
         b = ProcessBackend(limits=LIMITS, mode=request.param)
         if request.param == "forkserver" and b.mode != "forkserver":
@@ -428,13 +428,13 @@ def test_forged_runner_response_is_refused(
 
 
 def _fork_server(backend: Backend) -> bool:
-    from safeaccess.sandbox.process.backend import ProcessBackend
+    from safeaccess.sandbox.process import ProcessBackend
 
     return isinstance(backend, ProcessBackend) and backend.mode == "forkserver"
 
 
 def _template_pids(backend: Backend) -> list[int]:
-    from safeaccess.sandbox.process.backend import ProcessBackend
+    from safeaccess.sandbox.process import ProcessBackend
 
     if not isinstance(backend, ProcessBackend):
         return []

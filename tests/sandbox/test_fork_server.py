@@ -20,8 +20,8 @@ from safeaccess.rules.outputs import TableOutput
 from safeaccess.sandbox.backend import Job, LimitExceeded, Limits, SandboxUnavailable
 from safeaccess.sandbox.config import SandboxConfig
 from safeaccess.sandbox.factory import make_backend
+from safeaccess.sandbox.process import ProcessBackend
 from safeaccess.sandbox.process import backend as process
-from safeaccess.sandbox.process.backend import ProcessBackend
 
 METADATA = {"name": "f", "columns": [{"name": "g", "type": "categorical"}]}
 

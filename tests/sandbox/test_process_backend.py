@@ -24,7 +24,7 @@ from safeaccess.sandbox.backend import (
 )
 from safeaccess.sandbox.config import SandboxConfig
 from safeaccess.sandbox.factory import make_backend
-from safeaccess.sandbox.process.backend import ProcessBackend
+from safeaccess.sandbox.process import ProcessBackend
 
 METADATA = {"name": "b", "columns": [{"name": "g", "type": "categorical"}]}
 

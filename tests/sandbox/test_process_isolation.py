@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from safeaccess.sandbox.backend import Job, LimitExceeded, Limits, SandboxError, SandboxUnavailable
-from safeaccess.sandbox.process.backend import ProcessBackend
+from safeaccess.sandbox.process import ProcessBackend
 
 METADATA = {
     "name": "iso",

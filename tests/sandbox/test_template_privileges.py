@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from safeaccess.sandbox.backend import Job, Limits, SandboxUnavailable
-from safeaccess.sandbox.process.backend import ProcessBackend
+from safeaccess.sandbox.process import ProcessBackend
 from safeaccess.sandbox.process.template_privileges import TEMPLATE_CAPS, TEMPLATE_UID
 
 METADATA = {"name": "f", "columns": [{"name": "g", "type": "categorical"}]}

@@ -18,7 +18,7 @@ def make_backend(config: SandboxConfig, *, concurrency: int = 1) -> Backend:
     name = resolve_backend_name(config)
     backend: Backend
     if name == "process":
-        from safeaccess.sandbox.process.backend import ProcessBackend
+        from safeaccess.sandbox.process import ProcessBackend
 
         backend = ProcessBackend(limits=config.limits)
     else:

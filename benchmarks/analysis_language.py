@@ -19,8 +19,8 @@ import pandas as pd
 import patsy
 
 from safeaccess.client.grammar import parse_filter, parse_formula
-from safeaccess.sandbox.design import design_matrices
-from safeaccess.sandbox.filters import row_mask
+from safeaccess.sandbox.runner.design import design_matrices
+from safeaccess.sandbox.runner.filters import row_mask
 
 FILTER = "age >= 18 and (sex = 'F' or region in ('north', 'east')) and income is not null"
 FORMULA = "log(income) ~ age * C(sex) + C(region) + I(age ** 2)"

@@ -31,8 +31,8 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.rules.engine import check
 from safeaccess.rules.outputs import RegressionOutput
 from safeaccess.rules.ruleset import DEFAULT_RULESET
-from safeaccess.sandbox.compute._common import AnalysisError
 from safeaccess.sandbox.runner import execute
+from safeaccess.sandbox.runner.compute._common import AnalysisError
 from safeaccess.server.demo_data import census_metadata, generate_census
 
 OLS = [

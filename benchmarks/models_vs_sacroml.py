@@ -242,8 +242,8 @@ def _ours(rows: int, seed: int, directory: Path) -> dict[str, Any]:
     from safeaccess.rules.engine import check
     from safeaccess.rules.outputs import ModelOutput
     from safeaccess.rules.ruleset import DEFAULT_RULESET
-    from safeaccess.sandbox.compute import models as training
     from safeaccess.sandbox.runner import apply_filter, execute
+    from safeaccess.sandbox.runner.compute import models as training
     from safeaccess.server.demo_data import census_metadata, generate_census
 
     frame = generate_census(rows, seed=seed)

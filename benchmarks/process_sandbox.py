@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from safeaccess.sandbox.backend import Job, Limits, RunnerRequest
-from safeaccess.sandbox.process import ProcessBackend, _next_uid, _rlimits
+from safeaccess.sandbox.process.backend import ProcessBackend, _next_uid
+from safeaccess.sandbox.process.bwrap import rlimits as _rlimits
 
 METADATA = {
     "name": "bench",

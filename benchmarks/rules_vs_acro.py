@@ -32,7 +32,7 @@ import pandas as pd
 import safeaccess.rules as rules
 from safeaccess.client.analyses import Histogram
 from safeaccess.client.metadata import Column, DatasetMetadata
-from safeaccess.sandbox.compute.tables import histogram
+from safeaccess.sandbox.runner.compute.tables import histogram
 
 HIST_BINS = 20
 

@@ -198,7 +198,7 @@ def in_process(path: Path, repeats: int = 3) -> float:
     """Median seconds of the sandbox's own work for TABLE on the stored data in memory: the
     table with its facts and query set (`frequency_table`) and the checks; no process, no I/O."""
     from safeaccess.rules.engine import check
-    from safeaccess.sandbox.compute.tables import frequency_table
+    from safeaccess.sandbox.runner.compute.tables import frequency_table
 
     frame = pd.read_parquet(path, columns=["region", "sex"])
     times = []

@@ -241,7 +241,11 @@ def bench_check(n: int) -> None:
         yp_coverage_sampled,
     )
     from safeaccess.rules.synthetic.distance import dcr_report, hamming_dcr
-    from safeaccess.sandbox.compute.synthetic import code_records, encode_codes, synthetic_check
+    from safeaccess.sandbox.runner.compute.synthetic import (
+        code_records,
+        encode_codes,
+        synthetic_check,
+    )
 
     levels = [5, 4, 10, 3, 6, 2, 8, 12]
     names = [f"c{i}" for i in range(len(levels))]

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from census_centre import ANALYSIS, percentile, prepare, run_sequence
 from safeaccess.client.analyses import to_body
 from safeaccess.sandbox.backend import Job, RunnerRequest
-from safeaccess.sandbox.process import Mode, ProcessBackend
+from safeaccess.sandbox.process.backend import Mode, ProcessBackend
 from safeaccess.sandbox.runner import run_request
 from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir

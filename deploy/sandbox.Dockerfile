@@ -35,7 +35,7 @@ COPY --from=wheels /wheels /tmp/wheels
 # tools that have no business inside a sandbox. Then remove the installer itself.
 RUN pip install --no-cache-dir -r /tmp/requirements.txt \
  && pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
- && python -c "import safeaccess.sandbox.runner, safeaccess.sandbox.docker_entry" \
+ && python -c "import safeaccess.sandbox.runner, safeaccess.sandbox.docker.entry" \
  && python -m compileall -q "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && rm -rf /tmp/requirements.txt /tmp/wheels \
  && pip uninstall -y pip setuptools wheel \
@@ -46,4 +46,4 @@ LABEL org.safeaccess.sandbox.image="sandbox"
 USER 10001:10001
 WORKDIR /tmp
 # Started by the Docker backend with stdin open: preloads, says it is ready, serves one request.
-CMD ["python3", "-I", "-B", "-m", "safeaccess.sandbox.docker_entry"]
+CMD ["python3", "-I", "-B", "-m", "safeaccess.sandbox.docker.entry"]

@@ -23,7 +23,7 @@ from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.client.synthetic import synth_workload
-from safeaccess.sandbox.compute.synthetic import code_records
+from safeaccess.sandbox.runner.compute.synthetic import code_records
 from safeaccess.server.api import create_app
 from safeaccess.server.cli import main as admin
 from safeaccess.server.config import DataDir, initialise

@@ -8,7 +8,7 @@ from sklearn.metrics import roc_curve
 from safeaccess.rules.checks.models import _roc
 from safeaccess.rules.engine import DEFAULT_RULESET
 from safeaccess.rules.outputs import ModelFacts, ModelOutput, RocStep
-from safeaccess.sandbox.compute.roc import coarse_roc
+from safeaccess.sandbox.runner.compute.roc import coarse_roc
 
 
 def _scores(n: int = 500, seed: int = 2) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ import pytest
 import statsmodels.formula.api as smf
 
 from safeaccess.client.metadata import Column, DatasetMetadata
-from safeaccess.sandbox.design import MAX_COLUMNS, DesignError, design_matrices
+from safeaccess.sandbox.runner.design import MAX_COLUMNS, DesignError, design_matrices
 
 log = np.log  # resolved by statsmodels' formula evaluation in this module's namespace
 _ENV = patsy.EvalEnvironment(

@@ -279,8 +279,8 @@ def test_image_plan_has_runtime_and_runner_but_no_server_tests_or_keys() -> None
     paths = [str(p) for p in rootfs.entries]
     site = "/opt/python/lib/python3.11/site-packages/"
     assert "/opt/python/bin/python3" in paths
-    assert site + "safeaccess/sandbox/runner.py" in paths
-    assert site + "safeaccess/sandbox/docker_entry.py" in paths
+    assert site + "safeaccess/sandbox/runner/__init__.py" in paths
+    assert site + "safeaccess/sandbox/docker/entry.py" in paths
     assert site + "safeaccess/rules/outputs.py" in paths
     assert not any("/safeaccess/server/" in p for p in paths)
     assert not any("/tests/" in p for p in paths)

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from safeaccess.sandbox.compute.bounds import bound_classes, record_bounds
-from safeaccess.sandbox.filters import row_mask
+from safeaccess.sandbox.runner.compute.bounds import bound_classes, record_bounds
+from safeaccess.sandbox.runner.filters import row_mask
 
 FRAME = pd.DataFrame(
     {

@@ -23,7 +23,7 @@ from safeaccess.client.grammar import (
     parse_filter,
     render_filter,
 )
-from safeaccess.sandbox.filters import FilterError, row_mask
+from safeaccess.sandbox.runner.filters import FilterError, row_mask
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 
 from safeaccess.rules.outputs import TableOutput
-from safeaccess.sandbox import process
 from safeaccess.sandbox.backend import Job, LimitExceeded, Limits, SandboxUnavailable
 from safeaccess.sandbox.config import SandboxConfig
 from safeaccess.sandbox.factory import make_backend
 from safeaccess.sandbox.process import ProcessBackend
+from safeaccess.sandbox.process import backend as process
 
 METADATA = {"name": "f", "columns": [{"name": "g", "type": "categorical"}]}
 

@@ -4,7 +4,7 @@ bounds, the published row count up to a cap, the same mock for the same metadata
 from __future__ import annotations
 
 from safeaccess.client.metadata import Column, DatasetMetadata
-from safeaccess.sandbox.mock_data import (
+from safeaccess.sandbox.mock.data import (
     MAX_MOCK_ROWS,
     UNDECLARED_LEVELS,
     mock_frame,

@@ -16,8 +16,8 @@ from safeaccess.client.models import ModelFormatError, Predictor
 from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.rules.outputs import public
 from safeaccess.sandbox.backend import RunnerResponse, decode_reply, encode_reply
-from safeaccess.sandbox.compute.models import reweighing
 from safeaccess.sandbox.runner import execute
+from safeaccess.sandbox.runner.compute.models import reweighing
 from safeaccess.server.demo_applicants import applicants_metadata, generate_applicants
 from safeaccess.server.demo_data import census_metadata, generate_census
 

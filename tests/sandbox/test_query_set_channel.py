@@ -19,8 +19,8 @@ from safeaccess.sandbox.backend import (
     decode_reply,
     encode_reply,
 )
-from safeaccess.sandbox.columns import needed_columns
 from safeaccess.sandbox.runner import run_request
+from safeaccess.sandbox.runner.columns import needed_columns
 
 META = DatasetMetadata(
     name="d",

@@ -9,8 +9,8 @@ import pytest
 
 from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.sandbox.compute._common import AnalysisError
 from safeaccess.sandbox.runner import execute
+from safeaccess.sandbox.runner.compute._common import AnalysisError
 
 META = DatasetMetadata.model_validate(
     {

@@ -256,7 +256,7 @@ def test_a_two_sample_t_test_is_the_regression_on_its_group_indicator() -> None:
 
 
 def test_hat_values_that_cannot_be_computed_count_as_exact_fits() -> None:
-    from safeaccess.sandbox.compute.leverage import hat_values
+    from safeaccess.sandbox.runner.compute.leverage import hat_values
 
     x = np.column_stack([np.ones(4), np.arange(4.0)])
     h = hat_values(x, np.array([1.0, 1.0, 1.0, np.inf]))

@@ -11,8 +11,8 @@ from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import CorrelationOutput, RegressionOutput
 from safeaccess.rules.outputs import TestOutput as StatTestOutput
-from safeaccess.sandbox.compute._common import AnalysisError
 from safeaccess.sandbox.runner import execute
+from safeaccess.sandbox.runner.compute._common import AnalysisError
 
 META = DatasetMetadata.model_validate(
     {

@@ -14,8 +14,8 @@ from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import ScriptOutput
 from safeaccess.sandbox.backend import RunnerRequest, RunnerResponse, decode_reply
-from safeaccess.sandbox.compute.script import MAX_STDOUT_CHARS, ScriptRaised
 from safeaccess.sandbox.runner import execute, run_request
+from safeaccess.sandbox.runner.compute.script import MAX_STDOUT_CHARS, ScriptRaised
 
 SECRET = "Zebedee-Quarterhorse"
 META = {

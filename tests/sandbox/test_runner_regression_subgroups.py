@@ -12,8 +12,8 @@ import pandas as pd
 from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import RegressionOutput
-from safeaccess.sandbox.compute.regression import FEW_VALUES
 from safeaccess.sandbox.runner import execute
+from safeaccess.sandbox.runner.compute.regression import FEW_VALUES
 
 META = DatasetMetadata.model_validate(
     {

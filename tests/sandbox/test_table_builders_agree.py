@@ -1,6 +1,6 @@
 """The runner's tables and a researcher's own `build_table` give the same table.
 
-`safeaccess.sandbox.compute.tables` (what the runner releases) maps an analysis to columns and
+`safeaccess.sandbox.runner.compute.tables` (what the runner releases) maps an analysis to columns and
 calls `safeaccess.rules.tabulate` (the one builder, which `crosstab`/`pivot_table` use too). Given
 the declared levels (as a pandas Categorical, or as `levels=` on raw columns) both must agree
 cell for cell: counts, values, totals, the largest contributions, spreads, modes and margins, on
@@ -20,7 +20,7 @@ from safeaccess.client.analyses import FrequencyTable, MagnitudeTable
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.rules.outputs import TableOutput
 from safeaccess.rules.tabulate import build_table
-from safeaccess.sandbox.compute.tables import frequency_table, magnitude_table
+from safeaccess.sandbox.runner.compute.tables import frequency_table, magnitude_table
 from safeaccess.server.demo_data import census_metadata, generate_census
 
 

@@ -28,7 +28,7 @@ import pytest
 
 from safeaccess.sandbox.backend import Job, Limits, SandboxUnavailable
 from safeaccess.sandbox.process import ProcessBackend
-from safeaccess.sandbox.template_privileges import TEMPLATE_CAPS, TEMPLATE_UID
+from safeaccess.sandbox.process.template_privileges import TEMPLATE_CAPS, TEMPLATE_UID
 
 METADATA = {"name": "f", "columns": [{"name": "g", "type": "categorical"}]}
 # ioctl(2) requests on a namespace descriptor (linux/nsfs.h).
@@ -160,7 +160,7 @@ def _template_pids(template: Any) -> list[int]:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             argv = fh.read().split(b"\0")
         # bubblewrap's own processes carry the template's command line as arguments.
-        if not argv[0].endswith(b"bwrap") and b"safeaccess.sandbox.template" in argv:
+        if not argv[0].endswith(b"bwrap") and b"safeaccess.sandbox.process.template" in argv:
             pids.append(pid)
     return pids
 

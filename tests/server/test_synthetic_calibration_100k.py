@@ -22,7 +22,7 @@ from safeaccess.client.analyses import SyntheticData
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.synthetic import synth_workload
 from safeaccess.rules.dp import gaussian_mu_for
-from safeaccess.sandbox.compute.synthetic import (
+from safeaccess.sandbox.runner.compute.synthetic import (
     code_records,
     count_tables,
     encode_codes,

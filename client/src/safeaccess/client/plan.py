@@ -643,7 +643,7 @@ class Plan:
 
         Given a published DP mock instead (the DataFrame of `session.mock(name)`), the plan
         runs here, with the runner's own compute code (needs `safeaccess-sandbox` installed;
-        no sandbox, nothing sent): see `safeaccess.sandbox.mock_rehearsal`.
+        no sandbox, nothing sent): see `safeaccess.sandbox.mock.rehearsal`.
         """
         if hasattr(session, "attrs") and "safeaccess_mock" in getattr(session, "attrs", {}):
             return self._rehearse_on_mock(session, show=show)
@@ -665,7 +665,7 @@ class Plan:
             raise ValueError("rehearsing on a mock needs the plan's metadata: use session.plan()")
         try:
             # optional: the client distribution does not depend on the sandbox's
-            rehearsal = importlib.import_module("safeaccess.sandbox.mock_rehearsal")
+            rehearsal = importlib.import_module("safeaccess.sandbox.mock.rehearsal")
         except ImportError as exc:
             raise ImportError(
                 "rehearsing on a mock runs the runner's compute code here: install "

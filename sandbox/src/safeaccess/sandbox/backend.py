@@ -17,6 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from safeaccess.rules.outputs import Output, extra_query_sets_of, query_set_of
 
+#: Where every backend mounts the job's dataset inside the sandbox (read-only).
+DATASET_PATH = "/data/dataset.parquet"
+#: How much of a job's stderr the host keeps (its tail), for the controller's log only.
+STDERR_KEEP = 64 * 1024
+#: Largest message on a fork server template's control socket (one small JSON object).
+MAX_MESSAGE = 4096
+
 
 class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -51,8 +51,8 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.rules.outputs import Output, extra_query_sets_of, query_set_of
 from safeaccess.rules.qss import Admission
 from safeaccess.sandbox.backend import RunnerRequest
-from safeaccess.sandbox.filters import row_mask
 from safeaccess.sandbox.runner import run_request
+from safeaccess.sandbox.runner.filters import row_mask
 
 #: Most points a grid may have; above it the check falls back to the filters alone.
 GRID_CAP = 200_000

@@ -5,7 +5,7 @@ limit and setting via `budgets.plan_check`; a model's parameter limits), then th
 code as the sandbox (`safeaccess.sandbox.runner.run_request`) on the mock, the same mitigations
 and the same output rules of the dataset's rule set. Nothing touches the real records, nothing is
 logged, stored or charged, and everything in the answer is computable from the metadata and the
-request: the mock (`safeaccess.sandbox.mock_data`) is drawn from the metadata alone with a
+request: the mock (`safeaccess.sandbox.mock.data`) is drawn from the metadata alone with a
 seed fixed by the dataset's name and version.
 
 What it does not rehearse, and says so: scripts (they always go to an output checker), DP answers
@@ -26,7 +26,7 @@ from safeaccess.rules.checks.models import param_problems
 from safeaccess.rules.engine import check
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import RunnerRequest
-from safeaccess.sandbox.mock_data import mock_frame, mock_notes, mock_rows
+from safeaccess.sandbox.mock.data import mock_frame, mock_notes, mock_rows
 from safeaccess.sandbox.runner import run_request
 from safeaccess.server import budgets
 from safeaccess.server.errors import InvalidRequest

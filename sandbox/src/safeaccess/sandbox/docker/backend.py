@@ -18,8 +18,8 @@ import docker.errors
 from docker.models.containers import Container
 
 from safeaccess.sandbox.backend import (
+    DATASET_PATH,
     Job,
-    LimitExceeded,
     Limits,
     RunnerRequest,
     RunResult,
@@ -30,17 +30,16 @@ from safeaccess.sandbox.backend import (
 )
 from safeaccess.sandbox.config import DockerOptions
 from safeaccess.sandbox.docker.container import (
-    DATASET_IN_SANDBOX,
     LABEL_OWNER,
     LABEL_ROLE,
     DatasetKey,
     JobContainer,
     container_kwargs,
     owner_label,
-    wall_message,
 )
 from safeaccess.sandbox.docker.image import LABEL_KIND
 from safeaccess.sandbox.docker.pool import WarmPool
+from safeaccess.sandbox.supervise import limit_exceeded
 
 log = logging.getLogger(__name__)
 
@@ -268,9 +267,7 @@ class DockerBackend:
         started = time.monotonic()
         key: PoolKey = (DatasetKey.of(job.dataset), job.limits)
         request = (
-            RunnerRequest(
-                analysis=job.analysis, metadata=job.metadata, dataset_path=DATASET_IN_SANDBOX
-            )
+            RunnerRequest(analysis=job.analysis, metadata=job.metadata, dataset_path=DATASET_PATH)
             .model_dump_json()
             .encode("utf-8")
         )
@@ -281,7 +278,7 @@ class DockerBackend:
                 job_container = self._start_container(key, remaining, preload=False)
             except SandboxError:
                 if time.monotonic() >= started + job.limits.wall_seconds:
-                    raise LimitExceeded("wall", wall_message(job.limits)) from None
+                    raise limit_exceeded("wall", job.limits) from None
                 raise
             except Exception as exc:  # the engine connection failed (requests/urllib3 errors)
                 raise SandboxError(f"the Docker Engine failed to start the job: {exc}") from exc

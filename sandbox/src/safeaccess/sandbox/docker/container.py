@@ -6,7 +6,7 @@ quota, an RLIMIT_CPU, a size-capped noexec tmpfs on /tmp, an init process (reaps
 forwards signals), no IPC namespace sharing, a capped json-file log, and exactly one host path:
 the job's dataset file, bind-mounted read-only at `/data/dataset.parquet`.
 
-I/O: the container runs `safeaccess.sandbox.docker_entry` with stdin open. The backend attaches
+I/O: the container runs `safeaccess.sandbox.docker.entry` with stdin open. The backend attaches
 to the container (stdin + stdout + stderr), sends one length-prefixed `RunnerRequest` and reads the
 multiplexed output stream, counting stdout bytes against the output limit and killing the
 container the moment it is exceeded or the wall clock runs out.
@@ -18,11 +18,11 @@ import contextlib
 import json
 import logging
 import os
-import select
 import socket
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Mount, Ulimit
 
 from safeaccess.sandbox.backend import (
+    DATASET_PATH,
     AnalysisFailed,
     JobCrashed,
     LimitExceeded,
@@ -41,16 +42,15 @@ from safeaccess.sandbox.backend import (
     SandboxError,
     decode_reply,
 )
+from safeaccess.sandbox.docker.entry import DONE_MARKER, ENV_PRELOAD, READY_MARKER
 from safeaccess.sandbox.docker.image import SANDBOX_TMP, SANDBOX_USER
-from safeaccess.sandbox.docker_entry import DONE_MARKER, ENV_PRELOAD, READY_MARKER
 from safeaccess.sandbox.seccomp import docker_profile
+from safeaccess.sandbox.supervise import StderrTail, limit_exceeded, output_exceeded, read_until
 
 log = logging.getLogger(__name__)
 
-DATASET_IN_SANDBOX = "/data/dataset.parquet"
 LABEL_ROLE = "org.safeaccess.sandbox.role"
 LABEL_OWNER = "org.safeaccess.sandbox.owner"
-STDERR_KEEP = 16 * 1024  # tail of stderr kept for the controller's log (never for the researcher)
 LOG_MAX_SIZE = "1m"
 SIGXCPU_EXIT = 128 + 24
 SIGKILL_EXIT = 128 + 9
@@ -165,7 +165,7 @@ def container_kwargs(
         "tmpfs": {SANDBOX_TMP: f"rw,noexec,nosuid,nodev,size={limits.tmp_mb}m,mode=1777"},
         "mounts": [
             Mount(
-                target=DATASET_IN_SANDBOX,
+                target=DATASET_PATH,
                 source=dataset.path,
                 type="bind",
                 read_only=True,
@@ -187,15 +187,25 @@ def _raw_socket(sock: Any) -> socket.socket:
 
 
 class _Demux:
-    """Parse Docker's multiplexed attach stream (8-byte header: stream id, 3 zero bytes, size)."""
+    """Parse Docker's multiplexed attach stream (8-byte header: stream id, 3 zero bytes, size).
 
-    def __init__(self, max_stdout: int):
+    Stdout is counted against the output cap `max_stdout` as it arrives; stderr goes to a
+    `StderrTail`.
+    """
+
+    def __init__(self, max_stdout: int, tail: StderrTail | None = None):
         self.max_stdout = max_stdout
         self.stdout = bytearray()
-        self.stderr_tail = bytearray()
+        self.tail = tail if tail is not None else StderrTail()
         self._buffer = bytearray()
 
+    @property
+    def stderr_tail(self) -> bytes:
+        """The end of the container's stderr so far."""
+        return self.tail.value
+
     def feed(self, data: bytes) -> None:
+        """Take a chunk of the stream; raise the output limit once stdout passes the cap."""
         self._buffer += data
         while len(self._buffer) >= 8:
             kind = self._buffer[0]
@@ -203,7 +213,7 @@ class _Demux:
             if len(self._buffer) < 8 + size and kind == 1:
                 # Count stdout as it arrives so a flood is stopped before it is buffered whole.
                 if len(self.stdout) + len(self._buffer) - 8 > self.max_stdout:
-                    raise LimitExceeded("output", self._too_much())
+                    raise output_exceeded(self.max_stdout)
                 return
             if len(self._buffer) < 8 + size:
                 return
@@ -212,19 +222,13 @@ class _Demux:
             if kind == 1:
                 self.stdout += payload
                 if len(self.stdout) > self.max_stdout:
-                    raise LimitExceeded("output", self._too_much())
+                    raise output_exceeded(self.max_stdout)
             elif kind == 2:
-                self.stderr_tail = (self.stderr_tail + payload)[-STDERR_KEEP:]
+                self.tail.add(payload)
 
     def pending(self) -> bytearray:
         """Bytes received after the complete frames consumed so far (the start of the next)."""
         return bytearray(self._buffer)
-
-    def _too_much(self) -> str:
-        return (
-            f"the analysis wrote more than {self.max_stdout} bytes of output (the output limit); "
-            "return a smaller result"
-        )
 
 
 def _kill(container: Container) -> None:
@@ -241,7 +245,7 @@ class JobContainer:
         self._sock: Any = None
         self._raw: socket.socket | None = None
         self._buffer = bytearray()
-        self.stderr_tail = bytearray()
+        self._stderr = StderrTail()
 
     def start(self, timeout: float) -> None:
         """Attach to stdin/stdout/stderr, start the container, wait until it reports ready.
@@ -258,15 +262,15 @@ class JobContainer:
             raise SandboxError(f"could not attach to the sandbox container: {exc}") from exc
         self._raw = _raw_socket(self._sock)
         self.container.start()
-        demux = _Demux(len(READY_MARKER))
+        # Only the ready marker may come before the request: a cap of its length.
+        demux = _Demux(len(READY_MARKER), self._stderr)
         deadline = time.monotonic() + timeout
         try:
-            while not demux.stdout.startswith(READY_MARKER):
-                if not self._read_into(demux, deadline):
-                    raise SandboxError(
-                        "the sandbox container stopped while starting; the controller's log has "
-                        "its error output"
-                    )
+            if not self._read(demux, deadline, lambda: demux.stdout.startswith(READY_MARKER)):
+                raise SandboxError(
+                    "the sandbox container stopped while starting; the controller's log has "
+                    "its error output"
+                )
         except LimitExceeded:
             raise SandboxError(
                 "the sandbox container wrote unexpected output while starting"
@@ -275,37 +279,25 @@ class JobContainer:
             raise SandboxError(
                 f"the sandbox container was not ready within {timeout:g} s of starting"
             ) from None
-        finally:
-            self.stderr_tail = demux.stderr_tail
         self._buffer = demux.pending()
 
-    def _read_into(self, demux: _Demux, deadline: float) -> bool:
-        """Read one chunk into `demux`; False at end of stream; TimeoutError past the deadline."""
-        assert self._raw is not None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            readable, _, _ = select.select([self._raw], [], [], remaining)
-            if not readable:
-                continue
-            try:
-                chunk = self._raw.recv(1 << 16)
-            except (BlockingIOError, InterruptedError):
-                continue
-            except OSError:
-                return False  # connection reset: the container is gone; its state tells why
-            if not chunk:
-                return False
+    def _read(self, demux: _Demux, deadline: float, complete: Callable[[], bool]) -> bool:
+        """Read into `demux` until `complete()` (True) or the stream ends (False); TimeoutError
+        past the deadline, the output limit from `demux`."""
+        raw = self._raw
+        assert raw is not None
+
+        def take(chunk: bytes) -> bool:
             demux.feed(chunk)
-            return True
+            return complete()
+
+        return complete() or read_until(raw.fileno(), raw.recv, deadline, take)
 
     def run(self, request: bytes, limits: Limits, started: float) -> RunnerResponse:
         """Send `request` and return the runner's response (see `execute`)."""
         assert self._raw is not None
         deadline = started + limits.wall_seconds
-        demux = _Demux(limits.max_output_bytes)
-        demux.stderr_tail = self.stderr_tail
+        demux = _Demux(limits.max_output_bytes, self._stderr)
         demux.feed(bytes(self._buffer))
         try:
             self._raw.settimeout(max(0.001, deadline - time.monotonic()))
@@ -313,21 +305,19 @@ class JobContainer:
                 self._raw.sendall(len(request).to_bytes(8, "big") + request)
             except TimeoutError:
                 self._stop_now()
-                raise LimitExceeded("wall", wall_message(limits)) from None
+                raise limit_exceeded("wall", limits) from None
             except OSError as exc:
                 raise SandboxError(
                     f"the sandbox container stopped before taking its job: {exc}"
                 ) from exc
-            while not demux.stdout.endswith(DONE_MARKER):
-                try:
-                    if not self._read_into(demux, deadline):
-                        break
-                except TimeoutError:
-                    self._stop_now()
-                    raise LimitExceeded("wall", wall_message(limits)) from None
-                except LimitExceeded:
-                    self._stop_now()
-                    raise
+            try:
+                self._read(demux, deadline, lambda: demux.stdout.endswith(DONE_MARKER))
+            except TimeoutError:
+                self._stop_now()
+                raise limit_exceeded("wall", limits) from None
+            except LimitExceeded:
+                self._stop_now()
+                raise
         finally:
             self.close()
         if demux.stdout.endswith(DONE_MARKER):
@@ -353,13 +343,6 @@ class JobContainer:
         self._sock = None
 
 
-def wall_message(limits: Limits) -> str:
-    return (
-        f"the analysis ran longer than the wall-clock limit of {limits.wall_seconds:g} s and was "
-        "stopped"
-    )
-
-
 def _parse(stdout: bytearray) -> RunnerResponse | None:
     if not stdout:
         return None
@@ -372,44 +355,33 @@ def _finish(container: Container, demux: _Demux, limits: Limits, deadline: float
         status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
     except Exception:  # the engine's read timeout surfaces as a requests/urllib3 error
         _kill(container)
-        raise LimitExceeded("wall", wall_message(limits)) from None
+        raise limit_exceeded("wall", limits) from None
     exit_code = int(status.get("StatusCode", -1))
     container.reload()
     state = container.attrs.get("State", {})
     response = _parse(demux.stdout)
-    if demux.stderr_tail:
+    stderr = demux.stderr_tail
+    if stderr:
         log.debug(
             "sandbox container %s stderr (tail): %s",
             container.short_id,
-            demux.stderr_tail.decode("utf-8", "replace"),
+            stderr.decode("utf-8", "replace"),
         )
     if response is not None and response.ok and response.output is not None:
         return response
     if state.get("OOMKilled"):
-        raise LimitExceeded(
-            "memory",
-            f"the analysis used more than the memory limit of {limits.memory_mb} MB and was stopped",
-        )
+        raise limit_exceeded("memory", limits)
     if exit_code in (SIGXCPU_EXIT, SIGKILL_EXIT) and response is None:
         # SIGXCPU is the soft RLIMIT_CPU; SIGKILL the hard one (for a job that ignores SIGXCPU).
         # The only other senders of SIGKILL are the kernel's OOM killer (flagged above) and this
         # backend's own wall-clock kill (reported before we get here).
-        raise LimitExceeded(
-            "cpu",
-            f"the analysis used more than the CPU-time limit of {limits.cpu_seconds} s "
-            "and was stopped",
-        )
+        raise limit_exceeded("cpu", limits)
     if response is not None and response.error is not None:
         code = response.error.code
         if code == "limit_memory":
-            raise LimitExceeded(
-                "memory", f"the analysis exceeded the memory limit of {limits.memory_mb} MB"
-            )
+            raise limit_exceeded("memory", limits)
         if code == "limit_processes":
-            raise LimitExceeded(
-                "processes",
-                f"the analysis exceeded the limit of {limits.max_processes} processes and threads",
-            )
+            raise limit_exceeded("processes", limits)
         raise AnalysisFailed(code, response.error.message)
     # The runner's stderr can carry data values: keep it in the controller's log, not the message.
     raise JobCrashed(

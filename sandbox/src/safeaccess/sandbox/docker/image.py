@@ -48,7 +48,7 @@ SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
 # Inside the container: a private size-capped tmpfs, never the host's /tmp.
 SANDBOX_TMP = "/tmp"  # noqa: S108
 PREFIX = PurePosixPath("/opt/python")
-ENTRY_MODULE = "safeaccess.sandbox.docker_entry"
+ENTRY_MODULE = "safeaccess.sandbox.docker.entry"
 LABEL_FINGERPRINT = "org.safeaccess.sandbox.fingerprint"
 LABEL_KIND = "org.safeaccess.sandbox.image"
 ROOT_DISTRIBUTION = "safeaccess-sandbox"

@@ -275,7 +275,7 @@ def check_job(
     ruleset: RuleSet,
 ) -> Job:
     """Sandbox job 2: the synthetic codes travel in the request, the real data stay put."""
-    from safeaccess.sandbox.compute.synthetic import encode_codes
+    from safeaccess.sandbox.runner.compute.synthetic import encode_codes
 
     return Job(
         job_id=f"{job_id}-check",

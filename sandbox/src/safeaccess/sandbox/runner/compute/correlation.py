@@ -15,14 +15,14 @@ import pandas as pd
 from safeaccess.client.analyses import Correlation
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import CorrelationFacts, CorrelationOutput
-from safeaccess.sandbox.compute._common import (
+from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
     fnum,
     numeric_values,
     query_set,
     require_columns,
 )
-from safeaccess.sandbox.compute.leverage import leverage_facts, simple_regression_hats
+from safeaccess.sandbox.runner.compute.leverage import leverage_facts, simple_regression_hats
 
 
 def correlation(

@@ -30,8 +30,8 @@ from safeaccess.rules.outputs import (
     SynthTablesFacts,
     SynthTablesOutput,
 )
-from safeaccess.sandbox.compute._common import AnalysisError, require_columns, to_label
-from safeaccess.sandbox.compute.dp import limit_units
+from safeaccess.sandbox.runner.compute._common import AnalysisError, require_columns, to_label
+from safeaccess.sandbox.runner.compute.dp import limit_units
 
 IntArray = NDArray[np.int64]
 
@@ -185,7 +185,7 @@ def synthetic_check(
     rules = SynthRules.from_mapping(request.get("rules", {}))
     syn = decode_codes(str(request["synthetic"]), len(work.columns))
     if analysis.where is not None and analysis.where.strip():
-        from safeaccess.sandbox.filters import row_mask
+        from safeaccess.sandbox.runner.filters import row_mask
 
         frame = frame.loc[row_mask(frame, analysis.where)]
     real = code_records(frame, work)

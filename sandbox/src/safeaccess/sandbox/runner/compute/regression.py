@@ -1,6 +1,6 @@
 """Regressions (OLS, logit, probit, Poisson) with statsmodels -> RegressionOutput.
 
-The design (y, X, listwise deletion) comes from `safeaccess.sandbox.design`, which parses the
+The design (y, X, listwise deletion) comes from `safeaccess.sandbox.runner.design`, which parses the
 formula with our own grammar (patsy would evaluate code). statsmodels is imported here only, so
 other analyses do not pay for it. Residuals and fitted values are never part of the output.
 """
@@ -23,8 +23,8 @@ from safeaccess.rules.outputs import (
     RegressionOutput,
     RegressorFacts,
 )
-from safeaccess.sandbox.compute._common import AnalysisError, fnum, query_set
-from safeaccess.sandbox.compute.leverage import glm_weights, hat_values, leverage_facts
+from safeaccess.sandbox.runner.compute._common import AnalysisError, fnum, query_set
+from safeaccess.sandbox.runner.compute.leverage import glm_weights, hat_values, leverage_facts
 
 INTERCEPT_NAMES = frozenset({"Intercept", "const", "(Intercept)"})
 #: A numeric column with at most this many distinct values among the records used has its level
@@ -174,7 +174,7 @@ def regression(
     analysis: Regression, frame: pd.DataFrame, metadata: DatasetMetadata, n_records: int
 ) -> RegressionOutput:
     """Fit the model; coefficients with SE, statistic, p-value and 95% CI; fit statistics."""
-    from safeaccess.sandbox.design import design_matrices
+    from safeaccess.sandbox.runner.design import design_matrices
 
     design = design_matrices(frame, analysis.formula, metadata)
     y = np.asarray(design.y, dtype=np.float64).reshape(-1)

@@ -19,7 +19,7 @@ from safeaccess.client.analyses import FrequencyTable, Histogram, MagnitudeTable
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import TableOutput
 from safeaccess.rules.tabulate import Coded, Tabulated, TooManyCells, tabulate
-from safeaccess.sandbox.compute._common import (
+from safeaccess.sandbox.runner.compute._common import (
     MAX_CELLS,
     AnalysisError,
     declared_levels,

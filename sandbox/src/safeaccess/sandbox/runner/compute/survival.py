@@ -29,7 +29,7 @@ from safeaccess.rules.outputs import (
     SurvivalStep,
     SurvivalStepFacts,
 )
-from safeaccess.sandbox.compute._common import (
+from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
     code_variable,
     combine,

@@ -42,7 +42,7 @@ from safeaccess.rules.reconstruction._exact import (
     windowed_median_weights,
     windowed_quantile_weights,
 )
-from safeaccess.sandbox.compute._common import (
+from safeaccess.sandbox.runner.compute._common import (
     code_variable,
     combine,
     fnum,
@@ -51,7 +51,7 @@ from safeaccess.sandbox.compute._common import (
     query_set,
     require_columns,
 )
-from safeaccess.sandbox.compute.bounds import bound_classes, record_bounds
+from safeaccess.sandbox.runner.compute.bounds import bound_classes, record_bounds
 
 # Hyndman & Fan (1996) sample quantile types -> numpy.quantile method names.
 HF_METHODS: dict[int, str] = {

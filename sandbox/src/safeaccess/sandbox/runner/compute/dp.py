@@ -24,7 +24,7 @@ from safeaccess.client.analyses import DPCount, DPHistogram, DPMean, DPMeanTest,
 from safeaccess.client.dpquery import Layout, LayoutError, group_levels, layout
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import DPStatisticFacts, DPStatisticOutput
-from safeaccess.sandbox.compute._common import (
+from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
     numeric_values,
     require_columns,

@@ -1,9 +1,9 @@
 """The host side of the process backend's fork server: templates, one per dataset version.
 
-A `TemplateProcess` is one bubblewrap sandbox running `safeaccess.sandbox.template` for one
+A `TemplateProcess` is one bubblewrap sandbox running `safeaccess.sandbox.process.template` for one
 (dataset file version, runner version) key; `ForkServer` keeps the templates of the most
 recently used keys and runs each job in a child forked from the right one. See the template and
-`safeaccess.sandbox.isolate` for what happens inside; docs/sandbox.md for the design.
+`safeaccess.sandbox.process.isolate` for what happens inside; docs/sandbox.md for the design.
 
 Lifecycle of a template: STARTING (bubblewrap started, libraries importing, dataset loading) ->
 READY (serving jobs) -> RETIRED (replaced: new dataset version or runner, or evicted; it
@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import json
 import logging
 import os
-import selectors
 import signal
 import socket
 import subprocess
@@ -29,16 +27,15 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from safeaccess.sandbox.backend import LimitExceeded, Limits, SandboxUnavailable
-from safeaccess.sandbox.template import ENV_FAMILY
+from safeaccess.sandbox.backend import DATASET_PATH, MAX_MESSAGE, Limits, SandboxUnavailable
+from safeaccess.sandbox.process.template import ENV_DATASET, ENV_FAMILY
+from safeaccess.sandbox.supervise import JobOutcome, StderrTail, feed, read_reply
 
 log = logging.getLogger(__name__)
 
 READY_SECONDS = 120.0
 # After the job channel closed, how long the template may take to report the job's end.
 EXIT_REPORT_SECONDS = 10.0
-STDERR_KEEP = 64 * 1024
-MAX_MESSAGE = 4096
 
 
 class TemplateState(enum.Enum):
@@ -50,18 +47,6 @@ class TemplateState(enum.Enum):
 
 class TemplateDamaged(Exception):
     """The template died or misbehaved; the job it was serving has no trustworthy outcome."""
-
-
-class JobOutcome:
-    """How one job ended, as seen from the host (the same fields the one-shot path fills)."""
-
-    def __init__(self) -> None:
-        self.stdout = b""
-        self.stderr = b""
-        self.exit_code: int | None = None
-        self.signal: int | None = None
-        self.cpu_seconds = 0.0
-        self.killed_for: LimitExceeded | None = None
 
 
 class _Pending:
@@ -81,12 +66,12 @@ class TemplateProcess:
         self._pending: dict[str, _Pending] = {}
         self._counter = 0
         self.active = 0
-        self.stderr_tail = b""
         host, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._control = host
         env = {
             "SAFEACCESS_TEMPLATE_FD": str(inside.fileno()),
             ENV_FAMILY: family,
+            ENV_DATASET: DATASET_PATH,
         }
         at = command.index("--")
         setenv = [a for key, value in env.items() for a in ("--setenv", key, value)]
@@ -106,7 +91,8 @@ class TemplateProcess:
         finally:
             inside.close()
         self.born = time.monotonic()
-        threading.Thread(target=self._drain_stderr, name="template-stderr", daemon=True).start()
+        assert self.proc.stderr is not None
+        self._stderr = StderrTail(self.proc.stderr.fileno())
         self._ready = threading.Event()
         threading.Thread(target=self._listen, name="template-control", daemon=True).start()
 
@@ -114,7 +100,7 @@ class TemplateProcess:
 
     def wait_ready(self, timeout: float = READY_SECONDS) -> None:
         if not self._ready.wait(timeout) or self.state is not TemplateState.READY:
-            reason = self.stderr_tail.decode("utf-8", "replace").strip()[-500:]
+            reason = self._stderr.value.decode("utf-8", "replace").strip()[-500:]
             self.damage()
             raise SandboxUnavailable(
                 "the sandbox template did not start"
@@ -154,11 +140,10 @@ class TemplateProcess:
     def usable(self) -> bool:
         return self.state is TemplateState.READY and self.proc.poll() is None
 
-    def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        fd = self.proc.stderr.fileno()
-        for chunk in iter(lambda: os.read(fd, 65536), b""):
-            self.stderr_tail = (self.stderr_tail + chunk)[-STDERR_KEEP:]
+    @property
+    def stderr_tail(self) -> bytes:
+        """The end of what the template wrote to its stderr (why it failed to start, say)."""
+        return self._stderr.value
 
     def _listen(self) -> None:
         """Read the template's messages until its control socket closes."""
@@ -216,14 +201,20 @@ class TemplateProcess:
                         [child_channel.fileno(), err_write],
                     )
             except OSError as exc:
+                os.close(err_read)
                 self.damage()
                 raise TemplateDamaged(f"the template stopped accepting jobs: {exc}") from exc
             finally:
                 child_channel.close()
                 os.close(err_write)
-            stderr = _StderrReader(err_read)
+            stderr = StderrTail(err_read, close=True)
             deadline = time.monotonic() + limits.wall_seconds
-            self._exchange(job, channel, request, deadline, limits, outcome)
+            feeder = feed(channel.sendall, request, lambda: channel.shutdown(socket.SHUT_WR))
+            fd = channel.fileno()
+            outcome.stdout, outcome.killed_for = read_reply(
+                fd, channel.recv, deadline, limits, lambda: self._kill(job)
+            )
+            feeder.join(timeout=1)
             if not waiting.done.wait(max(deadline - time.monotonic(), 0) + EXIT_REPORT_SECONDS):
                 self._kill(job)
                 if not waiting.done.wait(EXIT_REPORT_SECONDS):
@@ -232,15 +223,7 @@ class TemplateProcess:
             if waiting.status is None:
                 raise TemplateDamaged("the template ended while running the job")
             outcome.stderr = stderr.finish()
-            outcome.cpu_seconds = waiting.cpu
-            status = waiting.status
-            if os.WIFSIGNALED(status):
-                outcome.signal = os.WTERMSIG(status)
-            else:
-                code = os.WEXITSTATUS(status)
-                outcome.exit_code = code
-                if code > 128:  # the job's reaper reports a signal N as 128 + N
-                    outcome.signal = code - 128
+            outcome.set_status(waiting.status, waiting.cpu)
             return outcome
         finally:
             channel.close()
@@ -264,86 +247,6 @@ class TemplateProcess:
                 self._control.send(json.dumps({"op": "kill", "job": job}).encode())
         except OSError:
             self.damage()
-
-    def _exchange(
-        self,
-        job: str,
-        channel: socket.socket,
-        request: bytes,
-        deadline: float,
-        limits: Limits,
-        outcome: JobOutcome,
-    ) -> None:
-        """Send the request, read the reply up to the output cap, within the wall clock."""
-        feeder = threading.Thread(target=_feed, args=(channel, request), daemon=True)
-        feeder.start()
-        cap = limits.max_output_bytes
-        chunks: list[bytes] = []
-        size = 0
-        fd = channel.fileno()
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._kill(job)
-                    outcome.killed_for = LimitExceeded(
-                        "wall",
-                        f"the job ran longer than its wall-clock limit of "
-                        f"{limits.wall_seconds:g} s and was stopped",
-                    )
-                    break
-                if not selector.select(timeout=min(remaining, 1.0)):
-                    continue
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError as exc:
-                    if exc.errno == errno.EINTR:
-                        continue
-                    if exc.errno == errno.ECONNRESET:
-                        break
-                    raise
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > cap:
-                    self._kill(job)
-                    outcome.killed_for = LimitExceeded(
-                        "output",
-                        f"the job's output exceeded its limit of {cap} bytes and was stopped",
-                    )
-                    break
-                chunks.append(chunk)
-        outcome.stdout = b"".join(chunks)
-        feeder.join(timeout=1)
-
-
-def _feed(channel: socket.socket, request: bytes) -> None:
-    with contextlib.suppress(OSError):
-        channel.sendall(request)
-        channel.shutdown(socket.SHUT_WR)
-
-
-class _StderrReader:
-    """Keeps the first STDERR_KEEP bytes a job writes to its stderr pipe."""
-
-    def __init__(self, fd: int):
-        self._fd = fd
-        self._kept = bytearray()
-        self._thread = threading.Thread(target=self._drain, name="job-stderr", daemon=True)
-        self._thread.start()
-
-    def _drain(self) -> None:
-        try:
-            for chunk in iter(lambda: os.read(self._fd, 65536), b""):
-                if len(self._kept) < STDERR_KEEP:
-                    self._kept += chunk[: STDERR_KEEP - len(self._kept)]
-        finally:
-            os.close(self._fd)
-
-    def finish(self) -> bytes:
-        self._thread.join(timeout=2)
-        return bytes(self._kept)
 
 
 TemplateKey = tuple[object, ...]

@@ -33,7 +33,7 @@ import signal
 from typing import NoReturn
 
 from safeaccess.sandbox.backend import Limits
-from safeaccess.sandbox.template_privileges import TEMPLATE_UID, set_capabilities
+from safeaccess.sandbox.process.template_privileges import TEMPLATE_UID, set_capabilities
 
 CLONE_NEWNS = 0x0002_0000
 CLONE_NEWUTS = 0x0400_0000

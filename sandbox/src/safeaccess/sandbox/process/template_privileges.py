@@ -51,7 +51,7 @@ PROC = "/proc"
 
 # The template's uid and gid (host and namespace alike), just below the jobs' range.
 TEMPLATE_UID = 0x6FFF_FFFF
-# The jobs' fresh uids (`safeaccess.sandbox.process` picks one per job from this range).
+# The jobs' fresh uids (`safeaccess.sandbox.process.backend` picks one per job from this range).
 JOB_UID_FIRST = 0x7000_0000
 JOB_UID_COUNT = 0x1000_0000
 # One extent, identical inside and out: the template's id followed by every job id.

@@ -23,7 +23,6 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from safeaccess.client.analyses import parse_analysis
-from safeaccess.client.httpsig import SignatureError, verify_request
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_raw
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.protocol import (
@@ -44,7 +43,7 @@ from safeaccess.server.audit_service import (
     log_configuration,
 )
 from safeaccess.server.auth import AUTHENTICATION_FAILED as AUTHENTICATION_FAILED
-from safeaccess.server.auth import check_rate
+from safeaccess.server.auth import Authenticator, check_rate
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.digests import sha256_hex
@@ -64,11 +63,7 @@ from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.pipeline import run_step, with_decision
 from safeaccess.server.qss_scope import LOCK_TIMEOUT_SECONDS, ScopeAuditor
 from safeaccess.server.qss_universe import Population
-from safeaccess.server.ratelimit import (
-    DatabaseFailureLimiter,
-    FailureLimiter,
-    claimed_keyid,
-)
+from safeaccess.server.ratelimit import DatabaseFailureLimiter, FailureLimiter
 from safeaccess.server.reasons import researcher_reasons, script_reasons
 from safeaccess.server.receipts import sign_receipt
 from safeaccess.server.record_ids import read_ids
@@ -186,10 +181,11 @@ class Service:
         self._ids: dict[int, Any] = {}
         self._population_of: dict[int, Population] = {}  # by dataset version id
         self._locks_guard = threading.Lock()
-        self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
         # Shared by researchers' and auditors' authentication (their key ids are prefixed).
         # In the database, so that every replica counts every replica's failures.
-        self.auth_limiter: FailureLimiter = DatabaseFailureLimiter(self.store)
+        self.researchers = Authenticator(
+            "researcher", self.store, self.config, DatabaseFailureLimiter(self.store)
+        )
         self._rulesets: dict[str, RuleSet] = {}
         self.scripts = ScriptRuns(
             RunContext(
@@ -236,16 +232,17 @@ class Service:
 
     # -- authentication -------------------------------------------------------------------------
 
-    def _researcher_key(self, name: str) -> Ed25519PublicKey | None:
-        row = self.store.get_researcher(name)
-        if row is None:
-            return None
-        cached = self._keys.get(name)
-        if cached is not None and cached[0] == row.fingerprint:
-            return cached[1]
-        key = load_public_key(row.public_key.encode("ascii"))
-        self._keys[name] = (row.fingerprint, key)
-        return key
+    @property
+    def auth_limiter(self) -> FailureLimiter:
+        """The counter of failed authentications, shared by researchers and auditors."""
+        return self.researchers.limiter
+
+    @auth_limiter.setter
+    def auth_limiter(self, limiter: FailureLimiter) -> None:
+        # Both roles keep counting into one limiter (tests swap in an in-memory one).
+        self.researchers.limiter = limiter
+        if hasattr(self, "audit"):
+            self.audit.auth_limiter = limiter
 
     def check_rate(self, key: str | None, address: str | None, who: str) -> None:
         """Refuse (429) a key id or client address past its limit of authentication failures,
@@ -263,33 +260,7 @@ class Service:
     ) -> str:
         """The researcher who signed this request, or raise Unauthenticated (TooManyFailures
         past the rate limit of failures per key id and per address)."""
-        claimed = claimed_keyid(headers)
-        self.check_rate(claimed, address, "researcher")
-        try:
-            params = verify_request(
-                method,
-                path,
-                query,
-                headers,
-                body,
-                resolve_key=self._researcher_key,
-                remember_nonce=self.store.remember_nonce,
-                max_skew=self.config.clock_skew_seconds,
-                server=self.server_id,
-            )
-        except SignatureError as exc:
-            # One answer for every cause: a distinct "unknown key" would tell who is registered.
-            # The true cause goes to the server log for the administrators.
-            log.info(
-                "authentication failed (%s) for key id %r from %s: %s",
-                exc.code,
-                claimed,
-                address,
-                exc,
-            )
-            self.auth_limiter.failed(claimed, address)
-            raise Unauthenticated(AUTHENTICATION_FAILED) from exc
-        return params.keyid
+        return self.researchers.authenticate(method, path, query, headers, body, address)
 
     # -- catalogue ------------------------------------------------------------------------------
 
@@ -459,7 +430,7 @@ class Service:
         endorsements: list[Endorsement],
         state: VerifierState | None,
     ) -> SequenceVerifier:
-        key = self._researcher_key(researcher)
+        key = self.researchers.key(researcher)
         if key is None:
             raise Unauthenticated(AUTHENTICATION_FAILED)
         try:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
-from safeaccess.client.analyses import Analysis, ModelTraining, SyntheticData, parse_analysis
+from safeaccess.client.analyses import Analysis, ModelTraining, SyntheticData
 from safeaccess.client.dpquery import DP_QUERY_TYPES
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
@@ -50,6 +50,7 @@ from safeaccess.server.errors import Unavailable
 from safeaccess.server.failures import failure_decision, is_data_dependent
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
+from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.synth import step as synth_step
 
 _OUTPUT: TypeAdapter[Output] = TypeAdapter(Output)
@@ -76,10 +77,6 @@ def _withheld(code: str, message: str, kind: str, ruleset: RuleSet) -> StepOutco
         error_code=code,
         error_message=message,
     )
-
-
-def _parse(body: bytes) -> Analysis:
-    return parse_analysis(body)
 
 
 def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
@@ -114,7 +111,7 @@ def with_decision(outcome: StepOutcome, decision: Decision) -> StepOutcome:
 def run_step(
     *,
     job_id: str,
-    body: bytes,
+    revealed: Revealed,
     metadata: DatasetMetadata,
     dataset_path: Path,
     backend: Backend,
@@ -125,19 +122,20 @@ def run_step(
     dp: DPContext | None = None,
     synth_files: Path | None = None,
 ) -> StepOutcome:
-    """Compute and check one revealed step. Raises `Unavailable` when the centre, not the
-    analysis, failed (the step stays re-runnable). `n_records` (the version's row count) raises
-    the output limit by the size of the per-record query-set array, which is not output.
+    """Compute and check one revealed step (its body parsed once, in `revealed`). Raises
+    `Unavailable` when the centre, not the analysis, failed (the step stays re-runnable).
+    `n_records` (the version's row count) raises the output limit by the size of the per-record
+    query-set array, which is not output.
 
     `dp` is the dataset's DP configuration and the step's ledger when the dataset has DP: DP
     kinds are then answered with noise (`dp_release`), never by the rules or the query-set
     audit. `synth_files` is the directory for released synthetic-data files."""
-    try:
-        analysis = _parse(body)
-    except ValidationError as exc:
+    analysis = revealed.analysis
+    if analysis is None:
+        assert revealed.error is not None
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'analysis'}: {err['msg']}"
-            for err in exc.errors()[:5]
+            for err in revealed.error.errors()[:5]
         )
         return _failed("invalid_analysis", f"the analysis is not valid: {problems}", None)
     kind = analysis.kind

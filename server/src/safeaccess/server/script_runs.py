@@ -25,7 +25,6 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, Limits
@@ -35,21 +34,14 @@ from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.pipeline import run_step
 from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.states import StepState
+from safeaccess.server.steps.revealed import SCRIPT_KIND as SCRIPT_KIND
+from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 
 log = logging.getLogger("safeaccess.server.scripts")
 
-SCRIPT_KIND = "script"
 RETRY_SECONDS = 5.0
-
-
-def is_script(body: bytes) -> bool:
-    """Whether a step body is a script analysis (invalid bodies are not: they fail as usual)."""
-    try:
-        return parse_analysis(body).kind == SCRIPT_KIND
-    except ValueError:
-        return False
 
 
 def queued_outcome(ruleset: RuleSet) -> StepOutcome:
@@ -166,7 +158,7 @@ class ScriptRuns:
         started = time.monotonic()
         outcome = run_step(
             job_id=f"{seq.id}-{index}",
-            body=step.body,
+            revealed=Revealed.stored(step.body, last=step.last),
             metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
             dataset_path=ctx.data_root / dataset.path,
             backend=ctx.backend,

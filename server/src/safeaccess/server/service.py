@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import importlib.metadata
-import json
 import logging
 import re
 import threading
@@ -22,7 +21,6 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_raw
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.protocol import (
@@ -78,8 +76,9 @@ from safeaccess.server.schemas import (
     SequenceView,
     StepView,
 )
-from safeaccess.server.script_runs import RunContext, ScriptRuns, is_script, queued_outcome
+from safeaccess.server.script_runs import RunContext, ScriptRuns, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
+from safeaccess.server.steps.revealed import Revealed, shown_of
 from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
@@ -472,15 +471,16 @@ class Service:
         endorsements = [Endorsement.model_validate(e.model_dump()) for e in request.endorsements]
         verifier = self._verifier(request.header, request.signature, researcher, endorsements, None)
         try:
-            revealed = verifier.reveal(1, request.trace, request.body)
+            verified = verifier.reveal(1, request.trace, request.body)
         except ProtocolError as exc:
             raise _rejected(exc) from exc
+        revealed = Revealed.of(request.trace, request.body, last=verified.last)
         required = claim_gate.requirements(self.store, dataset.name)
         claim_gate.check_open(
             dataset.name,
             required,
             fields.kinds,
-            request.body,
+            revealed.kind,
             claim_gate.granted_claims(verifier.endorsements),
         )
         sequence_id = uuid.uuid4().hex
@@ -530,8 +530,8 @@ class Service:
                 )
             if held:
                 log.info("sequence %s by %s awaits approval (withhold budget)", seq.id, researcher)
-                return self._view(seq, step)
-            return self._compute(seq, step, dataset)
+                return self._view(seq, step, revealed)
+            return self._compute(seq, step, dataset, revealed)
 
     def reveal(
         self, researcher: str, sequence_id: str, index: int, request: RevealRequest
@@ -550,7 +550,12 @@ class Service:
                     )
                 if existing.state == StepState.RUNNING and seq.state == SequenceState.RUNNING:
                     # Computed but never recorded (the server stopped mid-step): run it again.
-                    return self._compute(seq, existing, self.store.get_dataset(seq.dataset_id))
+                    return self._compute(
+                        seq,
+                        existing,
+                        self.store.get_dataset(seq.dataset_id),
+                        Revealed.stored(existing.body, last=existing.last),
+                    )
                 return self._view(seq, existing)
             if SequenceState(seq.state) in TERMINAL_SEQUENCE_STATES:
                 raise Conflict(
@@ -575,16 +580,17 @@ class Service:
                 VerifierState.model_validate(seq.verifier_state),
             )
             try:
-                revealed = verifier.reveal(index, request.trace, request.body)
+                verified = verifier.reveal(index, request.trace, request.body)
             except ProtocolError as exc:
                 # Nothing is persisted: the sequence stays where it was.
                 raise _rejected(exc) from exc
+            revealed = Revealed.of(request.trace, request.body, last=verified.last)
             claim_gate.check_step(
                 verifier.header.dataset,
                 claim_gate.requirements_of(self.store, seq.dataset_id),
                 verifier.header.kinds,
                 index,
-                request.body,
+                revealed.kind,
                 claim_gate.granted_claims(verifier.endorsements),
             )
             step = StepRow(
@@ -602,7 +608,7 @@ class Service:
                 event_data=self._reveal_data(request.trace, step),
             )
             seq = self._own_sequence(researcher, sequence_id)
-            return self._compute(seq, step, self.store.get_dataset(seq.dataset_id))
+            return self._compute(seq, step, self.store.get_dataset(seq.dataset_id), revealed)
 
     def _run_data(self) -> dict[str, Any]:
         """What a run starts with, for the audit log."""
@@ -645,10 +651,12 @@ class Service:
             "leverage": leverage_record(outcome.output, ruleset),
         }
 
-    def _compute(self, seq: SequenceRow, step: StepRow, dataset: DatasetRow) -> StepView:
+    def _compute(
+        self, seq: SequenceRow, step: StepRow, dataset: DatasetRow, revealed: Revealed
+    ) -> StepView:
         ruleset = self.ruleset_for(dataset)
-        if is_script(step.body):
-            return self._queue_script(seq, step, ruleset)
+        if revealed.is_script:
+            return self._queue_script(seq, step, ruleset, revealed)
         audit = self.auditor.session(
             dataset=dataset.name,
             settings=self.store.qss_settings(dataset.name),
@@ -657,24 +665,30 @@ class Service:
             project=seq.project,
             ids=self._record_ids(dataset),
             populations=lambda: self._populations(dataset.name),
-            analysis=_analysis_json(step.body),
+            analysis=revealed.analysis_json,
             metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
         )
         try:
             with self._dp_guard(seq, dataset):
-                return self._compute_guarded(seq, step, dataset, ruleset, audit)
+                return self._compute_guarded(seq, step, dataset, ruleset, audit, revealed)
         finally:
             audit.release()
 
     def _compute_guarded(
-        self, seq: SequenceRow, step: StepRow, dataset: DatasetRow, ruleset: RuleSet, audit: Any
+        self,
+        seq: SequenceRow,
+        step: StepRow,
+        dataset: DatasetRow,
+        ruleset: RuleSet,
+        audit: Any,
+        revealed: Revealed,
     ) -> StepView:
         """Run and record a step while holding its DP ledger's lock (if the dataset has DP)."""
         dp = self._dp_context(seq, dataset)
         with self._jobs.slot(seq.researcher):
             outcome = run_step(
                 job_id=f"{seq.id}-{step.index}",
-                body=step.body,
+                revealed=revealed,
                 metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
                 dataset_path=self.data.root / dataset.path,
                 backend=self.backend,
@@ -719,9 +733,11 @@ class Service:
             outcome.state.value,
             f" ({outcome.error_code})" if outcome.error_code else "",
         )
-        return self._view(seq, step)
+        return self._view(seq, step, revealed)
 
-    def _queue_script(self, seq: SequenceRow, step: StepRow, ruleset: RuleSet) -> StepView:
+    def _queue_script(
+        self, seq: SequenceRow, step: StepRow, ruleset: RuleSet, revealed: Revealed
+    ) -> StepView:
         """Answer a script step "in review" now; run it in the background (script_runs.py)."""
         seq, step = self.store.settle_step(
             seq.id,
@@ -736,7 +752,7 @@ class Service:
         )
         self.scripts.submit(seq.id, step.index, seq.researcher)
         log.info("sequence %s step %d (script) by %s: queued", seq.id, step.index, seq.researcher)
-        return self._view(seq, step)
+        return self._view(seq, step, revealed)
 
     def _budget(self, seq: SequenceRow) -> BudgetView | None:
         dataset = self.store.get_dataset(seq.dataset_id)
@@ -759,13 +775,12 @@ class Service:
 
     # -- views ----------------------------------------------------------------------------------
 
-    def _view(self, seq: SequenceRow, step: StepRow) -> StepView:
+    def _view(self, seq: SequenceRow, step: StepRow, revealed: Revealed | None = None) -> StepView:
+        """The researcher's view of a step; `revealed` is the step's parsed body when the step
+        was just revealed (a stored step's body is read here)."""
         state = StepState(step.state)
         decision = Decision.model_validate(step.decision) if step.decision else None
-        try:
-            analysis: dict[str, Any] | None = json.loads(step.body)
-        except ValueError:
-            analysis = None
+        analysis = revealed.shown if revealed is not None else shown_of(step.body)
         dataset = self.store.get_dataset(seq.dataset_id)
         return StepView(
             sequence_id=seq.id,
@@ -775,7 +790,7 @@ class Service:
             state=state.value,
             last=step.last,
             kind=step.kind,
-            analysis=analysis if isinstance(analysis, dict) else None,
+            analysis=analysis,
             output=step.public_output if state == StepState.RELEASED else None,
             reasons=self._reasons(step, decision),
             error=(
@@ -877,12 +892,3 @@ class Service:
             step = self.store.get_step(sequence_id, 1)
             assert seq is not None and step is not None
             return self._view(seq, step)
-
-
-def _analysis_json(body: bytes) -> dict[str, Any] | None:
-    """A step's analysis as JSON (the query-set auditor keeps it to re-evaluate the step's
-    query sets on its domain grid), or None for a body that is not a JSON object."""
-    try:
-        return parse_analysis(body).model_dump(mode="json")
-    except ValueError:
-        return None

@@ -2,7 +2,8 @@
 
 parse analysis -> validate against dataset metadata -> sandbox run -> mitigations (if the analysis
 asks for them) -> rules check of the output -> query-set audit across every release of the scope
-(`qss_gate`, which the caller runs under the scope's lock through the `audit` callback) ->
+(`qss/admission.py`, which the caller runs under the scope's lock through the `audit`
+callback) ->
 decision. The function is pure apart from the sandbox run; the caller records the outcome in one
 transaction. Failures of the analysis
 itself (invalid, bad filter, limits) become a `failed` outcome; failures of the centre (sandbox
@@ -48,17 +49,12 @@ from safeaccess.server.digests import json_hash
 from safeaccess.server.dp_release import DPContext
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.failures import failure_decision, is_data_dependent
-from safeaccess.server.outcome import StepOutcome
+from safeaccess.server.outcome import VERDICT_STATE, StepOutcome
 from safeaccess.server.states import StepState
 from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.synth import step as synth_step
 
 _OUTPUT: TypeAdapter[Output] = TypeAdapter(Output)
-_VERDICT_STATE = {
-    "release": StepState.RELEASED,
-    "withhold": StepState.WITHHELD,
-    "review": StepState.REVIEW,
-}
 
 
 def _failed(code: str, message: str, kind: str | None) -> StepOutcome:
@@ -95,17 +91,6 @@ def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Out
 # The query-set audit: given the checked output and its decision, the final decision (withhold
 # when the auditor refuses). The caller binds it to the scope's state.
 Audit = Callable[[Output, Decision], Decision]
-
-
-def with_decision(outcome: StepOutcome, decision: Decision) -> StepOutcome:
-    """The same outcome under another decision (the auditor admitted again against a newer
-    state of its scope)."""
-    return replace(
-        outcome,
-        state=_VERDICT_STATE[decision.verdict],
-        decision=decision.model_dump(mode="json"),
-        ruleset_hash=decision.ruleset_hash,
-    )
 
 
 def run_step(
@@ -255,7 +240,7 @@ def run_step(
     full = output.model_dump(mode="json")
     released = public(output)
     return StepOutcome(
-        state=_VERDICT_STATE[decision.verdict],
+        state=VERDICT_STATE[decision.verdict],
         kind=kind,
         output=full,
         public_output=released,

@@ -57,8 +57,9 @@ from safeaccess.server.errors import (
     Unavailable,
 )
 from safeaccess.server.leverage_record import leverage_record
-from safeaccess.server.outcome import StepOutcome
-from safeaccess.server.pipeline import run_step, with_decision
+from safeaccess.server.outcome import QssCommit, StepOutcome
+from safeaccess.server.pipeline import run_step
+from safeaccess.server.qss.admission import Admission
 from safeaccess.server.qss_scope import LOCK_TIMEOUT_SECONDS, ScopeAuditor
 from safeaccess.server.qss_universe import Population
 from safeaccess.server.ratelimit import DatabaseFailureLimiter, FailureLimiter
@@ -657,7 +658,9 @@ class Service:
         ruleset = self.ruleset_for(dataset)
         if revealed.is_script:
             return self._queue_script(seq, step, ruleset, revealed)
-        audit = self.auditor.session(
+        metadata = DatasetMetadata.model_validate(dataset.dataset_metadata)
+        admission = Admission(
+            self.auditor,
             dataset=dataset.name,
             settings=self.store.qss_settings(dataset.name),
             threshold=ruleset.threshold,
@@ -666,64 +669,40 @@ class Service:
             ids=self._record_ids(dataset),
             populations=lambda: self._populations(dataset.name),
             analysis=revealed.analysis_json,
-            metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
+            metadata=metadata,
         )
-        try:
-            with self._dp_guard(seq, dataset):
-                return self._compute_guarded(seq, step, dataset, ruleset, audit, revealed)
-        finally:
-            audit.release()
+        # The DP ledger's lock (if the dataset has DP) covers the run and the record; the
+        # scope's lock is taken by the admission and held until the step is recorded.
+        with admission, self._dp_guard(seq, dataset):
+            dp = self._dp_context(seq, dataset)
+            with self._jobs.slot(seq.researcher):
+                outcome = run_step(
+                    job_id=f"{seq.id}-{step.index}",
+                    revealed=revealed,
+                    metadata=metadata,
+                    dataset_path=self.data.root / dataset.path,
+                    backend=self.backend,
+                    limits=self.config.sandbox.limits,
+                    ruleset=ruleset,
+                    audit=admission.admit,
+                    n_records=dataset.rows,
+                    dp=dp,
+                    synth_files=self.data.root / SYNTH_DIR,
+                )
 
-    def _compute_guarded(
-        self,
-        seq: SequenceRow,
-        step: StepRow,
-        dataset: DatasetRow,
-        ruleset: RuleSet,
-        audit: Any,
-        revealed: Revealed,
-    ) -> StepView:
-        """Run and record a step while holding its DP ledger's lock (if the dataset has DP)."""
-        dp = self._dp_context(seq, dataset)
-        with self._jobs.slot(seq.researcher):
-            outcome = run_step(
-                job_id=f"{seq.id}-{step.index}",
-                revealed=revealed,
-                metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
-                dataset_path=self.data.root / dataset.path,
-                backend=self.backend,
-                limits=self.config.sandbox.limits,
-                ruleset=ruleset,
-                audit=audit,
-                n_records=dataset.rows,
-                dp=dp,
-                synth_files=self.data.root / SYNTH_DIR,
-            )
-        # The scope's lock is held from admission until the step and the state pointer are
-        # recorded together; another replica's admission in between makes us admit again.
-        for attempt in range(3):
-            event_data = self._settle_data(outcome, ruleset)
-            if outcome.dp_facts is not None:
-                event_data["dp"] = outcome.dp_facts
-            if audit.facts:
-                event_data["qss"] = audit.facts
-            try:
-                seq, step = self.store.settle_step(
-                    seq.id, step.index, outcome, event_data=event_data, qss=audit.commit
+            def record(
+                outcome: StepOutcome, commit: QssCommit | None, facts: dict[str, Any]
+            ) -> tuple[SequenceRow, StepRow]:
+                event_data = self._settle_data(outcome, ruleset)
+                if outcome.dp_facts is not None:
+                    event_data["dp"] = outcome.dp_facts
+                if facts:
+                    event_data["qss"] = facts
+                return self.store.settle_step(
+                    seq.id, step.index, outcome, event_data=event_data, qss=commit
                 )
-                break
-            except Conflict as exc:
-                if exc.code != "qss_state_changed" or attempt == 2:
-                    raise
-                # Only when two processes admitted in one scope without a shared lock (PostgreSQL
-                # replicas take the scope's advisory lock, so they never get here).
-                log.warning(
-                    "sequence %s step %d: the scope's auditor state moved meanwhile; admitting "
-                    "again",
-                    seq.id,
-                    step.index,
-                )
-                outcome = with_decision(outcome, audit.regate())
+
+            (seq, step), outcome = admission.settle(outcome, record)
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",
             seq.id,

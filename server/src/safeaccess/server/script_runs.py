@@ -31,7 +31,7 @@ from safeaccess.sandbox.backend import Backend, Limits
 from safeaccess.server.digests import json_hash
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.outcome import StepOutcome
-from safeaccess.server.pipeline import run_step
+from safeaccess.server.pipeline import StepContext, run_step
 from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.states import StepState
 from safeaccess.server.steps.revealed import SCRIPT_KIND as SCRIPT_KIND
@@ -157,14 +157,16 @@ class ScriptRuns:
         ruleset = ctx.ruleset_for(dataset)
         started = time.monotonic()
         outcome = run_step(
-            job_id=f"{seq.id}-{index}",
-            revealed=Revealed.stored(step.body, last=step.last),
-            metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
-            dataset_path=ctx.data_root / dataset.path,
-            backend=ctx.backend,
-            limits=ctx.limits,
-            ruleset=ruleset,
-            n_records=dataset.rows,
+            Revealed.stored(step.body, last=step.last),
+            StepContext(
+                job_id=f"{seq.id}-{index}",
+                metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
+                dataset_path=ctx.data_root / dataset.path,
+                backend=ctx.backend,
+                limits=ctx.limits,
+                ruleset=ruleset,
+                n_records=dataset.rows,
+            ),
         )
         elapsed = time.monotonic() - started
         if self._stop.is_set():

@@ -49,7 +49,7 @@ from safeaccess.server.errors import (
     Unavailable,
 )
 from safeaccess.server.outcome import QssCommit, StepOutcome
-from safeaccess.server.pipeline import run_step
+from safeaccess.server.pipeline import StepContext, run_step
 from safeaccess.server.qss.admission import Admission
 from safeaccess.server.qss_scope import LOCK_TIMEOUT_SECONDS, ScopeAuditor
 from safeaccess.server.qss_universe import Population
@@ -452,17 +452,19 @@ class Flow:
             dp = self._dp_context(seq, dataset)
             with self._jobs.slot(seq.researcher):
                 outcome = run_step(
-                    job_id=f"{seq.id}-{step.index}",
-                    revealed=revealed,
-                    metadata=metadata,
-                    dataset_path=self.data.root / dataset.path,
-                    backend=self.backend,
-                    limits=self.config.sandbox.limits,
-                    ruleset=ruleset,
-                    audit=admission.admit,
-                    n_records=dataset.rows,
-                    dp=dp,
-                    synth_files=self.data.root / SYNTH_DIR,
+                    revealed,
+                    StepContext(
+                        job_id=f"{seq.id}-{step.index}",
+                        metadata=metadata,
+                        dataset_path=self.data.root / dataset.path,
+                        backend=self.backend,
+                        limits=self.config.sandbox.limits,
+                        ruleset=ruleset,
+                        audit=admission.admit,
+                        n_records=dataset.rows,
+                        dp=dp,
+                        synth_files=self.data.root / SYNTH_DIR,
+                    ),
                 )
 
             def record(

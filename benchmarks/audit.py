@@ -234,7 +234,7 @@ class Centre:
                     body_hash=auditlog_sha(body),
                     last=j == steps,
                 )
-                entries += store_module.Store._reveal_entries(
+                entries += store_module.sequences.reveal_entries(
                     "ada", self.service.flow.reveal_data(trace, step), seq_id, j
                 )
                 output = _output()

@@ -307,3 +307,62 @@ def test_hamming_dcr_by_hand_and_against_all_pairs() -> None:
     report = dcr_report(feats[0], feats[1], distances=hamming_dcr(syn, real, levels))
     assert report.p_syn == pytest.approx(np.mean(pairs.min(axis=1) <= report.threshold**2))
     assert report == dcr_report(feats[0], feats[1])  # the k-d tree's search agrees
+
+
+@pytest.mark.parametrize("dim", [4, 10])
+def test_dcr_on_many_leaves_with_ties_and_duplicates_matches_brute_force(dim):
+    # enough records for a k-d tree of many leaves (32 points each): a coarse lattice (exact
+    # ties everywhere), continuous points, duplicated real rows and synthetic copies of them
+    rng = np.random.default_rng(40 + dim)
+    real = np.r_[rng.integers(0, 3, size=(1500, dim)) / 2.0, rng.random((1500, dim))]
+    real[2900:2950] = real[1600:1650]  # duplicates: the copy at 1600..1649 has the lower index
+    syn = np.r_[rng.integers(0, 3, size=(700, dim)) / 2.0, rng.random((700, dim)), real[2900:2950]]
+    dist, idx = dcr(syn, real)
+    want_d, want_i = [], []
+    for start in range(0, syn.shape[0], 200):
+        block = np.sqrt(((syn[start : start + 200, None, :] - real[None]) ** 2).sum(axis=2))
+        want_d.extend(block.min(axis=1))
+        want_i.extend(int(np.flatnonzero(row == row.min()).min()) for row in block)
+    assert dist == pytest.approx(np.array(want_d), abs=1e-12)
+    assert idx.tolist() == want_i
+    assert idx[-50:].tolist() == list(range(1600, 1650))
+
+
+def _report_from_full_searches(syn, real, quantile=0.05):
+    """The report as the unbounded searches give it (every distance measured)."""
+    return dcr_report(syn, real, quantile=quantile, distances=(dcr(syn, real)[0], dcr_loo(real)[0]))
+
+
+@pytest.mark.parametrize(
+    ("case", "quantile"),
+    [("uniform", 0.05), ("copies", 0.05), ("lattice", 0.05), ("far", 0.05), ("uniform", 0.3)],
+)
+def test_dcr_report_bounded_searches_equal_the_full_ones(case, quantile, monkeypatch):
+    # above 8 000 records the report searches only up to a bound placed by an exact pilot;
+    # its figures must equal those of the full searches bit for bit, whether the bounded
+    # search sufficed or fell back to the full one
+    from safeaccess.rules.synthetic import distance
+
+    rng = np.random.default_rng(["uniform", "copies", "lattice", "far"].index(case))
+    real = rng.random((9000, 5))
+    syn = rng.random((8500, 5))
+    if case == "copies":
+        syn[:3000] = real[:3000]
+        real[8000:8500] = real[:500]
+    elif case == "lattice":
+        real = rng.integers(0, 4, size=(9000, 5)) / 3.0
+        syn = rng.integers(0, 4, size=(8500, 5)) / 3.0
+    elif case == "far":
+        syn = syn + 0.3
+    bounded = []
+    real_below = distance._kept_below
+
+    def spy(dist, bound):
+        bounded.append(bound)
+        return real_below(dist, bound)
+
+    monkeypatch.setattr(distance, "_kept_below", spy)
+    got = dcr_report(syn, real, quantile=quantile)
+    assert got == _report_from_full_searches(syn, real, quantile)
+    if case in ("uniform", "far"):
+        assert len(bounded) == 2  # both searches were bounded (the point of the change)

@@ -12,9 +12,7 @@ admission in another scope is not blocked while the lock is held.
 from __future__ import annotations
 
 import hashlib
-import re
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -23,17 +21,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import numpy as np
-import pandas as pd
 import pyotp
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import MetaData, create_engine, func, make_url, select, text
 
-from safeaccess.client.analyses import Analysis, DPCount, FrequencyTable, MagnitudeTable, to_body
+from pg_throwaway import free_port
+from replica_helpers import (
+    PASSWORD,
+    TRACKER,
+    OneTimeCodes,
+    csrf,
+    income,
+    people,
+    people_metadata,
+    review_get,
+    review_login,
+    review_post,
+    serve,
+    set_cookie,
+)
+from safeaccess.client.analyses import Analysis, DPCount, FrequencyTable, to_body
 from safeaccess.client.httpsig import sign_request
 from safeaccess.client.keys import fingerprint, public_key_text
-from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import Session, connect
@@ -54,67 +64,6 @@ from safeaccess.server.web import accounts
 
 pytestmark = pytest.mark.slow
 
-PASSWORD = "correct horse battery staple"
-N = 600
-OCCUPATIONS = ["clerk", "nurse", "teacher", "driver"]
-REGIONS = ["North", "South", "East", "West"]
-TARGET = "age == 90"
-
-
-def people(seed: int = 11) -> pd.DataFrame:
-    """N people; one (the target) is 90, nobody else is over 79."""
-    rng = np.random.default_rng(seed)
-    frame = pd.DataFrame(
-        {
-            "person_id": np.arange(1001, 1001 + N, dtype=np.int64),
-            "region": rng.choice(REGIONS, N),
-            "sex": rng.choice(["F", "M"], N),
-            "occupation": rng.choice(OCCUPATIONS, N),
-            "age": rng.integers(18, 80, N),
-            "income": np.round(rng.uniform(20_500, 59_500, N), 2),
-        }
-    )
-    frame.loc[0, ["age", "region", "sex"]] = [90, "North", "M"]
-    return frame
-
-
-def people_metadata(name: str) -> DatasetMetadata:
-    return DatasetMetadata(
-        name=name,
-        record_key="person_id",
-        columns=[
-            Column(name="person_id", type="identifier"),
-            Column(name="region", type="categorical", levels=REGIONS),
-            Column(name="sex", type="categorical", levels=["F", "M"]),
-            Column(name="occupation", type="categorical", levels=OCCUPATIONS),
-            Column(name="age", type="integer", bounds=(18, 95)),
-            Column(name="income", type="continuous", bounds=(0, 100_000)),
-        ],
-    )
-
-
-def income(where: str | None) -> MagnitudeTable:
-    return MagnitudeTable(value="income", agg="sum", rows=["occupation"], where=where)
-
-
-# The general tracker (q(C or T) + q(C or not T) - q(all) = q(C)) and an individual tracker
-# (q(C1) - q(C1 and not C2)): one-step sequences by two researchers of project p1.
-TRACKER = [
-    ("ada", income(f"{TARGET} or sex == 'F'")),
-    ("bob", income(f"{TARGET} or sex == 'M'")),
-    ("ada", income(None)),
-    ("bob", income("region == 'North'")),
-    ("ada", income(f"region == 'North' and not ({TARGET})")),
-]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @dataclass
 class Cluster:
@@ -124,8 +73,7 @@ class Cluster:
     keys: dict[str, Ed25519PrivateKey]
     replicas: list[str]  # base URLs
     logs: list[Path]
-    totp: pyotp.TOTP | None = None
-    last_step: int = 0
+    codes: OneTimeCodes | None = None
 
     def seal(self, analyses: list[Analysis], *, researcher: str, dataset: str) -> SealedSequence:
         project = "p2" if researcher == "carol" else "p1"
@@ -145,45 +93,9 @@ class Cluster:
         return Store(self.url)
 
     def code(self) -> str:
-        """A TOTP code not used yet (a code works once; the server accepts the neighbouring
-        time steps too)."""
-        assert self.totp is not None
-        while True:
-            now = self.totp.timecode(time.time())
-            step = max(now - 1, self.last_step + 1)
-            if step <= now + 1:
-                self.last_step = step
-                return str(self.totp.generate_otp(step))
-            time.sleep(1.0)
-
-
-def _serve(root: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "safeaccess.server.cli",
-            "serve",
-            "--data-dir",
-            str(root),
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
-    )
-    deadline = time.monotonic() + 180  # generous: a loaded machine starts slowly
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"replica on port {port} did not start: {log.read_text()[-2000:]}")
+        """A TOTP code of the enrolled checker not used yet."""
+        assert self.codes is not None
+        return self.codes.code()
 
 
 @pytest.fixture(scope="module")
@@ -238,12 +150,12 @@ def cluster(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         store.close()
     d = ["--data-dir", str(root)]
     assert server_cli(["dataset", "dp", "dpdata", "--epsilon", "1", "--delta", "1e-5", *d]) == 0
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     logs = [base / f"replica{i}.log" for i in range(2)]
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for port, log in zip(ports, logs, strict=True):
-            procs.append(_serve(root, port, log))
+            procs.append(serve(root, port, log))
         yield Cluster(
             root=root,
             url=url,
@@ -269,46 +181,16 @@ def cluster(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 # -- the review workspace's sessions ------------------------------------------------------------
 
 
-COOKIE = "safeaccess_review"
-
-
-def _csrf(html: str) -> str:
-    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
-    assert found is not None, html[:2000]
-    return found.group(1)
-
-
-def _set_cookie(response: httpx.Response) -> str:
-    # The cookie is Secure, so httpx's jar would not send it back over plain HTTP: read it here.
-    for header in response.headers.get_list("set-cookie"):
-        found = re.match(rf"{COOKIE}=([^;]+)", header)
-        if found:
-            return found.group(1)
-    raise AssertionError(f"no session cookie in {response.headers}")
-
-
 def _get(base: str, path: str, cookie: str | None) -> httpx.Response:
-    headers = {"Cookie": f"{COOKIE}={cookie}"} if cookie else {}
-    return httpx.get(base + path, headers=headers, timeout=30)
+    return review_get(base, path, cookie)
 
 
 def _post(base: str, path: str, cookie: str, form: dict[str, str]) -> httpx.Response:
-    return httpx.post(base + path, data=form, headers={"Cookie": f"{COOKIE}={cookie}"}, timeout=30)
+    return review_post(base, path, cookie, form)
 
 
 def _login(cluster: Cluster, replica: int, name: str) -> str:
-    base = cluster.replicas[replica]
-    page = _get(base, "/review/login", None)
-    anonymous = _set_cookie(page)
-    form = {
-        "name": name,
-        "password": PASSWORD,
-        "code": cluster.code(),
-        "csrf_token": _csrf(page.text),
-    }
-    answer = _post(base, "/review/login", anonymous, form)
-    assert answer.status_code == 303 and answer.headers["location"] == "/review/", answer.text
-    return _set_cookie(answer)
+    return review_login(cluster.replicas[replica], name, cluster.code())
 
 
 def _logged_in(response: httpx.Response) -> bool:
@@ -336,7 +218,7 @@ def test_a_checker_logs_in_on_one_replica_and_works_on_the_other(cluster: Cluste
         enrolment = accounts.add_checker(store, "olivia")
         found = accounts.enrolment_for(store, enrolment.token)
         assert found is not None
-        cluster.totp = pyotp.TOTP(found[1])
+        cluster.codes = OneTimeCodes(pyotp.TOTP(found[1]))
         accounts.enrol(store, enrolment.token, PASSWORD, PASSWORD, cluster.code())
     finally:
         store.close()
@@ -347,7 +229,7 @@ def test_a_checker_logs_in_on_one_replica_and_works_on_the_other(cluster: Cluste
     stored = _table_text(cluster, "web_sessions")
     assert hashlib.sha256(cookie.encode()).hexdigest() in stored and cookie not in stored
     # A form served by one replica is accepted by the other (the CSRF token is the session's).
-    token = _csrf(_get(cluster.replicas[0], "/review/", cookie).text)
+    token = csrf(_get(cluster.replicas[0], "/review/", cookie).text)
     bye = _post(cluster.replicas[1], "/review/logout", cookie, {"csrf_token": token})
     assert bye.status_code == 303
     assert not _logged_in(_get(cluster.replicas[0], "/review/", cookie))
@@ -355,7 +237,7 @@ def test_a_checker_logs_in_on_one_replica_and_works_on_the_other(cluster: Cluste
 
 
 def test_disabling_a_checker_logs_her_out_on_every_replica(cluster: Cluster) -> None:
-    if cluster.totp is None:
+    if cluster.codes is None:
         pytest.skip("needs the enrolment of the test before")
     cookies = [_login(cluster, 0, "olivia"), _login(cluster, 1, "olivia")]
     assert all(_logged_in(_get(base, "/review/", c)) for base in cluster.replicas for c in cookies)
@@ -366,7 +248,7 @@ def test_disabling_a_checker_logs_her_out_on_every_replica(cluster: Cluster) -> 
 
 def test_login_failures_on_one_replica_count_on_the_other(cluster: Cluster) -> None:
     page = _get(cluster.replicas[0], "/review/login", None)
-    cookie, token = _set_cookie(page), _csrf(page.text)
+    cookie, token = set_cookie(page), csrf(page.text)
     form = {"name": "nobody", "password": "wrong password!", "code": "123456", "csrf_token": token}
     limit = 5  # ReviewWebConfig.login_failures_per_account's default
     for i in range(limit):

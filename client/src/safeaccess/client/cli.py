@@ -154,7 +154,13 @@ def _run(args: argparse.Namespace) -> int:
 
     server_key = load_public_key(args.server_key) if args.server_key is not None else None
     try:
-        with connect(args.server, args.key, args.researcher, server_key=server_key) as session:
+        with connect(
+            args.server,
+            args.key,
+            args.researcher,
+            server_key=server_key,
+            ca_bundle=args.ca_bundle,
+        ) as session:
             results = session.run(
                 sealed,
                 review_timeout=args.review_timeout,
@@ -186,6 +192,9 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument("--server", required=True, help="server URL, e.g. https://sac.example.org")
     run.add_argument("--key", required=True, type=Path, help="your private key file")
     run.add_argument("--researcher", required=True, help="your researcher name on the server")
+    run.add_argument(
+        "--ca-bundle", type=Path, help="PEM file of the CA that issued the centre's TLS certificate"
+    )
     run.add_argument(
         "--server-key",
         type=Path,

@@ -15,6 +15,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import ssl
 import time
 from collections.abc import Callable, Generator
 from datetime import datetime, timedelta
@@ -117,6 +118,19 @@ class BadReceipt(SessionError):
     code = "receipt_invalid"
 
 
+def tls_verify(ca_bundle: Path | str | None) -> ssl.SSLContext | bool:
+    """What httpx checks a server's certificate against: the system's default trust store, or,
+    given `ca_bundle` (a PEM file of CA certificates), those CAs only. A centre whose TLS
+    certificate comes from its own CA hands researchers and auditors that CA's certificate."""
+    if ca_bundle is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(Path(ca_bundle).expanduser()))
+    except (OSError, ssl.SSLError) as exc:
+        # An OSError, like the file errors the command line already reports as user errors.
+        raise OSError(f"cannot read the CA bundle {ca_bundle}: {exc}") from None
+
+
 class _Signer(httpx.Auth):
     """Signs every request, tagged with the server's id (learnt from /v1/health before the first
     signed request) so that no other centre accepts a copy of it."""
@@ -163,6 +177,7 @@ class Session:
         retries: int = 5,
         retry_wait: float = 1.0,
         server_key: Ed25519PublicKey | None = None,
+        ca_bundle: Path | str | None = None,
     ):
         self.url = url.rstrip("/")
         self.server_key = server_key
@@ -171,10 +186,12 @@ class Session:
         self.retries = retries
         self.retry_wait = retry_wait
         self._reached = False
+        self._verify = tls_verify(ca_bundle)
         self._http = httpx.Client(
             base_url=self.url,
             auth=_Signer(key, researcher, self.url + "/v1/health"),
             timeout=timeout,
+            verify=self._verify,
         )
 
     def close(self) -> None:
@@ -213,7 +230,9 @@ class Session:
         """After an authentication failure: if the centre's log says this key was replaced,
         say so, loudly for a revocation (the centre changed her key without her signature)."""
         try:
-            answer = httpx.get(f"{self.url}/v1/keys/{fingerprint(self._key)}", timeout=30)
+            answer = httpx.get(
+                f"{self.url}/v1/keys/{fingerprint(self._key)}", timeout=30, verify=self._verify
+            )
             status = KeyStatus.model_validate(answer.json()) if answer.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return  # the lookup is a courtesy; the authentication failure is reported anyway
@@ -243,8 +262,8 @@ class Session:
         raise KeyReplaced(401, f"key_{status.status}", message)
 
     def _retrying(self, call: Callable[[], Any]) -> Any:
-        """Call, retrying transport failures, 503s and lost races with a concurrent request on
-        the same sequence (safe: these calls are idempotent)."""
+        """Call, retrying transport failures, 502/503/504s and lost races with a concurrent
+        request on the same sequence (safe: these calls are idempotent)."""
         for attempt in range(self.retries + 1):
             try:
                 return call()
@@ -254,7 +273,9 @@ class Session:
                 if attempt == self.retries or not self._reached:
                     raise
             except ServerError as exc:
-                transient = exc.status == 503 or exc.code == "concurrent_update"
+                # 502 and 504 come from a load balancer whose replica died or stalled under the
+                # request: another replica answers the repeated call.
+                transient = exc.status in (502, 503, 504) or exc.code == "concurrent_update"
                 if not transient or attempt == self.retries:
                     raise
             time.sleep(self.retry_wait * (attempt + 1))
@@ -646,7 +667,8 @@ def connect(
     """A session with the server at `url`, signing as `researcher` with `key` (a private key,
     or a PEM file path or bytes). Pass `server_key=` (the centre's Ed25519 public key, obtained
     out of band) to pin it; otherwise the key the server announces is trusted for the session and
-    every step's receipt is checked against it."""
+    every step's receipt is checked against it. Pass `ca_bundle=` (a PEM file) to trust the CA
+    that issued the centre's TLS certificate instead of the system's CAs."""
     if isinstance(key, Ed25519PrivateKey):
         private = key
     elif isinstance(key, bytes):

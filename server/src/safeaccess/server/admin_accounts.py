@@ -11,20 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, select
-
 from safeaccess.server import auditlog
 from safeaccess.server.errors import Conflict, NotFound
-from safeaccess.server.store import Store, web_sessions
-from safeaccess.server.store.schema import (
-    AuditorRow,
-    CheckerRow,
-    DatasetRow,
-    MembershipRow,
-    ProjectRow,
-    ResearcherRow,
-    SequenceRow,
-)
+from safeaccess.server.store import Store, accounts, web_sessions
 
 
 @dataclass(frozen=True)
@@ -45,17 +34,11 @@ class Project:
 
 
 def list_researchers(store: Store) -> list[Account]:
+    """Every researcher with her projects and how many sequences she has on record."""
     with store.transaction() as s:
-        rows = list(s.scalars(select(ResearcherRow).order_by(ResearcherRow.name)))
-        members: dict[str, list[str]] = {}
-        for m in s.scalars(select(MembershipRow).order_by(MembershipRow.project)):
-            members.setdefault(m.researcher, []).append(m.project)
-        counts: dict[str, int] = {
-            str(name): int(n)
-            for name, n in s.execute(
-                select(SequenceRow.researcher, func.count()).group_by(SequenceRow.researcher)
-            )
-        }
+        rows = accounts.researchers(s)
+        members = accounts.memberships(s)
+        counts = accounts.sequence_counts(s)
         return [
             Account(
                 r.name,
@@ -74,11 +57,9 @@ def remove_researcher(
     """Remove the researcher from `projects` (or, when None, remove her account entirely);
     returns the projects she was removed from."""
     with store.transaction() as s:
-        if s.get(ResearcherRow, name) is None:
+        if not accounts.researcher_exists(s, name):
             raise NotFound(f"researcher {name!r} does not exist")
-        current = list(
-            s.scalars(select(MembershipRow.project).where(MembershipRow.researcher == name))
-        )
+        current = accounts.projects_of(s, name)
         if projects is not None:
             unknown = sorted(set(projects) - set(current))
             if unknown:
@@ -86,11 +67,7 @@ def remove_researcher(
                     f"researcher {name!r} is not in project(s) {', '.join(unknown)}; she is in "
                     f"{', '.join(sorted(current)) or 'none'}"
                 )
-            s.execute(
-                delete(MembershipRow).where(
-                    MembershipRow.researcher == name, MembershipRow.project.in_(projects)
-                )
-            )
+            accounts.leave_projects(s, name, projects)
             auditlog.append(
                 s,
                 "researcher_removed_from_projects",
@@ -98,9 +75,7 @@ def remove_researcher(
                 {"researcher": name, "projects": projects},
             )
             return sorted(projects)
-        sequences = s.scalar(
-            select(func.count()).select_from(SequenceRow).where(SequenceRow.researcher == name)
-        )
+        sequences = accounts.count_sequences(s, researcher=name)
         if sequences:
             raise Conflict(
                 f"researcher {name!r} has {sequences} sequence(s) on record, which auditors check "
@@ -108,72 +83,59 @@ def remove_researcher(
                 f"projects: researcher remove {name} --project P (she is in "
                 f"{', '.join(sorted(current)) or 'none'})"
             )
-        s.execute(delete(MembershipRow).where(MembershipRow.researcher == name))
-        s.execute(delete(ResearcherRow).where(ResearcherRow.name == name))
+        accounts.delete_researcher(s, name)
         auditlog.append(s, "researcher_removed", actor, {"researcher": name, "projects": current})
         return sorted(current)
 
 
 def list_auditors(store: Store) -> list[Account]:
+    """Every auditor."""
     with store.transaction() as s:
-        return [
-            Account(r.name, r.fingerprint, r.created_at)
-            for r in s.scalars(select(AuditorRow).order_by(AuditorRow.name))
-        ]
+        return [Account(r.name, r.fingerprint, r.created_at) for r in accounts.auditors(s)]
 
 
 def remove_auditor(store: Store, name: str, *, actor: str = "admin") -> None:
+    """Delete an auditor's account (her checks stay in the audit log)."""
     with store.transaction() as s:
-        if s.get(AuditorRow, name) is None:
+        if not accounts.delete_auditor(s, name):
             raise NotFound(f"auditor {name!r} does not exist")
-        s.execute(delete(AuditorRow).where(AuditorRow.name == name))
         auditlog.append(s, "auditor_removed", actor, {"auditor": name})
 
 
 def list_projects(store: Store) -> list[Project]:
+    """Every project with its researchers and datasets."""
     with store.transaction() as s:
-        out = []
-        for p in s.scalars(select(ProjectRow).order_by(ProjectRow.name)):
-            researchers = s.scalars(
-                select(MembershipRow.researcher)
-                .where(MembershipRow.project == p.name)
-                .order_by(MembershipRow.researcher)
+        return [
+            Project(
+                p.name,
+                p.created_at,
+                tuple(accounts.project_members(s, p.name)),
+                tuple(accounts.project_datasets(s, p.name)),
             )
-            datasets = s.scalars(
-                select(DatasetRow.name)
-                .where(DatasetRow.project == p.name)
-                .distinct()
-                .order_by(DatasetRow.name)
-            )
-            out.append(Project(p.name, p.created_at, tuple(researchers), tuple(datasets)))
-        return out
+            for p in accounts.projects(s)
+        ]
 
 
 def remove_project(store: Store, name: str, *, actor: str = "admin") -> None:
+    """Delete a project that holds no dataset and no sequence."""
     with store.transaction() as s:
-        if s.get(ProjectRow, name) is None:
+        if not accounts.project_exists(s, name):
             raise NotFound(f"project {name!r} does not exist")
-        datasets = s.scalar(
-            select(func.count()).select_from(DatasetRow).where(DatasetRow.project == name)
-        )
-        sequences = s.scalar(
-            select(func.count()).select_from(SequenceRow).where(SequenceRow.project == name)
-        )
+        datasets = accounts.count_dataset_versions(s, name)
+        sequences = accounts.count_sequences(s, project=name)
         if datasets or sequences:
             raise Conflict(
                 f"project {name!r} has {datasets} dataset version(s) and {sequences} sequence(s) "
                 "on record, so it stays; remove its researchers to end their access"
             )
-        s.execute(delete(MembershipRow).where(MembershipRow.project == name))
-        s.execute(delete(ProjectRow).where(ProjectRow.name == name))
+        accounts.delete_project(s, name)
         auditlog.append(s, "project_removed", actor, {"project": name})
 
 
 def remove_checker(store: Store, name: str, *, actor: str = "admin") -> None:
     """Delete an output checker's web account (her decisions stay in the audit log)."""
     with store.transaction() as s:
-        if s.get(CheckerRow, name) is None:
+        if not accounts.delete_checker(s, name):
             raise NotFound(f"checker {name!r} does not exist")
-        s.execute(delete(CheckerRow).where(CheckerRow.name == name))
         web_sessions.end_checker(s, name)  # logged out on every replica at once
         auditlog.append(s, "checker_removed", actor, {"checker": name})

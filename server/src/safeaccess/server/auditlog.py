@@ -7,53 +7,25 @@ writes the record, its leaf hash and the perfect subtrees it completes (one more
 average), so roots and proofs are assembled from O(log n) stored nodes without rehashing.
 
 Proof generation follows RFC 9162 §2.1.3.1 (PATH) and §2.1.4.1 (SUBPROOF) over subtree hashes;
-verification is `safeaccess.client.audit.merkle`, the code auditors run.
+verification is `safeaccess.client.audit.merkle`, the code auditors run. The rows themselves
+(head, records, nodes) are read and written by `safeaccess.server.store.log`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-from sqlalchemy import Connection, Table, bindparam, insert, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from safeaccess.client.audit.merkle import EMPTY_ROOT, leaf_hash, node_hash, split_point
 from safeaccess.client.audit.records import LOG_FORMAT, LOG_VERSION, encode_record
 from safeaccess.server.errors import InvalidRequest
-from safeaccess.server.store.schema import AuditHeadRow, AuditNodeRow, EventRow
+from safeaccess.server.store import log as log_rows
+from safeaccess.server.store.log import ensure_head, entries, leaf_hashes, logged, size
 
-HEAD_ID = 1
-_HEAD: Table = AuditHeadRow.__table__  # type: ignore[assignment]
-_NODES: Table = AuditNodeRow.__table__  # type: ignore[assignment]
-_EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
-# Built once: statement construction costs more than executing them on the append path.
-_RESERVE = (
-    update(_HEAD)
-    .where(_HEAD.c.id == HEAD_ID)
-    .values(size=_HEAD.c.size + bindparam("n"))
-    .returning(_HEAD.c.size)
-)
-# One level at a time, so both databases search the primary key (SQLite does not use an index
-# for row-value IN lists, which would scan the whole node table).
-_SELECT_LEVEL = select(_NODES.c.idx, _NODES.c.hash).where(
-    _NODES.c.level == bindparam("level"), _NODES.c.idx.in_(bindparam("idxs", expanding=True))
-)
-_INSERT_EVENTS = insert(_EVENTS)
-_INSERT_NODES = insert(_NODES)
-
-
-def ensure_head(session: Session) -> None:
-    """Create the size row of an empty log (idempotent; a concurrent creator may win)."""
-    if session.get(AuditHeadRow, HEAD_ID) is None:
-        try:
-            with session.begin_nested():
-                session.add(AuditHeadRow(id=HEAD_ID, size=0))
-        except IntegrityError:
-            pass
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
 
 
 def _timestamp(moment: datetime) -> str:
@@ -97,10 +69,7 @@ def append_many(session: Session, items: list[Entry]) -> list[int]:
     # Core statements on the transaction's connection: the ORM's bookkeeping would cost more
     # than the SQL itself on this per-step path.
     conn = session.connection()
-    reserved = conn.execute(_RESERVE, {"n": len(items)}).scalar_one_or_none()
-    if reserved is None:
-        raise RuntimeError("the audit log has no head row; the store did not initialise it")
-    first = int(reserved) - len(items)
+    first = log_rows.reserve(conn, len(items))
     now = datetime.now(UTC)
     stamp = _timestamp(now)
     records = [
@@ -120,8 +89,8 @@ def append_many(session: Session, items: list[Entry]) -> list[int]:
         for n, item in enumerate(items)
     ]
     nodes = _new_nodes(conn, first, [leaf_hash(r) for r in records])
-    conn.execute(
-        _INSERT_EVENTS,
+    log_rows.insert_rows(
+        conn,
         [
             {
                 "log_index": first + n,
@@ -135,10 +104,7 @@ def append_many(session: Session, items: list[Entry]) -> list[int]:
             }
             for n, (item, record) in enumerate(zip(items, records, strict=True))
         ],
-    )
-    conn.execute(
-        _INSERT_NODES,
-        [{"level": lv, "idx": i, "hash": h} for (lv, i), h in nodes.items()],
+        nodes,
     )
     return [first + n for n in range(len(items))]
 
@@ -154,7 +120,7 @@ def _new_nodes(conn: Connection, first: int, leaves: list[bytes]) -> dict[tuple[
             level, idx = level + 1, idx >> 1
     known: dict[tuple[int, int], bytes] = {}
     if needed:
-        known = _fetch(conn, needed)
+        known = log_rows.fetch_nodes(conn, needed)
     new: dict[tuple[int, int], bytes] = {}
     for n, leaf in enumerate(leaves):
         level, idx, current = 0, first + n, leaf
@@ -167,17 +133,6 @@ def _new_nodes(conn: Connection, first: int, leaves: list[bytes]) -> dict[tuple[
             level, idx = level + 1, idx >> 1
             new[(level, idx)] = current
     return new
-
-
-def size(session: Session) -> int:
-    value = session.scalar(select(AuditHeadRow.size).where(AuditHeadRow.id == HEAD_ID))
-    return int(value or 0)
-
-
-def logged(session: Session, kind: str, subject: str) -> bool:
-    """Whether a record of `kind` about `subject` (e.g. a rule set's hash) is in the log."""
-    query = select(EventRow.id).where(EventRow.kind == kind, EventRow.subject == subject).limit(1)
-    return session.scalar(query) is not None
 
 
 # -- subtree hashes -----------------------------------------------------------------------------
@@ -194,26 +149,12 @@ def _cover(start: int, end: int) -> list[tuple[int, int]]:
     return _cover(start, start + k) + _cover(start + k, end)
 
 
-def _fetch(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-    """Stored node hashes by (level, idx): one indexed query per level."""
-    by_level: dict[int, list[int]] = {}
-    for level, idx in keys:
-        by_level.setdefault(level, []).append(idx)
-    found: dict[tuple[int, int], bytes] = {}
-    for level, idxs in by_level.items():
-        for chunk in range(0, len(idxs), 500):
-            rows = conn.execute(_SELECT_LEVEL, {"level": level, "idxs": idxs[chunk : chunk + 500]})
-            for idx, digest in rows:
-                found[(level, int(idx))] = bytes(digest)
-    return found
-
-
 class _Nodes:
     """Fetches the perfect subtrees that a set of ranges needs, in one indexed query."""
 
     def __init__(self, session: Session, ranges: list[tuple[int, int]]):
         wanted = {key for start, end in ranges for key in _cover(start, end)}
-        self._hashes = _fetch(session.connection(), wanted)
+        self._hashes = log_rows.fetch_nodes(session.connection(), wanted)
 
     def mth(self, start: int, end: int) -> bytes:
         parts = [self._get(key) for key in _cover(start, end)]
@@ -293,25 +234,6 @@ def consistency_proof(session: Session, size1: int, size2: int) -> list[bytes]:
     _subproof_ranges(size1, 0, size2, True, ranges)
     nodes = _Nodes(session, ranges)
     return [nodes.mth(a, b) for a, b in ranges]
-
-
-def entries(session: Session, start: int, end: int) -> list[tuple[int, bytes]]:
-    """(index, record) for entries start..end-1 as stored (a missing row is simply absent)."""
-    rows = session.execute(
-        select(EventRow.log_index, EventRow.record)
-        .where(EventRow.log_index >= start, EventRow.log_index < end)
-        .order_by(EventRow.log_index)
-    )
-    return [(int(i), bytes(r)) for i, r in rows]
-
-
-def leaf_hashes(session: Session, start: int, end: int) -> dict[int, bytes]:
-    rows = session.execute(
-        select(AuditNodeRow.idx, AuditNodeRow.hash).where(
-            AuditNodeRow.level == 0, AuditNodeRow.idx >= start, AuditNodeRow.idx < end
-        )
-    )
-    return {int(i): bytes(h) for i, h in rows}
 
 
 __all__ = [

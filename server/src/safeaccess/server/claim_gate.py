@@ -21,12 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import delete, func, select
-
 from safeaccess.client.protocol import Endorsement
+from safeaccess.server import auditlog
 from safeaccess.server.errors import Forbidden, NotFound
-from safeaccess.server.store import Store
-from safeaccess.server.store.schema import ClaimRequirementRow, DatasetRow
+from safeaccess.server.store import Store, catalogue, claims
 
 Requirements = Mapping[str, frozenset[str]]
 
@@ -37,25 +35,13 @@ Requirements = Mapping[str, frozenset[str]]
 def requirements(store: Store, dataset: str) -> dict[str, frozenset[str]]:
     """kind -> the claims it needs on dataset `dataset` (empty: nothing required)."""
     with store.transaction() as s:
-        rows = s.scalars(select(ClaimRequirementRow).where(ClaimRequirementRow.dataset == dataset))
-        found: dict[str, set[str]] = {}
-        for row in rows:
-            found.setdefault(row.kind, set()).add(row.claim)
-    return {kind: frozenset(claims) for kind, claims in found.items()}
+        return claims.requirements(s, dataset)
 
 
 def requirements_of(store: Store, dataset_id: int) -> dict[str, frozenset[str]]:
     """`requirements` of the dataset name of version `dataset_id`, in one query."""
     with store.transaction() as s:
-        rows = s.execute(
-            select(ClaimRequirementRow.kind, ClaimRequirementRow.claim)
-            .join(DatasetRow, DatasetRow.name == ClaimRequirementRow.dataset)
-            .where(DatasetRow.id == dataset_id)
-        ).all()
-    found: dict[str, set[str]] = {}
-    for kind, claim in rows:
-        found.setdefault(kind, set()).add(claim)
-    return {kind: frozenset(claims) for kind, claims in found.items()}
+        return claims.requirements_of(s, dataset_id)
 
 
 def require_claim(
@@ -64,29 +50,25 @@ def require_claim(
     """Require `claim` for analyses of `kind` on `dataset`; False if it was already required.
     Logged in the audit log like every configuration change."""
     with store.transaction() as s:
-        if not s.scalar(select(func.count()).where(DatasetRow.name == dataset)):
+        if not catalogue.dataset_known(s, dataset):
             raise NotFound(f"dataset {dataset!r} does not exist; add it with 'dataset add'")
-        if s.get(ClaimRequirementRow, (dataset, kind, claim)) is not None:
+        if not claims.add(s, dataset, kind, claim):
             return False
-        s.add(ClaimRequirementRow(dataset=dataset, kind=kind, claim=claim))
-        store._event(s, "claim_required", actor, {"dataset": dataset, "kind": kind, "claim": claim})
+        auditlog.append(
+            s, "claim_required", actor, {"dataset": dataset, "kind": kind, "claim": claim}
+        )
     return True
 
 
 def drop_claim(store: Store, dataset: str, kind: str, claim: str, *, actor: str = "admin") -> bool:
     """Stop requiring `claim` for `kind` on `dataset`; False if it was not required."""
     with store.transaction() as s:
-        gone = s.execute(
-            delete(ClaimRequirementRow)
-            .where(ClaimRequirementRow.dataset == dataset)
-            .where(ClaimRequirementRow.kind == kind)
-            .where(ClaimRequirementRow.claim == claim)
-        ).rowcount  # type: ignore[attr-defined]
+        gone = claims.drop(s, dataset, kind, claim)
         if gone:
-            store._event(
+            auditlog.append(
                 s, "claim_dropped", actor, {"dataset": dataset, "kind": kind, "claim": claim}
             )
-    return bool(gone)
+    return gone
 
 
 # -- enforcement --------------------------------------------------------------------------------

@@ -197,12 +197,9 @@ def _dataset_add(args: argparse.Namespace) -> int:
 
 
 def _dataset_list(args: argparse.Namespace) -> int:
-    from safeaccess.server.store.schema import DatasetRow
-
     store = _store(_data(args))
     try:
-        with store.transaction() as s:
-            rows = list(s.query(DatasetRow).order_by(DatasetRow.name, DatasetRow.version))
+        rows = store.all_datasets()
     finally:
         store.close()
     for row in rows:

@@ -14,20 +14,18 @@ import os
 import shutil
 from pathlib import Path
 
-from sqlalchemy import select
-
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
 from safeaccess.server import auditlog
 from safeaccess.server.config import DataDir
 from safeaccess.server.errors import InvalidRequest, NotFound
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, catalogue
 from safeaccess.server.store.schema import DatasetRow
 
 
 def current_rules_path(store: Store, dataset_id: int) -> str | None:
     """The rule-set file of a dataset version as recorded now (None: the default rules)."""
     with store.transaction() as s:
-        return s.scalar(select(DatasetRow.rules_path).where(DatasetRow.id == dataset_id))
+        return catalogue.rules_path(s, dataset_id)
 
 
 def set_rules(
@@ -53,9 +51,7 @@ def set_rules(
         os.replace(tmp, target)
     relative = str(target.relative_to(data.root))
     with store.transaction() as s:
-        stored = s.get(DatasetRow, row.id)
-        assert stored is not None
-        stored.rules_path = relative
+        catalogue.set_rules_path(s, row.id, relative)
         auditlog.append(
             s,
             "dataset_rules_changed",

@@ -9,27 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
-
 from safeaccess.server import auditlog
 from safeaccess.server.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from safeaccess.server.store import Store
-from safeaccess.server.store.schema import (
-    CheckerRow,
-    ReviewApprovalRow,
-    ReviewSettingsRow,
-    SequenceRow,
-    StepRow,
-)
+from safeaccess.server.store import Store, review, scripts, sequences
+from safeaccess.server.store.schema import ReviewApprovalRow, SequenceRow
 
 ALLOWED_CHECKERS = (1, 2)
+#: A dataset whose two-person rule was never set needs one checker per release.
+DEFAULT_CHECKERS = 1
 
 
 def checkers_required(store: Store, dataset: str) -> int:
     """How many different checkers must approve a release on `dataset` (default 1)."""
     with store.transaction() as s:
-        row = s.get(ReviewSettingsRow, dataset)
-        return row.checkers if row is not None else 1
+        recorded = review.checkers_required(s, dataset)
+    return recorded if recorded is not None else DEFAULT_CHECKERS
 
 
 def set_checkers_required(store: Store, dataset: str, checkers: int, *, actor: str) -> None:
@@ -39,11 +33,7 @@ def set_checkers_required(store: Store, dataset: str, checkers: int, *, actor: s
     if store.find_dataset(dataset) is None:
         raise NotFound(f"dataset {dataset} does not exist; see 'safeaccess-server dataset list'")
     with store.transaction() as s:
-        row = s.get(ReviewSettingsRow, dataset)
-        if row is None:
-            s.add(ReviewSettingsRow(dataset=dataset, checkers=checkers))
-        else:
-            row.checkers = checkers
+        review.set_checkers_required(s, dataset, checkers)
         auditlog.append(s, "review_settings", actor, {"dataset": dataset, "checkers": checkers})
 
 
@@ -51,8 +41,7 @@ def refuse_own_output(store: Store, seq: SequenceRow, checker: str) -> None:
     """Raise Forbidden when `checker` is the sequence's researcher (by name or by the researcher
     identity her checker account is linked to)."""
     with store.transaction() as s:
-        row = s.get(CheckerRow, checker)
-        linked = row.researcher if row is not None else None
+        linked = review.linked_researcher(s, checker)
     if checker == seq.researcher or (linked is not None and linked == seq.researcher):
         raise Forbidden(
             f"{checker} cannot review this output: it is the output of researcher "
@@ -62,23 +51,15 @@ def refuse_own_output(store: Store, seq: SequenceRow, checker: str) -> None:
 
 
 def first_approvals(store: Store, sequence_id: str, index: int) -> list[ReviewApprovalRow]:
+    """The first approvals a step holds, oldest first."""
     with store.transaction() as s:
-        query = (
-            select(ReviewApprovalRow)
-            .where(
-                ReviewApprovalRow.sequence_id == sequence_id,
-                ReviewApprovalRow.step_index == index,
-            )
-            .order_by(ReviewApprovalRow.at)
-        )
-        return list(s.scalars(query))
+        return review.first_approvals(s, sequence_id, index)
 
 
 def waiting_for_second(store: Store) -> set[tuple[str, int]]:
     """Steps that hold a first approval (and so wait for a second checker)."""
     with store.transaction() as s:
-        rows = s.execute(select(ReviewApprovalRow.sequence_id, ReviewApprovalRow.step_index))
-        return {(r[0], r[1]) for r in rows}
+        return review.steps_with_first_approval(s)
 
 
 def record_first_approval(
@@ -93,31 +74,16 @@ def record_first_approval(
     review or another checker's approval landed meanwhile (two CLI processes, or the CLI and the
     web): then the caller's view was stale, and she decides again on the current state."""
     with store.transaction() as s:
-        step = s.scalars(
-            select(StepRow)
-            .where(StepRow.sequence_id == sequence_id, StepRow.index == index)
-            .with_for_update()
-        ).first()
+        # The step's row lock serialises two checkers approving at once.
+        step = sequences.find_step(s, sequence_id, index, lock=True)
         if step is None or step.state != "review":
             raise Conflict(f"step {index} of {sequence_id} is no longer in review")
-        others = s.scalar(
-            select(func.count())
-            .select_from(ReviewApprovalRow)
-            .where(
-                ReviewApprovalRow.sequence_id == sequence_id,
-                ReviewApprovalRow.step_index == index,
-            )
-        )
-        if others:
+        if review.count_first_approvals(s, sequence_id, index):
             raise Conflict(
                 "another checker approved this step meanwhile; look at it again and decide"
             )
-        Store.append_script_run(s, step)
-        s.add(
-            ReviewApprovalRow(
-                sequence_id=sequence_id, step_index=index, checker=checker, mitigation=mitigation
-            )
-        )
+        scripts.append_script_run(s, step)
+        review.add_first_approval(s, sequence_id, index, checker, mitigation)
         auditlog.append(
             s,
             "review_first_approval",
@@ -131,11 +97,7 @@ def record_first_approval(
 def log_view(store: Store, checker: str, sequence_id: str, index: int) -> None:
     """An output checker opened a step: who looked at which output, in the audit log."""
     with store.transaction() as s:
-        step = s.scalars(
-            select(StepRow)
-            .where(StepRow.sequence_id == sequence_id, StepRow.index == index)
-            .with_for_update()
-        ).first()
+        step = sequences.find_step(s, sequence_id, index, lock=True)
         if step is not None and step.state == "review":
-            Store.append_script_run(s, step)
+            scripts.append_script_run(s, step)
         auditlog.append(s, "review_viewed", checker, {}, sequence_id=sequence_id, step_index=index)

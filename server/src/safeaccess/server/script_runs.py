@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sqlalchemy import select
-
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, Limits
@@ -36,8 +34,8 @@ from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.states import StepState
 from safeaccess.server.steps.revealed import SCRIPT_KIND as SCRIPT_KIND
 from safeaccess.server.steps.revealed import Revealed
-from safeaccess.server.store import Store
-from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
+from safeaccess.server.store import Store, scripts
+from safeaccess.server.store.schema import DatasetRow
 
 log = logging.getLogger("safeaccess.server.scripts")
 
@@ -93,17 +91,7 @@ class ScriptRuns:
     def resume(self) -> int:
         """Queue every script step in review that has not run (after a restart); how many."""
         with self.context.store.transaction() as s:
-            rows = s.execute(
-                select(StepRow.sequence_id, StepRow.index, SequenceRow.researcher)
-                .join(SequenceRow, SequenceRow.id == StepRow.sequence_id)
-                .where(
-                    StepRow.kind == SCRIPT_KIND,
-                    StepRow.state == StepState.REVIEW.value,
-                    StepRow.output.is_(None),
-                    StepRow.error_code.is_(None),
-                )
-                .order_by(StepRow.id)
-            ).all()
+            rows = scripts.unrun_script_steps(s, SCRIPT_KIND)
         for sequence_id, index, researcher in rows:
             self.submit(sequence_id, index, researcher)
         return len(rows)

@@ -40,7 +40,7 @@ def _verify(args: argparse.Namespace) -> int:
         else:
             if args.key is None or args.auditor is None:
                 raise CommandError("--server needs --key (your private key) and --auditor NAME")
-            client = SignedClient(args.server, args.key, args.auditor)
+            client = SignedClient(args.server, args.key, args.auditor, ca_bundle=args.ca_bundle)
             source = ServerSource(client, pinned)
             where = f"server {args.server}"
         print(f"verifying the audit log of {source.server_id} ({where})")
@@ -73,7 +73,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from safeaccess.client.audit.remote import ServerSource, SignedClient
 
-    client = SignedClient(args.server, args.key, args.auditor)
+    client = SignedClient(args.server, args.key, args.auditor, ca_bundle=args.ca_bundle)
     try:
         ServerSource(client).export(args.out)
     finally:
@@ -91,7 +91,7 @@ def _receipt(args: argparse.Namespace) -> int:
     receipt = data.get("receipt", data)
     output = data.get("output")
     fields = receipt.get("fields", {}) if isinstance(receipt, dict) else {}
-    client = SignedClient(args.server, args.key, args.researcher)
+    client = SignedClient(args.server, args.key, args.researcher, ca_bundle=args.ca_bundle)
     try:
         health = client.health()
         import base64
@@ -137,6 +137,9 @@ def add_audit(subparsers: Any) -> None:
         help="a checkpoint (or an earlier export) you trust: the log must extend it",
     )
     verify.add_argument("--save-checkpoint", type=Path, help="write the verified checkpoint here")
+    verify.add_argument(
+        "--ca-bundle", type=Path, help="PEM file of the CA that issued the centre's TLS certificate"
+    )
     verify.set_defaults(handler=_verify)
 
     export = sub.add_parser("export", help="download the whole log for offline verification")
@@ -144,6 +147,9 @@ def add_audit(subparsers: Any) -> None:
     export.add_argument("--key", type=Path, required=True)
     export.add_argument("--auditor", required=True)
     export.add_argument("--out", type=Path, required=True)
+    export.add_argument(
+        "--ca-bundle", type=Path, help="PEM file of the CA that issued the centre's TLS certificate"
+    )
     export.set_defaults(handler=_export)
 
     receipt = sub.add_parser("receipt", help="check your step's receipt against the log")
@@ -157,4 +163,7 @@ def add_audit(subparsers: Any) -> None:
     receipt.add_argument("--key", type=Path, required=True, help="your private key")
     receipt.add_argument("--researcher", required=True)
     receipt.add_argument("--server-key", type=Path, help="the centre's public key (PEM) to pin")
+    receipt.add_argument(
+        "--ca-bundle", type=Path, help="PEM file of the CA that issued the centre's TLS certificate"
+    )
     receipt.set_defaults(handler=_receipt)

@@ -13,7 +13,7 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from safeaccess.client.keys import load_private_key
-from safeaccess.client.session import _Signer
+from safeaccess.client.session import _Signer, tls_verify
 
 BATCH = 1000
 COLLECT_EVERY = 8  # pages
@@ -30,12 +30,20 @@ def _key(key: Ed25519PrivateKey | Path) -> Ed25519PrivateKey:
 class SignedClient:
     """Requests signed as `name` with `key`, like a researcher's session."""
 
-    def __init__(self, url: str, key: Ed25519PrivateKey | Path, name: str, timeout: float = 120):
+    def __init__(
+        self,
+        url: str,
+        key: Ed25519PrivateKey | Path,
+        name: str,
+        timeout: float = 120,
+        ca_bundle: Path | str | None = None,
+    ):
         self.url = url.rstrip("/")
         self._http = httpx.Client(
             base_url=self.url,
             auth=_Signer(_key(key), name, self.url + "/v1/health"),
             timeout=timeout,
+            verify=tls_verify(ca_bundle),
         )
 
     def close(self) -> None:

@@ -18,11 +18,10 @@ from datetime import UTC, datetime, timedelta
 import pyotp
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import select
 
 from safeaccess.server import auditlog
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
-from safeaccess.server.store import Store, web_sessions
+from safeaccess.server.store import Store, accounts, web_sessions
 from safeaccess.server.store.schema import CheckerRow
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
@@ -70,17 +69,15 @@ def add_checker(
     token = secrets.token_urlsafe(32)
     expires = datetime.now(UTC) + timedelta(days=ENROL_DAYS)
     with store.transaction() as s:
-        if s.get(CheckerRow, name) is not None:
+        if accounts.checker(s, name) is not None:
             raise Conflict(f"checker {name} already exists")
-        s.add(
-            CheckerRow(
-                name=name,
-                researcher=researcher,
-                state="pending",
-                totp_secret=pyotp.random_base32(),
-                enrol_token_sha256=_token_hash(token),
-                enrol_expires_at=expires,
-            )
+        accounts.add_checker(
+            s,
+            name,
+            researcher=researcher,
+            totp_secret=pyotp.random_base32(),
+            token_sha256=_token_hash(token),
+            expires_at=expires,
         )
         auditlog.append(s, "checker_added", actor, {"checker": name, "researcher": researcher})
     return Enrolment(name=name, token=token, expires_at=expires)
@@ -88,23 +85,22 @@ def add_checker(
 
 def list_checkers(store: Store) -> list[Checker]:
     with store.transaction() as s:
-        return [_view(r) for r in s.scalars(select(CheckerRow).order_by(CheckerRow.name))]
+        return [_view(r) for r in accounts.checkers(s)]
 
 
 def get_checker(store: Store, name: str) -> Checker | None:
     with store.transaction() as s:
-        row = s.get(CheckerRow, name)
+        row = accounts.checker(s, name)
         return _view(row) if row is not None else None
 
 
 def disable_checker(store: Store, name: str, *, actor: str = "admin") -> None:
     """Disable a checker's account and end her sessions (on every replica)."""
     with store.transaction() as s:
-        row = s.get(CheckerRow, name)
+        row = accounts.checker(s, name)
         if row is None:
             raise NotFound(f"checker {name} does not exist")
-        row.state = "disabled"
-        row.enrol_token_sha256 = None
+        accounts.disable_checker(row)
         # Logged out everywhere at once: every replica reads sessions from this table.
         web_sessions.end_checker(s, name)
         auditlog.append(s, "checker_disabled", actor, {"checker": name})
@@ -119,7 +115,7 @@ def enrolment_for(store: Store, token: str) -> tuple[str, str] | None:
     """(checker name, TOTP secret) of a valid, unused, unexpired enrolment token; else None."""
     digest = _token_hash(token)
     with store.transaction() as s:
-        row = s.scalars(select(CheckerRow).where(CheckerRow.enrol_token_sha256 == digest)).first()
+        row = accounts.checker_by_token(s, digest)
         if row is None or row.state != "pending" or row.enrol_expires_at is None:
             return None
         if _aware(row.enrol_expires_at) < datetime.now(UTC):
@@ -142,7 +138,7 @@ def _accept_code(row: CheckerRow, code: str, now: datetime) -> bool:
         if step <= row.last_totp_step:
             continue
         if hmac.compare_digest(totp.generate_otp(step), code):
-            row.last_totp_step = step
+            accounts.accept_totp_step(row, step)
             return True
     return False
 
@@ -156,9 +152,7 @@ def enrol(store: Store, token: str, password: str, confirm: str, code: str) -> s
         raise InvalidRequest(f"choose a password of at least {MIN_PASSWORD} characters")
     digest = _token_hash(token)
     with store.transaction() as s:
-        row = s.scalars(
-            select(CheckerRow).where(CheckerRow.enrol_token_sha256 == digest).with_for_update()
-        ).first()
+        row = accounts.checker_by_token(s, digest, lock=True)
         if (
             row is None
             or row.state != "pending"
@@ -174,10 +168,7 @@ def enrol(store: Store, token: str, password: str, confirm: str, code: str) -> s
                 "the code from your authenticator app is not right; add the secret shown "
                 "and type the current 6-digit code"
             )
-        row.password_hash = _HASHER.hash(password)
-        row.state = "active"
-        row.enrol_token_sha256 = None
-        row.enrol_expires_at = None
+        accounts.activate_checker(row, _HASHER.hash(password))
         auditlog.append(s, "checker_enrolled", row.name, {"checker": row.name})
         return row.name
 
@@ -186,7 +177,7 @@ def authenticate(store: Store, name: str, password: str, code: str) -> str | Non
     """The checker's name if the password and a fresh TOTP code are right and the account is
     active; None otherwise (which one failed is not told)."""
     with store.transaction() as s:
-        row = s.get(CheckerRow, name, with_for_update=True)
+        row = accounts.checker(s, name, lock=True)
         if row is None or row.state != "active" or row.password_hash is None:
             with contextlib.suppress(VerificationError, InvalidHashError):
                 _HASHER.verify(_DUMMY_HASH, password)

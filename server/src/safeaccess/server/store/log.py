@@ -1,0 +1,129 @@
+"""The audit log's rows: the head (its size), the records and the stored Merkle nodes.
+
+Only SQL lives here; what the rows mean (record encoding, which nodes a new leaf completes,
+roots and proofs) is `safeaccess.server.auditlog`. Every function runs in the caller's
+transaction, so a record exists exactly when the change it records committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from safeaccess.server.store.schema import AuditHeadRow, AuditNodeRow, EventRow
+
+HEAD_ID = 1
+_HEAD: Table = AuditHeadRow.__table__  # type: ignore[assignment]
+_NODES: Table = AuditNodeRow.__table__  # type: ignore[assignment]
+_EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
+# Built once: statement construction costs more than executing them on the append path.
+_RESERVE = (
+    update(_HEAD)
+    .where(_HEAD.c.id == HEAD_ID)
+    .values(size=_HEAD.c.size + bindparam("n"))
+    .returning(_HEAD.c.size)
+)
+# One level at a time, so both databases search the primary key (SQLite does not use an index
+# for row-value IN lists, which would scan the whole node table).
+_SELECT_LEVEL = select(_NODES.c.idx, _NODES.c.hash).where(
+    _NODES.c.level == bindparam("level"), _NODES.c.idx.in_(bindparam("idxs", expanding=True))
+)
+_INSERT_EVENTS = insert(_EVENTS)
+_INSERT_NODES = insert(_NODES)
+#: Node keys per query: well under every database's bound-parameter limit.
+_CHUNK = 500
+
+
+def ensure_head(session: Session) -> None:
+    """Create the size row of an empty log (idempotent; a concurrent creator may win)."""
+    if session.get(AuditHeadRow, HEAD_ID) is None:
+        try:
+            with session.begin_nested():
+                session.add(AuditHeadRow(id=HEAD_ID, size=0))
+        except IntegrityError:
+            pass
+
+
+def reserve(conn: Connection, n: int) -> int:
+    """Grow the log by `n` entries; the first index reserved. The head row's update also
+    serialises appenders until the caller's transaction ends."""
+    reserved = conn.execute(_RESERVE, {"n": n}).scalar_one_or_none()
+    if reserved is None:
+        raise RuntimeError("the audit log has no head row; the store did not initialise it")
+    return int(reserved) - n
+
+
+def insert_rows(
+    conn: Connection, events: list[dict[str, Any]], nodes: dict[tuple[int, int], bytes]
+) -> None:
+    """Insert the records (`events`: EventRow columns) and the new nodes by (level, idx)."""
+    conn.execute(_INSERT_EVENTS, events)
+    conn.execute(
+        _INSERT_NODES, [{"level": lv, "idx": i, "hash": h} for (lv, i), h in nodes.items()]
+    )
+
+
+def fetch_nodes(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """Stored node hashes by (level, idx): one indexed query per level (and per chunk)."""
+    by_level: dict[int, list[int]] = {}
+    for level, idx in keys:
+        by_level.setdefault(level, []).append(idx)
+    found: dict[tuple[int, int], bytes] = {}
+    for level, idxs in by_level.items():
+        for chunk in range(0, len(idxs), _CHUNK):
+            rows = conn.execute(
+                _SELECT_LEVEL, {"level": level, "idxs": idxs[chunk : chunk + _CHUNK]}
+            )
+            for idx, digest in rows:
+                found[(level, int(idx))] = bytes(digest)
+    return found
+
+
+def size(session: Session) -> int:
+    """The number of entries in the log (as this transaction sees it)."""
+    value = session.scalar(select(AuditHeadRow.size).where(AuditHeadRow.id == HEAD_ID))
+    return int(value or 0)
+
+
+def logged(session: Session, kind: str, subject: str) -> bool:
+    """Whether a record of `kind` about `subject` (e.g. a rule set's hash) is in the log."""
+    query = select(EventRow.id).where(EventRow.kind == kind, EventRow.subject == subject).limit(1)
+    return session.scalar(query) is not None
+
+
+def entries(session: Session, start: int, end: int) -> list[tuple[int, bytes]]:
+    """(index, record) for entries start..end-1 as stored (a missing row is simply absent)."""
+    rows = session.execute(
+        select(EventRow.log_index, EventRow.record)
+        .where(EventRow.log_index >= start, EventRow.log_index < end)
+        .order_by(EventRow.log_index)
+    )
+    return [(int(i), bytes(r)) for i, r in rows]
+
+
+def leaf_hashes(session: Session, start: int, end: int) -> dict[int, bytes]:
+    """The stored leaf hashes of entries start..end-1, by index."""
+    rows = session.execute(
+        select(AuditNodeRow.idx, AuditNodeRow.hash).where(
+            AuditNodeRow.level == 0, AuditNodeRow.idx >= start, AuditNodeRow.idx < end
+        )
+    )
+    return {int(i): bytes(h) for i, h in rows}
+
+
+def events(session: Session, sequence_id: str | None = None) -> list[EventRow]:
+    """The log's rows in order (those of one sequence with `sequence_id`)."""
+    query = select(EventRow).order_by(EventRow.log_index)
+    if sequence_id is not None:
+        query = query.where(EventRow.sequence_id == sequence_id)
+    return list(session.scalars(query))
+
+
+def last_event(session: Session, kind: str) -> EventRow | None:
+    """The newest row of `kind`, if any."""
+    query = select(EventRow).where(EventRow.kind == kind)
+    return session.scalars(query.order_by(EventRow.log_index.desc()).limit(1)).first()

@@ -1,0 +1,310 @@
+"""Sequences and their steps: open, reveal (`begin_step`), settle (`settle_step`), listings.
+
+Each public function is one transaction: a step's outcome, the sequence's new state, the DP
+charge or query-set pointer that goes with it and the audit-log records commit together or not
+at all. Every state change goes through `states.py`'s transition tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from safeaccess.server import audit_records, auditlog
+from safeaccess.server.errors import Conflict, NotFound
+from safeaccess.server.outcome import QssCommit, StepOutcome
+from safeaccess.server.states import (
+    SequenceState,
+    StepState,
+    check_sequence_transition,
+    check_step_transition,
+    sequence_state_after_step,
+)
+from safeaccess.server.store import ledgers
+from safeaccess.server.store.schema import SequenceRow, StepRow, utcnow
+
+if TYPE_CHECKING:
+    from safeaccess.server.store import Store
+
+
+def reveal_entries(
+    researcher: str, data: dict[str, Any], sequence_id: str, index: int
+) -> list[auditlog.Entry]:
+    """A reveal and the start of its run: `data` holds the reveal's fields and, under "run",
+    what the run starts with (backend, limits, runner version)."""
+    reveal = {k: v for k, v in data.items() if k != "run"}
+    return [
+        auditlog.Entry("step_revealed", researcher, reveal, sequence_id, index),
+        auditlog.Entry("run_started", "server", data.get("run", {}), sequence_id, index),
+    ]
+
+
+def create_sequence(
+    store: Store,
+    *,
+    sequence_id: str,
+    researcher: str,
+    project: str,
+    dataset_id: int,
+    header: bytes,
+    header_hash: str,
+    nonce: str,
+    signature: bytes,
+    endorsements: list[Any],
+    verifier_state: dict[str, Any],
+    first_step: StepRow,
+    event_data: dict[str, Any],
+    awaiting_approval: bool = False,
+) -> tuple[SequenceRow, StepRow]:
+    """Accept a header and start its step 1 (state `running`) in one transaction; with
+    `awaiting_approval` (past the withhold budget) the sequence waits for an output checker
+    and step 1 is `pending`, not run."""
+    seq_state, step_state = (
+        (SequenceState.AWAITING_APPROVAL, StepState.PENDING)
+        if awaiting_approval
+        else (SequenceState.RUNNING, StepState.RUNNING)
+    )
+    check_sequence_transition(SequenceState.OPENED, seq_state)
+    try:
+        with store.transaction() as s:
+            seq = SequenceRow(
+                id=sequence_id,
+                researcher=researcher,
+                project=project,
+                dataset_id=dataset_id,
+                header=header,
+                header_hash=header_hash,
+                nonce=nonce,
+                signature=signature,
+                endorsements=endorsements,
+                state=seq_state.value,
+                current_index=1,
+                verifier_state=verifier_state,
+                version=1,
+            )
+            s.add(seq)
+            s.flush()
+            first_step.sequence_id = sequence_id
+            first_step.state = step_state.value
+            s.add(first_step)
+            s.flush()
+            opened = {k: v for k, v in event_data.items() if k != "reveal"}
+            auditlog.append_many(
+                s,
+                [
+                    auditlog.Entry("sequence_opened", researcher, opened, sequence_id),
+                    *reveal_entries(researcher, event_data.get("reveal", {}), sequence_id, 1),
+                ],
+            )
+            return seq, first_step
+    except IntegrityError as exc:
+        with store.transaction() as s:
+            prior = s.scalars(
+                select(SequenceRow.id).where(SequenceRow.header_hash == header_hash)
+            ).first()
+        where = f" (sequence {prior})" if prior else ""
+        raise Conflict(
+            f"this sequence header was already accepted{where}; a header is usable once — "
+            "seal a new sequence",
+            code="header_replayed",
+        ) from exc
+
+
+def get_sequence(store: Store, sequence_id: str) -> SequenceRow | None:
+    """A sequence by id."""
+    with store.transaction() as s:
+        return s.get(SequenceRow, sequence_id)
+
+
+def list_sequences(store: Store, researcher: str) -> list[SequenceRow]:
+    """A researcher's sequences, oldest first."""
+    with store.transaction() as s:
+        query = (
+            select(SequenceRow)
+            .where(SequenceRow.researcher == researcher)
+            .order_by(SequenceRow.created_at, SequenceRow.id)
+        )
+        return list(s.scalars(query))
+
+
+def steps(store: Store, sequence_id: str) -> list[StepRow]:
+    """A sequence's steps in order."""
+    with store.transaction() as s:
+        query = select(StepRow).where(StepRow.sequence_id == sequence_id).order_by(StepRow.index)
+        return list(s.scalars(query))
+
+
+def find_step(s: Session, sequence_id: str, index: int, *, lock: bool = False) -> StepRow | None:
+    """Step `index` of a sequence in this transaction (FOR UPDATE with `lock`)."""
+    query = select(StepRow).where(StepRow.sequence_id == sequence_id, StepRow.index == index)
+    if lock:
+        query = query.with_for_update()
+    return s.scalars(query).first()
+
+
+def get_step(store: Store, sequence_id: str, index: int) -> StepRow | None:
+    """Step `index` of a sequence."""
+    with store.transaction() as s:
+        return find_step(s, sequence_id, index)
+
+
+def update_sequence(s: Session, seq: SequenceRow, target: SequenceState, **values: Any) -> None:
+    """Move `seq` to `target` if nobody changed it since it was read (its version); Conflict
+    otherwise."""
+    check_sequence_transition(SequenceState(seq.state), target)
+    result = s.execute(
+        update(SequenceRow)
+        .where(SequenceRow.id == seq.id, SequenceRow.version == seq.version)
+        .values(state=target.value, version=seq.version + 1, updated_at=utcnow(), **values)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise Conflict(
+            "the sequence changed while this request was handled; retry the request",
+            code="concurrent_update",
+        )
+
+
+def begin_step(
+    store: Store,
+    sequence_id: str,
+    *,
+    expected_version: int,
+    step: StepRow,
+    verifier_state: dict[str, Any],
+    event_data: dict[str, Any],
+) -> StepRow:
+    """Accept reveal `step.index` of a released sequence: the step starts `running`."""
+    with store.transaction() as s:
+        seq = s.get(SequenceRow, sequence_id)
+        if seq is None:
+            raise NotFound(f"sequence {sequence_id} does not exist")
+        if seq.version != expected_version:
+            raise Conflict(
+                "the sequence changed while this request was handled; retry the request",
+                code="concurrent_update",
+            )
+        if seq.state != SequenceState.RELEASED or step.index != seq.current_index + 1:
+            raise Conflict(
+                f"step {step.index} cannot be revealed while the sequence is {seq.state} at "
+                f"step {seq.current_index}",
+                code="not_released",
+            )
+        update_sequence(
+            s,
+            seq,
+            SequenceState.RUNNING,
+            current_index=step.index,
+            verifier_state=verifier_state,
+        )
+        step.sequence_id = sequence_id
+        step.state = StepState.RUNNING.value
+        s.add(step)
+        s.flush()
+        auditlog.append_many(s, reveal_entries(seq.researcher, event_data, sequence_id, step.index))
+        return step
+
+
+def settle_step(
+    store: Store,
+    sequence_id: str,
+    index: int,
+    outcome: StepOutcome,
+    event_data: dict[str, Any],
+    *,
+    qss: QssCommit | None = None,
+) -> tuple[SequenceRow, StepRow]:
+    """Record a computed step's outcome and move the sequence on, in one transaction; with
+    `qss`, point the scope at the auditor state that admitted this step in the same one."""
+    try:
+        return _settle_step(store, sequence_id, index, outcome, event_data, qss)
+    except IntegrityError as exc:
+        # Two replicas created the scope's first pointer at once: the later one re-admits.
+        raise Conflict(
+            "the query-set audit state changed while this step was checked",
+            code="qss_state_changed",
+        ) from exc
+
+
+def _settle_step(
+    store: Store,
+    sequence_id: str,
+    index: int,
+    outcome: StepOutcome,
+    event_data: dict[str, Any],
+    qss: QssCommit | None,
+) -> tuple[SequenceRow, StepRow]:
+    """Record a computed step's outcome and move the sequence on, in one transaction (with
+    the DP ledger's charge when the step releases a DP answer: no answer without its charge,
+    no charge without its answer)."""
+    with store.transaction() as s:
+        if outcome.dp_charge is not None:
+            ledgers.charge(s, outcome.dp_charge)
+        seq = s.get(SequenceRow, sequence_id)
+        step = find_step(s, sequence_id, index, lock=True)
+        if seq is None or step is None:
+            raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
+        if seq.current_index != index or seq.state != SequenceState.RUNNING:
+            raise Conflict(
+                f"step {index} is no longer running (sequence is {seq.state})",
+                code="concurrent_update",
+            )
+        check_step_transition(StepState(step.state), outcome.state)
+        target = sequence_state_after_step(outcome.state, last=step.last)
+        if qss is not None:
+            ledgers.move_qss_pointer(s, qss)
+        update_sequence(s, seq, target)
+        step.state = outcome.state.value
+        step.kind = outcome.kind
+        step.output = outcome.output
+        step.public_output = outcome.public_output
+        step.output_hash = outcome.output_hash
+        step.decision = outcome.decision
+        step.ruleset_hash = outcome.ruleset_hash
+        step.error_code = outcome.error_code
+        step.error_message = outcome.error_message
+        step.backend = outcome.backend
+        step.wall_seconds = outcome.wall_seconds
+        step.updated_at = utcnow()
+        _settle_events(store, s, step, outcome, event_data, sequence_id, index)
+        s.flush()
+        s.refresh(seq)
+        return seq, step
+
+
+def _settle_events(
+    store: Store,
+    s: Session,
+    step: StepRow,
+    outcome: StepOutcome,
+    event_data: dict[str, Any],
+    sequence_id: str,
+    index: int,
+) -> None:
+    """The run's end, the checks with the facts they used (and the rule set, the first time
+    it decides anything), and the outcome with a salted commitment to the output."""
+    records = audit_records.settle_records(step, outcome, event_data)
+    entries = []
+    ruleset = records.ruleset
+    if ruleset is not None and not _ruleset_logged(store, s, ruleset["sha256"]):
+        entries.append(auditlog.Entry("ruleset", "server", ruleset, subject=ruleset["sha256"]))
+    entries += [
+        auditlog.Entry("run_finished", "server", records.run, sequence_id, index),
+        auditlog.Entry("checks", "server", records.checks, sequence_id, index),
+        auditlog.Entry(
+            f"step_{outcome.state.value}", "server", records.outcome, sequence_id, index
+        ),
+    ]
+    step.log_index = auditlog.append_many(s, entries)[-1]
+
+
+def _ruleset_logged(store: Store, s: Session, digest: str) -> bool:
+    # Only a committed fact is cached (the log is append-only), never an absence.
+    if digest in store.logged_rulesets:
+        return True
+    if auditlog.logged(s, "ruleset", digest):
+        store.logged_rulesets.add(digest)
+        return True
+    return False

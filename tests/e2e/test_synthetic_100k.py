@@ -1,0 +1,163 @@
+"""A DP MST release (epsilon 1) of a generated 100 000-record table passes the default disclosure
+check through the real server, client and process sandbox (issue 23): the HTTP twin of the
+rules-level calibration in `tests/server/test_synthetic_calibration_100k.py`.
+
+Kept as cheap as the full path allows: four categorical columns (5, 4, 10 and 3 levels), three
+declared quasi-identifiers and one sensitive target, so the attack check runs one target over
+four key sets; the rest of the pipeline (exact tables in sandbox job 1, server-side noise and
+tree, the synth worker's Private-PGM fit and sample, the whole check in sandbox job 2, the
+ledger charge, the signed receipt) is the production one. The noise is numpy's Gaussian with a
+fixed seed in place of OpenDP's (the same distribution; the test is about the release path) and
+the worker samples with a seed, so the verdict is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from safeaccess.client.analyses import SyntheticData, to_body
+from safeaccess.client.keys import fingerprint, public_key_text
+from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.protocol import seal
+from safeaccess.client.session import connect
+from safeaccess.rules.dp import gaussian_mu_for
+from safeaccess.server.api import create_app
+from safeaccess.server.cli import main as admin
+from safeaccess.server.config import DataDir, initialise
+from safeaccess.server.datasets import register_dataset
+from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.service import Service
+from safeaccess.server.store import Store
+from safeaccess.server.synth.protocol import WorkerRequest
+from safeaccess.server.synth.worker_client import WorkerResult
+
+pytest.importorskip("mbi")
+pytestmark = pytest.mark.slow  # a Private-PGM fit and a whole check at 100 000 records
+
+LEVELS = (5, 4, 10, 3)
+NAMES = [f"c{i}" for i in range(len(LEVELS))]
+TARGET = NAMES[-1]
+N = 100_000
+
+
+def chain_table(n: int, seed: int) -> pd.DataFrame:
+    """Each column a copy of the previous one (modulo its levels) kept with probability 0.6,
+    otherwise drawn uniformly: a Markov chain, which MST's tree can represent."""
+    rng = np.random.default_rng(seed)
+    cols = [rng.integers(0, LEVELS[0], n)]
+    for lv in LEVELS[1:]:
+        keep = rng.random(n) > 0.4
+        cols.append(np.where(keep, cols[-1] % lv, rng.integers(0, lv, n)))
+    return pd.DataFrame(dict(zip(NAMES, cols, strict=True)))
+
+
+def chain_metadata(name: str) -> DatasetMetadata:
+    return DatasetMetadata(
+        name=name,
+        columns=[
+            Column(
+                name=c,
+                type="categorical",
+                levels=list(range(lv)),
+                nullable=False,
+                quasi_identifier=c != TARGET,
+                sensitive=c == TARGET,
+            )
+            for c, lv in zip(NAMES, LEVELS, strict=True)
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def centre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Ed25519PrivateKey]:
+    root = tmp_path_factory.mktemp("synth100k") / "data"
+    config = initialise(root, server_id="synth-100k")
+    data = DataDir(root)
+    key = Ed25519PrivateKey.generate()
+    store = Store(data.database_url(config))
+    try:
+        store.add_project("p1")
+        store.add_researcher(
+            "ada", public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
+        )
+        register_dataset(
+            data,
+            store,
+            name="chain",
+            frame=chain_table(N, seed=7),
+            metadata=chain_metadata("chain"),
+            project="p1",
+        )
+    finally:
+        store.close()
+    assert admin(["dataset", "dp", "chain", "--epsilon", "2", "--delta", "1e-9",
+                  "--data-dir", str(root)]) == 0  # fmt: skip
+    return root, config.server_id, key
+
+
+@pytest.fixture(scope="module")
+def server(centre: tuple[Path, str, Ed25519PrivateKey]) -> Iterator[EmbeddedServer]:
+    service = Service(centre[0])
+    with service, EmbeddedServer(create_app(service)) as srv:
+        yield srv
+
+
+def _seeded(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    from safeaccess.server.synth import measure, step
+
+    rng = np.random.default_rng(seed)
+
+    def noise(values: object, sigma: float) -> np.ndarray:
+        x = np.asarray(values, dtype=np.float64)
+        return x + rng.normal(0.0, sigma, x.shape)
+
+    real_worker = step.run_worker
+
+    def worker(request: WorkerRequest, *, timeout: float = 600.0) -> WorkerResult:
+        return real_worker(request.model_copy(update={"seed": seed}), timeout=timeout)
+
+    monkeypatch.setattr(measure, "gaussian_noise", noise)
+    monkeypatch.setattr(step, "run_worker", worker)
+
+
+def test_dp_mst_release_of_100k_records_over_http(
+    server: EmbeddedServer,
+    centre: tuple[Path, str, Ed25519PrivateKey],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _seeded(monkeypatch, 1)
+    root, server_id, key = centre
+    analysis = SyntheticData(columns=NAMES, epsilon=1.0, delta=1e-9)
+    sealed = seal(
+        [to_body(analysis)], key, researcher="ada", project="p1", dataset="chain", server=server_id
+    )
+    with connect(server.url, key, "ada") as session:
+        (result,) = session.run(sealed)
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        row = store.get_step(result.sequence_id, result.index)
+    finally:
+        store.close()
+    assert row is not None and row.output is not None
+    check = row.output["facts"]["check"]
+    assert result.status == "released", check["outcomes"]
+    assert row.output["privacy"]["mu"] == pytest.approx(gaussian_mu_for(1.0, 1e-9), rel=1e-6)
+    facts = check["checks"]
+    assert facts["n_real"] == N
+    # one target over the key sets of lengths 2 and 3 of the three quasi-identifiers
+    # one target (the sensitive column) over the key sets of lengths 2 and 3 of the three keys
+    assert [(a["target"], a["keys"]) for a in facts["attack"]] == [
+        (3, [0, 1]),
+        (3, [0, 2]),
+        (3, [1, 2]),
+        (3, [0, 1, 2]),
+    ]
+    assert max(a["excess"]["estimate"] for a in facts["attack"]) < 0.02
+    assert facts["uniques"]["excess"]["estimate"] < 0.01

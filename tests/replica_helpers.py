@@ -1,0 +1,180 @@
+"""Helpers shared by the tests that run several API replicas (tests/server/test_replicas.py,
+tests/cluster/): a small people dataset with one target for tracker attacks, a replica in a
+child process, and the review workspace's login by plain HTTP requests."""
+
+from __future__ import annotations
+
+import re
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+import pyotp
+
+from safeaccess.client.analyses import MagnitudeTable
+from safeaccess.client.metadata import Column, DatasetMetadata
+
+PASSWORD = "correct horse battery staple"
+N = 600
+OCCUPATIONS = ["clerk", "nurse", "teacher", "driver"]
+REGIONS = ["North", "South", "East", "West"]
+TARGET = "age == 90"
+
+
+def people(seed: int = 11) -> pd.DataFrame:
+    """N people; one (the target) is 90, nobody else is over 79."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {
+            "person_id": np.arange(1001, 1001 + N, dtype=np.int64),
+            "region": rng.choice(REGIONS, N),
+            "sex": rng.choice(["F", "M"], N),
+            "occupation": rng.choice(OCCUPATIONS, N),
+            "age": rng.integers(18, 80, N),
+            "income": np.round(rng.uniform(20_500, 59_500, N), 2),
+        }
+    )
+    frame.loc[0, ["age", "region", "sex"]] = [90, "North", "M"]
+    return frame
+
+
+def people_metadata(name: str) -> DatasetMetadata:
+    """The published metadata of `people()` registered as `name`."""
+    return DatasetMetadata(
+        name=name,
+        record_key="person_id",
+        columns=[
+            Column(name="person_id", type="identifier"),
+            Column(name="region", type="categorical", levels=REGIONS),
+            Column(name="sex", type="categorical", levels=["F", "M"]),
+            Column(name="occupation", type="categorical", levels=OCCUPATIONS),
+            Column(name="age", type="integer", bounds=(18, 95)),
+            Column(name="income", type="continuous", bounds=(0, 100_000)),
+        ],
+    )
+
+
+def income(where: str | None) -> MagnitudeTable:
+    """Total income by occupation among the people `where` selects (all if None)."""
+    return MagnitudeTable(value="income", agg="sum", rows=["occupation"], where=where)
+
+
+# The general tracker (q(C or T) + q(C or not T) - q(all) = q(C)) and an individual tracker
+# (q(C1) - q(C1 and not C2)): one-step sequences by two researchers of project p1.
+TRACKER = [
+    ("ada", income(f"{TARGET} or sex == 'F'")),
+    ("bob", income(f"{TARGET} or sex == 'M'")),
+    ("ada", income(None)),
+    ("bob", income("region == 'North'")),
+    ("ada", income(f"region == 'North' and not ({TARGET})")),
+]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve(root: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """`safeaccess-server serve` on the data directory `root` in a child process on a loopback
+    port, once it answers /v1/health; its standard error goes to `log`."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "safeaccess.server.cli",
+            "serve",
+            "--data-dir",
+            str(root),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    deadline = time.monotonic() + 180  # generous: a loaded machine starts slowly
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.2)
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"replica on port {port} did not start: {log.read_text()[-2000:]}")
+
+
+COOKIE = "safeaccess_review"
+
+
+def csrf(html: str) -> str:
+    """The CSRF token of a review workspace form."""
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found is not None, html[:2000]
+    return found.group(1)
+
+
+def set_cookie(response: httpx.Response) -> str:
+    """The review session cookie a response sets."""
+    # The cookie is Secure, so httpx's jar would not send it back over plain HTTP: read it here.
+    for header in response.headers.get_list("set-cookie"):
+        found = re.match(rf"{COOKIE}=([^;]+)", header)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no session cookie in {response.headers}")
+
+
+Verify = bool | ssl.SSLContext
+
+
+def review_get(base: str, path: str, cookie: str | None, verify: Verify = True) -> httpx.Response:
+    """GET a review workspace page with the session cookie (if any)."""
+    headers = {"Cookie": f"{COOKIE}={cookie}"} if cookie else {}
+    return httpx.get(base + path, headers=headers, timeout=30, verify=verify)
+
+
+def review_post(
+    base: str, path: str, cookie: str, form: dict[str, str], verify: Verify = True
+) -> httpx.Response:
+    """POST a review workspace form with the session cookie."""
+    headers = {"Cookie": f"{COOKIE}={cookie}"}
+    return httpx.post(base + path, data=form, headers=headers, timeout=30, verify=verify)
+
+
+def review_login(base: str, name: str, code: str, verify: Verify = True) -> str:
+    """Log checker `name` in (password PASSWORD, TOTP `code`); her session cookie."""
+    page = review_get(base, "/review/login", None, verify)
+    anonymous = set_cookie(page)
+    form = {"name": name, "password": PASSWORD, "code": code, "csrf_token": csrf(page.text)}
+    answer = review_post(base, "/review/login", anonymous, form, verify)
+    assert answer.status_code == 303 and answer.headers["location"] == "/review/", answer.text
+    return set_cookie(answer)
+
+
+class OneTimeCodes:
+    """TOTP codes of one checker, each new (a code works once; the server accepts the
+    neighbouring time steps too, so this waits only when three were used in one step)."""
+
+    def __init__(self, totp: pyotp.TOTP):
+        self.totp = totp
+        self.last_step = 0
+
+    def code(self) -> str:
+        """A code not used yet."""
+        while True:
+            now = self.totp.timecode(time.time())
+            step = max(now - 1, self.last_step + 1)
+            if step <= now + 1:
+                self.last_step = step
+                return str(self.totp.generate_otp(step))
+            time.sleep(1.0)

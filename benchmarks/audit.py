@@ -144,7 +144,7 @@ class Centre:
                 body_hash=auditlog_sha(body),
                 last=j == steps,
             )
-            reveal = self.service._reveal_data(trace, step)
+            reveal = self.service.flow.reveal_data(trace, step)
             if j == 1:
                 self.store.create_sequence(
                     sequence_id=seq_id,
@@ -192,7 +192,10 @@ class Centre:
                 wall_seconds=0.05,
             )
             self.store.settle_step(
-                seq_id, j, outcome, event_data=self.service._settle_data(outcome, DEFAULT_RULESET)
+                seq_id,
+                j,
+                outcome,
+                event_data=self.service.flow.settle_data(outcome, DEFAULT_RULESET),
             )
 
     def fast_sequences(self, count: int, steps: int) -> int:
@@ -232,7 +235,7 @@ class Centre:
                     last=j == steps,
                 )
                 entries += store_module.sequences.reveal_entries(
-                    "ada", self.service._reveal_data(trace, step), seq_id, j
+                    "ada", self.service.flow.reveal_data(trace, step), seq_id, j
                 )
                 output = _output()
                 outcome = StepOutcome(
@@ -251,7 +254,7 @@ class Centre:
                     wall_seconds=0.05,
                 )
                 records = settle_records(
-                    step, outcome, self.service._settle_data(outcome, DEFAULT_RULESET)
+                    step, outcome, self.service.flow.settle_data(outcome, DEFAULT_RULESET)
                 )
                 entries += [
                     auditlog.Entry("run_finished", "server", records.run, seq_id, j),

@@ -162,9 +162,9 @@ class HtmlCards(HTMLParser):
 def unguard(monkeypatch: pytest.MonkeyPatch) -> None:
     """The centre before the auditor: every checked output is admitted, no state is kept (the
     attack suites run each attack so, to prove it extracts the value, and as deployed)."""
-    from safeaccess.server import qss_scope
+    from safeaccess.server.qss import admission
     from safeaccess.server.qss_gate import Gate
 
     monkeypatch.setattr(
-        qss_scope, "gate", lambda output, decision, **_: Gate(decision, {"admitted": True})
+        admission, "gate", lambda output, decision, **_: Gate(decision, {"admitted": True})
     )

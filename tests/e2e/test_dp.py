@@ -316,7 +316,7 @@ def test_a_rerun_after_the_answer_was_recorded_returns_the_stored_answer(
 ) -> None:
     service, srv = server
     sealed = centre.seal([DPCount(by=["sex"], sigma=40.0)], dataset="dpcensus", researcher="bob")
-    real_view = service._view
+    real_view = service.views.step
     calls = {"n": 0}
 
     def dies_after_recording(seq, step):  # type: ignore[no-untyped-def]
@@ -329,7 +329,7 @@ def test_a_rerun_after_the_answer_was_recorded_returns_the_stored_answer(
 
     key = "dpcensus|researcher|bob"
     before = _ledger(centre, key)
-    service._view = dies_after_recording  # type: ignore[method-assign]
+    service.views.step = dies_after_recording  # type: ignore[method-assign]
     try:
         with (
             connect(srv.url, centre.keys["bob"], "bob", retries=0) as session,
@@ -337,7 +337,7 @@ def test_a_rerun_after_the_answer_was_recorded_returns_the_stored_answer(
         ):
             session.open(sealed)
     finally:
-        service._view = real_view  # type: ignore[method-assign]
+        service.views.step = real_view  # type: ignore[method-assign]
     after_charge = _ledger(centre, key)
     assert after_charge[1] == before[1] + 1
     with connect(srv.url, centre.keys["bob"], "bob") as session:

@@ -38,10 +38,10 @@ from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.rules.checks import summary as summary_checks
 from safeaccess.rules.reconstruction import check as reconstruction_check
-from safeaccess.server import qss_scope
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.qss import admission
 from safeaccess.server.qss_gate import Gate
 from safeaccess.server.store import Store
 
@@ -119,7 +119,7 @@ def unguard(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(summary_checks, "_spread_findings", lambda *a, **k: [])
     monkeypatch.setattr(reconstruction_check, "bounded_findings", lambda *a, **k: [])
     monkeypatch.setattr(
-        qss_scope, "gate", lambda output, decision, **_: Gate(decision, {"admitted": True})
+        admission, "gate", lambda output, decision, **_: Gate(decision, {"admitted": True})
     )
 
 

@@ -25,7 +25,6 @@ from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import ServerError, connect
-from safeaccess.server import service as service_module
 from safeaccess.server.api import create_app
 from safeaccess.server.cli import main as server_cli
 from safeaccess.server.config import DataDir, initialise
@@ -35,6 +34,8 @@ from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.qss_scope import LOCK_KIND, ScopeAuditor
 from safeaccess.server.service import Service
+from safeaccess.server.steps import flow as flow_module
+from safeaccess.server.steps.flow import Flow
 from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import advisory_key
 
@@ -282,7 +283,7 @@ def test_openings_at_once_on_two_replicas_respect_the_withhold_budget(
 ) -> None:
     # Each opening reads the budget, then waits for the other before recording its sequence:
     # both read it before either records, unless the budget's lock makes the second wait.
-    real = service_module.opening_needs_approval
+    real = flow_module.opening_needs_approval
     meet = _meet()
 
     def slow(*args: Any, **kwargs: Any) -> Any:
@@ -290,10 +291,10 @@ def test_openings_at_once_on_two_replicas_respect_the_withhold_budget(
         meet()
         return answer
 
-    monkeypatch.setattr(service_module, "opening_needs_approval", slow)
+    monkeypatch.setattr(flow_module, "opening_needs_approval", slow)
     if locks == "process only":  # the control: what replicas did before the shared lock
         for service in pair.services:
-            service._budget_locks.across_replicas = False
+            service.flow._budget_locks.across_replicas = False
     # two steps: after step 1 the sequence is still open, a possible withhold (budget 1)
     safe = FrequencyTable(rows=["region"], cols=["sex"])
     results = _at_once(pair, "budgeted", [safe, safe])
@@ -311,18 +312,18 @@ def test_dp_steps_at_once_on_two_replicas_are_charged_one_after_the_other(
     pair: Pair, monkeypatch: pytest.MonkeyPatch, locks: str
 ) -> None:
     # (1, 1e-5) is 0.0718 in sum (Delta/sigma)^2; a count with sigma 5 spends 0.04: one fits.
-    real = Service._dp_context
+    real = Flow._dp_context
     meet = _meet()
 
-    def slow(self: Service, *args: Any) -> Any:
+    def slow(self: Flow, *args: Any) -> Any:
         answer = real(self, *args)
         meet()  # both read the ledger before either records its charge
         return answer
 
-    monkeypatch.setattr(Service, "_dp_context", slow)
+    monkeypatch.setattr(Flow, "_dp_context", slow)
     if locks == "process only":
         for service in pair.services:
-            service._dp_locks.across_replicas = False
+            service.flow._dp_locks.across_replicas = False
     results = _at_once(pair, "dpdata", [DPCount(sigma=5.0)])
     store = Store(str(pair.services[0].store.engine.url.render_as_string(False)))
     try:

@@ -1,4 +1,5 @@
-"""What the store writes to the audit log when a step settles or is reviewed.
+"""What the audit log records of a step: the event data of its reveal and its settlement (built
+by the step flow) and what the store writes of them when a step settles or is reviewed.
 
 The service passes `event_data` with the run's fields under "run", the check's under "checks",
 the rule set under "ruleset_contents"; any other key (other features' decision facts: `qss`,
@@ -8,18 +9,73 @@ so a feature adds facts to the log by adding a key, without touching this module
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from safeaccess.client.audit.records import COMMITMENT_SCHEME, commit, new_salt
 from safeaccess.server.audit_facts import decision_facts
+from safeaccess.server.leverage_record import leverage_record
 from safeaccess.server.store.schema import StepRow
 
 if TYPE_CHECKING:
+    from safeaccess.rules.ruleset import RuleSet
+    from safeaccess.sandbox.backend import Limits
     from safeaccess.server.outcome import StepOutcome
 
+try:
+    RUNNER_VERSION = importlib.metadata.version("safeaccess-sandbox")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+    RUNNER_VERSION = "unknown"
+
 _STRUCTURED = frozenset({"run", "checks", "ruleset_contents"})
+
+
+def run_data(backend: str, limits: Limits) -> dict[str, Any]:
+    """What a run starts with, for the audit log: the sandbox backend, its limits, the
+    runner's version."""
+    return {
+        "backend": backend,
+        "limits": limits.model_dump(mode="json"),
+        "runner_version": RUNNER_VERSION,
+    }
+
+
+def reveal_data(trace: bytes, step: StepRow, run: dict[str, Any]) -> dict[str, Any]:
+    """A reveal as logged: the trace itself (the auditor re-runs the chain from the logged
+    header) and the body's digest (the analysis text stays with the centre); `run` is
+    `run_data`."""
+    return {
+        "trace": trace.hex(),
+        "trace_sha256": step.trace_hash,
+        "body_sha256": step.body_hash,
+        "last": step.last,
+        "run": run,
+    }
+
+
+def settle_data(outcome: StepOutcome, ruleset: RuleSet, run: dict[str, Any]) -> dict[str, Any]:
+    """The audit-log fields of a settled step (see `settle_records`); features add their
+    decision facts as further keys. `run` is `run_data`."""
+    decision = outcome.decision or {}
+    return {
+        "run": {
+            **run,
+            "backend": outcome.backend,
+            "wall_seconds": outcome.wall_seconds,
+            "error_code": outcome.error_code,
+        },
+        "checks": {
+            "kind": outcome.kind,
+            "ruleset": decision.get("ruleset"),
+            "ruleset_sha256": outcome.ruleset_hash,
+            "verdict": decision.get("verdict"),
+            "findings": decision.get("findings", []),
+        },
+        "ruleset_contents": ruleset.model_dump(mode="json"),
+        "leverage": leverage_record(outcome.output, ruleset),
+    }
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -17,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
-from safeaccess.client.httpsig import SignatureError, verify_request
-from safeaccess.client.keys import load_public_key, public_key_raw
+from safeaccess.client.keys import public_key_raw
 from safeaccess.client.protocol import canonical
 from safeaccess.server import auditlog
-from safeaccess.server.auth import AUTHENTICATION_FAILED, check_rate
-from safeaccess.server.errors import InvalidRequest, NotFound, Unauthenticated
+from safeaccess.server.auth import Authenticator
+from safeaccess.server.errors import InvalidRequest, NotFound
 
 if TYPE_CHECKING:
     # Types only: this module takes the parts it needs, never the `Service` (service.py builds
@@ -58,8 +56,7 @@ class AuditService:
         self.store = store
         self.config = config
         self.signing_key = signing_key
-        self.auth_limiter = auth_limiter
-        self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
+        self.auditors = Authenticator("auditor", store, config, auth_limiter)
 
     @classmethod
     def of(cls, service: Service) -> AuditService:
@@ -68,21 +65,19 @@ class AuditService:
         return cls(service.store, service.config, service.signing_key, service.auth_limiter)
 
     @property
+    def auth_limiter(self) -> FailureLimiter:
+        """The counter of failed authentications (shared with the researchers' side)."""
+        return self.auditors.limiter
+
+    @auth_limiter.setter
+    def auth_limiter(self, limiter: FailureLimiter) -> None:
+        self.auditors.limiter = limiter
+
+    @property
     def server_id(self) -> str:
         return self.config.server_id
 
-    # -- authentication -------------------------------------------------------------------------
-
-    def _auditor_key(self, name: str) -> Ed25519PublicKey | None:
-        row = self.store.get_auditor(name)
-        if row is None:
-            return None
-        cached = self._keys.get(name)
-        if cached is not None and cached[0] == row.fingerprint:
-            return cached[1]
-        key = load_public_key(row.public_key.encode("ascii"))
-        self._keys[name] = (row.fingerprint, key)
-        return key
+    # -- authentication (auth.py) ---------------------------------------------------------------
 
     def authenticate(
         self,
@@ -95,37 +90,7 @@ class AuditService:
     ) -> str:
         """The auditor who signed this request, or raise Unauthenticated (TooManyFailures past
         the rate limit of failures per key id and per address)."""
-        from safeaccess.server.ratelimit import claimed_keyid
-
-        named = claimed_keyid(headers)
-        claimed = None if named is None else "auditor:" + named
-        check_rate(self.auth_limiter, claimed, address, "auditor")
-        try:
-            params = verify_request(
-                method,
-                path,
-                query,
-                headers,
-                body,
-                resolve_key=self._auditor_key,
-                # A separate nonce namespace: an auditor may share a name with a researcher.
-                remember_nonce=lambda k, n, e: self.store.remember_nonce("auditor:" + k, n, e),
-                max_skew=self.config.clock_skew_seconds,
-                server=self.server_id,
-            )
-        except SignatureError as exc:
-            # The researchers' rule holds for auditors too: one answer for every cause, so a
-            # distinct "unknown key" cannot tell who is registered.
-            logging.getLogger("safeaccess.server").info(
-                "auditor authentication failed (%s) for key id %r from %s: %s",
-                exc.code,
-                named,
-                address,
-                exc,
-            )
-            self.auth_limiter.failed(claimed, address)
-            raise Unauthenticated(AUTHENTICATION_FAILED) from exc
-        return params.keyid
+        return self.auditors.authenticate(method, path, query, headers, body, address)
 
     # -- log views ------------------------------------------------------------------------------
 

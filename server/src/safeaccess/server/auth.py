@@ -1,17 +1,29 @@
-"""What researchers' and auditors' authentication share: the one failure message, and the
-refusal of a key id or address past its limit of failures.
+"""Request authentication for researchers and auditors: one `Authenticator` per role.
 
-Both `service.py` (researchers) and `audit_service.py` (auditors) import it, so the auditors'
-side no longer reaches back into `Service` for them (that was an import cycle). The rest of the
-authentication merge (server-layout note, "Merges") lands here later.
+Both roles sign requests the same way (`safeaccess.client.httpsig`) with keys held in their own
+tables, so one class does both: the role decides the key table, the namespace of key ids in the
+failure limiter and of nonces (an auditor may share a name with a researcher), and the word in
+the server log. Every failure gets the one `AUTHENTICATION_FAILED` answer, whatever its cause,
+so that the answer does not tell who is registered.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
 
-from safeaccess.server.ratelimit import FailureLimiter, TooManyFailures
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from safeaccess.client.httpsig import SignatureError, verify_request
+from safeaccess.client.keys import load_public_key
+from safeaccess.server.errors import Unauthenticated
+from safeaccess.server.ratelimit import FailureLimiter, TooManyFailures, claimed_keyid
+
+if TYPE_CHECKING:
+    from safeaccess.server.config import ServerConfig
+    from safeaccess.server.store import Store
 
 log = logging.getLogger("safeaccess.server")
 
@@ -38,3 +50,91 @@ def check_rate(limiter: FailureLimiter, key: str | None, address: str | None, wh
             f"{math.ceil(wait)} s",
             retry_after=wait,
         )
+
+
+Role = Literal["researcher", "auditor"]
+#: The prefix of a role's key ids in the failure limiter and the nonce table: researchers keep
+#: the bare names they always had, auditors get a namespace of their own.
+_PREFIX: dict[Role, str] = {"researcher": "", "auditor": "auditor:"}
+
+
+class Authenticator:
+    """Verifies signed requests of one role (`kind`) against that role's registered keys.
+
+    Keys are cached by name and re-read when the stored fingerprint changes (a key rotated by
+    the admin CLI takes effect on the next request). `limiter` counts failures; it is shared by
+    both roles, so that one limit covers a client trying either."""
+
+    def __init__(self, kind: Role, store: Store, config: ServerConfig, limiter: FailureLimiter):
+        if kind not in _PREFIX:
+            raise ValueError(f"unknown role {kind!r}: give 'researcher' or 'auditor'")
+        self.kind: Role = kind
+        self.store = store
+        self.config = config
+        self.limiter = limiter
+        self._prefix = _PREFIX[kind]
+        self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
+
+    def key(self, name: str) -> Ed25519PublicKey | None:
+        """The registered public key of `name` in this role, or None if there is none."""
+        row = (
+            self.store.get_researcher(name)
+            if self.kind == "researcher"
+            else self.store.get_auditor(name)
+        )
+        if row is None:
+            return None
+        cached = self._keys.get(name)
+        if cached is not None and cached[0] == row.fingerprint:
+            return cached[1]
+        key = load_public_key(row.public_key.encode("ascii"))
+        self._keys[name] = (row.fingerprint, key)
+        return key
+
+    def check_rate(self, key: str | None, address: str | None) -> None:
+        """Refuse (429) a key id (already namespaced) or address past its limit of failures."""
+        check_rate(self.limiter, key, address, self.kind)
+
+    def _remember_nonce(self, keyid: str, nonce: str, expires: int) -> bool:
+        return self.store.remember_nonce(self._prefix + keyid, nonce, expires)
+
+    def authenticate(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        address: str | None = None,
+    ) -> str:
+        """The name that signed this request, or raise Unauthenticated (TooManyFailures past
+        the rate limit of failures per key id and per address)."""
+        named = claimed_keyid(headers)
+        claimed = None if named is None else self._prefix + named
+        self.check_rate(claimed, address)
+        try:
+            params = verify_request(
+                method,
+                path,
+                query,
+                headers,
+                body,
+                resolve_key=self.key,
+                remember_nonce=self._remember_nonce,
+                max_skew=self.config.clock_skew_seconds,
+                server=self.config.server_id,
+            )
+        except SignatureError as exc:
+            # One answer for every cause: a distinct "unknown key" would tell who is registered.
+            # The true cause goes to the server log for the administrators.
+            log.info(
+                "%sauthentication failed (%s) for key id %r from %s: %s",
+                "" if self.kind == "researcher" else f"{self.kind} ",
+                exc.code,
+                named,
+                address,
+                exc,
+            )
+            self.limiter.failed(claimed, address)
+            raise Unauthenticated(AUTHENTICATION_FAILED) from exc
+        return params.keyid

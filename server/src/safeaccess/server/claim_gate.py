@@ -21,9 +21,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
-from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.protocol import Endorsement
 from safeaccess.server import auditlog
 from safeaccess.server.errors import Forbidden, NotFound
@@ -89,15 +86,6 @@ def claims_record(endorsements: Iterable[Endorsement]) -> list[dict[str, Any]]:
     return [{"ca": e.ca, "claims": dict(e.claims)} for e in endorsements]
 
 
-def body_kind(body: bytes) -> str | None:
-    """The analysis kind of a body, parsed exactly as the pipeline parses it; None if the body
-    is not a valid analysis (the pipeline then fails the step without running anything)."""
-    try:
-        return parse_analysis(body).kind
-    except (ValidationError, ValueError):
-        return None
-
-
 def _missing(reqs: Requirements, kind: str, granted: frozenset[str]) -> list[str]:
     return sorted(reqs.get(kind, frozenset()) - granted)
 
@@ -117,17 +105,18 @@ def check_open(
     dataset: str,
     reqs: Requirements,
     declared: tuple[str, ...] | None,
-    first_body: bytes,
+    first_kind: str | None,
     granted: frozenset[str],
 ) -> None:
-    """Refuse to open a sequence whose declared kinds, or step 1, need a claim it lacks."""
+    """Refuse to open a sequence whose declared kinds, or step 1 (of kind `first_kind`, None
+    for an invalid body), need a claim it lacks."""
     if not reqs and declared is None:
         return
     for kind in declared or ():
         missing = _missing(reqs, kind, granted)
         if missing:
             raise _refuse(dataset, kind, missing, "the sequence's header declares")
-    check_step(dataset, reqs, declared, 1, first_body, granted)
+    check_step(dataset, reqs, declared, 1, first_kind, granted)
 
 
 def check_step(
@@ -135,14 +124,14 @@ def check_step(
     reqs: Requirements,
     declared: tuple[str, ...] | None,
     index: int,
-    body: bytes,
+    kind: str | None,
     granted: frozenset[str],
 ) -> None:
     """Refuse step `index` if its kind needs a claim the sequence lacks, or if the header
-    declares kinds and not this one."""
+    declares kinds and not this one. `kind` is the step's analysis kind (`Revealed.kind`); an
+    invalid body (None) passes here and fails in the pipeline without running anything."""
     if not reqs and declared is None:
         return
-    kind = body_kind(body)
     if kind is None:
         return
     if declared is not None and kind not in declared:

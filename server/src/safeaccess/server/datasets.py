@@ -1,4 +1,5 @@
-"""Registering a dataset: check the data against its metadata, store it as immutable Parquet.
+"""Datasets: registering one (check the data against its metadata, store it as immutable
+Parquet), each dataset's rule set, and the catalogue researchers see.
 
 A registered dataset version never changes. New data is registered as a new version of the same
 name; its rows get stable record ids from the declared record key (`record_ids`), and the Parquet
@@ -11,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,18 @@ import pandas as pd
 import yaml
 
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
+from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
+from safeaccess.server import budgets
 from safeaccess.server.config import DataDir
+from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import InvalidRequest
 from safeaccess.server.qss_settings import QssSettings
 from safeaccess.server.record_ids import assign_ids, read_registry, sandbox_copy, write_ids
+from safeaccess.server.schemas import DatasetView
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow
+from safeaccess.server.synth.mock import published_mock
+from safeaccess.server.withhold_budget import budget
 
 
 def load_metadata(path: Path) -> DatasetMetadata:
@@ -234,3 +241,53 @@ def register_dataset(
         if rules_rel is not None:
             (data.root / rules_rel).unlink(missing_ok=True)
         raise
+
+
+class Rulesets:
+    """Each dataset's rule set: its override file on top of the defaults, else the defaults
+    (each file read once)."""
+
+    def __init__(self, store: Store, root: Path):
+        self.store = store
+        self.root = root
+        self._loaded: dict[str, RuleSet] = {}
+
+    def ruleset_for(self, dataset: DatasetRow) -> RuleSet:
+        """The dataset's rule set, read from its current override file."""
+        # Read the path now, not from the (cached) row: `dataset rules` may have changed it.
+        path = current_rules_path(self.store, dataset.id)
+        if path is None:
+            return DEFAULT_RULESET
+        cached = self._loaded.get(path)
+        if cached is None:
+            cached = load_ruleset(self.root / path, base=DEFAULT_RULESET)
+            self._loaded[path] = cached
+        return cached
+
+
+def catalogue(
+    store: Store, data: DataDir, ruleset_for: Callable[[DatasetRow], RuleSet], researcher: str
+) -> list[DatasetView]:
+    """Datasets of the researcher's projects: names, descriptions, column metadata, no data."""
+    views = []
+    for row in store.datasets_for(researcher):
+        meta = DatasetMetadata.model_validate(row.dataset_metadata)
+        rs = ruleset_for(row)
+        views.append(
+            DatasetView(
+                name=row.name,
+                version=row.version,
+                project=row.project,
+                description=meta.description,
+                rows=row.rows,
+                columns=[c.model_dump(mode="json") for c in meta.columns],
+                ruleset=rs.label,
+                rules={**rs.model_dump(mode="json"), "sha256": rs.content_hash()},
+                neighbours=meta.neighbours.model_dump(mode="json"),
+                dp=store.get_dp_config(row.name),
+                dp_budget=budgets.dp_budget(store, row, researcher),
+                withhold_budget=budget(store, rs, researcher, row.name),
+                mock=published_mock(data, row.path, row.version),
+            )
+        )
+    return views

@@ -11,6 +11,13 @@ from typing import Any
 
 from safeaccess.server.states import StepState
 
+#: The step state of each verdict of a decision.
+VERDICT_STATE = {
+    "release": StepState.RELEASED,
+    "withhold": StepState.WITHHELD,
+    "review": StepState.REVIEW,
+}
+
 
 @dataclass(frozen=True)
 class StepOutcome:

@@ -1,23 +1,27 @@
-"""One step of a sequence, from a verified body to a recorded outcome.
+"""One step of a sequence, from a revealed body to an outcome the caller records.
 
-parse analysis -> validate against dataset metadata -> sandbox run -> mitigations (if the analysis
-asks for them) -> rules check of the output -> query-set audit across every release of the scope
-(`qss_gate`, which the caller runs under the scope's lock through the `audit` callback) ->
-decision. The function is pure apart from the sandbox run; the caller records the outcome in one
-transaction. Failures of the analysis
-itself (invalid, bad filter, limits) become a `failed` outcome; failures of the centre (sandbox
-unavailable) raise `Unavailable` and record nothing, so the step can be re-run.
+`run_step` reads top to bottom in three stages:
+- `_admit`: what the analysis alone decides, before any data is touched (validity against the
+  dataset's metadata, model parameters, DP refusals and DP/synthetic-data budget plans);
+- `_run`: the sandbox job, and the mapping of its failures (`failures.py`: a data-dependent
+  failure is a withhold, a centre's failure raises `Unavailable` and records nothing, so the
+  step can be re-run);
+- `_decide`: a DP answer or a synthetic-data release returns early with its noise as its
+  protection; any other output is mitigated (if asked), checked by the rules, admitted by the
+  query-set auditor (`qss/admission.py`, which the caller binds to the scope's state as
+  `StepContext.audit`) and becomes the outcome.
+
+The function is pure apart from the sandbox run; the caller records the outcome in one
+transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pydantic import TypeAdapter, ValidationError
-
-from safeaccess.client.analyses import Analysis, ModelTraining, SyntheticData, parse_analysis
+from safeaccess.client.analyses import Analysis, ModelTraining, SyntheticData
 from safeaccess.client.dpquery import DP_QUERY_TYPES
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
@@ -41,6 +45,7 @@ from safeaccess.sandbox.backend import (
     JobCrashed,
     LimitExceeded,
     Limits,
+    RunResult,
     SandboxError,
 )
 from safeaccess.server import dp_release
@@ -48,16 +53,10 @@ from safeaccess.server.digests import json_hash
 from safeaccess.server.dp_release import DPContext
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.failures import failure_decision, is_data_dependent
-from safeaccess.server.outcome import StepOutcome
+from safeaccess.server.outcome import VERDICT_STATE, StepOutcome
 from safeaccess.server.states import StepState
+from safeaccess.server.steps.revealed import SCRIPT_KIND, Revealed
 from safeaccess.server.synth import step as synth_step
-
-_OUTPUT: TypeAdapter[Output] = TypeAdapter(Output)
-_VERDICT_STATE = {
-    "release": StepState.RELEASED,
-    "withhold": StepState.WITHHELD,
-    "review": StepState.REVIEW,
-}
 
 
 def _failed(code: str, message: str, kind: str | None) -> StepOutcome:
@@ -78,10 +77,6 @@ def _withheld(code: str, message: str, kind: str, ruleset: RuleSet) -> StepOutco
     )
 
 
-def _parse(body: bytes) -> Analysis:
-    return parse_analysis(body)
-
-
 def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
     """The output as it would be released: mitigations asked for, a model's release view."""
     if isinstance(output, ModelOutput):
@@ -100,47 +95,72 @@ def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Out
 Audit = Callable[[Output, Decision], Decision]
 
 
-def with_decision(outcome: StepOutcome, decision: Decision) -> StepOutcome:
-    """The same outcome under another decision (the auditor admitted again against a newer
-    state of its scope)."""
-    return replace(
-        outcome,
-        state=_VERDICT_STATE[decision.verdict],
-        decision=decision.model_dump(mode="json"),
-        ruleset_hash=decision.ruleset_hash,
+@dataclass(frozen=True)
+class StepContext:
+    """What one step runs against.
+
+    `n_records` (the version's row count) raises the output limit by the size of the
+    per-record query-set array, which is not output. `dp` is the dataset's DP configuration and
+    the step's ledger when the dataset has DP: DP kinds are then answered with noise
+    (`dp_release`), never by the rules or the query-set audit. `synth_files` is the directory
+    for released synthetic-data files."""
+
+    job_id: str
+    metadata: DatasetMetadata
+    dataset_path: Path
+    backend: Backend
+    limits: Limits
+    ruleset: RuleSet
+    audit: Audit | None = None
+    n_records: int | None = None
+    dp: DPContext | None = None
+    synth_files: Path | None = None
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A step the analysis alone allows to run: its analysis, limits and budget plans."""
+
+    analysis: Analysis
+    limits: Limits
+    dp_plan: dp_release.DPPlan | None = None
+    synth_plan: synth_step.SynthPlan | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.analysis.kind
+
+
+def _unavailable(code: str) -> Unavailable:
+    return Unavailable(
+        f"the sandbox could not run this step ({code}); retry the same reveal later",
+        code="sandbox_unavailable",
     )
 
 
-def run_step(
-    *,
-    job_id: str,
-    body: bytes,
-    metadata: DatasetMetadata,
-    dataset_path: Path,
-    backend: Backend,
-    limits: Limits,
-    ruleset: RuleSet,
-    audit: Audit | None = None,
-    n_records: int | None = None,
-    dp: DPContext | None = None,
-    synth_files: Path | None = None,
-) -> StepOutcome:
-    """Compute and check one revealed step. Raises `Unavailable` when the centre, not the
-    analysis, failed (the step stays re-runnable). `n_records` (the version's row count) raises
-    the output limit by the size of the per-record query-set array, which is not output.
+def run_step(revealed: Revealed, context: StepContext) -> StepOutcome:
+    """Compute and check one revealed step (its body parsed once, in `revealed`). Raises
+    `Unavailable` when the centre, not the analysis, failed (the step stays re-runnable)."""
+    admitted = _admit(revealed, context)
+    if isinstance(admitted, StepOutcome):
+        return admitted
+    result = _run(admitted, context)
+    if isinstance(result, StepOutcome):
+        return result
+    return _decide(admitted, result, context)
 
-    `dp` is the dataset's DP configuration and the step's ledger when the dataset has DP: DP
-    kinds are then answered with noise (`dp_release`), never by the rules or the query-set
-    audit. `synth_files` is the directory for released synthetic-data files."""
-    try:
-        analysis = _parse(body)
-    except ValidationError as exc:
+
+def _admit(revealed: Revealed, context: StepContext) -> _Admitted | StepOutcome:
+    """Parse, validate, check model parameters, refuse or plan DP: all before any data."""
+    analysis = revealed.analysis
+    if analysis is None:
+        assert revealed.error is not None
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'analysis'}: {err['msg']}"
-            for err in exc.errors()[:5]
+            for err in revealed.error.errors()[:5]
         )
         return _failed("invalid_analysis", f"the analysis is not valid: {problems}", None)
-    kind = analysis.kind
+    kind, metadata, ruleset, dp = analysis.kind, context.metadata, context.ruleset, context.dp
     try:
         validate(analysis, metadata)
     except AnalysisInvalid as exc:
@@ -166,101 +186,101 @@ def run_step(
         if isinstance(synth_planned, StepOutcome):
             return synth_planned  # invalid, over budget or policy: decided before any data
         synth_plan = synth_planned
-    if n_records is not None:
+    limits = context.limits
+    if context.n_records is not None:
         limits = limits.model_copy(
-            update={"max_output_bytes": limits.max_output_bytes + 4 * n_records + 64}
+            update={"max_output_bytes": limits.max_output_bytes + 4 * context.n_records + 64}
         )
+    return _Admitted(analysis, limits, dp_plan, synth_plan)
+
+
+def _run(admitted: _Admitted, context: StepContext) -> RunResult | StepOutcome:
+    """The sandbox job; its failures as outcomes, or `Unavailable` for the centre's own."""
+    kind, ruleset = admitted.kind, context.ruleset
     job = Job(
-        job_id=job_id,
-        analysis=analysis.model_dump(mode="json"),
-        metadata=metadata.model_dump(mode="json"),
-        dataset=dataset_path,
-        limits=limits,
+        job_id=context.job_id,
+        analysis=admitted.analysis.model_dump(mode="json"),
+        metadata=context.metadata.model_dump(mode="json"),
+        dataset=context.dataset_path,
+        limits=admitted.limits,
     )
     try:
-        result = backend.run(job)
+        return context.backend.run(job)
     except AnalysisFailed as exc:
         # Runner messages and codes for declarative kinds come from our own code. A script
         # controls the runner process and can answer on its response pipe itself, so neither its
         # error text nor its error code may reach the researcher: both could carry data.
-        if kind == "script":
+        if kind == SCRIPT_KIND:
             return _failed("script_failed", "the script failed", kind)
         if is_data_dependent(exc.runner_code):
             return _withheld(exc.runner_code, str(exc), kind, ruleset)
         return _failed(exc.runner_code, str(exc), kind)
     except LimitExceeded as exc:
         message = f"the analysis exceeded the {exc.limit} limit"
-        if kind == "script":
+        if kind == SCRIPT_KIND:
             return _failed("limit_exceeded", message, kind)
         # How long or how much memory a declarative analysis takes depends on the records.
         return _withheld("limit_exceeded", message, kind, ruleset)
     except JobCrashed as exc:
-        if kind == "script":
+        if kind == SCRIPT_KIND:
             # The script controls its process: a crash or a forged answer is its own doing. Were
             # it a retryable outage, the researcher could re-run the script without limit and
             # without review, reading data from whether (and when) it crashes.
             return _failed("script_crashed", "the script ended without a valid result", kind)
-        raise Unavailable(
-            f"the sandbox could not run this step ({exc.code}); retry the same reveal later",
-            code="sandbox_unavailable",
-        ) from exc
+        raise _unavailable(exc.code) from exc
     except SandboxError as exc:
-        raise Unavailable(
-            f"the sandbox could not run this step ({exc.code}); retry the same reveal later",
-            code="sandbox_unavailable",
-        ) from exc
-    if synth_plan is not None and dp is not None:
+        raise _unavailable(exc.code) from exc
+
+
+def _decide(admitted: _Admitted, result: RunResult, context: StepContext) -> StepOutcome:
+    """Mitigate, check, audit: the outcome of a run (a DP answer or synthetic data returns
+    early, its protection being the noise)."""
+    analysis, kind, ruleset, dp = admitted.analysis, admitted.kind, context.ruleset, context.dp
+    if admitted.synth_plan is not None and dp is not None:
         assert isinstance(result.output, SynthTablesOutput)  # the backend checked the type
-        assert isinstance(analysis, SyntheticData) and synth_files is not None
+        assert isinstance(analysis, SyntheticData) and context.synth_files is not None
         try:
             outcome = synth_step.release(
                 analysis,
-                synth_plan,
+                admitted.synth_plan,
                 result.output.facts.tables,
                 dp,
-                job_id=job_id,
-                metadata=metadata,
-                dataset=dataset_path,
-                backend=backend,
-                limits=limits,
+                job_id=context.job_id,
+                metadata=context.metadata,
+                dataset=context.dataset_path,
+                backend=context.backend,
+                limits=admitted.limits,
                 ruleset=ruleset,
-                files=synth_files,
+                files=context.synth_files,
             )
         except ValueError as exc:  # the sandbox's tables do not have the declared layout
-            raise Unavailable(
-                "the sandbox could not run this step (job_crashed); retry the same reveal later",
-                code="sandbox_unavailable",
-            ) from exc
+            raise _unavailable("job_crashed") from exc
         return replace(outcome, backend=result.backend, wall_seconds=result.wall_seconds)
-    if dp_plan is not None and dp is not None:
+    if admitted.dp_plan is not None and dp is not None:
         # Differential privacy branch: the answer's protection is the noise, so no rule
         # checks, no differencing history and no query-set auditor apply.
         assert isinstance(result.output, DPStatisticOutput)  # the backend checked the type
         assert isinstance(analysis, DP_QUERY_TYPES)
         try:
-            outcome = dp_release.answer(analysis, dp_plan, result.output, dp)
+            outcome = dp_release.answer(analysis, admitted.dp_plan, result.output, dp)
         except dp_release.LayoutMismatch as exc:
-            raise Unavailable(
-                "the sandbox could not run this step (job_crashed); retry the same reveal later",
-                code="sandbox_unavailable",
-            ) from exc
+            raise _unavailable("job_crashed") from exc
         return replace(outcome, backend=result.backend, wall_seconds=result.wall_seconds)
     try:
         output = mitigate_output(result.output, analysis, ruleset)
     except MitigationError as exc:
         return _failed("mitigation_failed", str(exc), kind)
     decision = check(output, ruleset)
-    if audit is not None:
-        decision = audit(output, decision)
+    if context.audit is not None:
+        decision = context.audit(output, decision)
     # The stored output keeps the query set's labels only: its per-record array is folded into
     # the scope's audit state and never stored with the output.
     full = output.model_dump(mode="json")
-    released = public(output)
     return StepOutcome(
-        state=_VERDICT_STATE[decision.verdict],
+        state=VERDICT_STATE[decision.verdict],
         kind=kind,
         output=full,
-        public_output=released,
+        public_output=public(output),
         output_hash=json_hash(full),
         decision=decision.model_dump(mode="json"),
         ruleset_hash=decision.ruleset_hash,

@@ -23,31 +23,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from safeaccess.client.analyses import parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, Limits
 from safeaccess.server.digests import json_hash
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.outcome import StepOutcome
-from safeaccess.server.pipeline import run_step
+from safeaccess.server.pipeline import StepContext, run_step
 from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.states import StepState
+from safeaccess.server.steps.revealed import SCRIPT_KIND as SCRIPT_KIND
+from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.store import Store, scripts
 from safeaccess.server.store.schema import DatasetRow
 
 log = logging.getLogger("safeaccess.server.scripts")
 
-SCRIPT_KIND = "script"
 RETRY_SECONDS = 5.0
-
-
-def is_script(body: bytes) -> bool:
-    """Whether a step body is a script analysis (invalid bodies are not: they fail as usual)."""
-    try:
-        return parse_analysis(body).kind == SCRIPT_KIND
-    except ValueError:
-        return False
 
 
 def queued_outcome(ruleset: RuleSet) -> StepOutcome:
@@ -153,14 +145,16 @@ class ScriptRuns:
         ruleset = ctx.ruleset_for(dataset)
         started = time.monotonic()
         outcome = run_step(
-            job_id=f"{seq.id}-{index}",
-            body=step.body,
-            metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
-            dataset_path=ctx.data_root / dataset.path,
-            backend=ctx.backend,
-            limits=ctx.limits,
-            ruleset=ruleset,
-            n_records=dataset.rows,
+            Revealed.stored(step.body, last=step.last),
+            StepContext(
+                job_id=f"{seq.id}-{index}",
+                metadata=DatasetMetadata.model_validate(dataset.dataset_metadata),
+                dataset_path=ctx.data_root / dataset.path,
+                backend=ctx.backend,
+                limits=ctx.limits,
+                ruleset=ruleset,
+                n_records=dataset.rows,
+            ),
         )
         elapsed = time.monotonic() - started
         if self._stop.is_set():

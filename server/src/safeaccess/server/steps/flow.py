@@ -1,0 +1,511 @@
+"""The flow of a step, from a verified reveal to a recorded outcome and its view.
+
+`Flow.open_sequence` accepts a signed header and step 1, `Flow.reveal` each next step after a
+release; both verify the step against the sealed header (`SequenceVerifier`), parse its body
+once (`Revealed`), check the endorsement claims and record the reveal, then `_compute` runs it:
+a script is queued for the background (`script_runs.py`), any other step goes through the
+pipeline under its locks (the DP ledger's, the query-set scope's through `qss/admission.py`)
+and is recorded with its audit event in one transaction.
+
+Reveals of one sequence are serialised by a per-sequence lock in this process and by the
+sequence row's version in the database (so two replicas cannot both advance one sequence).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.protocol import (
+    Endorsement,
+    ProtocolError,
+    SequenceVerifier,
+    VerifierState,
+    parse_header,
+)
+from safeaccess.rules.ruleset import RuleSet
+from safeaccess.sandbox.backend import Backend
+from safeaccess.server import audit_records, claim_gate
+from safeaccess.server.auth import AUTHENTICATION_FAILED, Authenticator
+from safeaccess.server.config import DataDir, ServerConfig
+from safeaccess.server.digests import sha256_hex
+from safeaccess.server.dp_config import DPConfig, ledger_key
+from safeaccess.server.dp_release import DPContext
+from safeaccess.server.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    ProtocolRejected,
+    Unauthenticated,
+    Unavailable,
+)
+from safeaccess.server.outcome import QssCommit, StepOutcome
+from safeaccess.server.pipeline import StepContext, run_step
+from safeaccess.server.qss.admission import Admission
+from safeaccess.server.qss_scope import LOCK_TIMEOUT_SECONDS, ScopeAuditor
+from safeaccess.server.qss_universe import Population
+from safeaccess.server.record_ids import read_ids
+from safeaccess.server.scheduler import FairScheduler
+from safeaccess.server.schemas import OpenRequest, RevealRequest, StepView
+from safeaccess.server.script_runs import ScriptRuns, queued_outcome
+from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
+from safeaccess.server.steps.revealed import Revealed
+from safeaccess.server.steps.views import Views
+from safeaccess.server.store import Store
+from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
+from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
+from safeaccess.server.synth.mock import public_spent
+from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
+from safeaccess.server.withhold_budget import opening_needs_approval
+
+log = logging.getLogger("safeaccess.server")
+
+
+def _protocol_code(exc: ProtocolError) -> str:
+    """TamperedTraceError -> 'tampered_trace': a stable machine-readable code per error class."""
+    name = type(exc).__name__.removesuffix("Error")
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower() or "protocol_error"
+
+
+def _rejected(exc: ProtocolError) -> ProtocolRejected:
+    return ProtocolRejected(str(exc), code=_protocol_code(exc))
+
+
+def _split_dataset(name: str) -> tuple[str, int | None]:
+    """'census' -> ('census', None); 'census@2' -> ('census', 2)."""
+    base, sep, version = name.partition("@")
+    if not sep:
+        return name, None
+    if not version.isdigit():
+        raise ProtocolRejected(f"dataset {name!r}: the version after '@' must be a number")
+    return base, int(version)
+
+
+@contextlib.contextmanager
+def _holding(lock: SharedLock, what: str) -> Iterator[None]:
+    """Hold a lock shared with other replicas; one held too long elsewhere is "retry later"."""
+    try:
+        lock.acquire()
+    except LockTimeout as exc:
+        raise Unavailable(f"{what} is busy on another server ({exc}); retry later") from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+class Flow:
+    """Opens sequences and runs their steps, over the service's store, sandbox and locks."""
+
+    def __init__(
+        self,
+        *,
+        data: DataDir,
+        config: ServerConfig,
+        store: Store,
+        backend: Backend,
+        researchers: Authenticator,
+        trusted_cas: dict[str, Ed25519PublicKey],
+        scripts: ScriptRuns,
+        ruleset_for: Callable[[DatasetRow], RuleSet],
+        views: Views,
+    ):
+        self.data = data
+        self.config = config
+        self.store = store
+        self.backend = backend
+        self.researchers = researchers
+        self.trusted_cas = trusted_cas
+        self.scripts = scripts
+        self.ruleset_for = ruleset_for
+        self.views = views
+        # Interactive steps and background scripts queue separately, each fair across
+        # researchers: a researcher's own scripts never delay her answers (their run time is not
+        # hers to observe), and nobody's jobs fill every slot.
+        self._jobs = FairScheduler(config.max_concurrent_jobs, config.max_jobs_per_researcher)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        # DP ledgers and withhold budgets are shared by every replica: on PostgreSQL their locks
+        # are advisory locks too (SQLite: this process's locks only).
+        self._dp_locks = SharedLocks(store.engine, "dp-ledger", LOCK_TIMEOUT_SECONDS)
+        self._budget_locks = SharedLocks(store.engine, "withhold-budget", LOCK_TIMEOUT_SECONDS)
+        self.auditor = ScopeAuditor(data.root, store)
+        self._ids: dict[int, Any] = {}
+        self._population_of: dict[int, Population] = {}  # by dataset version id
+
+    @property
+    def server_id(self) -> str:
+        return self.config.server_id
+
+    def run_data(self) -> dict[str, Any]:
+        """What a run starts with, for the audit log."""
+        return audit_records.run_data(self.backend.name, self.config.sandbox.limits)
+
+    def reveal_data(self, trace: bytes, step: StepRow) -> dict[str, Any]:
+        """A reveal as logged (`audit_records.reveal_data`)."""
+        return audit_records.reveal_data(trace, step, self.run_data())
+
+    def settle_data(self, outcome: StepOutcome, ruleset: RuleSet) -> dict[str, Any]:
+        """The audit-log fields of a settled step (`audit_records.settle_data`)."""
+        return audit_records.settle_data(outcome, ruleset, self.run_data())
+
+    def lock(self, sequence_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(sequence_id, threading.Lock())
+
+    def _record_ids(self, dataset: DatasetRow) -> Any:
+        """The dataset version's positions -> stable record ids (read once per version)."""
+        ids = self._ids.get(dataset.id)
+        if ids is None:
+            ids = read_ids(self.data.root / dataset.path, dataset.rows)
+            with self._locks_guard:
+                self._ids[dataset.id] = ids
+        return ids
+
+    def _populations(self, name: str) -> list[Population]:
+        """Every registered version of dataset `name` as a population of record ids: the
+        catalogue publishes their row counts, so the auditor admits them before any output."""
+        populations = []
+        for row in self.store.dataset_versions(name):
+            population = self._population_of.get(row.id)
+            if population is None:
+                population = Population.of(row.version, self._record_ids(row))
+                with self._locks_guard:
+                    self._population_of[row.id] = population
+            populations.append(population)
+        return populations
+
+    def _dp_guard(
+        self, seq: SequenceRow, dataset: DatasetRow
+    ) -> contextlib.AbstractContextManager[None]:
+        """Serialises the steps charged to one DP ledger, from reading it to recording the
+        charge, on every replica (the store's version check is the backstop); nothing on other
+        datasets."""
+        raw = self.store.get_dp_config(dataset.name)
+        if raw is None:
+            return contextlib.nullcontext()
+        key, _ = ledger_key(
+            dataset.name,
+            raw.get("scope", "researcher"),
+            researcher=seq.researcher,
+            project=seq.project,
+        )
+        return _holding(self._dp_locks.lock(key), "the privacy ledger of this step")
+
+    def _dp_context(self, seq: SequenceRow, dataset: DatasetRow) -> DPContext | None:
+        """The dataset's DP configuration and the ledger this step would be charged to."""
+        raw = self.store.get_dp_config(dataset.name)
+        if raw is None:
+            return None
+        config = DPConfig.model_validate(raw)
+        key, owner = ledger_key(
+            dataset.name, config.scope, researcher=seq.researcher, project=seq.project
+        )
+        return DPContext(
+            config=config,
+            dataset=dataset.name,
+            key=key,
+            owner=owner,
+            ledger=self.store.dp_ledger(key),
+            ruleset_label=self.ruleset_for(dataset).label,
+            ruleset_hash=self.ruleset_for(dataset).content_hash(),
+            public_spent=public_spent(self.store, dataset.name),
+        )
+
+    def _budget_lock(
+        self, researcher: str, dataset: str
+    ) -> contextlib.AbstractContextManager[None]:
+        """Serialises a researcher's openings on one dataset name, on every replica, so that
+        sequences opened at once are each counted against the withhold budget."""
+        return _holding(
+            self._budget_locks.lock(f"{researcher}\x00{dataset}"),
+            "the withhold budget of this dataset",
+        )
+
+    def own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
+        seq = self.store.get_sequence(sequence_id)
+        # Another researcher's sequence is reported as absent: its existence is not hers to know.
+        if seq is None or seq.researcher != researcher:
+            raise NotFound(f"you have no sequence {sequence_id}")
+        return seq
+
+    def _verifier(
+        self,
+        header: bytes,
+        signature: bytes,
+        researcher: str,
+        endorsements: list[Endorsement],
+        state: VerifierState | None,
+    ) -> SequenceVerifier:
+        key = self.researchers.key(researcher)
+        if key is None:
+            raise Unauthenticated(AUTHENTICATION_FAILED)
+        try:
+            return SequenceVerifier(
+                header,
+                signature,
+                key,
+                endorsements,
+                self.trusted_cas,
+                state=state,
+                server=self.server_id,
+            )
+        except ProtocolError as exc:
+            raise _rejected(exc) from exc
+
+    def open_sequence(self, researcher: str, request: OpenRequest) -> StepView:
+        """Accept a signed header (once) and run step 1."""
+        try:
+            fields = parse_header(request.header)
+        except ProtocolError as exc:
+            raise _rejected(exc) from exc
+        if fields.researcher != researcher:
+            raise Forbidden(
+                f"the header is for researcher {fields.researcher!r} but the request was signed "
+                f"by {researcher!r}"
+            )
+        if fields.server != self.server_id:
+            raise ProtocolRejected(
+                f"the sequence is bound to server {fields.server!r}; this server is "
+                f"{self.server_id!r}",
+                code="wrong_server",
+            )
+        if fields.project not in self.store.projects_of(researcher):
+            raise Forbidden(f"you are not a member of project {fields.project!r}")
+        name, version = _split_dataset(fields.dataset)
+        dataset = self.store.find_dataset(name, version)
+        if dataset is None or dataset.project != fields.project:
+            raise NotFound(f"project {fields.project!r} has no dataset {fields.dataset!r}")
+        endorsements = [Endorsement.model_validate(e.model_dump()) for e in request.endorsements]
+        verifier = self._verifier(request.header, request.signature, researcher, endorsements, None)
+        try:
+            verified = verifier.reveal(1, request.trace, request.body)
+        except ProtocolError as exc:
+            raise _rejected(exc) from exc
+        revealed = Revealed.of(request.trace, request.body, last=verified.last)
+        required = claim_gate.requirements(self.store, dataset.name)
+        claim_gate.check_open(
+            dataset.name,
+            required,
+            fields.kinds,
+            revealed.kind,
+            claim_gate.granted_claims(verifier.endorsements),
+        )
+        sequence_id = uuid.uuid4().hex
+        step = StepRow(
+            index=1,
+            trace_hash=sha256_hex(request.trace),
+            body=request.body,
+            body_hash=sha256_hex(request.body),
+            last=revealed.last,
+        )
+        header_hash = sha256_hex(request.header)
+        with self.lock(sequence_id):
+            # The budget's lock covers reading the budget and recording the sequence (which then
+            # counts as a possible withhold), not the step: it is shared with every replica.
+            with self._budget_lock(researcher, dataset.name):
+                held, budget_facts = opening_needs_approval(
+                    self.store, self.ruleset_for(dataset), researcher, dataset.name
+                )
+                seq, step = self.store.create_sequence(
+                    sequence_id=sequence_id,
+                    researcher=researcher,
+                    project=fields.project,
+                    dataset_id=dataset.id,
+                    header=request.header,
+                    header_hash=header_hash,
+                    nonce=fields.nonce.hex(),
+                    signature=request.signature,
+                    endorsements=[e.model_dump(mode="json") for e in endorsements],
+                    verifier_state=verifier.state.model_dump(mode="json"),
+                    first_step=step,
+                    event_data={
+                        "header": base64.b64encode(request.header).decode("ascii"),
+                        "signature": base64.b64encode(request.signature).decode("ascii"),
+                        "endorsements": [e.model_dump(mode="json") for e in endorsements],
+                        "header_sha256": header_hash,
+                        "dataset": dataset.name,
+                        "dataset_version": dataset.version,
+                        "dataset_sha256": dataset.sha256,
+                        "endorsed_by": sorted(verifier.endorsed_by),
+                        "claims": claim_gate.claims_record(verifier.endorsements),
+                        "declared_kinds": None if fields.kinds is None else list(fields.kinds),
+                        "required_claims": {k: sorted(v) for k, v in sorted(required.items())},
+                        "reveal": self.reveal_data(request.trace, step),
+                        "withhold_budget": budget_facts,
+                    },
+                    awaiting_approval=held,
+                )
+            if held:
+                log.info("sequence %s by %s awaits approval (withhold budget)", seq.id, researcher)
+                return self.views.step(seq, step, revealed)
+            return self._compute(seq, step, dataset, revealed)
+
+    def reveal(
+        self, researcher: str, sequence_id: str, index: int, request: RevealRequest
+    ) -> StepView:
+        """Accept the reveal of step `index` after a release, or answer a repeated reveal."""
+        with self.lock(sequence_id):
+            seq = self.own_sequence(researcher, sequence_id)
+            trace_hash = sha256_hex(request.trace)
+            body_hash = sha256_hex(request.body)
+            existing = self.store.get_step(sequence_id, index)
+            if existing is not None:
+                if existing.trace_hash != trace_hash or existing.body_hash != body_hash:
+                    raise Conflict(
+                        f"step {index} was already revealed with another trace or body",
+                        code="step_already_revealed",
+                    )
+                if existing.state == StepState.RUNNING and seq.state == SequenceState.RUNNING:
+                    # Computed but never recorded (the server stopped mid-step): run it again.
+                    return self._compute(
+                        seq,
+                        existing,
+                        self.store.get_dataset(seq.dataset_id),
+                        Revealed.stored(existing.body, last=existing.last),
+                    )
+                return self.views.step(seq, existing)
+            if SequenceState(seq.state) in TERMINAL_SEQUENCE_STATES:
+                raise Conflict(
+                    f"the sequence is {seq.state}; nothing more can be revealed",
+                    code="sequence_closed",
+                )
+            if seq.state != SequenceState.RELEASED:
+                raise Conflict(
+                    f"step {seq.current_index} is {seq.state}; reveal step "
+                    f"{seq.current_index + 1} only after it is released",
+                    code="not_released",
+                )
+            if index != seq.current_index + 1:
+                raise Conflict(
+                    f"step {seq.current_index + 1} is next, not step {index}", code="out_of_order"
+                )
+            verifier = self._verifier(
+                seq.header,
+                seq.signature,
+                researcher,
+                [Endorsement.model_validate(e) for e in seq.endorsements],
+                VerifierState.model_validate(seq.verifier_state),
+            )
+            try:
+                verified = verifier.reveal(index, request.trace, request.body)
+            except ProtocolError as exc:
+                # Nothing is persisted: the sequence stays where it was.
+                raise _rejected(exc) from exc
+            revealed = Revealed.of(request.trace, request.body, last=verified.last)
+            claim_gate.check_step(
+                verifier.header.dataset,
+                claim_gate.requirements_of(self.store, seq.dataset_id),
+                verifier.header.kinds,
+                index,
+                revealed.kind,
+                claim_gate.granted_claims(verifier.endorsements),
+            )
+            step = StepRow(
+                index=index,
+                trace_hash=trace_hash,
+                body=request.body,
+                body_hash=body_hash,
+                last=revealed.last,
+            )
+            step = self.store.begin_step(
+                sequence_id,
+                expected_version=seq.version,
+                step=step,
+                verifier_state=verifier.state.model_dump(mode="json"),
+                event_data=self.reveal_data(request.trace, step),
+            )
+            seq = self.own_sequence(researcher, sequence_id)
+            return self._compute(seq, step, self.store.get_dataset(seq.dataset_id), revealed)
+
+    def _compute(
+        self, seq: SequenceRow, step: StepRow, dataset: DatasetRow, revealed: Revealed
+    ) -> StepView:
+        ruleset = self.ruleset_for(dataset)
+        if revealed.is_script:
+            return self._queue_script(seq, step, ruleset, revealed)
+        metadata = DatasetMetadata.model_validate(dataset.dataset_metadata)
+        admission = Admission(
+            self.auditor,
+            dataset=dataset.name,
+            settings=self.store.qss_settings(dataset.name),
+            threshold=ruleset.threshold,
+            researcher=seq.researcher,
+            project=seq.project,
+            ids=self._record_ids(dataset),
+            populations=lambda: self._populations(dataset.name),
+            analysis=revealed.analysis_json,
+            metadata=metadata,
+        )
+        # The DP ledger's lock (if the dataset has DP) covers the run and the record; the
+        # scope's lock is taken by the admission and held until the step is recorded.
+        with admission, self._dp_guard(seq, dataset):
+            dp = self._dp_context(seq, dataset)
+            with self._jobs.slot(seq.researcher):
+                outcome = run_step(
+                    revealed,
+                    StepContext(
+                        job_id=f"{seq.id}-{step.index}",
+                        metadata=metadata,
+                        dataset_path=self.data.root / dataset.path,
+                        backend=self.backend,
+                        limits=self.config.sandbox.limits,
+                        ruleset=ruleset,
+                        audit=admission.admit,
+                        n_records=dataset.rows,
+                        dp=dp,
+                        synth_files=self.data.root / SYNTH_DIR,
+                    ),
+                )
+
+            def record(
+                outcome: StepOutcome, commit: QssCommit | None, facts: dict[str, Any]
+            ) -> tuple[SequenceRow, StepRow]:
+                event_data = self.settle_data(outcome, ruleset)
+                if outcome.dp_facts is not None:
+                    event_data["dp"] = outcome.dp_facts
+                if facts:
+                    event_data["qss"] = facts
+                return self.store.settle_step(
+                    seq.id, step.index, outcome, event_data=event_data, qss=commit
+                )
+
+            (seq, step), outcome = admission.settle(outcome, record)
+        log.info(
+            "sequence %s step %d (%s) by %s: %s%s",
+            seq.id,
+            step.index,
+            outcome.kind,
+            seq.researcher,
+            outcome.state.value,
+            f" ({outcome.error_code})" if outcome.error_code else "",
+        )
+        return self.views.step(seq, step, revealed)
+
+    def _queue_script(
+        self, seq: SequenceRow, step: StepRow, ruleset: RuleSet, revealed: Revealed
+    ) -> StepView:
+        """Answer a script step "in review" now; run it in the background (script_runs.py)."""
+        seq, step = self.store.settle_step(
+            seq.id,
+            step.index,
+            queued_outcome(ruleset),
+            event_data={
+                "trace_sha256": step.trace_hash,
+                "body_sha256": step.body_hash,
+                "ruleset_sha256": ruleset.content_hash(),
+                "script_run": "queued",
+            },
+        )
+        self.scripts.submit(seq.id, step.index, seq.researcher)
+        log.info("sequence %s step %d (script) by %s: queued", seq.id, step.index, seq.researcher)
+        return self.views.step(seq, step, revealed)

@@ -1,0 +1,131 @@
+"""What a researcher sees of her steps and sequences: states, outputs, reasons, receipts.
+
+Everything in a view is computable from what was released and from published metadata: a
+withheld step shows the reasons `reasons.py` allows (or a DP refusal's own message, which
+depends only on the request and the public ledger), a script step the same reason whatever its
+run did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from safeaccess.rules.decision import Decision
+from safeaccess.rules.ruleset import RuleSet
+from safeaccess.server.dp_release import public_reasons
+from safeaccess.server.reasons import researcher_reasons, script_reasons
+from safeaccess.server.receipts import sign_receipt
+from safeaccess.server.schemas import BudgetView, ErrorInfo, Reason, SequenceView, StepView
+from safeaccess.server.states import SequenceState, StepState
+from safeaccess.server.steps.revealed import SCRIPT_KIND, Revealed, shown_of
+from safeaccess.server.store import Store
+from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
+from safeaccess.server.withhold_budget import budget
+
+AWAITING_APPROVAL = Reason(
+    check="withhold_budget",
+    verdict="review",
+    message="your withhold budget on this dataset is spent: an output checker must approve "
+    "opening this sequence; run it again once approved",
+)
+
+
+def utc(moment: datetime) -> datetime:
+    """SQLite returns stored UTC times without their zone: the same moment must read the same
+    whether it was just written or read back."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def reasons(step: StepRow, decision: Decision | None) -> list[Reason]:
+    """Why a step is not released, as the researcher may read it."""
+    state = StepState(step.state)
+    if state == StepState.PENDING:
+        return [AWAITING_APPROVAL]
+    if state not in (StepState.WITHHELD, StepState.REVIEW):
+        return []
+    if step.kind == SCRIPT_KIND:
+        # Whatever the run did (output, crash, limit): the same reason, from the analysis.
+        return script_reasons()
+    if decision is None:
+        return []
+    # A DP budget or risk-limit withhold depends only on the request and the public ledger,
+    # so its own message is shown; every other withhold goes through `reasons.py`.
+    return public_reasons(decision) or researcher_reasons(decision)
+
+
+class Views:
+    """Builds step and sequence views, signing each step's receipt with the server's key."""
+
+    def __init__(
+        self,
+        store: Store,
+        signing_key: Ed25519PrivateKey,
+        server_id: str,
+        ruleset_for: Callable[[DatasetRow], RuleSet],
+    ):
+        self.store = store
+        self.signing_key = signing_key
+        self.server_id = server_id
+        self.ruleset_for = ruleset_for
+
+    def budget(self, seq: SequenceRow) -> BudgetView | None:
+        """The researcher's withhold budget on the sequence's dataset."""
+        dataset = self.store.get_dataset(seq.dataset_id)
+        return budget(self.store, self.ruleset_for(dataset), seq.researcher, dataset.name)
+
+    def step(self, seq: SequenceRow, step: StepRow, revealed: Revealed | None = None) -> StepView:
+        """The researcher's view of a step; `revealed` is the step's parsed body when the step
+        was just revealed (a stored step's body is read here)."""
+        state = StepState(step.state)
+        decision = Decision.model_validate(step.decision) if step.decision else None
+        analysis = revealed.shown if revealed is not None else shown_of(step.body)
+        dataset = self.store.get_dataset(seq.dataset_id)
+        script = step.kind == SCRIPT_KIND
+        return StepView(
+            sequence_id=seq.id,
+            index=step.index,
+            dataset=dataset.name,
+            dataset_version=dataset.version,
+            state=state.value,
+            last=step.last,
+            kind=step.kind,
+            analysis=analysis,
+            output=step.public_output if state == StepState.RELEASED else None,
+            reasons=reasons(step, decision),
+            error=(
+                ErrorInfo(code=step.error_code or "failed", message=step.error_message or "")
+                if state == StepState.FAILED
+                else None
+            ),
+            # A script's decision appears only when its run ends: not the researcher's to see.
+            ruleset=decision.ruleset if decision and not script else None,
+            ruleset_hash=(
+                step.ruleset_hash if script else decision.ruleset_hash if decision else None
+            ),
+            sequence_state=seq.state,
+            updated_at=utc(step.updated_at),
+            receipt=sign_receipt(self.signing_key, self.server_id, seq, step),
+            review_note=step.review_note if step.reviewer else None,
+            withhold_budget=self.budget(seq),
+        )
+
+    def sequence(self, seq: SequenceRow) -> SequenceView:
+        """The researcher's view of a sequence and every step revealed so far."""
+        dataset = self.store.get_dataset(seq.dataset_id)
+        return SequenceView(
+            id=seq.id,
+            header_sha256=seq.header_hash,
+            researcher=seq.researcher,
+            project=seq.project,
+            dataset=dataset.name,
+            dataset_version=dataset.version,
+            state=SequenceState(seq.state).value,
+            current_index=seq.current_index,
+            created_at=utc(seq.created_at),
+            updated_at=utc(seq.updated_at),
+            steps=[self.step(seq, s) for s in self.store.steps(seq.id)],
+            withhold_budget=self.budget(seq),
+        )

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 
 def _timestamp(moment: datetime) -> str:
+    # SQLite hands stored UTC times back without their zone.
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -42,6 +44,9 @@ class Entry:
     sequence_id: str | None = None
     step_index: int | None = None
     subject: str | None = None
+    #: The record's `time` when it is not the moment of appending: a step's outcome carries the
+    #: time of the action it answers (see `store.sequences`), not when the run ended.
+    time: datetime | None = None
 
 
 def append(
@@ -78,7 +83,7 @@ def append_many(session: Session, items: list[Entry]) -> list[int]:
                 "log": LOG_FORMAT,
                 "version": LOG_VERSION,
                 "index": first + n,
-                "time": stamp,
+                "time": stamp if item.time is None else _timestamp(item.time),
                 "kind": item.kind,
                 "actor": item.actor,
                 "sequence": item.sequence_id,

@@ -39,6 +39,17 @@ def utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def shown_time(step: StepRow) -> datetime:
+    """The time a researcher's view gives for a step: of the last action someone took on it.
+
+    That is her reveal, or an output checker's decision. Never the moment the step settled:
+    how long a run took depends on the data (a filter's selectivity, the query-set auditor's
+    path), and a settle time to the microsecond, minus the moment she sent the reveal, reads
+    it off with no network noise.
+    """
+    return utc(step.updated_at if step.reviewer else step.created_at)
+
+
 def reasons(step: StepRow, decision: Decision | None) -> list[Reason]:
     """Why a step is not released, as the researcher may read it."""
     state = StepState(step.state)
@@ -106,7 +117,7 @@ class Views:
                 step.ruleset_hash if script else decision.ruleset_hash if decision else None
             ),
             sequence_state=seq.state,
-            updated_at=utc(step.updated_at),
+            updated_at=shown_time(step),
             receipt=sign_receipt(self.signing_key, self.server_id, seq, step),
             review_note=step.review_note if step.reviewer else None,
             withhold_budget=self.budget(seq),
@@ -115,6 +126,7 @@ class Views:
     def sequence(self, seq: SequenceRow) -> SequenceView:
         """The researcher's view of a sequence and every step revealed so far."""
         dataset = self.store.get_dataset(seq.dataset_id)
+        steps = self.store.steps(seq.id)
         return SequenceView(
             id=seq.id,
             header_sha256=seq.header_hash,
@@ -125,7 +137,8 @@ class Views:
             state=SequenceState(seq.state).value,
             current_index=seq.current_index,
             created_at=utc(seq.created_at),
-            updated_at=utc(seq.updated_at),
-            steps=[self.step(seq, s) for s in self.store.steps(seq.id)],
+            # Its steps' times, not the sequence row's: that row changes when a step settles.
+            updated_at=max((shown_time(s) for s in steps), default=utc(seq.created_at)),
+            steps=[self.step(seq, s) for s in steps],
             withhold_budget=self.budget(seq),
         )

@@ -293,8 +293,16 @@ def _settle_events(
     entries += [
         auditlog.Entry("run_finished", "server", records.run, sequence_id, index),
         auditlog.Entry("checks", "server", records.checks, sequence_id, index),
+        # The outcome record is the one a researcher fetches to check her receipt: its time is
+        # her reveal's, since the moment a run ends tells how long it ran, which depends on the
+        # data. The run's own records (auditors only) keep the moment they were written.
         auditlog.Entry(
-            f"step_{outcome.state.value}", "server", records.outcome, sequence_id, index
+            f"step_{outcome.state.value}",
+            "server",
+            records.outcome,
+            sequence_id,
+            index,
+            time=step.created_at,
         ),
     ]
     step.log_index = auditlog.append_many(s, entries)[-1]

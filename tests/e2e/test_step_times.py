@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from e2e_helpers import Centre, open_body, reveal_body, signed
+
 from safeaccess.client.analyses import FrequencyTable
 from safeaccess.sandbox.backend import Backend, Job, RunResult
 from safeaccess.server.api import create_app

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from safeaccess.client.audit.merkle import EMPTY_ROOT, leaf_hash, node_hash, split_point
+from safeaccess.client.audit.merkle import (
+    EMPTY_ROOT,
+    consistency_ranges,
+    cover,
+    inclusion_ranges,
+    leaf_hash,
+    node_hash,
+)
 from safeaccess.client.audit.records import LOG_FORMAT, LOG_VERSION, encode_record
 from safeaccess.server.errors import InvalidRequest
 from safeaccess.server.store import log as log_rows
@@ -143,27 +150,16 @@ def _new_nodes(conn: Connection, first: int, leaves: list[bytes]) -> dict[tuple[
 # -- subtree hashes -----------------------------------------------------------------------------
 
 
-def _cover(start: int, end: int) -> list[tuple[int, int]]:
-    """The stored perfect subtrees (level, idx) whose hashes make MTH(leaves[start:end]),
-    for a range that is a node of the RFC 9162 tree (start is aligned to the split)."""
-    n = end - start
-    if n & (n - 1) == 0 and start % n == 0:
-        level = n.bit_length() - 1
-        return [(level, start >> level)]
-    k = split_point(n)
-    return _cover(start, start + k) + _cover(start + k, end)
-
-
 class _Nodes:
     """Fetches the perfect subtrees that a set of ranges needs, in one indexed query."""
 
     def __init__(self, session: Session, ranges: list[tuple[int, int]]):
-        wanted = {key for start, end in ranges for key in _cover(start, end)}
+        wanted = {key for start, end in ranges for key in cover(start, end)}
         self._hashes = log_rows.fetch_nodes(session.connection(), wanted)
 
     def mth(self, start: int, end: int) -> bytes:
-        parts = [self._get(key) for key in _cover(start, end)]
-        # _cover lists left to right; RFC 9162 combines the right edge first.
+        parts = [self._get(key) for key in cover(start, end)]
+        # cover lists left to right; RFC 9162 combines the right edge first.
         root = parts.pop()
         while parts:
             root = node_hash(parts.pop(), root)
@@ -189,42 +185,11 @@ def root(session: Session, tree_size: int) -> bytes:
     return _Nodes(session, [(0, tree_size)]).mth(0, tree_size)
 
 
-def _path_ranges(m: int, start: int, end: int, out: list[tuple[int, int]]) -> None:
-    """RFC 9162 PATH(m, D[start:end]) as the ranges whose hashes form it, in proof order."""
-    n = end - start
-    if n == 1:
-        return
-    k = split_point(n)
-    if m < k:
-        _path_ranges(m, start, start + k, out)
-        out.append((start + k, end))
-    else:
-        _path_ranges(m - k, start + k, end, out)
-        out.append((start, start + k))
-
-
-def _subproof_ranges(m: int, start: int, end: int, whole: bool, out: list[tuple[int, int]]) -> None:
-    """RFC 9162 SUBPROOF(m, D[start:end], b) as ranges, in proof order."""
-    n = end - start
-    if m == n:
-        if not whole:
-            out.append((start, end))
-        return
-    k = split_point(n)
-    if m <= k:
-        _subproof_ranges(m, start, start + k, whole, out)
-        out.append((start + k, end))
-    else:
-        _subproof_ranges(m - k, start + k, end, False, out)
-        out.append((start, start + k))
-
-
 def inclusion_proof(session: Session, index: int, tree_size: int) -> list[bytes]:
     _check_size(session, tree_size)
     if not 0 <= index < tree_size:
         raise InvalidRequest(f"entry {index} is not in a log of {tree_size} entries")
-    ranges: list[tuple[int, int]] = []
-    _path_ranges(index, 0, tree_size, ranges)
+    ranges = inclusion_ranges(index, tree_size)
     nodes = _Nodes(session, ranges)
     return [nodes.mth(a, b) for a, b in ranges]
 
@@ -235,8 +200,7 @@ def consistency_proof(session: Session, size1: int, size2: int) -> list[bytes]:
         raise InvalidRequest(f"no consistency proof from size {size1} to size {size2}")
     if size1 in (0, size2):
         return []
-    ranges: list[tuple[int, int]] = []
-    _subproof_ranges(size1, 0, size2, True, ranges)
+    ranges = consistency_ranges(size1, size2)
     nodes = _Nodes(session, ranges)
     return [nodes.mth(a, b) for a, b in ranges]
 

@@ -3,8 +3,12 @@
 Leaf hash `SHA-256(0x00 || record)`, interior node `SHA-256(0x01 || left || right)`; the tree over
 n leaves splits at the largest power of two below n (RFC 9162 §2.1.1). Verification follows the
 algorithms of §2.1.3.2 (inclusion) and §2.1.4.2 (consistency) step by step, so that a proof with a
-component too many or too few, a wrong index or size, or a flipped bit is rejected. Generating
-proofs is the log's job (`safeaccess.server.auditlog`); `root_of` is here for auditors who hold
+component too many or too few, a wrong index or size, or a flipped bit is rejected.
+
+Which subtrees a proof is made of (`inclusion_ranges`, `consistency_ranges`, and `cover`, the
+stored perfect subtrees of one of them) is pure arithmetic on sizes and sits here beside the
+verifier that consumes it, as in transparency-dev/merkle's proof and verify; the log
+(`safeaccess.server.audit.log`) only fetches the hashes. `root_of` is here for auditors who hold
 the whole log and recompute its root.
 """
 
@@ -32,6 +36,62 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 def split_point(n: int) -> int:
     """The largest power of two strictly smaller than n (n >= 2)."""
     return 1 << ((n - 1).bit_length() - 1)
+
+
+def cover(start: int, end: int) -> list[tuple[int, int]]:
+    """The perfect subtrees `(level, index)` whose hashes make MTH(leaves[start:end]), left to
+    right, for a range that is a node of the RFC 9162 tree (start aligned to the split)."""
+    n = end - start
+    if n & (n - 1) == 0 and start % n == 0:
+        level = n.bit_length() - 1
+        return [(level, start >> level)]
+    k = split_point(n)
+    return cover(start, start + k) + cover(start + k, end)
+
+
+def inclusion_ranges(index: int, tree_size: int) -> list[tuple[int, int]]:
+    """RFC 9162 PATH(index, D[0:tree_size]) as the leaf ranges whose hashes form it, in proof
+    order."""
+    out: list[tuple[int, int]] = []
+    _path_ranges(index, 0, tree_size, out)
+    return out
+
+
+def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
+    """RFC 9162 PROOF(size1, D[0:size2]) as leaf ranges, in proof order (empty when size1 is 0
+    or size2)."""
+    out: list[tuple[int, int]] = []
+    if 0 < size1 < size2:
+        _subproof_ranges(size1, 0, size2, True, out)
+    return out
+
+
+def _path_ranges(m: int, start: int, end: int, out: list[tuple[int, int]]) -> None:
+    n = end - start
+    if n == 1:
+        return
+    k = split_point(n)
+    if m < k:
+        _path_ranges(m, start, start + k, out)
+        out.append((start + k, end))
+    else:
+        _path_ranges(m - k, start + k, end, out)
+        out.append((start, start + k))
+
+
+def _subproof_ranges(m: int, start: int, end: int, whole: bool, out: list[tuple[int, int]]) -> None:
+    n = end - start
+    if m == n:
+        if not whole:
+            out.append((start, end))
+        return
+    k = split_point(n)
+    if m <= k:
+        _subproof_ranges(m, start, start + k, whole, out)
+        out.append((start + k, end))
+    else:
+        _subproof_ranges(m - k, start + k, end, False, out)
+        out.append((start, start + k))
 
 
 class Frontier:

@@ -624,8 +624,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args.data_dir, rows=args.rows)
 
 
+#: One subcommand group's action parsers (what `add_parser(...).add_subparsers()` returns).
+Group = argparse._SubParsersAction
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+    """The argument parser with every subcommand, one `_add_*_commands` per group."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--data-dir",
@@ -638,7 +642,31 @@ def build_parser() -> argparse.ArgumentParser:
         description="safeaccess controller: administer the centre, serve the API, run the demo.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_init_command(sub, common)
+    project, researcher, auditor = _add_account_commands(sub, common)
+    dataset = _add_dataset_commands(sub, common)
+    checker = _add_checker_commands(sub, common)
+    _add_review_commands(sub, common)
+    _add_serving_commands(sub, common)
+    # The docker engineer's `sandbox build-image` / `sandbox check` commands.
+    cli_sandbox.register(sub)
+    # db current / db upgrade: the schema's migrations.
+    admin_db.register(sub, common)
+    # key show; list/remove of accounts and projects; dataset rules.
+    cli_admin.register(
+        sub,
+        common,
+        researcher=researcher,
+        auditor=auditor,
+        project=project,
+        checker=checker,
+        dataset=dataset,
+    )
+    return parser
 
+
+def _add_init_command(sub: Group, common: argparse.ArgumentParser) -> None:
+    """init: create a data directory."""
     init = sub.add_parser("init", parents=[common], help="create a data directory")
     init.add_argument("--server-id", default=None, help="this centre's id (default: random)")
     init.add_argument(
@@ -649,6 +677,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.set_defaults(handler=_init)
 
+
+def _add_serving_commands(sub: Group, common: argparse.ArgumentParser) -> None:
+    """serve, demo."""
+    serve = sub.add_parser("serve", parents=[common], help="serve the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(handler=_serve)
+
+    demo = sub.add_parser(
+        "demo", parents=[common], help="run the end-to-end demo on an embedded server"
+    )
+    demo.add_argument("--rows", type=int, default=20_000, help="people in the generated census")
+    demo.set_defaults(handler=_demo)
+
+
+def _add_account_commands(
+    sub: Group, common: argparse.ArgumentParser
+) -> tuple[Group, Group, Group]:
+    """project, researcher, auditor; returns their groups (the admin commands add to them)."""
     project = sub.add_parser("project", help="projects").add_subparsers(
         dest="project_command", required=True, metavar="ACTION"
     )
@@ -700,7 +747,11 @@ def build_parser() -> argparse.ArgumentParser:
     aadd.add_argument("name", metavar="NAME")
     aadd.add_argument("--key", type=Path, required=True, help="her Ed25519 public key PEM")
     aadd.set_defaults(handler=_auditor_add)
+    return project, researcher, auditor
 
+
+def _add_dataset_commands(sub: Group, common: argparse.ArgumentParser) -> Group:
+    """dataset add | list | dp | mock | budget | claim | checkers."""
     dataset = sub.add_parser("dataset", help="datasets").add_subparsers(
         dest="dataset_command", required=True, metavar="ACTION"
     )
@@ -803,7 +854,11 @@ def build_parser() -> argparse.ArgumentParser:
     dcheckers.add_argument("name", metavar="NAME")
     dcheckers.add_argument("count", metavar="COUNT", type=int, nargs="?", default=None)
     dcheckers.set_defaults(handler=_dataset_checkers)
+    return dataset
 
+
+def _add_checker_commands(sub: Group, common: argparse.ArgumentParser) -> Group:
+    """checker add | list | disable: the output checkers' web accounts."""
     checker = sub.add_parser("checker", help="output checkers' web accounts").add_subparsers(
         dest="checker_command", required=True, metavar="ACTION"
     )
@@ -827,7 +882,11 @@ def build_parser() -> argparse.ArgumentParser:
     cdis = checker.add_parser("disable", parents=[common], help="disable a checker's account")
     cdis.add_argument("name", metavar="NAME")
     cdis.set_defaults(handler=_checker_disable)
+    return checker
 
+
+def _add_review_commands(sub: Group, common: argparse.ArgumentParser) -> None:
+    """review list | show | approve | reject | opening decisions: the output checkers' queue."""
     review = sub.add_parser("review", help="the output checkers' queue").add_subparsers(
         dest="review_command", required=True, metavar="ACTION"
     )
@@ -878,33 +937,6 @@ def build_parser() -> argparse.ArgumentParser:
             help="message to the researcher (she sees it with the decision; its hash is logged)",
         )
         decide.set_defaults(handler=_review_opening_decide)
-
-    serve = sub.add_parser("serve", parents=[common], help="serve the HTTP API")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.set_defaults(handler=_serve)
-
-    demo = sub.add_parser(
-        "demo", parents=[common], help="run the end-to-end demo on an embedded server"
-    )
-    demo.add_argument("--rows", type=int, default=20_000, help="people in the generated census")
-    demo.set_defaults(handler=_demo)
-
-    # The docker engineer's `sandbox build-image` / `sandbox check` commands.
-    cli_sandbox.register(sub)
-    # db current / db upgrade: the schema's migrations.
-    admin_db.register(sub, common)
-    # key show; list/remove of accounts and projects; dataset rules.
-    cli_admin.register(
-        sub,
-        common,
-        researcher=researcher,
-        auditor=auditor,
-        project=project,
-        checker=checker,
-        dataset=dataset,
-    )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,7 @@ Leaf hash `SHA-256(0x00 || record)`, interior node `SHA-256(0x01 || left || righ
 n leaves splits at the largest power of two below n (RFC 9162 §2.1.1). Verification follows the
 algorithms of §2.1.3.2 (inclusion) and §2.1.4.2 (consistency) step by step, so that a proof with a
 component too many or too few, a wrong index or size, or a flipped bit is rejected. Generating
-proofs is the log's job (`safeaccess.server.auditlog`); `root_of` is here for auditors who hold
+proofs is the log's job (`safeaccess.server.audit.log`); `root_of` is here for auditors who hold
 the whole log and recompute its root.
 """
 

@@ -2,8 +2,8 @@
 
 It wires the parts together and keeps their public method names: `auth.py` authenticates
 researchers, `steps/flow.py` opens sequences and runs their steps, `steps/views.py` shows them,
-`datasets.py` gives each dataset's rule set and the catalogue, `review.py` takes the output
-checkers' decisions, `audit_service.py` serves the auditors.
+`datasets.py` gives each dataset's rule set and the catalogue, `review/decisions.py` takes the output
+checkers' decisions, `auditors.py` serves the auditors.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `Flow.open_sequence` accepts a signed header and step 1, `Flow.reveal` each next step after a
 release; both verify the step against the sealed header (`SequenceVerifier`), parse its body
 once (`Revealed`), check the endorsement claims and record the reveal, then `_compute` runs it:
-a script is queued for the background (`script_runs.py`), any other step goes through the
+a script is queued for the background (`scripts.py`), any other step goes through the
 pipeline under its locks (the DP ledger's, the query-set scope's through `qss/admission.py`)
 and is recorded with its audit event in one transaction.
 
@@ -495,7 +495,7 @@ class Flow:
     def _queue_script(
         self, seq: SequenceRow, step: StepRow, ruleset: RuleSet, revealed: Revealed
     ) -> StepView:
-        """Answer a script step "in review" now; run it in the background (script_runs.py)."""
+        """Answer a script step "in review" now; run it in the background (scripts.py)."""
         seq, step = self.store.settle_step(
             seq.id,
             step.index,

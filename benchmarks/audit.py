@@ -49,10 +49,10 @@ from safeaccess.client.audit.merkle import (
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
 from safeaccess.rules.ruleset import DEFAULT_RULESET
-from safeaccess.server import auditlog
 from safeaccess.server import store as store_module
-from safeaccess.server.audit_records import settle_records
-from safeaccess.server.audit_service import AuditService
+from safeaccess.server.audit import log as auditlog
+from safeaccess.server.audit.records import settle_records
+from safeaccess.server.auditors import AuditService
 from safeaccess.server.config import initialise
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.service import Service
@@ -479,8 +479,8 @@ def bench_verify(entries: int, modes: list[str], log_dir: str | None = None) -> 
     each in its own process (time, CPU, peak RSS)."""
     from cryptography.hazmat.primitives import serialization
 
-    from safeaccess.server.api import create_app
-    from safeaccess.server.embedded import EmbeddedServer
+    from safeaccess.server.http.app import create_app
+    from safeaccess.server.http.embedded import EmbeddedServer
 
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(log_dir) / str(entries) if log_dir is not None else Path(scratch)

@@ -16,7 +16,7 @@ from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_data import census_metadata
+from safeaccess.server.demo.data import census_metadata
 from safeaccess.server.store import Store
 
 ANALYSIS = FrequencyTable(rows=["region"], cols=["sex"])

@@ -1,7 +1,7 @@
 """Membership-inference AUCs of trained models, released vs withheld, and the verdicts.
 
 Runs the `model_training` runner in-process (no sandbox: this measures the attacks, not the
-isolation) on the generated credit dataset (`safeaccess.server.demo_applicants`), then the
+isolation) on the generated credit dataset (`safeaccess.server.demo.applicants`), then the
 release checks of the default rule set, and prints for each model: the loss attack's AUC (with
 its one-sided p-value), SACRO-ML's worst-case attack AUC (mean and largest over its repetitions),
 training vs test accuracy, and the verdict with the checks that withheld it.
@@ -19,7 +19,7 @@ from safeaccess.rules.checks.models import release_view
 from safeaccess.rules.engine import check
 from safeaccess.rules.ruleset import DEFAULT_RULESET
 from safeaccess.sandbox.runner import execute
-from safeaccess.server.demo_applicants import applicants_metadata, generate_applicants
+from safeaccess.server.demo.applicants import applicants_metadata, generate_applicants
 
 FEATURES = ["age", "income", "region", "group"]
 

@@ -1,7 +1,7 @@
 """How many plausible models on the census demo the leverage rule still releases.
 
 Enumerates models a researcher would plausibly fit on the generated census
-(`safeaccess.server.demo_data`): OLS of income and log income, logit of being employed, Poisson
+(`safeaccess.server.demo.data`): OLS of income and log income, logit of being employed, Poisson
 of the health score, each on the whole population and on common sub-populations, plus a few
 small ones (the oldest ages, a rare ethnic group, a region by ethnicity cell). Each model is
 computed by the runner's own code (`safeaccess.sandbox.runner.execute`, in process) and checked
@@ -33,7 +33,7 @@ from safeaccess.rules.outputs import RegressionOutput
 from safeaccess.rules.ruleset import DEFAULT_RULESET
 from safeaccess.sandbox.runner import execute
 from safeaccess.sandbox.runner.compute._common import AnalysisError
-from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.demo.data import census_metadata, generate_census
 
 OLS = [
     "income ~ age",

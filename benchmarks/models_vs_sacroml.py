@@ -12,7 +12,7 @@ run with `--sacroml-worker`). Set it up once, outside the repository:
 
 What it does:
 
-1. Generates the census demo data (`safeaccess.server.demo_data`, seeded) with a 0/1 outcome
+1. Generates the census demo data (`safeaccess.server.demo.data`, seeded) with a 0/1 outcome
    `employed` ("yes" when employment is 'employed'), restricted to people under 66.
 2. Trains four models with our runner's own code (`safeaccess.sandbox.runner.execute`, in
    process): a depth-3 tree meant for release, a logistic regression, an overfit deep tree and
@@ -244,7 +244,7 @@ def _ours(rows: int, seed: int, directory: Path) -> dict[str, Any]:
     from safeaccess.rules.ruleset import DEFAULT_RULESET
     from safeaccess.sandbox.runner import apply_filter, execute
     from safeaccess.sandbox.runner.compute import models as training
-    from safeaccess.server.demo_data import census_metadata, generate_census
+    from safeaccess.server.demo.data import census_metadata, generate_census
 
     frame = generate_census(rows, seed=seed)
     frame["employed"] = np.where(frame["employment"] == "employed", "yes", "no")

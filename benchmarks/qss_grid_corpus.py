@@ -34,9 +34,9 @@ from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.qss import AuditMode, AuditPolicy, AuditState
 from safeaccess.sandbox.runner import execute
-from safeaccess.server.demo_data import census_metadata, generate_census
-from safeaccess.server.qss_gate import Gate, gate
-from safeaccess.server.qss_universe import Population, ScopeState, admit_populations, decode, encode
+from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.qss.gate import Gate, gate
+from safeaccess.server.qss.universe import Population, ScopeState, admit_populations, decode, encode
 
 AGE_EDGES = [16.0, 25.0, 35.0, 45.0, 55.0, 65.0, 75.0, 96.0]
 INCOME_EDGES = [0.0, 20_000.0, 40_000.0, 60_000.0, 100_000.0, 2_000_000.0]

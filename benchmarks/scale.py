@@ -41,10 +41,10 @@ from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
-from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import pandas as pd
 
 from census_centre import percentile, prepare, run_sequence
-from safeaccess.server.api import create_app
-from safeaccess.server.demo_data import generate_census
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.data import generate_census
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

@@ -41,10 +41,10 @@ from safeaccess.client.analyses import to_body
 from safeaccess.sandbox.backend import Job, RunnerRequest
 from safeaccess.sandbox.process.backend import Mode, ProcessBackend
 from safeaccess.sandbox.runner import run_request
-from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir
-from safeaccess.server.demo_data import census_metadata, generate_census
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

@@ -90,7 +90,7 @@ def serve(root: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "safeaccess.server.cli",
+            "safeaccess.server.admin.cli",
             "serve",
             "--data-dir",
             str(root),

@@ -20,6 +20,9 @@ What it does, in order:
    turns `from safeaccess.sandbox import forkserver` into
    `from safeaccess.sandbox.process import forkserver`.
 
+The engine (the `git mv`s, the rewrites, `--check`, idempotence) is `moves.py`, shared with
+`move_server.py`; this file holds the sandbox's mapping and new files only.
+
 Idempotent: on a tree already moved nothing matches any more (every pattern names an old path
 that no new path contains), so it changes nothing; run it again after merging a branch written
 against the old layout and it rewrites that branch's files. No shims are left at the old paths.
@@ -30,14 +33,12 @@ Usage: `python scripts/layout/move_sandbox.py [--check]` from anywhere in the re
 
 from __future__ import annotations
 
-import argparse
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = "sandbox/src/safeaccess/sandbox"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from moves import Layout, run  # the engine, beside this script
 
 #: Old module (dotted, below safeaccess.sandbox) -> new module. A package keeps its dotted name
 #: for its children (compute.tables -> runner.compute.tables).
@@ -62,7 +63,7 @@ MODULES: dict[str, str] = {
 #: process/backend.py later) count as new too.
 PACKAGE_EXPORTS: dict[str, tuple[str, ...]] = {"process": ("ProcessBackend", "bwrap")}
 
-#: Old path -> new path, below PACKAGE.
+#: Old path -> new path, below sandbox/src/safeaccess/sandbox.
 MOVES: dict[str, str] = {
     "process.py": "process/backend.py",
     "forkserver.py": "process/forkserver.py",
@@ -150,238 +151,33 @@ REWRITE_ROOTS = (
     "README.md",
     "ARCHITECTURE.md",
 )
-TEXT_SUFFIXES = {
-    ".py",
-    ".pyi",
-    ".md",
-    ".rst",
-    ".txt",
-    ".toml",
-    ".cfg",
-    ".ini",
-    ".yaml",
-    ".yml",
-    ".sh",
-    ".html",
-    ".j2",
-    ".Dockerfile",
-    "",
-}
-THIS_FILE = "scripts/layout/move_sandbox.py"
-
 _MAIN_BLOCK = re.compile(r'\n\nif __name__ == "__main__":\n(?:    .*\n|\n)*\Z')
 
 
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, check=True, capture_output=True, text=True
-    ).stdout
+def _strip_runner_main(root: Path, package: Path, check: bool) -> list[str]:
+    """The runner's `__main__` block moved to `runner/__main__.py`: drop it from the package."""
+    runner = package / "runner/__init__.py"
+    if not runner.exists():
+        return []
+    text = runner.read_text(encoding="utf-8")
+    stripped = _MAIN_BLOCK.sub("\n", text)
+    if stripped == text:
+        return []
+    if not check:
+        runner.write_text(stripped, encoding="utf-8")
+    return [f"{LAYOUT.package}/runner/__init__.py (__main__ block -> runner/__main__.py)"]
 
 
-def _dotted_patterns() -> list[tuple[re.Pattern[str], str]]:
-    patterns = []
-    for old, new in MODULES.items():
-        guard = ""
-        if new.startswith(old + "."):
-            # `process` becomes a package: a name already below it (process.backend) is new.
-            children = _new_package_names(old)
-            alternatives = "|".join(sorted(children))
-            # `from safeaccess.sandbox.process import ...` is decided by what it imports
-            # (`_rewrite_from_new_package`).
-            guard = r"(?!\.(?:" + alternatives + r")\b)(?!\s+import\b)"
-        patterns.append(
-            (
-                re.compile(r"(?<![\w.])safeaccess\.sandbox\." + re.escape(old) + r"(?!\w)" + guard),
-                "safeaccess.sandbox." + new,
-            )
-        )
-    return patterns
-
-
-def _path_patterns() -> list[tuple[re.Pattern[str], str]]:
-    patterns = []
-    for old, new in MOVES.items():
-        tail = re.escape(old) + r"(?![\w])"
-        # safeaccess/sandbox/<old> (an installed or source path), or sandbox/<old> on its own
-        # (the short form the docs use; not tests/sandbox/<old>).
-        patterns.append(
-            (
-                re.compile(r"(?<![\w.-])((?:sandbox/src/)?safeaccess/sandbox/)" + tail),
-                r"\g<1>" + new,
-            )
-        )
-        patterns.append((re.compile(r"(?<![\w./-])(sandbox/)" + tail), r"\g<1>" + new))
-    return patterns
-
-
-_FROM_PACKAGE = re.compile(
-    r"^(?P<indent>[ \t]*)from safeaccess\.sandbox import (?P<names>[\w ,]+?)"
-    r"(?P<comment>[ \t]*#.*)?$",
-    re.MULTILINE,
+LAYOUT = Layout(
+    dist="sandbox",
+    modules=MODULES,
+    moves=MOVES,
+    rewrite_roots=REWRITE_ROOTS,
+    package_exports=PACKAGE_EXPORTS,
+    new_files=NEW_FILES,
+    fixup=_strip_runner_main,
 )
 
 
-def _rewrite_from_package(text: str) -> str:
-    """`from safeaccess.sandbox import forkserver, seccomp` -> one import per moved module."""
-
-    def repl(match: re.Match[str]) -> str:
-        names = [n.strip() for n in match.group("names").split(",") if n.strip()]
-        if not any(n.split(" as ")[0].strip() in MODULES for n in names):
-            return match.group(0)
-        indent, comment = match.group("indent"), match.group("comment") or ""
-        kept, lines = [], []
-        for name in names:
-            module, _, alias = (part.strip() for part in name.partition(" as "))
-            if module not in MODULES:
-                kept.append(name)
-                continue
-            parent, _, leaf = ("safeaccess.sandbox." + MODULES[module]).rpartition(".")
-            bound = alias or module
-            line = f"{indent}from {parent} import {leaf}"
-            lines.append(line + (f" as {bound}" if bound != leaf else "") + comment)
-        if kept:
-            lines.insert(0, f"{indent}from safeaccess.sandbox import {', '.join(kept)}{comment}")
-        return "\n".join(lines)
-
-    return _FROM_PACKAGE.sub(repl, text)
-
-
-def _new_package_names(old: str) -> set[str]:
-    """What the new package `old` (process) holds itself: its submodules and its exports."""
-    children = {
-        m.split(".", 1)[1].split(".")[0] for m in MODULES.values() if m.startswith(old + ".")
-    }
-    return children | set(PACKAGE_EXPORTS.get(old, ()))
-
-
-def _rewrite_from_new_package(text: str) -> str:
-    """`from safeaccess.sandbox.process import X, Y`: left alone when every name is one the new
-    package holds (`ProcessBackend`, `forkserver` ...), else an old-layout import of the module
-    that became `process/backend.py`, rewritten to import from there."""
-    for old, new in MODULES.items():
-        if not new.startswith(old + "."):
-            continue
-        held = _new_package_names(old)
-        pattern = re.compile(
-            r"(?<![\w.])from safeaccess\.sandbox\."
-            + re.escape(old)
-            + r"(\s+import\s+)(\([^)]*\)|[^\n]*)"
-        )
-
-        def repl(match: re.Match[str], held: set[str] = held, new: str = new) -> str:
-            body = re.sub(r"#[^\n]*", "", match.group(2)).strip("() \n")
-            names = {n.split(" as ")[0].strip() for n in body.split(",") if n.strip()}
-            if names <= held:
-                return match.group(0)
-            return f"from safeaccess.sandbox.{new}{match.group(1)}{match.group(2)}"
-
-        text = pattern.sub(repl, text)
-    return text
-
-
-def rewrite(text: str) -> str:
-    """`text` with every reference to an old sandbox module or path replaced by the new one."""
-    for pattern, new in _dotted_patterns():
-        text = pattern.sub(new, text)
-    text = _rewrite_from_new_package(text)
-    # After the dotted names: the imports it writes name new modules only.
-    text = _rewrite_from_package(text)
-    for pattern, new in _path_patterns():
-        text = pattern.sub(new, text)
-    return text
-
-
-def _move(root: Path, check: bool) -> list[str]:
-    changed = []
-    package = root / PACKAGE
-    for old, new in MOVES.items():
-        source, target = package / old, package / new
-        if not source.exists():
-            continue
-        if target.exists():
-            sys.exit(f"both {PACKAGE}/{old} and {PACKAGE}/{new} exist: merge them by hand first")
-        changed.append(f"{PACKAGE}/{old} -> {PACKAGE}/{new}")
-        if not check:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _git(root, "mv", str(source), str(target))
-    for name, text in NEW_FILES.items():
-        path = package / name
-        if path.exists():
-            continue
-        changed.append(f"{PACKAGE}/{name} (new)")
-        if not check:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            _git(root, "add", str(path))
-    runner = package / "runner/__init__.py"
-    if runner.exists():
-        text = runner.read_text(encoding="utf-8")
-        stripped = _MAIN_BLOCK.sub("\n", text)
-        if stripped != text:
-            changed.append(f"{PACKAGE}/runner/__init__.py (__main__ block -> runner/__main__.py)")
-            if not check:
-                runner.write_text(stripped, encoding="utf-8")
-    return changed
-
-
-def _files(root: Path) -> list[Path]:
-    listed = _git(
-        root, "ls-files", "--cached", "--others", "--exclude-standard", "--", *REWRITE_ROOTS
-    )
-    files = []
-    for name in sorted(set(listed.splitlines())):
-        path = root / name
-        suffix = path.suffix if path.suffix else ""
-        if name == THIS_FILE or not path.is_file():
-            continue
-        if suffix in TEXT_SUFFIXES or path.name.endswith("Dockerfile"):
-            files.append(path)
-    return files
-
-
-def _tidy(root: Path, names: list[str]) -> None:
-    """Re-sort the imports and re-wrap the lines of the rewritten files (longer module names move
-    imports and lengthen lines), with the project's ruff, as the lint and format checks expect."""
-    ruff = root / ".venv/bin/ruff"
-    command = str(ruff) if ruff.exists() else shutil.which("ruff")
-    if command is None or not names:
-        if names:
-            print(
-                "ruff not found: run `ruff check --select I --fix` and `ruff format` on the output"
-            )
-        return
-    subprocess.run(
-        [command, "check", "-q", "--select", "I", "--fix", *names], cwd=root, check=False
-    )
-    subprocess.run([command, "format", "-q", *names], cwd=root, check=False)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--check", action="store_true", help="list what would change; change nothing"
-    )
-    args = parser.parse_args()
-    root = Path(_git(Path(__file__).resolve().parent, "rev-parse", "--show-toplevel").strip())
-    changed = _move(root, args.check)
-    for path in _files(root):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            continue
-        new = rewrite(text)
-        if new != text:
-            changed.append(str(path.relative_to(root)))
-            if not args.check:
-                path.write_text(new, encoding="utf-8")
-    if not args.check:
-        _tidy(root, [name for name in changed if name.endswith(".py") and (root / name).is_file()])
-    for line in changed:
-        print(line)
-    if args.check:
-        return 1 if changed else 0
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run(LAYOUT, (__doc__ or "").splitlines()[0]))

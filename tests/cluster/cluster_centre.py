@@ -24,7 +24,7 @@ from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.client.session import Session, connect
 from safeaccess.server.config import DataDir, ServerConfig, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.store import Store
 
 RESEARCHERS = {"ada": "p1", "bob": "p1", "carol": "p2"}

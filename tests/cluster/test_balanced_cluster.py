@@ -56,8 +56,8 @@ from safeaccess.client.keys import load_public_key
 from safeaccess.client.protocol import SealedSequence
 from safeaccess.client.results import StepResult, verify_receipt
 from safeaccess.client.session import Session, Unreachable, connect
-from safeaccess.server.api import create_app
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store.schema import StepRow
 from safeaccess.server.web import accounts

@@ -10,11 +10,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from e2e_helpers import ROWS, SEED, Centre, unguard
 
 from safeaccess.client.keys import fingerprint, public_key_text
-from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_data import census_metadata, generate_census
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

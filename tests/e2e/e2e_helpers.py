@@ -94,7 +94,7 @@ def serve_in_subprocess(
         [
             sys.executable,
             "-m",
-            "safeaccess.server.cli",
+            "safeaccess.server.admin.cli",
             "serve",
             "--data-dir",
             str(root),
@@ -163,7 +163,7 @@ def unguard(monkeypatch: pytest.MonkeyPatch) -> None:
     """The centre before the auditor: every checked output is admitted, no state is kept (the
     attack suites run each attack so, to prove it extracts the value, and as deployed)."""
     from safeaccess.server.qss import admission
-    from safeaccess.server.qss_gate import Gate
+    from safeaccess.server.qss.gate import Gate
 
     monkeypatch.setattr(
         admission, "gate", lambda output, decision, **_: Gate(decision, {"admitted": True})

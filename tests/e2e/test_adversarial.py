@@ -18,10 +18,10 @@ from safeaccess.client.httpsig import sign_request
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import Backend, Job, RunResult
-from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

@@ -31,8 +31,8 @@ from safeaccess.client.cli import main as client_main
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
-from safeaccess.server import review
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.review import decisions as review
 from safeaccess.server.service import Service
 
 SAFE = FrequencyTable(rows=["sex"])
@@ -428,7 +428,7 @@ def test_a_process_killed_mid_append_leaves_a_log_that_verifies(
 ) -> None:
     import shutil
 
-    from safeaccess.server.audit_service import AuditService
+    from safeaccess.server.auditors import AuditService
 
     root = tmp_path / "copy"
     shutil.copytree(centre.root, root)

@@ -24,10 +24,10 @@ from safeaccess.client.cli import main as client_main
 from safeaccess.client.keyrotation import sign_rotation
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.session import KeyReplaced, ServerError, connect
-from safeaccess.server.admin_accounts import remove_researcher
-from safeaccess.server.audit_service import AuditService
-from safeaccess.server.cli import main as server_main
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.admin.accounts import remove_researcher
+from safeaccess.server.admin.cli import main as server_main
+from safeaccess.server.auditors import AuditService
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 SAFE = FrequencyTable(rows=["sex"])

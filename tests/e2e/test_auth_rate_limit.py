@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from e2e_helpers import Centre, signed
 
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.ratelimit import Limit, MemoryFailureLimiter
 from safeaccess.server.service import Service
 

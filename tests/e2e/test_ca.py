@@ -22,12 +22,12 @@ from safeaccess.client.analyses import (
 )
 from safeaccess.client.protocol import SealedSequence, endorse, seal
 from safeaccess.client.session import ServerError, connect
-from safeaccess.server import claim_gate
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_applicants import applicants_metadata, generate_applicants
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.applicants import applicants_metadata, generate_applicants
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
+from safeaccess.server.steps import claims as claim_gate
 
 DATASET = "applicants"
 APPLICANTS = generate_applicants()

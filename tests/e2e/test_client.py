@@ -13,7 +13,7 @@ from safeaccess.client.analyses import Correlation, FrequencyTable, MagnitudeTab
 from safeaccess.client.cli import main as client_main
 from safeaccess.client.keys import load_private_key
 from safeaccess.client.session import WrongServer, connect
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

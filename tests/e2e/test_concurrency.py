@@ -10,9 +10,9 @@ from safeaccess.client.analyses import FrequencyTable
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import Backend, Job, RunResult
-from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

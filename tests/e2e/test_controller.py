@@ -10,8 +10,8 @@ import pytest
 from e2e_helpers import Centre
 
 from safeaccess.client.session import connect
-from safeaccess.server.cli import main as admin
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.admin.cli import main as admin
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

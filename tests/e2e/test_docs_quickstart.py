@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from e2e_helpers import Centre
 
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "researcher.md"

@@ -39,12 +39,12 @@ from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import ServerError, connect
 from safeaccess.rules.dp.transform import confidence_region, likelihood_ratio_test, power
-from safeaccess.server.api import create_app
-from safeaccess.server.cli import main as admin
+from safeaccess.server.admin.cli import main as admin
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_data import census_metadata, generate_census
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import EventRow

@@ -30,14 +30,14 @@ from safeaccess.client.analyses import (
 from safeaccess.client.httpsig import sign_request
 from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import Backend, Job, RunResult, SandboxUnavailable
-from safeaccess.server import review
-from safeaccess.server.api import create_app
-from safeaccess.server.cli import main as server_cli
+from safeaccess.server.admin.cli import main as server_cli
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_data import census_metadata
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.data import census_metadata
 from safeaccess.server.errors import Conflict
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.review import decisions as review
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

@@ -19,7 +19,7 @@ from safeaccess.client.analyses import Analysis, Correlation, Regression, Summar
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 _FRESH = itertools.count(1)

@@ -9,7 +9,7 @@ from e2e_helpers import Centre, HtmlCards
 
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

@@ -13,13 +13,13 @@ import pytest
 from e2e_helpers import Centre
 
 from safeaccess.client.session import connect
-from safeaccess.server.api import create_app
-from safeaccess.server.cli import main as admin
+from safeaccess.server.admin.cli import main as admin
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_applicants import applicants_metadata, generate_applicants
-from safeaccess.server.demo_data import census_metadata
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.applicants import applicants_metadata, generate_applicants
+from safeaccess.server.demo.data import census_metadata
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

@@ -16,7 +16,7 @@ from e2e_helpers import Centre
 from safeaccess.client import analyses
 from safeaccess.client.analyses import FrequencyTable, to_body
 from safeaccess.client.session import connect
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 STEP = FrequencyTable(rows=["employment"], cols=["sex"])

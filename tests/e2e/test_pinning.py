@@ -10,8 +10,8 @@ from safeaccess.client.plan import Plan
 from safeaccess.client.session import UnknownDataset, connect
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_data import census_metadata
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.data import census_metadata
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 V2_ROWS = 2000

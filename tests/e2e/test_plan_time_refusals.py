@@ -16,12 +16,12 @@ from safeaccess.client.analyses import Histogram
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.session import connect
 from safeaccess.client.validation import AnalysisInvalid
-from safeaccess.server.api import create_app
-from safeaccess.server.cli import main as admin
+from safeaccess.server.admin.cli import main as admin
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_data import census_metadata, generate_census
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

@@ -9,7 +9,7 @@ import pytest
 from e2e_helpers import Centre
 
 from safeaccess.client.session import connect
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 matplotlib = pytest.importorskip("matplotlib")

@@ -51,8 +51,8 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
-from safeaccess.server.qss_settings import QssSettings, Scope
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.qss.settings import QssSettings, Scope
 from safeaccess.server.store import Store
 
 N = 3000

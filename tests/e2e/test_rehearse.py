@@ -8,7 +8,7 @@ import pytest
 from e2e_helpers import Centre, HtmlCards
 
 from safeaccess.client.session import connect
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

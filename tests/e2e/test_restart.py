@@ -17,9 +17,9 @@ from safeaccess.client.analyses import FrequencyTable
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import Backend, Job, RunResult, SandboxError
-from safeaccess.server.api import create_app
-from safeaccess.server.embedded import EmbeddedServer
 from safeaccess.server.errors import Unavailable
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.schemas import RevealRequest
 from safeaccess.server.service import Service
 from safeaccess.server.store.schema import EventRow

@@ -17,7 +17,7 @@ from safeaccess.client.cli import main as client_main
 from safeaccess.client.protocol.sealed import SealedSequence
 from safeaccess.client.results_folder import ResultsFolderError
 from safeaccess.client.session import connect
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

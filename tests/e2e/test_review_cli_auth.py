@@ -12,9 +12,9 @@ import pytest
 from e2e_helpers import Centre, open_body, signed
 
 from safeaccess.client.analyses import FrequencyTable, Script
-from safeaccess.server import review_rules
-from safeaccess.server.cli import main as server_cli
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.admin.cli import main as server_cli
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.review import rules as review_rules
 from safeaccess.server.service import Service
 from safeaccess.server.web import accounts
 

@@ -34,12 +34,12 @@ from safeaccess.client.cli import main as client_main
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
-from safeaccess.server import review_rules
-from safeaccess.server.api import create_app
-from safeaccess.server.cli import main as server_cli
+from safeaccess.server.admin.cli import main as server_cli
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.review import rules as review_rules
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 from safeaccess.server.web import accounts

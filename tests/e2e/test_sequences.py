@@ -12,11 +12,11 @@ from sqlalchemy import func, select
 from safeaccess.client.analyses import FrequencyTable, Mitigations, Script
 from safeaccess.client.protocol import endorse
 from safeaccess.client.session import ServerError, connect
-from safeaccess.server import review
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo_data import census_metadata
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.demo.data import census_metadata
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.review import decisions as review
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import EventRow

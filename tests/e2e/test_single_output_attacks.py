@@ -40,9 +40,9 @@ from safeaccess.rules.checks import summary as summary_checks
 from safeaccess.rules.reconstruction import check as reconstruction_check
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.qss import admission
-from safeaccess.server.qss_gate import Gate
+from safeaccess.server.qss.gate import Gate
 from safeaccess.server.store import Store
 
 N = 400

@@ -19,10 +19,10 @@ from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.client.validation import AnalysisInvalid
-from safeaccess.server.api import create_app
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

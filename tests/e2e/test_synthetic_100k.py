@@ -27,11 +27,11 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.rules.dp import gaussian_mu_for
-from safeaccess.server.api import create_app
-from safeaccess.server.cli import main as admin
+from safeaccess.server.admin.cli import main as admin
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 from safeaccess.server.synth.protocol import WorkerRequest

@@ -20,11 +20,11 @@ from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.mock import LABEL, MockInvalid
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
-from safeaccess.server.api import create_app
-from safeaccess.server.cli import main as admin
+from safeaccess.server.admin.cli import main as admin
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

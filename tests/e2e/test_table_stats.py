@@ -12,7 +12,7 @@ from e2e_helpers import Centre
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.client.validation import AnalysisInvalid
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 

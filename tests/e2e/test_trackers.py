@@ -41,8 +41,8 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import ServerError, connect
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.embedded import EmbeddedServer
-from safeaccess.server.qss_settings import QssSettings
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.qss.settings import QssSettings
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 
@@ -426,7 +426,7 @@ def test_benign_research_is_released(
 def test_the_state_survives_a_crash_before_commit_and_a_restart(
     centre_server: tuple[Centre, EmbeddedServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from safeaccess.server.api import create_app
+    from safeaccess.server.http.app import create_app
 
     centre, _ = centre_server
     name = register(centre, [DATA])

@@ -11,10 +11,10 @@ from e2e_helpers import Centre, open_body, reveal_body, signed
 from safeaccess.client.analyses import FrequencyTable, Script
 from safeaccess.client.audit.checkpoint import parse_checkpoint
 from safeaccess.client.audit.verify import ExportSource, verify_log
-from safeaccess.server import review
-from safeaccess.server.audit_service import AuditService
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.auditors import AuditService
 from safeaccess.server.errors import Conflict
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.review import decisions as review
 from safeaccess.server.service import Service
 
 SAFE = FrequencyTable(rows=["region"], cols=["sex"])

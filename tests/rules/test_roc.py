@@ -56,7 +56,7 @@ def test_the_runner_hands_each_roc_step_to_the_auditor() -> None:
     from safeaccess.client.analyses import ModelTraining
     from safeaccess.rules.outputs import extra_query_sets_of
     from safeaccess.sandbox.runner import execute
-    from safeaccess.server.demo_applicants import applicants_metadata, generate_applicants
+    from safeaccess.server.demo.applicants import applicants_metadata, generate_applicants
 
     frame = generate_applicants()
     analysis = ModelTraining(

@@ -266,7 +266,7 @@ def test_close_removes_warm_containers(
 def test_cli_builds_and_records_the_image(
     sandbox_image: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from safeaccess.server.cli_sandbox import main
+    from safeaccess.server.admin.sandbox import main
 
     config = tmp_path / "config.yaml"
     config.write_text("server_id: centre-1\nsandbox:\n  backend: docker\n")

@@ -18,8 +18,8 @@ from safeaccess.rules.outputs import public
 from safeaccess.sandbox.backend import RunnerResponse, decode_reply, encode_reply
 from safeaccess.sandbox.runner import execute
 from safeaccess.sandbox.runner.compute.models import reweighing
-from safeaccess.server.demo_applicants import applicants_metadata, generate_applicants
-from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.demo.applicants import applicants_metadata, generate_applicants
+from safeaccess.server.demo.data import census_metadata, generate_census
 
 FEATURES = ["age", "income", "region"]
 

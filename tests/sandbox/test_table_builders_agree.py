@@ -21,7 +21,7 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.rules.outputs import TableOutput
 from safeaccess.rules.tabulate import build_table
 from safeaccess.sandbox.runner.compute.tables import frequency_table, magnitude_table
-from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.demo.data import census_metadata, generate_census
 
 
 def _declared(frame: pd.DataFrame, name: str, metadata: DatasetMetadata) -> pd.Series:

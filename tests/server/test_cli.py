@@ -14,12 +14,12 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.keys import public_key_text
-from safeaccess.server.cli import main
+from safeaccess.server.admin.cli import main
 from safeaccess.server.config import DataDir
-from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.outcome import StepOutcome
-from safeaccess.server.qss_settings import QssSettings
-from safeaccess.server.record_ids import read_ids
+from safeaccess.server.qss.record_ids import read_ids
+from safeaccess.server.qss.settings import QssSettings
 from safeaccess.server.states import StepState
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import StepRow
@@ -222,7 +222,7 @@ def test_serve_without_init_says_how_to_fix(
 @pytest.mark.slow
 def test_demo_releases_then_withholds(tmp_path: Path) -> None:
     lines: list[str] = []
-    from safeaccess.server.demo import run_demo
+    from safeaccess.server.demo.run import run_demo
 
     assert run_demo(tmp_path / "demo", rows=4000, out=lines.append) == 0
     text, dp_part = "\n".join(lines).split("holds the same people", 1)
@@ -299,7 +299,7 @@ def test_demo_switches_to_docker_with_one_variable(
 ) -> None:
     # The demo builds (here: reuses) the sandbox image itself and records its id in the config.
     from safeaccess.server.config import DataDir
-    from safeaccess.server.demo import run_demo
+    from safeaccess.server.demo.run import run_demo
 
     monkeypatch.setenv("SAFEACCESS_SANDBOX_BACKEND", "docker")
     lines: list[str] = []

@@ -11,9 +11,9 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.keys import fingerprint, load_public_key, public_key_text
-from safeaccess.server.cli import main
+from safeaccess.server.admin.cli import main
 from safeaccess.server.config import DataDir
-from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.store import Store
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from safeaccess.server import claim_gate
-from safeaccess.server.cli import main
+from safeaccess.server.admin.cli import main
 from safeaccess.server.config import DataDir
-from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.steps import claims as claim_gate
 from safeaccess.server.store import Store
 
 

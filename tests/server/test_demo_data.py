@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from safeaccess.server.demo_data import census_metadata, generate_census
+from safeaccess.server.demo.data import census_metadata, generate_census
 
 
 def test_same_seed_same_data_other_seed_other_data() -> None:

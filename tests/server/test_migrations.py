@@ -16,7 +16,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, MetaData, create_engine, inspect, make_url, select, text
 
-from safeaccess.server.cli import main
+from safeaccess.server.admin.cli import main
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.store import Store, make_engine, migrate
 from safeaccess.server.store.schema import Base

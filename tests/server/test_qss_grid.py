@@ -1,4 +1,4 @@
-"""The data-revealed zero rule (`server/qss_grid.py`) on real admissions, without the HTTP layer.
+"""The data-revealed zero rule (`server/qss/grid.py`) on real admissions, without the HTTP layer.
 
 A new query set the records make a combination of released ones is released when the outputs'
 definitions imply it (repeats, margins, a histogram bin asked again as a filter) and refused when
@@ -17,8 +17,8 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.qss import AuditMode, AuditPolicy, AuditState
 from safeaccess.sandbox.runner import execute
-from safeaccess.server.qss_gate import Gate, gate
-from safeaccess.server.qss_universe import Population, ScopeState, admit_populations, decode, encode
+from safeaccess.server.qss.gate import Gate, gate
+from safeaccess.server.qss.universe import Population, ScopeState, admit_populations, decode, encode
 
 N = 600
 METADATA = DatasetMetadata(
@@ -137,7 +137,7 @@ def test_an_ordinary_corpus_is_released_whole() -> None:
     import importlib.util
     from pathlib import Path
 
-    from safeaccess.server.demo_data import census_metadata, generate_census
+    from safeaccess.server.demo.data import census_metadata, generate_census
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "qss_grid_corpus.py"
     spec = importlib.util.spec_from_file_location("qss_grid_corpus", path)

@@ -10,9 +10,9 @@ import pytest
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, StateFormatError, admit
 from safeaccess.server.outcome import QssPointer
-from safeaccess.server.qss_gate import StateFiles
-from safeaccess.server.qss_settings import scope_folder
-from safeaccess.server.qss_universe import (
+from safeaccess.server.qss.gate import StateFiles
+from safeaccess.server.qss.settings import scope_folder
+from safeaccess.server.qss.universe import (
     MAGIC,
     Population,
     ScopeState,

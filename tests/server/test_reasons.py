@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from safeaccess.rules.decision import Decision, Finding
 from safeaccess.rules.ruleset import DEFAULT_RULESET
-from safeaccess.server.failures import DECIDABLE_RUNNER_CODES, failure_decision, is_data_dependent
-from safeaccess.server.reasons import REVIEWED, WITHHELD, researcher_reasons
+from safeaccess.server.steps.failures import (
+    DECIDABLE_RUNNER_CODES,
+    failure_decision,
+    is_data_dependent,
+)
+from safeaccess.server.steps.reasons import REVIEWED, WITHHELD, researcher_reasons
 
 
 def _decision(*findings: tuple[str, str, str | None]) -> Decision:

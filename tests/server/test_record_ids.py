@@ -15,7 +15,7 @@ from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.errors import InvalidRequest
-from safeaccess.server.record_ids import read_ids, read_registry
+from safeaccess.server.qss.record_ids import read_ids, read_registry
 from safeaccess.server.store import Store
 
 

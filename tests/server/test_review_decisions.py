@@ -13,11 +13,12 @@ import pyotp
 import pytest
 
 from safeaccess.rules.outputs import CellFacts, TableFacts, TableOutput, public
-from safeaccess.server import review, review_rules
-from safeaccess.server.cli import main
+from safeaccess.server.admin.cli import main
 from safeaccess.server.config import DataDir
 from safeaccess.server.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from safeaccess.server.outcome import StepOutcome
+from safeaccess.server.review import decisions as review
+from safeaccess.server.review import rules as review_rules
 from safeaccess.server.states import StepState
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import StepRow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from safeaccess.server import admin_accounts
+from safeaccess.server.admin import accounts as admin_accounts
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import AuthFailureRow, WebSessionRow
 from safeaccess.server.web import accounts, ratelimit, sessions

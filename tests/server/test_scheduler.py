@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from safeaccess.server.scheduler import FairScheduler
+from safeaccess.server.steps.scheduler import FairScheduler
 
 
 class Jobs:

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
-from safeaccess.server import auditlog
+from safeaccess.server.audit import log as auditlog
 from safeaccess.server.config import DataDir
 from safeaccess.server.errors import InvalidRequest, NotFound
 from safeaccess.server.store import Store, catalogue

@@ -21,17 +21,17 @@ import yaml
 
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
-from safeaccess.server import budgets
 from safeaccess.server.config import DataDir
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import InvalidRequest
-from safeaccess.server.qss_settings import QssSettings
-from safeaccess.server.record_ids import assign_ids, read_registry, sandbox_copy, write_ids
+from safeaccess.server.qss.record_ids import assign_ids, read_registry, sandbox_copy, write_ids
+from safeaccess.server.qss.settings import QssSettings
 from safeaccess.server.schemas import DatasetView
+from safeaccess.server.steps import budgets
+from safeaccess.server.steps.withhold_budget import budget
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow
 from safeaccess.server.synth.mock import published_mock
-from safeaccess.server.withhold_budget import budget
 
 
 def load_metadata(path: Path) -> DatasetMetadata:

@@ -2,8 +2,8 @@
 
 It wires the parts together and keeps their public method names: `auth.py` authenticates
 researchers, `steps/flow.py` opens sequences and runs their steps, `steps/views.py` shows them,
-`datasets.py` gives each dataset's rule set and the catalogue, `review.py` takes the output
-checkers' decisions, `audit_service.py` serves the auditors.
+`datasets.py` gives each dataset's rule set and the catalogue, `review/decisions.py` takes the output
+checkers' decisions, `auditors.py` serves the auditors.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, p
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
-from safeaccess.server import datasets, review
-from safeaccess.server.audit_service import (
+from safeaccess.server import datasets
+from safeaccess.server.auditors import (
     AuditService,
     configuration_record,
     log_configuration,
@@ -32,7 +32,7 @@ from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.errors import ConfigError, NotFound, Unavailable
 from safeaccess.server.ratelimit import DatabaseFailureLimiter, FailureLimiter
-from safeaccess.server.scheduler import FairScheduler
+from safeaccess.server.review import decisions as review
 from safeaccess.server.schemas import (
     DatasetView,
     OpenRequest,
@@ -40,9 +40,10 @@ from safeaccess.server.schemas import (
     SequenceView,
     StepView,
 )
-from safeaccess.server.script_runs import RunContext, ScriptRuns
 from safeaccess.server.states import StepState
 from safeaccess.server.steps.flow import Flow
+from safeaccess.server.steps.scheduler import FairScheduler
+from safeaccess.server.steps.scripts import RunContext, ScriptRuns
 from safeaccess.server.steps.views import AWAITING_APPROVAL as AWAITING_APPROVAL
 from safeaccess.server.steps.views import Views
 from safeaccess.server.store import Store

@@ -3,7 +3,7 @@
 `Flow.open_sequence` accepts a signed header and step 1, `Flow.reveal` each next step after a
 release; both verify the step against the sealed header (`SequenceVerifier`), parse its body
 once (`Revealed`), check the endorsement claims and record the reveal, then `_compute` runs it:
-a script is queued for the background (`script_runs.py`), any other step goes through the
+a script is queued for the background (`scripts.py`), any other step goes through the
 pipeline under its locks (the DP ledger's, the query-set scope's through `qss/admission.py`)
 and is recorded with its audit event in one transaction.
 
@@ -34,12 +34,12 @@ from safeaccess.client.protocol import (
 )
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend
-from safeaccess.server import audit_records, claim_gate
+from safeaccess.server.audit import records as audit_records
 from safeaccess.server.auth import AUTHENTICATION_FAILED, Authenticator
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.digests import sha256_hex
+from safeaccess.server.dp import DPContext
 from safeaccess.server.dp_config import DPConfig, ledger_key
-from safeaccess.server.dp_release import DPContext
 from safeaccess.server.errors import (
     Conflict,
     Forbidden,
@@ -49,23 +49,24 @@ from safeaccess.server.errors import (
     Unavailable,
 )
 from safeaccess.server.outcome import QssCommit, StepOutcome
-from safeaccess.server.pipeline import StepContext, run_step
 from safeaccess.server.qss.admission import Admission
-from safeaccess.server.qss_scope import LOCK_TIMEOUT_SECONDS, ScopeAuditor
-from safeaccess.server.qss_universe import Population
-from safeaccess.server.record_ids import read_ids
-from safeaccess.server.scheduler import FairScheduler
+from safeaccess.server.qss.record_ids import read_ids
+from safeaccess.server.qss.scope import LOCK_TIMEOUT_SECONDS, ScopeAuditor
+from safeaccess.server.qss.universe import Population
 from safeaccess.server.schemas import OpenRequest, RevealRequest, StepView
-from safeaccess.server.script_runs import ScriptRuns, queued_outcome
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
+from safeaccess.server.steps import claims as claim_gate
+from safeaccess.server.steps.pipeline import StepContext, run_step
 from safeaccess.server.steps.revealed import Revealed
+from safeaccess.server.steps.scheduler import FairScheduler
+from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
 from safeaccess.server.steps.views import Views
+from safeaccess.server.steps.withhold_budget import opening_needs_approval
 from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.synth.mock import public_spent
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
-from safeaccess.server.withhold_budget import opening_needs_approval
 
 log = logging.getLogger("safeaccess.server")
 
@@ -494,7 +495,7 @@ class Flow:
     def _queue_script(
         self, seq: SequenceRow, step: StepRow, ruleset: RuleSet, revealed: Revealed
     ) -> StepView:
-        """Answer a script step "in review" now; run it in the background (script_runs.py)."""
+        """Answer a script step "in review" now; run it in the background (scripts.py)."""
         seq, step = self.store.settle_step(
             seq.id,
             step.index,

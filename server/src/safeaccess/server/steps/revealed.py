@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from safeaccess.client.analyses import Analysis, parse_analysis
 
-#: The kind of a script step (run in the background, see `script_runs.py`).
+#: The kind of a script step (run in the background, see `scripts.py`).
 SCRIPT_KIND = "script"
 
 

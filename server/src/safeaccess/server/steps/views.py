@@ -15,15 +15,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.ruleset import RuleSet
-from safeaccess.server.dp_release import public_reasons
-from safeaccess.server.reasons import researcher_reasons, script_reasons
-from safeaccess.server.receipts import sign_receipt
+from safeaccess.server.dp import public_reasons
 from safeaccess.server.schemas import BudgetView, ErrorInfo, Reason, SequenceView, StepView
 from safeaccess.server.states import SequenceState, StepState
+from safeaccess.server.steps.reasons import researcher_reasons, script_reasons
+from safeaccess.server.steps.receipts import sign_receipt
 from safeaccess.server.steps.revealed import SCRIPT_KIND, Revealed, shown_of
+from safeaccess.server.steps.withhold_budget import budget
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
-from safeaccess.server.withhold_budget import budget
 
 AWAITING_APPROVAL = Reason(
     check="withhold_budget",

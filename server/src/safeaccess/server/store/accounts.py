@@ -1,5 +1,5 @@
 """The rows of the centre's accounts: researchers' memberships, auditors, projects (for the admin
-CLI's `list`/`remove`, `safeaccess.server.admin_accounts`) and the output checkers' web accounts
+CLI's `list`/`remove`, `safeaccess.server.admin.accounts`) and the output checkers' web accounts
 (`safeaccess.server.web.accounts`). Session-level: each runs in the caller's transaction, and
 the rules (what may be removed, how a password or a code is checked) stay with the callers.
 """

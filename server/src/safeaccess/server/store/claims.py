@@ -1,5 +1,5 @@
 """The claims a dataset requires per analysis kind (the rows behind
-`safeaccess.server.claim_gate`, which enforces them). Session-level: each runs in the caller's
+`safeaccess.server.steps.claims`, which enforces them). Session-level: each runs in the caller's
 transaction."""
 
 from __future__ import annotations

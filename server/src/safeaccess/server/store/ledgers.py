@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from safeaccess.server import auditlog
+from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Conflict
 from safeaccess.server.outcome import DPCharge, DPLedgerState, QssCommit, QssPointer
 from safeaccess.server.store.schema import DPLedgerRow, QssStateRow, utcnow

@@ -1,7 +1,7 @@
 """The audit log's rows: the head (its size), the records and the stored Merkle nodes.
 
 Only SQL lives here; what the rows mean (record encoding, which nodes a new leaf completes,
-roots and proofs) is `safeaccess.server.auditlog`. Every function runs in the caller's
+roots and proofs) is `safeaccess.server.audit.log`. Every function runs in the caller's
 transaction, so a record exists exactly when the change it records committed.
 """
 

@@ -1,8 +1,8 @@
 """The output checkers' side: openings waiting for approval, the review queue, their decisions,
 first approvals under the two-person rule, and the withhold budget's counts.
 
-The rules (who may decide, how many checkers a dataset needs) are `safeaccess.server.review`
-and `safeaccess.server.review_rules`; this module holds only their rows.
+The rules (who may decide, how many checkers a dataset needs) are `safeaccess.server.review.decisions`
+and `safeaccess.server.review.rules`; this module holds only their rows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from safeaccess.server import audit_records, auditlog
+from safeaccess.server.audit import log as auditlog
+from safeaccess.server.audit import records as audit_records
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.states import (
     SequenceState,

@@ -1,7 +1,7 @@
 """Script steps' rows: their background run's result and its held audit record.
 
 A script step's run is stored without changing anything its researcher can see, and its record
-is appended only with a checker's first action on the step (see `safeaccess.server.script_runs`).
+is appended only with a checker's first action on the step (see `safeaccess.server.steps.scripts`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from safeaccess.server import auditlog
+from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import NotFound
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState

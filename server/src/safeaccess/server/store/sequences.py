@@ -13,7 +13,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from safeaccess.server import audit_records, auditlog
+from safeaccess.server.audit import log as auditlog
+from safeaccess.server.audit import records as audit_records
 from safeaccess.server.errors import Conflict, NotFound
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.states import (

@@ -55,7 +55,7 @@ from safeaccess.sandbox.backend import (
     Limits,
     SandboxError,
 )
-from safeaccess.server.dp_release import DPContext, _withheld, config_hash, ledger_view
+from safeaccess.server.dp import DPContext, _withheld, config_hash, ledger_view
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.outcome import DPCharge, StepOutcome
 from safeaccess.server.states import StepState

@@ -2,7 +2,7 @@
 
 Checkers log in with a password (argon2id) and a TOTP code, in a server-side session held by a
 Secure, HttpOnly, SameSite=Strict cookie; every form carries a CSRF token bound to the session.
-Decisions go through `safeaccess.server.review`, the code path of the admin CLI.
+Decisions go through `safeaccess.server.review.decisions`, the code path of the admin CLI.
 """
 
 from safeaccess.server.web.routes import mount

@@ -19,7 +19,7 @@ import pyotp
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
-from safeaccess.server import auditlog
+from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.store import Store, accounts, web_sessions
 from safeaccess.server.store.schema import CheckerRow

@@ -19,8 +19,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from safeaccess.rules.decision import Decision
-from safeaccess.server import review, review_rules
 from safeaccess.server.errors import NotFound, ServiceError
+from safeaccess.server.review import decisions as review
+from safeaccess.server.review import rules as review_rules
 from safeaccess.server.service import Service
 from safeaccess.server.web import accounts, csrf
 from safeaccess.server.web.qr import qr_svg

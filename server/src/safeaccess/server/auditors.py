@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
 from safeaccess.client.keys import public_key_raw
 from safeaccess.client.protocol import canonical
-from safeaccess.server import auditlog
+from safeaccess.server.audit import log as auditlog
 from safeaccess.server.auth import Authenticator
 from safeaccess.server.errors import InvalidRequest, NotFound
 

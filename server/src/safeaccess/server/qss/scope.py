@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from safeaccess.server.errors import Unavailable
-from safeaccess.server.qss_gate import StateFiles
+from safeaccess.server.qss.gate import StateFiles
 from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
 

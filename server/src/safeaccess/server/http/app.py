@@ -21,8 +21,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from safeaccess.client.keyrotation import KeyStatus
-from safeaccess.server import api_audit, budgets, rehearsal
 from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
+from safeaccess.server.http import audit as api_audit
 from safeaccess.server.ratelimit import TooManyFailures
 from safeaccess.server.schemas import (
     Catalogue,
@@ -37,6 +37,7 @@ from safeaccess.server.schemas import (
     StepView,
 )
 from safeaccess.server.service import Service
+from safeaccess.server.steps import budgets, rehearsal
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -48,13 +48,13 @@ from safeaccess.sandbox.backend import (
     RunResult,
     SandboxError,
 )
-from safeaccess.server import dp_release
+from safeaccess.server import dp as dp_release
 from safeaccess.server.digests import json_hash
-from safeaccess.server.dp_release import DPContext
+from safeaccess.server.dp import DPContext
 from safeaccess.server.errors import Unavailable
-from safeaccess.server.failures import failure_decision, is_data_dependent
 from safeaccess.server.outcome import VERDICT_STATE, StepOutcome
 from safeaccess.server.states import StepState
+from safeaccess.server.steps.failures import failure_decision, is_data_dependent
 from safeaccess.server.steps.revealed import SCRIPT_KIND, Revealed
 from safeaccess.server.synth import step as synth_step
 

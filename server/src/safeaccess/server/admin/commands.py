@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from safeaccess.client.keys import fingerprint, public_key_text
-from safeaccess.server import admin_accounts
+from safeaccess.server.admin import accounts as admin_accounts
 from safeaccess.server.config import DataDir, default_data_dir
 from safeaccess.server.store import Store
 

@@ -49,9 +49,9 @@ from safeaccess.rules.qss import (
     admit,
 )
 from safeaccess.server.outcome import QssCommit, QssPointer
-from safeaccess.server.qss_grid import Origin, data_revealed, origin_of, output_labels
-from safeaccess.server.qss_settings import QssSettings, scope_folder
-from safeaccess.server.qss_universe import ScopeState, decode, encode
+from safeaccess.server.qss.grid import Origin, data_revealed, origin_of, output_labels
+from safeaccess.server.qss.settings import QssSettings, scope_folder
+from safeaccess.server.qss.universe import ScopeState, decode, encode
 
 CHECK = "query_set"
 KEEP_FILES = 3

@@ -28,16 +28,16 @@ from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import RunnerRequest
 from safeaccess.sandbox.mock.data import mock_frame, mock_notes, mock_rows
 from safeaccess.sandbox.runner import run_request
-from safeaccess.server import budgets
 from safeaccess.server.errors import InvalidRequest
-from safeaccess.server.failures import is_data_dependent
-from safeaccess.server.pipeline import mitigate_output
 from safeaccess.server.schemas import (
     PlanCheckRequest,
     Reason,
     RehearsalStep,
     RehearsalView,
 )
+from safeaccess.server.steps import budgets
+from safeaccess.server.steps.failures import is_data_dependent
+from safeaccess.server.steps.pipeline import mitigate_output
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow
 

@@ -37,7 +37,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, StateFormatError, admit
-from safeaccess.server.qss_grid import Origin, origin_of
+from safeaccess.server.qss.grid import Origin, origin_of
 
 MAGIC = b"SASCOPE\0"
 _LENGTH = struct.Struct(">I")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from safeaccess.server import auditlog
+from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Conflict, NotFound
 from safeaccess.server.store import Store, accounts, web_sessions
 

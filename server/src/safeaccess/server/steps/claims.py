@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from safeaccess.client.protocol import Endorsement
-from safeaccess.server import auditlog
+from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Forbidden, NotFound
 from safeaccess.server.store import Store, catalogue, claims
 

@@ -6,7 +6,7 @@
 `build-image` assembles the sandbox image from this machine's Python installation (no registry
 needed), prints its id (``sha256:...``) on stdout and, given a data directory or configuration
 file, records it as `sandbox.docker.image` there. Also runnable as
-``python -m safeaccess.server.cli_sandbox build-image``.
+``python -m safeaccess.server.admin.sandbox build-image``.
 """
 
 from __future__ import annotations
@@ -138,9 +138,9 @@ def check_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry: ``python -m safeaccess.server.cli_sandbox build-image ...``."""
+    """Standalone entry: ``python -m safeaccess.server.admin.sandbox build-image ...``."""
     parser = argparse.ArgumentParser(
-        prog="python -m safeaccess.server.cli_sandbox", description=__doc__.split("\n")[0]
+        prog="python -m safeaccess.server.admin.sandbox", description=__doc__.split("\n")[0]
     )
     add_actions(parser.add_subparsers(dest="sandbox_command", required=True, metavar="ACTION"))
     args = parser.parse_args(argv)

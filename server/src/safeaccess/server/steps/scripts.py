@@ -29,11 +29,11 @@ from safeaccess.sandbox.backend import Backend, Limits
 from safeaccess.server.digests import json_hash
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.outcome import StepOutcome
-from safeaccess.server.pipeline import StepContext, run_step
-from safeaccess.server.scheduler import FairScheduler
 from safeaccess.server.states import StepState
+from safeaccess.server.steps.pipeline import StepContext, run_step
 from safeaccess.server.steps.revealed import SCRIPT_KIND as SCRIPT_KIND
 from safeaccess.server.steps.revealed import Revealed
+from safeaccess.server.steps.scheduler import FairScheduler
 from safeaccess.server.store import Store, scripts
 from safeaccess.server.store.schema import DatasetRow
 

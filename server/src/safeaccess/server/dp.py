@@ -150,7 +150,7 @@ def _withheld(
 
 def public_reasons(decision: Decision) -> list[Reason] | None:
     """The reasons of a DP withhold, verbatim: they depend only on the request and the public
-    ledger. None when the decision is not one (other withholds go through `reasons.py`)."""
+    ledger. None when the decision is not one (other withholds go through `steps/reasons.py`)."""
     fired = [f for f in decision.findings if f.verdict != "release"]
     if not fired or any(f.check not in PUBLIC_CHECKS for f in fired):
         return None

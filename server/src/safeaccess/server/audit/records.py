@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from safeaccess.client.audit.records import COMMITMENT_SCHEME, commit, new_salt
-from safeaccess.server.audit_facts import decision_facts
-from safeaccess.server.leverage_record import leverage_record
+from safeaccess.server.audit.facts import decision_facts
+from safeaccess.server.audit.leverage import leverage_record
 from safeaccess.server.store.schema import StepRow
 
 if TYPE_CHECKING:

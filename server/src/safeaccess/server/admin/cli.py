@@ -16,8 +16,9 @@ from typing import Any
 
 from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
-from safeaccess.server import cli_admin, cli_sandbox
+from safeaccess.server.admin import commands as cli_admin
 from safeaccess.server.admin import db as admin_db
+from safeaccess.server.admin import sandbox as cli_sandbox
 from safeaccess.server.config import DataDir, default_data_dir, initialise
 from safeaccess.server.errors import ConfigError, Forbidden, ServiceError
 from safeaccess.server.store import Store
@@ -120,7 +121,7 @@ def _researcher_revoke_key(args: argparse.Namespace) -> int:
 
 def _qss_settings(args: argparse.Namespace, store: Any) -> Any:
     """The auditor settings asked for on the command line (over the dataset's current ones)."""
-    from safeaccess.server.qss_settings import QssSettings
+    from safeaccess.server.qss.settings import QssSettings
 
     asked = {
         key: value
@@ -345,7 +346,7 @@ def _known_kinds() -> frozenset[str]:
 
 
 def _dataset_claims(args: argparse.Namespace) -> int:
-    from safeaccess.server import claim_gate
+    from safeaccess.server.steps import claims as claim_gate
 
     store = _store(_data(args))
     try:
@@ -373,7 +374,7 @@ def _dataset_claims(args: argparse.Namespace) -> int:
 
 
 def _review_list(args: argparse.Namespace) -> int:
-    from safeaccess.server.review import pending
+    from safeaccess.server.review.decisions import pending
 
     store = _store(_data(args))
     try:
@@ -395,7 +396,7 @@ def _review_list(args: argparse.Namespace) -> int:
 
 
 def _review_openings(args: argparse.Namespace) -> int:
-    from safeaccess.server.review import openings
+    from safeaccess.server.review.decisions import openings
 
     store = _store(_data(args))
     try:
@@ -434,7 +435,7 @@ def _authenticated_checker(store: Store, name: str) -> str:
 
 
 def _review_opening_decide(args: argparse.Namespace) -> int:
-    from safeaccess.server.review import decide_opening
+    from safeaccess.server.review.decisions import decide_opening
 
     approve = args.review_command == "approve-opening"
     store = _store(_data(args))
@@ -471,7 +472,7 @@ def _review_show(args: argparse.Namespace) -> int:
     print(f"sequence {seq.id} step {step.index} by {seq.researcher} ({seq.project}): {step.state}")
     print("analysis:", step.body.decode("utf-8", "replace"))
     if step.kind == "script":
-        from safeaccess.server.review import script_run_state
+        from safeaccess.server.review.decisions import script_run_state
 
         print(
             "script run:",
@@ -500,7 +501,7 @@ def _review_show(args: argparse.Namespace) -> int:
 
 
 def _review_decide(args: argparse.Namespace) -> int:
-    from safeaccess.server.review import decide
+    from safeaccess.server.review.decisions import decide
 
     approve = args.review_command == "approve"
     store = _store(_data(args))
@@ -571,7 +572,7 @@ def _checker_disable(args: argparse.Namespace) -> int:
 
 
 def _dataset_checkers(args: argparse.Namespace) -> int:
-    from safeaccess.server.review_rules import checkers_required, set_checkers_required
+    from safeaccess.server.review.rules import checkers_required, set_checkers_required
 
     store = _store(_data(args))
     try:
@@ -601,7 +602,7 @@ def _log_to_stderr() -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from safeaccess.server.api import create_app
+    from safeaccess.server.http.app import create_app
     from safeaccess.server.service import Service
 
     _log_to_stderr()
@@ -619,7 +620,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from safeaccess.server.demo import run_demo
+    from safeaccess.server.demo.run import run_demo
 
     return run_demo(args.data_dir, rows=args.rows)
 

@@ -12,9 +12,9 @@ from safeaccess.rules.decision import Decision
 from safeaccess.rules.mitigation import MitigationError, mitigate
 from safeaccess.rules.outputs import Output, public
 from safeaccess.rules.ruleset import RuleSet
-from safeaccess.server import review_rules
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+from safeaccess.server.review import rules as review_rules
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import StepRow
 

@@ -1,0 +1,1 @@
+"""The end-to-end demo (`safeaccess-server demo`) and its made-up data."""

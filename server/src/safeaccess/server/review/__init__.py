@@ -1,0 +1,1 @@
+"""Manual review of withheld outputs: the decisions and their rules."""

@@ -18,8 +18,8 @@ from e2e_helpers import Centre, open_body, reveal_body, signed
 
 from safeaccess.client.analyses import FrequencyTable
 from safeaccess.sandbox.backend import Backend, Job, RunResult
-from safeaccess.server.api import create_app
-from safeaccess.server.embedded import EmbeddedServer
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 SAFE = FrequencyTable(rows=["region"], cols=["sex"])

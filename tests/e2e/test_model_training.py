@@ -26,11 +26,10 @@ from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.models import Predictor
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
-from safeaccess.server.config import DataDir
+from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.applicants import applicants_metadata, generate_applicants
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.qss.settings import QssSettings
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

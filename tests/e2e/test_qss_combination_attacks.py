@@ -49,10 +49,9 @@ from safeaccess.client.analyses import (
 )
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
-from safeaccess.server.config import DataDir
+from safeaccess.server.config import DataDir, QssSettings, Scope
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.qss.settings import QssSettings, Scope
 from safeaccess.server.store import Store
 
 N = 3000

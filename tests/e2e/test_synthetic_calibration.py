@@ -25,9 +25,8 @@ from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.rules.dp import gaussian_mu_for
 from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, initialise
+from safeaccess.server.config import DataDir, DPConfig, initialise
 from safeaccess.server.datasets import register_dataset
-from safeaccess.server.dp_config import DPConfig
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service

@@ -39,10 +39,9 @@ from safeaccess.client.analyses import (
 )
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import ServerError, connect
-from safeaccess.server.config import DataDir
+from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.qss.settings import QssSettings
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 

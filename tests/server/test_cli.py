@@ -15,11 +15,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.keys import public_key_text
 from safeaccess.server.admin.cli import main
-from safeaccess.server.config import DataDir
+from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.qss.record_ids import read_ids
-from safeaccess.server.qss.settings import QssSettings
 from safeaccess.server.states import StepState
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import StepRow

@@ -11,7 +11,7 @@ from safeaccess.client.analyses import DPCount, DPHistogram, DPMean, DPSum
 from safeaccess.client.metadata import Column, DatasetMetadata, NeighbouringRelation
 from safeaccess.rules.outputs import DPStatisticFacts, DPStatisticOutput
 from safeaccess.server import dp as dp_release
-from safeaccess.server.dp_config import DPConfig
+from safeaccess.server.config import DPConfig
 from safeaccess.server.outcome import DPLedgerState, StepOutcome
 from safeaccess.server.states import StepState
 

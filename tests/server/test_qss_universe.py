@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, StateFormatError, admit
+from safeaccess.server.config import scope_folder
 from safeaccess.server.outcome import QssPointer
 from safeaccess.server.qss.gate import StateFiles
-from safeaccess.server.qss.settings import scope_folder
 from safeaccess.server.qss.universe import (
     MAGIC,
     Population,

@@ -48,13 +48,12 @@ from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import Session, connect
 from safeaccess.server.admin.cli import main as server_cli
-from safeaccess.server.config import DataDir, initialise
+from safeaccess.server.config import DataDir, initialise, scope_key
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.qss.scope import LOCK_KIND
-from safeaccess.server.qss.settings import scope_key
 from safeaccess.server.ratelimit import PER_KEY
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store

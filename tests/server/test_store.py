@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
+from safeaccess.server.config import QssSettings
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.outcome import QssCommit, StepOutcome
-from safeaccess.server.qss.settings import QssSettings
 from safeaccess.server.states import IllegalTransition, StepState
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import Base, EventRow, SequenceRow, StepRow

@@ -10,17 +10,19 @@ One data directory holds everything the embedded deployment needs:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from safeaccess.client.analyses import SYNTH_MAX_EPSILON
 from safeaccess.sandbox.config import SandboxConfig
 from safeaccess.server.errors import ConfigError
 
@@ -234,3 +236,77 @@ def initialise(
     )
     data.save_config(config)
     return config
+
+
+# -- the per-dataset settings a controller sets ---------------------------------------------------
+
+Scope = Literal["researcher", "project", "dataset"]
+
+
+class QssSettings(BaseModel):
+    """How a dataset's releases are audited across outputs: the query-set auditor's settings.
+
+    Set per dataset name (so they span its versions) when its first version is registered:
+    `mode` is `span` (default; refuse what would *determine* an aggregate over fewer than k
+    records) or `atoms` (refuse what would create a non-empty atom of fewer than k records);
+    `scope` says whose releases are audited together: `researcher`, `project` (default:
+    colleagues in one project share a state, so they cannot collude) or `dataset` (everyone);
+    an output that would split the partition into more than `atom_cap` atoms is refused for
+    cost, under that name (span mode never switches to another rule). k is the threshold of the
+    dataset's rule set.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["span", "atoms"] = "span"
+    scope: Scope = "project"
+    atom_cap: int = Field(default=2_000_000, ge=1)
+
+
+DEFAULT_QSS = QssSettings()
+
+
+def scope_key(dataset: str, scope: Scope, *, researcher: str, project: str) -> str:
+    """The name of the auditor state a step is admitted against (one per scope, all versions)."""
+    if scope == "researcher":
+        return f"{dataset}/researcher/{researcher}"
+    if scope == "project":
+        return f"{dataset}/project/{project}"
+    return f"{dataset}/dataset"
+
+
+def scope_folder(key: str) -> str:
+    """A file-system-safe folder name for a scope's state files."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+class DPConfig(BaseModel):
+    """A dataset's differential-privacy configuration, as the controller sets it.
+
+    `epsilon`/`delta` is the total budget of one ledger; `scope` says whose releases share a
+    ledger (each researcher, each project, or everyone on the dataset); `mandatory` refuses
+    rule-checked kinds on the dataset; `max_tpr_at_5pct` caps what one release may give an
+    attacker telling neighbouring datasets apart (its TPR at FPR 0.05).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # up to the largest synthetic-data request, so that a budget can cover it (the bound only
+    # catches typos; each kind's own request bound still applies)
+    epsilon: float = Field(gt=0.0, le=SYNTH_MAX_EPSILON, allow_inf_nan=False)
+    delta: float = Field(gt=0.0, lt=1.0)
+    scope: Scope = "researcher"
+    mandatory: bool = False
+    max_tpr_at_5pct: float | None = Field(
+        default=None,
+        gt=0.05,
+        le=1.0,
+        description="Largest TPR at FPR 0.05 one release may allow (above 0.05, which is "
+        "blind guessing).",
+    )
+
+
+def ledger_key(dataset: str, scope: Scope, *, researcher: str, project: str) -> tuple[str, str]:
+    """(ledger key, owner) of the scope a step of `researcher` in `project` is charged to."""
+    owner = {"researcher": researcher, "project": project, "dataset": dataset}[scope]
+    return f"{dataset}|{scope}|{owner}", owner

@@ -21,11 +21,10 @@ import yaml
 
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
-from safeaccess.server.config import DataDir
+from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import InvalidRequest
 from safeaccess.server.qss.record_ids import assign_ids, read_registry, sandbox_copy, write_ids
-from safeaccess.server.qss.settings import QssSettings
 from safeaccess.server.schemas import DatasetView
 from safeaccess.server.steps import budgets
 from safeaccess.server.steps.withhold_budget import budget

@@ -49,7 +49,7 @@ from safeaccess.rules.outputs import (
     DPStatisticOutput,
     public,
 )
-from safeaccess.server.dp_config import DPConfig
+from safeaccess.server.config import DPConfig
 from safeaccess.server.outcome import DPCharge, DPLedgerState, StepOutcome
 from safeaccess.server.schemas import Reason
 from safeaccess.server.states import StepState

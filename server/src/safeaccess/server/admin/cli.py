@@ -121,7 +121,7 @@ def _researcher_revoke_key(args: argparse.Namespace) -> int:
 
 def _qss_settings(args: argparse.Namespace, store: Any) -> Any:
     """The auditor settings asked for on the command line (over the dataset's current ones)."""
-    from safeaccess.server.qss.settings import QssSettings
+    from safeaccess.server.config import QssSettings
 
     asked = {
         key: value
@@ -212,7 +212,7 @@ def _dataset_list(args: argparse.Namespace) -> int:
 def _dataset_dp(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from safeaccess.server.dp_config import DPConfig
+    from safeaccess.server.config import DPConfig
 
     try:
         config = DPConfig(
@@ -309,7 +309,7 @@ def _dataset_mock(args: argparse.Namespace) -> int:
 
 def _dataset_budget(args: argparse.Namespace) -> int:
     from safeaccess.rules.dp import GaussianLedger
-    from safeaccess.server.dp_config import DPConfig
+    from safeaccess.server.config import DPConfig
 
     store = _store(_data(args))
     try:

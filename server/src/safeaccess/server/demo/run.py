@@ -29,10 +29,9 @@ from safeaccess.client.results import StepResult, format_output
 from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import SandboxError
 from safeaccess.sandbox.config import resolve_backend_name
-from safeaccess.server.config import DataDir, initialise, set_sandbox_image
+from safeaccess.server.config import DataDir, DPConfig, initialise, set_sandbox_image
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata, generate_census
-from safeaccess.server.dp_config import DPConfig
 from safeaccess.server.errors import ConfigError
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer

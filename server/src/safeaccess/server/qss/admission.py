@@ -27,11 +27,11 @@ import numpy as np
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.outputs import Output
+from safeaccess.server.config import QssSettings, scope_key
 from safeaccess.server.errors import Conflict, Unavailable
 from safeaccess.server.outcome import VERDICT_STATE, QssCommit, StepOutcome
 from safeaccess.server.qss.gate import AuditUnavailable, commit_for, gate, policy_for
 from safeaccess.server.qss.scope import ScopeAuditor
-from safeaccess.server.qss.settings import QssSettings, scope_key
 from safeaccess.server.qss.universe import (
     Population,
     PopulationUnavailable,

@@ -48,9 +48,9 @@ from safeaccess.rules.qss import (
     StateFormatError,
     admit,
 )
+from safeaccess.server.config import QssSettings, scope_folder
 from safeaccess.server.outcome import QssCommit, QssPointer
 from safeaccess.server.qss.grid import Origin, data_revealed, origin_of, output_labels
-from safeaccess.server.qss.settings import QssSettings, scope_folder
 from safeaccess.server.qss.universe import ScopeState, decode, encode
 
 CHECK = "query_set"

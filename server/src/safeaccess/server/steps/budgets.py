@@ -28,8 +28,8 @@ from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.dp import GaussianLedger, gaussian_epsilon
 from safeaccess.server import dp as dp_release
+from safeaccess.server.config import DPConfig, ledger_key
 from safeaccess.server.dp import DPContext, DPPlan
-from safeaccess.server.dp_config import DPConfig, ledger_key
 from safeaccess.server.errors import InvalidRequest, NotFound
 from safeaccess.server.outcome import DPLedgerState, StepOutcome
 from safeaccess.server.schemas import DPBudgetView, PlanCheckRequest, PlanCheckView, PlanProblem

@@ -36,10 +36,9 @@ from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend
 from safeaccess.server.audit import records as audit_records
 from safeaccess.server.auth import AUTHENTICATION_FAILED, Authenticator
-from safeaccess.server.config import DataDir, ServerConfig
+from safeaccess.server.config import DataDir, DPConfig, ServerConfig, ledger_key
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.dp import DPContext
-from safeaccess.server.dp_config import DPConfig, ledger_key
 from safeaccess.server.errors import (
     Conflict,
     Forbidden,

@@ -26,6 +26,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from safeaccess.server.audit import log as auditlog
+from safeaccess.server.config import DEFAULT_QSS, QssSettings
 
 # The outcome types moved to `safeaccess.server.outcome`; re-exported here until the layout
 # change's last step (other branches still import them from the store).
@@ -34,7 +35,6 @@ from safeaccess.server.outcome import DPLedgerState as DPLedgerState
 from safeaccess.server.outcome import QssCommit as QssCommit
 from safeaccess.server.outcome import QssPointer as QssPointer
 from safeaccess.server.outcome import StepOutcome as StepOutcome
-from safeaccess.server.qss.settings import DEFAULT_QSS, QssSettings
 from safeaccess.server.store import (
     catalogue,
     ledgers,

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 from safeaccess.client.keyrotation import REVOKED, ROTATED, rotation_signed_by
 from safeaccess.client.keys import load_public_key
 from safeaccess.server.audit import log as auditlog
+from safeaccess.server.config import DEFAULT_QSS, QssSettings
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
-from safeaccess.server.qss.settings import DEFAULT_QSS, QssSettings
 from safeaccess.server.store.schema import (
     AuditorRow,
     DatasetRow,

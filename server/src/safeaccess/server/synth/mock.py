@@ -26,8 +26,7 @@ from safeaccess.rules.dp import GaussianLedger
 from safeaccess.rules.outputs import SynthTablesOutput
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, Job, Limits, SandboxError
-from safeaccess.server.config import DataDir
-from safeaccess.server.dp_config import DPConfig
+from safeaccess.server.config import DataDir, DPConfig
 from safeaccess.server.errors import ConfigError, InvalidRequest
 from safeaccess.server.outcome import DPCharge
 from safeaccess.server.store import Store

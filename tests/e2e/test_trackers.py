@@ -29,6 +29,8 @@ import pandas as pd
 import pytest
 from e2e_helpers import Centre, unguard
 
+from replica_helpers import TARGET, people_metadata
+from replica_helpers import people as replica_people
 from safeaccess.client.analyses import (
     Analysis,
     FrequencyTable,
@@ -37,7 +39,6 @@ from safeaccess.client.analyses import (
     Regression,
     Summary,
 )
-from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import ServerError, connect
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.datasets import register_dataset
@@ -45,47 +46,17 @@ from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 
-N = 600
-OCCUPATIONS = ["clerk", "nurse", "teacher", "driver"]
-REGIONS = ["North", "South", "East", "West"]
-TARGET = "age == 90"
 GROUP = [f"age == {a}" for a in range(84, 89)]
 EDGES = [float(e) for e in range(20_000, 60_001, 4_000)]
 
 
 def people(seed: int = 11) -> pd.DataFrame:
-    """N people; the target (age 90, North, M) and five group members (84..88, South) are the
-    only people over 79."""
-    rng = np.random.default_rng(seed)
-    frame = pd.DataFrame(
-        {
-            "person_id": np.arange(1001, 1001 + N, dtype=np.int64),
-            "region": rng.choice(REGIONS, N),
-            "sex": rng.choice(["F", "M"], N),
-            "occupation": rng.choice(OCCUPATIONS, N),
-            "age": rng.integers(18, 80, N),
-            "income": np.round(rng.uniform(20_500, 59_500, N), 2),
-        }
-    )
-    frame.loc[0, ["age", "region", "sex"]] = [90, "North", "M"]
+    """The replica tests' N people (the target aged 90, North, M) plus five group members
+    (84..88, South): the only people over 79."""
+    frame = replica_people(seed)
     for i, age in enumerate(range(84, 89), start=1):
         frame.loc[i, ["age", "region"]] = [age, "South"]
     return frame
-
-
-def people_metadata(name: str) -> DatasetMetadata:
-    return DatasetMetadata(
-        name=name,
-        record_key="person_id",
-        columns=[
-            Column(name="person_id", type="identifier"),
-            Column(name="region", type="categorical", levels=REGIONS),
-            Column(name="sex", type="categorical", levels=["F", "M"]),
-            Column(name="occupation", type="categorical", levels=OCCUPATIONS),
-            Column(name="age", type="integer", bounds=(18, 95)),
-            Column(name="income", type="continuous", bounds=(0, 100_000)),
-        ],
-    )
 
 
 DATA = people()

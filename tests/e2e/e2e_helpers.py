@@ -168,3 +168,27 @@ def unguard(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         admission, "gate", lambda output, decision, **_: Gate(decision, {"admitted": True})
     )
+
+
+def seed_synthesis(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Fix a synthetic-data step's randomness (the measurements' noise and the sampler's seed),
+    so a calibration test releases the same data on every run."""
+    import numpy as np
+
+    from safeaccess.server.synth import measure, step
+    from safeaccess.server.synth.protocol import WorkerRequest
+    from safeaccess.server.synth.worker_client import WorkerResult
+
+    rng = np.random.default_rng(seed)
+
+    def noise(values: object, sigma: float) -> np.ndarray:
+        x = np.asarray(values, dtype=np.float64)
+        return x + rng.normal(0.0, sigma, x.shape)
+
+    real_worker = step.run_worker
+
+    def worker(request: WorkerRequest, *, timeout: float = 600.0) -> WorkerResult:
+        return real_worker(request.model_copy(update={"seed": seed}), timeout=timeout)
+
+    monkeypatch.setattr(measure, "gaussian_noise", noise)
+    monkeypatch.setattr(step, "run_worker", worker)

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from e2e_helpers import seed_synthesis
 
 from safeaccess.client.analyses import SyntheticData, to_body
 from safeaccess.client.keys import fingerprint, public_key_text
@@ -34,8 +35,6 @@ from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
-from safeaccess.server.synth.protocol import WorkerRequest
-from safeaccess.server.synth.worker_client import WorkerResult
 
 pytest.importorskip("mbi")
 pytestmark = pytest.mark.slow  # a Private-PGM fit and a whole check at 100 000 records
@@ -108,30 +107,12 @@ def server(centre: tuple[Path, str, Ed25519PrivateKey]) -> Iterator[EmbeddedServ
         yield srv
 
 
-def _seeded(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    from safeaccess.server.synth import measure, step
-
-    rng = np.random.default_rng(seed)
-
-    def noise(values: object, sigma: float) -> np.ndarray:
-        x = np.asarray(values, dtype=np.float64)
-        return x + rng.normal(0.0, sigma, x.shape)
-
-    real_worker = step.run_worker
-
-    def worker(request: WorkerRequest, *, timeout: float = 600.0) -> WorkerResult:
-        return real_worker(request.model_copy(update={"seed": seed}), timeout=timeout)
-
-    monkeypatch.setattr(measure, "gaussian_noise", noise)
-    monkeypatch.setattr(step, "run_worker", worker)
-
-
 def test_dp_mst_release_of_100k_records_over_http(
     server: EmbeddedServer,
     centre: tuple[Path, str, Ed25519PrivateKey],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _seeded(monkeypatch, 1)
+    seed_synthesis(monkeypatch, 1)
     root, server_id, key = centre
     analysis = SyntheticData(columns=NAMES, epsilon=1.0, delta=1e-9)
     sealed = seal(

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from e2e_helpers import seed_synthesis
 from test_synthetic_data import CMC_COLUMNS, cmc_frame, cmc_metadata
 
 from safeaccess.client.analyses import SYNTH_MAX_EPSILON, SyntheticData, to_body
@@ -31,8 +31,6 @@ from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
-from safeaccess.server.synth.protocol import WorkerRequest
-from safeaccess.server.synth.worker_client import WorkerResult
 
 pytest.importorskip("mbi")
 pytestmark = pytest.mark.slow  # five Private-PGM fits through the server
@@ -83,24 +81,6 @@ def server(centre: tuple[Path, str, Ed25519PrivateKey]) -> Iterator[EmbeddedServ
         yield srv
 
 
-def _seeded(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    from safeaccess.server.synth import measure, step
-
-    rng = np.random.default_rng(seed)
-
-    def noise(values: object, sigma: float) -> np.ndarray:
-        x = np.asarray(values, dtype=np.float64)
-        return x + rng.normal(0.0, sigma, x.shape)
-
-    real_worker = step.run_worker
-
-    def worker(request: WorkerRequest, *, timeout: float = 600.0) -> WorkerResult:
-        return real_worker(request.model_copy(update={"seed": seed}), timeout=timeout)
-
-    monkeypatch.setattr(measure, "gaussian_noise", noise)
-    monkeypatch.setattr(step, "run_worker", worker)
-
-
 def test_mu_50_is_requestable_and_the_bound_still_catches_typos() -> None:
     assert gaussian_mu_for(EPSILON_MU50, 1e-9) == pytest.approx(50.0, abs=0.05)
     SyntheticData(columns=CMC_COLUMNS, epsilon=EPSILON_MU50, delta=1e-9)
@@ -129,7 +109,7 @@ def test_dp_mst_releases_pass_the_default_check(
     epsilon: float,
     seed: int,
 ) -> None:
-    _seeded(monkeypatch, seed)
+    seed_synthesis(monkeypatch, seed)
     root, server_id, key = centre
     analysis = SyntheticData(columns=CMC_COLUMNS, epsilon=epsilon, delta=1e-9)
     sealed = seal(

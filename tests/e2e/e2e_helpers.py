@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from safeaccess.client.analyses import Analysis, to_body
 from safeaccess.client.httpsig import sign_request
 from safeaccess.client.protocol import SealedSequence, seal
+from safeaccess.sandbox.backend import Backend, Job, RunResult
 
 ROWS = 3000
 SEED = 7
@@ -192,3 +193,21 @@ def seed_synthesis(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
 
     monkeypatch.setattr(measure, "gaussian_noise", noise)
     monkeypatch.setattr(step, "run_worker", worker)
+
+
+class WrappedBackend:
+    """A real sandbox backend behind a test's own `run` (a delay, an outage, a count): the rest
+    of the backend protocol passes through."""
+
+    def __init__(self, real: Backend):
+        self.real = real
+        self.name = real.name
+
+    def check_available(self) -> None:
+        self.real.check_available()
+
+    def run(self, job: Job) -> RunResult:
+        return self.real.run(job)
+
+    def close(self) -> None:
+        self.real.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pandas as pd
-from e2e_helpers import Centre, open_body, reveal_body, signed
+from e2e_helpers import Centre, WrappedBackend, open_body, reveal_body, signed
 
 from safeaccess.client.analyses import FrequencyTable, Script, Summary
 from safeaccess.client.httpsig import sign_request
@@ -98,28 +98,21 @@ def test_a_script_forging_another_output_type_fails_its_step(
 SITE_A = [3] * 3 + [4] * 8 + [5] * 13
 
 
-class Rendezvous:
+class Rendezvous(WrappedBackend):
     """The real sandbox, holding each job until a second one is running too (or a timeout):
     two reveals then run their jobs side by side, as a researcher with two sequences can make
     them do."""
 
     def __init__(self, real: Backend):
-        self.real = real
-        self.name = real.name
+        super().__init__(real)
         self.enabled = False
         self._barrier = threading.Barrier(2)
-
-    def check_available(self) -> None:
-        self.real.check_available()
 
     def run(self, job: Job) -> RunResult:
         if self.enabled:
             with contextlib.suppress(threading.BrokenBarrierError):
                 self._barrier.wait(timeout=5)
         return self.real.run(job)
-
-    def close(self) -> None:
-        self.real.close()
 
 
 def _register_people(centre: Centre, name: str, rules: Path | None = None) -> None:

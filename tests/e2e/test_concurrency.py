@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from e2e_helpers import Centre
+from e2e_helpers import Centre, WrappedBackend
 
 from safeaccess.client.analyses import FrequencyTable
 from safeaccess.client.results import StepResult
@@ -16,18 +16,14 @@ from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 
-class CountingSandbox:
+class CountingSandbox(WrappedBackend):
     """The real backend, recording how many jobs ran at the same time."""
 
     def __init__(self, real: Backend):
-        self.real = real
-        self.name = real.name
+        super().__init__(real)
         self.running = 0
         self.peak = 0
         self._lock = threading.Lock()
-
-    def check_available(self) -> None:
-        self.real.check_available()
 
     def run(self, job: Job) -> RunResult:
         with self._lock:
@@ -38,9 +34,6 @@ class CountingSandbox:
         finally:
             with self._lock:
                 self.running -= 1
-
-    def close(self) -> None:
-        self.real.close()
 
 
 def test_concurrent_researchers_complete_within_the_job_limit(centre: Centre) -> None:

@@ -17,7 +17,7 @@ import httpx
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import Centre, open_body, signed
+from e2e_helpers import Centre, WrappedBackend, open_body, signed
 
 from safeaccess.client.analyses import (
     Analysis,
@@ -367,23 +367,16 @@ def test_an_unfinished_script_run_resumes_after_a_restart(centre: Centre) -> Non
         assert step.output is not None and step.output["result"] == 2
 
 
-class Outage:
+class Outage(WrappedBackend):
     """A sandbox that is down: every run fails as the centre's problem, never the script's."""
 
     def __init__(self, real: Backend):
-        self.real = real
-        self.name = real.name
+        super().__init__(real)
         self.calls = threading.Event()
-
-    def check_available(self) -> None:
-        self.real.check_available()
 
     def run(self, job: Job) -> RunResult:
         self.calls.set()
         raise SandboxUnavailable("the sandbox is down for this test")
-
-    def close(self) -> None:
-        self.real.close()
 
 
 # -- §4 a fair queue ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import Centre, free_port, serve_in_subprocess
+from e2e_helpers import Centre, WrappedBackend, free_port, serve_in_subprocess
 from sqlalchemy import select
 
 from safeaccess.client.analyses import FrequencyTable
@@ -104,26 +104,19 @@ def test_server_killed_mid_step_resumes_after_restart(centre: Centre) -> None:
         service.close()
 
 
-class FlakySandbox:
+class FlakySandbox(WrappedBackend):
     """The real backend, except that chosen calls fail as if the sandbox host went away."""
 
     def __init__(self, real: Backend, fail_calls: set[int]):
-        self.real = real
-        self.name = real.name
+        super().__init__(real)
         self.calls = 0
         self.fail_calls = fail_calls
-
-    def check_available(self) -> None:
-        self.real.check_available()
 
     def run(self, job: Job) -> RunResult:
         self.calls += 1
         if self.calls in self.fail_calls:
             raise SandboxError("the sandbox host went away")
         return self.real.run(job)
-
-    def close(self) -> None:
-        self.real.close()
 
 
 def test_sandbox_outage_leaves_the_step_rerunnable(centre: Centre) -> None:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from e2e_helpers import Centre, open_body, reveal_body, signed
+from e2e_helpers import Centre, WrappedBackend, open_body, reveal_body, signed
 
 from safeaccess.client.analyses import FrequencyTable
-from safeaccess.sandbox.backend import Backend, Job, RunResult
+from safeaccess.sandbox.backend import Job, RunResult
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
@@ -26,24 +27,12 @@ SAFE = FrequencyTable(rows=["region"], cols=["sex"])
 DELAY = 1.5  # seconds the (simulated) data-dependent run takes on top of the real one
 
 
-class Slow:
+class Slow(WrappedBackend):
     """The real sandbox, slower by DELAY on every job: a run whose length the data decides."""
 
-    def __init__(self, real: Backend):
-        self.real = real
-        self.name = real.name
-
-    def check_available(self) -> None:
-        self.real.check_available()
-
     def run(self, job: Job) -> RunResult:
-        import time
-
         time.sleep(DELAY)
         return self.real.run(job)
-
-    def close(self) -> None:
-        self.real.close()
 
 
 def _when(view: dict[str, Any]) -> datetime:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from safeaccess.client.analyses import SYNTH_MAX_EPSILON
 from safeaccess.sandbox.config import SandboxConfig
@@ -48,6 +48,34 @@ class ReviewWebConfig(BaseModel):
     login_failures_per_address: int = Field(default=20, ge=1, le=10000)
     login_window_seconds: int = Field(
         default=15 * 60, ge=1, le=24 * 3600, description="Window of the login failure limits."
+    )
+
+
+class QueueConfig(BaseModel):
+    """The job queue (execution = "queue"): how API replicas and worker hosts share steps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wait_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="How long a reveal waits for its step's job before answering 'running' (the "
+        "client then asks again).",
+    )
+    lease_seconds: float = Field(
+        default=30.0,
+        ge=2,
+        le=3600,
+        description="A worker that sent no heartbeat for this long is presumed dead: its table "
+        "jobs are queued again (at most max_attempts in all), its script jobs fail as crashed.",
+    )
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    pools: dict[str, str] = Field(
+        default_factory=dict,
+        description="Dataset name -> pool: the dataset's steps go to queue 'steps.<pool>', served "
+        "by the workers started with `--queues steps.<pool>` (who keep its templates warm). "
+        "Datasets not named go to 'steps'.",
     )
 
 
@@ -92,6 +120,22 @@ class ServerConfig(BaseModel):
         "whose endorsements this centre accepts.",
     )
     review_web: ReviewWebConfig = Field(default_factory=ReviewWebConfig)
+    execution: Literal["local", "queue"] = Field(
+        default="local",
+        description="'local': this process runs the steps (one host; the embedded default). "
+        "'queue': steps become jobs in PostgreSQL's job queue, run by `safeaccess-server worker` "
+        "hosts, so any number of API replicas can serve (needs database_url on PostgreSQL).",
+    )
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+
+    @model_validator(mode="after")
+    def _queue_needs_postgresql(self) -> ServerConfig:
+        if self.execution == "queue" and not (self.database_url or "").startswith("postgresql"):
+            raise ValueError(
+                "execution = 'queue' needs the job queue's database: set database_url to a "
+                "PostgreSQL URL (postgresql+psycopg://...), or use execution = 'local'"
+            )
+        return self
 
 
 def default_data_dir() -> Path:

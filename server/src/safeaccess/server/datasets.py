@@ -149,7 +149,8 @@ def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> li
     return problems
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -226,7 +227,7 @@ def register_dataset(
             version=version,
             project=project,
             path=str(target.relative_to(data.root)),
-            sha256=_sha256(target),
+            sha256=file_sha256(target),
             rows=len(frame),
             metadata=metadata.model_dump(mode="json"),
             rules_path=rules_rel,

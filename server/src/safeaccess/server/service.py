@@ -12,7 +12,7 @@ import base64
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -31,6 +31,7 @@ from safeaccess.server.auth import Authenticator, check_rate
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.errors import ConfigError, NotFound, Unavailable
+from safeaccess.server.jobs.names import step_job
 from safeaccess.server.ratelimit import DatabaseFailureLimiter, FailureLimiter
 from safeaccess.server.review import decisions as review
 from safeaccess.server.schemas import (
@@ -48,17 +49,24 @@ from safeaccess.server.steps.views import AWAITING_APPROVAL as AWAITING_APPROVAL
 from safeaccess.server.steps.views import Views
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow
+from safeaccess.server.store.settled import SettledListener
 from safeaccess.server.synth.mock import mock_paths, published_mock
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 
 log = logging.getLogger("safeaccess.server")
 
+Role = Literal["api", "worker"]
+
 
 class Service:
     """Everything the API does, over one data directory."""
 
-    def __init__(self, root: Path, *, backend: Backend | None = None):
+    def __init__(self, root: Path, *, backend: Backend | None = None, role: Role = "api"):
+        """`role`: "api" serves requests; "worker" (`safeaccess-server worker`) runs the
+        queue's jobs through the same flow, and neither waits for steps nor logs the
+        configuration (the API replicas do)."""
         self.data = DataDir(root)
+        self.role = role
         self.config: ServerConfig = self.data.load_config()
         self.signing_key = self.data.load_signing_key()
         self.store = Store(self.data.database_url(self.config))
@@ -85,6 +93,7 @@ class Service:
             "researcher", self.store, self.config, DatabaseFailureLimiter(self.store)
         )
         self.rulesets = datasets.Rulesets(self.store, self.data.root)
+        queued = self.config.execution == "queue"
         self.scripts = ScriptRuns(
             RunContext(
                 store=self.store,
@@ -94,6 +103,7 @@ class Service:
                 ruleset_for=self.ruleset_for,
             ),
             FairScheduler(self.config.max_concurrent_scripts, self.config.max_jobs_per_researcher),
+            enqueue=self._enqueue_script if queued else None,
         )
         self.views = Views(self.store, self.signing_key, self.server_id, self.ruleset_for)
         self.flow = Flow(
@@ -106,17 +116,38 @@ class Service:
             scripts=self.scripts,
             ruleset_for=self.ruleset_for,
             views=self.views,
+            listener=(
+                SettledListener(self.data.database_url(self.config))
+                if queued and role == "api"
+                else None
+            ),
         )
-        resumed = self.scripts.resume()
-        if resumed:
-            log.info("resumed %d script run(s) left unfinished", resumed)
         self.audit = AuditService(self.store, self.config, self.signing_key, self.auth_limiter)
-        log_configuration(
-            self.store,
-            configuration_record(self.config, self.server_public_key, self.trusted_cas),
+        if role == "api":
+            resumed = self.scripts.resume()
+            if resumed:
+                log.info("resumed %d script run(s) left unfinished", resumed)
+            log_configuration(
+                self.store,
+                configuration_record(self.config, self.server_public_key, self.trusted_cas),
+            )
+
+    def _enqueue_script(self, sequence_id: str, index: int, researcher: str) -> None:
+        """Queue a script run that has no job (after a restart, execution = "queue")."""
+        self.store.ensure_job(
+            step_job(
+                self.config,
+                sequence_id=sequence_id,
+                index=index,
+                researcher=researcher,
+                dataset="",
+                script=True,
+            )
         )
 
     def close(self) -> None:
+        if self.flow.listener is not None:
+            self.flow.listener.close()
         self.scripts.close()
         self.backend.close()
         self.store.close()

@@ -619,6 +619,26 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from safeaccess.server.jobs.worker import WorkerOptions, run_worker
+
+    _log_to_stderr()
+    queues = tuple(q.strip() for q in args.queues.split(",") if q.strip())
+    if not queues:
+        raise ConfigError("--queues needs at least one queue, e.g. steps,scripts")
+    run_worker(
+        _data(args).root,
+        WorkerOptions(
+            slots=args.slots,
+            script_slots=args.script_slots,
+            backend=args.backend,
+            queues=queues,
+            name=args.name,
+        ),
+    )
+    return EXIT_OK
+
+
 def _demo(args: argparse.Namespace) -> int:
     from safeaccess.server.demo.run import run_demo
 
@@ -685,6 +705,27 @@ def _add_serving_commands(sub: Group, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(handler=_serve)
+
+    worker = sub.add_parser(
+        "worker",
+        parents=[common],
+        help="run steps from the job queue (execution: queue; connects out to PostgreSQL only)",
+    )
+    worker.add_argument("--slots", type=int, default=2, help="interactive steps at once")
+    worker.add_argument("--script-slots", type=int, default=1, help="script runs at once")
+    worker.add_argument(
+        "--backend",
+        choices=["process", "docker"],
+        default=None,
+        help="sandbox backend (default: the configured one)",
+    )
+    worker.add_argument(
+        "--queues",
+        default="steps,scripts",
+        help="queues to serve: steps, steps.<pool>, scripts (comma-separated)",
+    )
+    worker.add_argument("--name", default=None, help="this worker's name in logs (default: host)")
+    worker.set_defaults(handler=_worker)
 
     demo = sub.add_parser(
         "demo", parents=[common], help="run the end-to-end demo on an embedded server"

@@ -47,6 +47,7 @@ from safeaccess.server.errors import (
     Unauthenticated,
     Unavailable,
 )
+from safeaccess.server.jobs.names import step_job
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.qss.admission import Admission
 from safeaccess.server.qss.record_ids import read_ids
@@ -55,7 +56,7 @@ from safeaccess.server.qss.universe import Population
 from safeaccess.server.schemas import OpenRequest, RevealRequest, StepView
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState, StepState
 from safeaccess.server.steps import claims as claim_gate
-from safeaccess.server.steps.pipeline import StepContext, run_step
+from safeaccess.server.steps.pipeline import StepContext, lost_outcome, run_step
 from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.steps.scheduler import FairScheduler
 from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
@@ -63,7 +64,9 @@ from safeaccess.server.steps.views import Views
 from safeaccess.server.steps.withhold_budget import opening_needs_approval
 from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
+from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
+from safeaccess.server.store.settled import SettledListener
 from safeaccess.server.synth.mock import public_spent
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 
@@ -118,6 +121,7 @@ class Flow:
         scripts: ScriptRuns,
         ruleset_for: Callable[[DatasetRow], RuleSet],
         views: Views,
+        listener: SettledListener | None = None,
     ):
         self.data = data
         self.config = config
@@ -128,6 +132,9 @@ class Flow:
         self.scripts = scripts
         self.ruleset_for = ruleset_for
         self.views = views
+        # execution = "queue": steps are jobs run by worker hosts; this replica waits for them.
+        self.queued = config.execution == "queue"
+        self.listener = listener
         # Interactive steps and background scripts queue separately, each fair across
         # researchers: a researcher's own scripts never delay her answers (their run time is not
         # hers to observe), and nobody's jobs fill every slot.
@@ -344,6 +351,7 @@ class Flow:
                         "withhold_budget": budget_facts,
                     },
                     awaiting_approval=held,
+                    job=self._job(sequence_id, 1, researcher, dataset.name, revealed),
                 )
             if held:
                 log.info("sequence %s by %s awaits approval (withhold budget)", seq.id, researcher)
@@ -366,6 +374,9 @@ class Flow:
                         code="step_already_revealed",
                     )
                 if existing.state == StepState.RUNNING and seq.state == SequenceState.RUNNING:
+                    if self.queued:
+                        # Its job is queued or running on a worker (or is queued again now).
+                        return self._await(seq, existing, ensure_job=True)
                     # Computed but never recorded (the server stopped mid-step): run it again.
                     return self._compute(
                         seq,
@@ -423,6 +434,7 @@ class Flow:
                 step=step,
                 verifier_state=verifier.state.model_dump(mode="json"),
                 event_data=self.reveal_data(request.trace, step),
+                job=self._job(sequence_id, index, researcher, verifier.header.dataset, revealed),
             )
             seq = self.own_sequence(researcher, sequence_id)
             return self._compute(seq, step, self.store.get_dataset(seq.dataset_id), revealed)
@@ -433,6 +445,127 @@ class Flow:
         ruleset = self.ruleset_for(dataset)
         if revealed.is_script:
             return self._queue_script(seq, step, ruleset, revealed)
+        if self.queued:
+            return self._await(seq, step, revealed=revealed)
+        seq, step = self._compute_here(seq, step, dataset, revealed, ruleset)
+        return self.views.step(seq, step, revealed)
+
+    def _job(
+        self, sequence_id: str, index: int, researcher: str, dataset: str, revealed: Revealed
+    ) -> QueuedJob | None:
+        """The job to queue with the step's record (execution = "queue", not a script: a
+        script's job is queued when it is answered "in review")."""
+        if not self.queued or revealed.is_script:
+            return None
+        return step_job(
+            self.config,
+            sequence_id=sequence_id,
+            index=index,
+            researcher=researcher,
+            dataset=_split_dataset(dataset)[0],
+            script=False,
+        )
+
+    def _await(
+        self,
+        seq: SequenceRow,
+        step: StepRow,
+        *,
+        revealed: Revealed | None = None,
+        ensure_job: bool = False,
+    ) -> StepView:
+        """Wait for a worker host to settle the step (execution = "queue"); after
+        `queue.wait_seconds` answer with the step still running (the client asks again)."""
+        if ensure_job:
+            dataset = self.store.get_dataset(seq.dataset_id)
+            self.store.ensure_job(
+                step_job(
+                    self.config,
+                    sequence_id=seq.id,
+                    index=step.index,
+                    researcher=seq.researcher,
+                    dataset=dataset.name,
+                    script=False,
+                )
+            )
+        current: dict[str, Any] = {}
+
+        def settled() -> bool:
+            row = self.store.get_step(seq.id, step.index)
+            current["step"] = row
+            return row is not None and row.state != StepState.RUNNING
+
+        job_failed: dict[str, bool] = {}
+
+        def settled_or_failed() -> bool:
+            if settled():
+                return True
+            # Tried max_attempts times without an answer (the sandbox unavailable): the same
+            # "retry later" as a server running the step itself (`pipeline._unavailable`).
+            job_failed["failed"] = self.store.job_status(f"step:{seq.id}:{step.index}") == "failed"
+            return job_failed["failed"]
+
+        assert self.listener is not None, "a replica with execution = 'queue' listens"
+        self.listener.wait(seq.id, step.index, self.config.queue.wait_seconds, settled_or_failed)
+        if job_failed.get("failed") and not settled():
+            raise Unavailable(
+                "the sandbox could not run this step; retry the same reveal later",
+                code="sandbox_unavailable",
+            )
+        latest = self.own_sequence(seq.researcher, seq.id)
+        return self.views.step(latest, current.get("step") or step, revealed)
+
+    def run_job(self, sequence_id: str, index: int) -> bool:
+        """Compute a queued step (on a worker host); False if it was settled already (a job
+        run again after its worker was presumed dead records nothing twice)."""
+        with self.lock(sequence_id):
+            seq = self.store.get_sequence(sequence_id)
+            step = self.store.get_step(sequence_id, index)
+            if (
+                seq is None
+                or step is None
+                or step.state != StepState.RUNNING
+                or seq.state != SequenceState.RUNNING
+                or seq.current_index != index
+            ):
+                return False
+            dataset = self.store.get_dataset(seq.dataset_id)
+            revealed = Revealed.stored(step.body, last=step.last)
+            self._compute_here(seq, step, dataset, revealed, self.ruleset_for(dataset))
+            return True
+
+    def record_lost(self, sequence_id: str, index: int, attempts: int) -> bool:
+        """Settle a step whose job's workers all died (its lease expired `attempts` times) as
+        withheld: what kills a worker host may depend on the records, so it is answered like
+        any data-dependent failure (`failures.py`), and the sequence stops. False if the step
+        was settled already."""
+        with self.lock(sequence_id):
+            seq = self.store.get_sequence(sequence_id)
+            step = self.store.get_step(sequence_id, index)
+            if seq is None or step is None or step.state != StepState.RUNNING:
+                return False
+            dataset = self.store.get_dataset(seq.dataset_id)
+            ruleset = self.ruleset_for(dataset)
+            outcome = lost_outcome(
+                Revealed.stored(step.body, last=step.last).kind or "", ruleset, attempts
+            )
+            try:
+                self.store.settle_step(
+                    sequence_id, index, outcome, event_data=self.settle_data(outcome, ruleset)
+                )
+            except Conflict:
+                return False
+            return True
+
+    def _compute_here(
+        self,
+        seq: SequenceRow,
+        step: StepRow,
+        dataset: DatasetRow,
+        revealed: Revealed,
+        ruleset: RuleSet,
+    ) -> tuple[SequenceRow, StepRow]:
+        """Run a step in this process and record it: admission, DP ledger, sandbox, settle."""
         metadata = DatasetMetadata.model_validate(dataset.dataset_metadata)
         admission = Admission(
             self.auditor,
@@ -489,7 +622,7 @@ class Flow:
             outcome.state.value,
             f" ({outcome.error_code})" if outcome.error_code else "",
         )
-        return self.views.step(seq, step, revealed)
+        return seq, step
 
     def _queue_script(
         self, seq: SequenceRow, step: StepRow, ruleset: RuleSet, revealed: Revealed
@@ -505,7 +638,20 @@ class Flow:
                 "ruleset_sha256": ruleset.content_hash(),
                 "script_run": "queued",
             },
+            job=(
+                step_job(
+                    self.config,
+                    sequence_id=seq.id,
+                    index=step.index,
+                    researcher=seq.researcher,
+                    dataset="",
+                    script=True,
+                )
+                if self.queued
+                else None
+            ),
         )
-        self.scripts.submit(seq.id, step.index, seq.researcher)
+        if not self.queued:
+            self.scripts.submit(seq.id, step.index, seq.researcher)
         log.info("sequence %s step %d (script) by %s: queued", seq.id, step.index, seq.researcher)
         return self.views.step(seq, step, revealed)

@@ -77,6 +77,16 @@ def _withheld(code: str, message: str, kind: str, ruleset: RuleSet) -> StepOutco
     )
 
 
+def lost_outcome(kind: str, ruleset: RuleSet, attempts: int) -> StepOutcome:
+    """A step whose worker hosts all died under it: a withhold (see `failures.py`)."""
+    return _withheld(
+        "worker_lost",
+        f"the worker running this step stopped {attempts} times (its lease expired)",
+        kind,
+        ruleset,
+    )
+
+
 def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
     """The output as it would be released: mitigations asked for, a model's release view."""
     if isinstance(output, ModelOutput):

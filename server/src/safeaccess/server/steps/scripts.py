@@ -64,9 +64,16 @@ class RunContext:
 class ScriptRuns:
     """The background queue of script runs."""
 
-    def __init__(self, context: RunContext, scheduler: FairScheduler):
+    def __init__(
+        self,
+        context: RunContext,
+        scheduler: FairScheduler,
+        enqueue: Callable[[str, int, str], None] | None = None,
+    ):
         self.context = context
         self.scheduler = scheduler
+        # execution = "queue": a run is a job for the worker hosts, not a thread here.
+        self.enqueue = enqueue
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -74,6 +81,9 @@ class ScriptRuns:
 
     def submit(self, sequence_id: str, index: int, researcher: str) -> None:
         """Queue the run of a script step (once; a step already queued is left alone)."""
+        if self.enqueue is not None:
+            self.enqueue(sequence_id, index, researcher)
+            return
         key = (sequence_id, index)
         with self._lock:
             if key in self._active or self._stop.is_set():
@@ -133,6 +143,29 @@ class ScriptRuns:
             with self._lock:
                 self._active.discard((sequence_id, index))
 
+    def run_now(self, sequence_id: str, index: int) -> None:
+        """Run a script step in this process (a worker host's job); `Unavailable` when the
+        centre, not the script, failed (the job is then tried again)."""
+        self._run_once(sequence_id, index)
+
+    def record_lost(self, sequence_id: str, index: int, seconds: float | None) -> None:
+        """Record a script run whose worker died as crashed, for the checkers: a script
+        controls its process, so it is never run again by itself (it could read data from
+        whether, and when, its host dies)."""
+        step = self.context.store.get_step(sequence_id, index)
+        if step is None or step.state != StepState.REVIEW or step.output is not None:
+            return
+        if step.error_code:
+            return
+        outcome = StepOutcome(
+            state=StepState.FAILED,
+            kind=SCRIPT_KIND,
+            error_code="script_crashed",
+            error_message="the worker running the script stopped (its lease expired)",
+            wall_seconds=seconds,
+        )
+        self._record(sequence_id, index, outcome)
+
     def _run_once(self, sequence_id: str, index: int) -> None:
         ctx = self.context
         seq = ctx.store.get_sequence(sequence_id)
@@ -164,8 +197,19 @@ class ScriptRuns:
         if outcome.wall_seconds is None:
             # A failed run reports no time of its own; checkers still see how long it took.
             outcome = replace(outcome, wall_seconds=round(elapsed, 3))
+        self._record(sequence_id, index, outcome)
+        log.info(
+            "script %s step %d ran in %.1f s: %s%s",
+            sequence_id,
+            index,
+            elapsed,
+            outcome.state.value,
+            f" ({outcome.error_code})" if outcome.error_code else "",
+        )
+
+    def _record(self, sequence_id: str, index: int, outcome: StepOutcome) -> None:
         decision = outcome.decision or {}
-        ctx.store.record_script_run(
+        self.context.store.record_script_run(
             sequence_id,
             index,
             outcome,
@@ -183,12 +227,4 @@ class ScriptRuns:
                 "verdict": decision.get("verdict"),
                 "decision_sha256": json_hash(decision) if decision else None,
             },
-        )
-        log.info(
-            "script %s step %d ran in %.1f s: %s%s",
-            sequence_id,
-            index,
-            elapsed,
-            outcome.state.value,
-            f" ({outcome.error_code})" if outcome.error_code else "",
         )

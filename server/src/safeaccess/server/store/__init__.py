@@ -40,10 +40,12 @@ from safeaccess.server.store import (
     ledgers,
     log,
     migrate,
+    queue,
     review,
     scripts,
     sequences,
 )
+from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.review import OPENING_REJECTED as OPENING_REJECTED
 from safeaccess.server.store.schema import (
     AuditorRow,
@@ -272,6 +274,7 @@ class Store:
         first_step: StepRow,
         event_data: dict[str, Any],
         awaiting_approval: bool = False,
+        job: QueuedJob | None = None,
     ) -> tuple[SequenceRow, StepRow]:
         """Accept a header and start its step 1 in one transaction (see
         `sequences.create_sequence`)."""
@@ -290,6 +293,7 @@ class Store:
             first_step=first_step,
             event_data=event_data,
             awaiting_approval=awaiting_approval,
+            job=job,
         )
 
     def get_sequence(self, sequence_id: str) -> SequenceRow | None:
@@ -312,6 +316,7 @@ class Store:
         step: StepRow,
         verifier_state: dict[str, Any],
         event_data: dict[str, Any],
+        job: QueuedJob | None = None,
     ) -> StepRow:
         """Accept reveal `step.index` of a released sequence: the step starts `running`."""
         return sequences.begin_step(
@@ -321,6 +326,7 @@ class Store:
             step=step,
             verifier_state=verifier_state,
             event_data=event_data,
+            job=job,
         )
 
     def settle_step(
@@ -331,10 +337,23 @@ class Store:
         event_data: dict[str, Any],
         *,
         qss: QssCommit | None = None,
+        job: QueuedJob | None = None,
     ) -> tuple[SequenceRow, StepRow]:
         """Record a computed step's outcome and move the sequence on, in one transaction; with
         `qss`, point the scope at the auditor state that admitted this step in the same one."""
-        return sequences.settle_step(self, sequence_id, index, outcome, event_data, qss=qss)
+        return sequences.settle_step(
+            self, sequence_id, index, outcome, event_data, qss=qss, job=job
+        )
+
+    def ensure_job(self, job: QueuedJob) -> bool:
+        """Queue a step's job again unless it is waiting or running (`queue.ensure`)."""
+        with self.transaction() as s:
+            return queue.ensure(s, job)
+
+    def job_status(self, key: str) -> str | None:
+        """The status of the newest job with this key (`queue.job_status`)."""
+        with self.transaction() as s:
+            return queue.job_status(s, key)
 
     # -- DP ledgers and query-set pointers ------------------------------------------------------
 

@@ -24,7 +24,8 @@ from safeaccess.server.states import (
     check_step_transition,
     sequence_state_after_step,
 )
-from safeaccess.server.store import ledgers
+from safeaccess.server.store import ledgers, queue
+from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.schema import SequenceRow, StepRow, utcnow
 
 if TYPE_CHECKING:
@@ -59,10 +60,12 @@ def create_sequence(
     first_step: StepRow,
     event_data: dict[str, Any],
     awaiting_approval: bool = False,
+    job: QueuedJob | None = None,
 ) -> tuple[SequenceRow, StepRow]:
     """Accept a header and start its step 1 (state `running`) in one transaction; with
     `awaiting_approval` (past the withhold budget) the sequence waits for an output checker
-    and step 1 is `pending`, not run."""
+    and step 1 is `pending`, not run. With `job`, step 1's job is queued in the same
+    transaction."""
     seq_state, step_state = (
         (SequenceState.AWAITING_APPROVAL, StepState.PENDING)
         if awaiting_approval
@@ -100,6 +103,8 @@ def create_sequence(
                     *reveal_entries(researcher, event_data.get("reveal", {}), sequence_id, 1),
                 ],
             )
+            if job is not None and not awaiting_approval:
+                queue.defer(s, job)
             return seq, first_step
     except IntegrityError as exc:
         with store.transaction() as s:
@@ -176,8 +181,10 @@ def begin_step(
     step: StepRow,
     verifier_state: dict[str, Any],
     event_data: dict[str, Any],
+    job: QueuedJob | None = None,
 ) -> StepRow:
-    """Accept reveal `step.index` of a released sequence: the step starts `running`."""
+    """Accept reveal `step.index` of a released sequence: the step starts `running` (and,
+    with `job`, its job is queued in the same transaction)."""
     with store.transaction() as s:
         seq = s.get(SequenceRow, sequence_id)
         if seq is None:
@@ -205,6 +212,8 @@ def begin_step(
         s.add(step)
         s.flush()
         auditlog.append_many(s, reveal_entries(seq.researcher, event_data, sequence_id, step.index))
+        if job is not None:
+            queue.defer(s, job)
         return step
 
 
@@ -216,11 +225,13 @@ def settle_step(
     event_data: dict[str, Any],
     *,
     qss: QssCommit | None = None,
+    job: QueuedJob | None = None,
 ) -> tuple[SequenceRow, StepRow]:
     """Record a computed step's outcome and move the sequence on, in one transaction; with
-    `qss`, point the scope at the auditor state that admitted this step in the same one."""
+    `qss`, point the scope at the auditor state that admitted this step in the same one; with
+    `job` (a script answered "in review"), queue the job that runs it in the same one too."""
     try:
-        return _settle_step(store, sequence_id, index, outcome, event_data, qss)
+        return _settle_step(store, sequence_id, index, outcome, event_data, qss, job)
     except IntegrityError as exc:
         # Two replicas created the scope's first pointer at once: the later one re-admits.
         raise Conflict(
@@ -236,6 +247,7 @@ def _settle_step(
     outcome: StepOutcome,
     event_data: dict[str, Any],
     qss: QssCommit | None,
+    job: QueuedJob | None = None,
 ) -> tuple[SequenceRow, StepRow]:
     """Record a computed step's outcome and move the sequence on, in one transaction (with
     the DP ledger's charge when the step releases a DP answer: no answer without its charge,
@@ -270,6 +282,9 @@ def _settle_step(
         step.wall_seconds = outcome.wall_seconds
         step.updated_at = utcnow()
         _settle_events(store, s, step, outcome, event_data, sequence_id, index)
+        if job is not None:
+            queue.defer(s, job)
+        queue.notify_settled(s, sequence_id, index)
         s.flush()
         s.refresh(seq)
         return seq, step

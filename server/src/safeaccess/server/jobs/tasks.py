@@ -1,0 +1,78 @@
+"""The queue's two tasks, run by `safeaccess-server worker` through procrastinate.
+
+A task receives the step's key and finds everything else in the database and on the shared
+storage: the worker hosts hold no state of their own beyond warm sandboxes. Both tasks call the
+same code an API server uses when it runs steps itself (`Flow`, `ScriptRuns`), so a step
+computes and is recorded the same way wherever it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import procrastinate
+from procrastinate import JobContext, RetryStrategy
+
+from safeaccess.server.errors import Unavailable
+from safeaccess.server.jobs.datasets import DatasetCheck
+from safeaccess.server.jobs.names import SCRIPT_TASK, TABLE_TASK
+
+if TYPE_CHECKING:
+    from safeaccess.server.service import Service
+
+log = logging.getLogger("safeaccess.server.worker")
+
+#: Seconds between the tries of a job whose sandbox was unavailable.
+RETRY_WAIT_SECONDS = 2
+
+
+def _service(context: JobContext) -> Service:
+    service: Service = context.additional_context["service"]
+    return service
+
+
+def _check(context: JobContext) -> DatasetCheck:
+    check: DatasetCheck = context.additional_context["datasets"]
+    return check
+
+
+def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
+    """The procrastinate app of a worker host (or of anything reading the queue)."""
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
+    # Tried again only when the centre failed (the sandbox unavailable), never on the
+    # analysis's own failures: those are outcomes, recorded by the flow.
+    retry = RetryStrategy(
+        max_attempts=max_attempts - 1,
+        wait=RETRY_WAIT_SECONDS,
+        retry_exceptions={Unavailable},
+    )
+
+    @app.task(name=TABLE_TASK, pass_context=True, retry=retry)
+    def run_step(context: JobContext, sequence_id: str, index: int, researcher: str) -> None:
+        service = _service(context)
+        step = service.store.get_step(sequence_id, index)
+        seq = service.store.get_sequence(sequence_id)
+        if step is None or seq is None:
+            return
+        _check(context).verify(service.store.get_dataset(seq.dataset_id))
+        ran = service.flow.run_job(sequence_id, index)
+        log.info(
+            "job %s step %d for %s: %s",
+            sequence_id,
+            index,
+            researcher,
+            "ran" if ran else "already settled",
+        )
+
+    @app.task(name=SCRIPT_TASK, pass_context=True, retry=retry)
+    def run_script(context: JobContext, sequence_id: str, index: int, researcher: str) -> None:
+        service = _service(context)
+        seq = service.store.get_sequence(sequence_id)
+        if seq is None:
+            return
+        _check(context).verify(service.store.get_dataset(seq.dataset_id))
+        service.scripts.run_now(sequence_id, index)
+        log.info("script job %s step %d for %s ran", sequence_id, index, researcher)
+
+    return app

@@ -1,0 +1,153 @@
+"""`safeaccess-server worker`: a worker host of the job queue.
+
+It connects out to PostgreSQL and reads the data directory (shared storage, read-only for it);
+it accepts no connection. It runs today's sandbox backends unchanged (the process backend's
+fork-server templates, Docker's warm pool) with `--slots` jobs at once for interactive steps
+and `--script-slots` for scripts, each a procrastinate worker on its own queues, so queued
+scripts never take a table's slot. Fairness between researchers and the per-researcher cap are
+in the jobs themselves (`store/queue.py`: priority and lanes), so they hold across all workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import procrastinate
+
+from safeaccess.sandbox.backend import SandboxError
+from safeaccess.sandbox.config import BackendName
+from safeaccess.sandbox.factory import make_backend
+from safeaccess.server.config import DataDir
+from safeaccess.server.errors import ConfigError
+from safeaccess.server.jobs.datasets import DatasetCheck
+from safeaccess.server.jobs.leases import settle_stalled
+from safeaccess.server.jobs.names import SCRIPTS, STEPS
+from safeaccess.server.jobs.tasks import make_app
+from safeaccess.server.store.settled import conninfo
+
+if TYPE_CHECKING:
+    from safeaccess.server.service import Service
+
+log = logging.getLogger("safeaccess.server.worker")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker host runs (the command's options)."""
+
+    slots: int = 2
+    script_slots: int = 1
+    backend: BackendName | None = None  # None: the configured one
+    queues: tuple[str, ...] = (STEPS, SCRIPTS)
+    name: str | None = None
+
+
+def run_worker(root: Path, options: WorkerOptions) -> None:
+    """Run until SIGTERM or SIGINT: claim jobs, run them, settle those of dead workers."""
+    from safeaccess.server.service import Service
+
+    data = DataDir(root)
+    config = data.load_config()
+    if config.execution != "queue":
+        raise ConfigError(
+            "this data directory's server runs steps itself (execution = 'local'): set "
+            "execution: queue and a PostgreSQL database_url in its config.yaml for workers"
+        )
+    sandbox = config.sandbox
+    if options.backend is not None:
+        sandbox = sandbox.model_copy(update={"backend": options.backend})
+    try:
+        backend = make_backend(sandbox, concurrency=options.slots + options.script_slots)
+    except SandboxError as exc:
+        raise ConfigError(f"the sandbox backend is unusable on this worker: {exc}") from exc
+    service = Service(root, backend=backend, role="worker")
+    try:
+        asyncio.run(
+            _serve(
+                service,
+                options,
+                config.queue.lease_seconds,
+                config.queue.max_attempts,
+                data.database_url(config),
+            )
+        )
+    finally:
+        service.close()
+
+
+async def _serve(
+    service: Service, options: WorkerOptions, lease: float, max_attempts: int, url: str
+) -> None:
+    app = make_app(conninfo(url), max_attempts)
+    name = options.name or f"{socket.gethostname()}"
+    context = {"service": service, "datasets": DatasetCheck(service.data.root)}
+    step_queues = [q for q in options.queues if q != SCRIPTS]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    common: dict[str, Any] = {
+        "additional_context": context,
+        "install_signal_handlers": False,
+        "update_heartbeat_interval": max(1.0, lease / 3),
+        "stalled_worker_timeout": lease,
+        "delete_jobs": "successful",
+    }
+    async with app.open_async():
+        runs = []
+        if step_queues and options.slots > 0:
+            runs.append(
+                asyncio.create_task(
+                    app.run_worker_async(
+                        queues=step_queues,
+                        concurrency=options.slots,
+                        name=f"{name}/steps",
+                        **common,
+                    )
+                )
+            )
+        if SCRIPTS in options.queues and options.script_slots > 0:
+            runs.append(
+                asyncio.create_task(
+                    app.run_worker_async(
+                        queues=[SCRIPTS],
+                        concurrency=options.script_slots,
+                        name=f"{name}/scripts",
+                        **common,
+                    )
+                )
+            )
+        reaper = asyncio.create_task(_reap(app, service, lease, max_attempts, stop))
+        log.info(
+            "worker %s: %d slot(s) on %s, %d script slot(s)",
+            name,
+            options.slots,
+            ",".join(step_queues) or "-",
+            options.script_slots,
+        )
+        print(f"safeaccess worker {name} ready", flush=True)
+        await stop.wait()
+        for task in [*runs, reaper]:
+            task.cancel()
+        for task in [*runs, reaper]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _reap(
+    app: procrastinate.App, service: Service, lease: float, max_attempts: int, stop: asyncio.Event
+) -> None:
+    while not stop.is_set():
+        try:
+            await settle_stalled(app, service, lease_seconds=lease, max_attempts=max_attempts)
+        except Exception:
+            log.exception("settling stalled jobs failed; trying again")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=max(1.0, lease / 3))

@@ -1,0 +1,30 @@
+"""The job queue: procrastinate's tables and functions, on PostgreSQL.
+
+API replicas with `execution = "queue"` defer each step's job into `procrastinate_jobs` in the
+transaction that records the step as running; `safeaccess-server worker` hosts claim and run
+them. The schema is procrastinate's own (`procrastinate/sql/schema.sql` of the pinned release).
+SQLite (the embedded single-host server) runs steps in process and gets nothing.
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-27
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+from safeaccess.server.store.queue import install_schema
+
+revision = "0004"
+down_revision = "0003"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    install_schema(op.get_bind())
+
+
+def downgrade() -> None:
+    raise NotImplementedError("the job queue's tables are dropped by hand, with no job running")

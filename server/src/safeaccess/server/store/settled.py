@@ -1,0 +1,93 @@
+"""Waiting for a step that a worker host computes: PostgreSQL's LISTEN on `safeaccess_settled`.
+
+An API replica with `execution = "queue"` answers a reveal once the step's job has settled it,
+which happens in another process, usually on another host. One connection per replica listens;
+each waiting request registers the step it waits for and is woken by the settle's NOTIFY. A
+notification can be lost (the listening connection drops, PostgreSQL restarts), so a waiter also
+looks at the step's row at least once a second: the NOTIFY makes it fast, the row makes it right.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from safeaccess.server.store.queue import SETTLED_CHANNEL
+
+log = logging.getLogger("safeaccess.server.settled")
+
+#: The longest a waiter goes without looking at the step's row.
+RECHECK_SECONDS = 1.0
+
+
+def conninfo(url: str) -> str:
+    """A libpq connection string from the store's SQLAlchemy URL (postgresql+psycopg://...)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class SettledListener:
+    """Wakes the requests waiting for steps when their settles are announced."""
+
+    def __init__(self, url: str):
+        self._conninfo = conninfo(url)
+        self._lock = threading.Lock()
+        self._waiting: dict[str, set[threading.Event]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="settled-listener", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * RECHECK_SECONDS)
+
+    def wait(self, sequence_id: str, index: int, timeout: float, done: Callable[[], bool]) -> bool:
+        """Wait until `done()` (the step is no longer running) or `timeout`; whether it is."""
+        key = f"{sequence_id}:{index}"
+        event = threading.Event()
+        with self._lock:
+            self._waiting.setdefault(key, set()).add(event)
+        try:
+            remaining = timeout
+            while True:
+                # Registered before the first look, so a settle between the two is not missed.
+                if done():
+                    return True
+                if remaining <= 0 or self._stop.is_set():
+                    return False
+                slice_ = min(remaining, RECHECK_SECONDS)
+                event.wait(slice_)
+                event.clear()
+                remaining -= slice_
+        finally:
+            with self._lock:
+                events = self._waiting.get(key)
+                if events is not None:
+                    events.discard(event)
+                    if not events:
+                        del self._waiting[key]
+
+    def _wake(self, key: str | None) -> None:
+        with self._lock:
+            if key is None:
+                events = [e for group in self._waiting.values() for e in group]
+            else:
+                events = list(self._waiting.get(key, ()))
+        for event in events:
+            event.set()
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as connection:
+                    connection.execute(f"LISTEN {SETTLED_CHANNEL}")
+                    self._wake(None)  # (re)connected: anything may have settled meanwhile
+                    while not self._stop.is_set():
+                        for note in connection.notifies(timeout=RECHECK_SECONDS):
+                            self._wake(note.payload)
+            except psycopg.Error as exc:
+                log.warning("listening for settled steps failed (%s); reconnecting", exc)
+                self._stop.wait(RECHECK_SECONDS)

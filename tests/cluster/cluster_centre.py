@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from cluster_support import HAProxy, descendants, signal_all
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -91,6 +93,43 @@ def build_centre(
     return config
 
 
+#: A worker that sent no heartbeat for this long is presumed dead (production: 30 s).
+LEASE_SECONDS = 4.0
+
+
+def use_queue(root: Path, pools: dict[str, str]) -> None:
+    """Switch the centre in `root` to execution = "queue" (workers run the steps)."""
+    path = DataDir(root).config_path
+    config = yaml.safe_load(path.read_text())
+    config["execution"] = "queue"
+    config["queue"] = {"lease_seconds": LEASE_SECONDS, "wait_seconds": 60, "pools": pools}
+    path.write_text(yaml.safe_dump(config))
+
+
+def start_worker(root: Path, log: Path, *options: str) -> subprocess.Popen[bytes]:
+    """`safeaccess-server worker` on `root` in a child process, once it says it is ready."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "safeaccess.server.admin.cli",
+            "worker",
+            "--data-dir",
+            str(root),
+            *options,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log.open("wb"),
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # "safeaccess worker NAME ready", or EOF if it failed
+    if b"ready" not in line:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"worker did not start: {log.read_text()[-2000:]}")
+    return proc
+
+
 def seal_for(
     keys: dict[str, Ed25519PrivateKey],
     server_id: str,
@@ -125,6 +164,8 @@ class Balanced:
     logs: list[Path]
     replicas: list[subprocess.Popen[bytes] | None] = field(default_factory=list)
     starts: int = 0
+    execution: str = "local"
+    workers: list[subprocess.Popen[bytes] | None] = field(default_factory=list)
 
     def seal(self, researcher: str, dataset: str, analyses: list[Analysis]) -> SealedSequence:
         return seal_for(self.keys, self.server_id, researcher, dataset, analyses)
@@ -173,5 +214,33 @@ class Balanced:
         signal_all(under, signal.SIGKILL)
         self.replicas[i] = None
 
+    def start_worker(self, i: int, *options: str) -> None:
+        """Start worker `i` (again), two slots on the process backend unless `options` say."""
+        self.starts += 1
+        while len(self.workers) <= i:
+            self.workers.append(None)
+        log = self.folder / f"worker{i}.{self.starts}.log"
+        self.workers[i] = start_worker(
+            self.root, log, "--name", f"worker{i}", *(options or ("--slots", "2"))
+        )
+
+    def kill_worker(self, i: int) -> None:
+        """SIGKILL worker `i` by its PID, and its sandboxes."""
+        proc = self.workers[i]
+        assert proc is not None
+        under = descendants(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        signal_all(under, signal.SIGKILL)
+        self.workers[i] = None
+
+    def worker_processes(self) -> list[int]:
+        """The PIDs of every running worker and everything under it."""
+        pids = []
+        for proc in self.workers:
+            if proc is not None:
+                pids += [proc.pid, *descendants(proc.pid)]
+        return pids
+
     def all_logs(self) -> list[Path]:
-        return sorted(self.folder.glob("replica*.log"))
+        return sorted([*self.folder.glob("replica*.log"), *self.folder.glob("worker*.log")])

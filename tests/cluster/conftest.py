@@ -6,89 +6,24 @@ real client over HTTPS to HAProxy, trusting that CA (`ca_bundle=`)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import pytest
-from cluster_centre import AUDITOR, RESEARCHERS, Balanced, build_centre
-from cluster_support import HAProxy
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import create_engine, make_url, text
-
-from pg_throwaway import ThrowawayPostgres, available, free_port
-from tls_certs import make_tls
+from cluster_centre import Balanced
+from cluster_start import start_cluster
 
 # Health checks every 200 ms: a dead replica is out after 3 misses (or at once on a refused
 # connection: `observe layer4`), so the tests do not wait for production's 2 s interval.
 CHECK_INTER = "200ms"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["local", "queue"])
 def balanced(
-    tmp_path_factory: pytest.TempPathFactory, missing_postgres: Callable[[str], NoReturn]
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    missing_postgres: Callable[[str], NoReturn],
 ) -> Iterator[Balanced]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        missing_postgres("the PostgreSQL driver psycopg (dev extra) is not installed")
-    if not available():
-        missing_postgres("no initdb/pg_ctl: the cluster tests start their own PostgreSQL")
-    if shutil.which("haproxy") is None:  # required wherever PostgreSQL is (CI)
-        missing_postgres("no haproxy (Debian's haproxy package; .ci/run installs it)")
-    folder = tmp_path_factory.mktemp("cluster")
-    postgres = ThrowawayPostgres()
-    postgres.start()
-    haproxy: HAProxy | None = None
-    cluster: Balanced | None = None
-    try:
-        admin = create_engine(postgres.url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as connection:
-            connection.execute(text('CREATE DATABASE "safeaccess"'))
-        admin.dispose()
-        url = make_url(postgres.url).set(database="safeaccess").render_as_string(False)
-        keys = {name: Ed25519PrivateKey.generate() for name in [*RESEARCHERS, AUDITOR]}
-        root = folder / "data"
-        config = build_centre(root, "cluster", url, keys)
-        ports = [free_port(), free_port()]
-        logs = [folder / f"replica{i}.log" for i in range(2)]
-        ca_file, pem = make_tls(folder)
-        haproxy = HAProxy(
-            folder,
-            free_port(),
-            pem,
-            [f"127.0.0.1:{p}" for p in ports],
-            CHECK_INTER,
-        )
-        cluster = Balanced(
-            root=root,
-            folder=folder,
-            postgres=postgres,
-            url=url,
-            server_id=config.server_id,
-            keys=keys,
-            ca_file=ca_file,
-            haproxy=haproxy,
-            ports=ports,
-            logs=logs,
-            replicas=[None, None],
-        )
-        for i in range(2):
-            cluster.start_replica(i)
-        haproxy.start(ca_file)
-        haproxy.wait_for("api1", "UP")
-        haproxy.wait_for("api2", "UP")
-        yield cluster
-    finally:
-        if haproxy is not None:
-            haproxy.stop()
-        for proc in cluster.replicas if cluster is not None else []:
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        postgres.remove()
+    """The cluster of docs/deploy.md, with each execution: the replicas run the steps
+    themselves ("local"), or two worker hosts run them from the job queue ("queue")."""
+    yield from start_cluster(tmp_path_factory, missing_postgres, request.param)

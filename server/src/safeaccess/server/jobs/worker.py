@@ -98,7 +98,6 @@ async def _serve(
         "install_signal_handlers": False,
         "update_heartbeat_interval": max(1.0, lease / 3),
         "stalled_worker_timeout": lease,
-        "delete_jobs": "successful",
     }
     async with app.open_async():
         runs = []

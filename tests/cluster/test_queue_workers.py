@@ -1,0 +1,180 @@
+"""The job queue's worker hosts, for real: two `safeaccess-server worker` processes (process
+backend) behind two replicas and HAProxy, on one PostgreSQL (docs/deploy.md).
+
+- A worker SIGKILLed mid-job: its lease expires, the job runs on another worker, the step is
+  recorded once, its receipt and the audit log verify.
+- Ten queued scripts of one researcher: another researcher's table is answered without waiting
+  for any of them, and her script starts in the next free script slot (fairness and the
+  per-researcher cap hold across workers, in the queue itself).
+- A worker with the Docker backend serves the pool of one dataset (`queue.pools`).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import pytest
+import yaml
+from cluster_centre import LEASE_SECONDS, Balanced
+from cluster_start import start_cluster
+from cluster_support import descendants, signal_all
+from sqlalchemy import text
+from test_balanced_cluster import audit_verifies, check_receipts, step_events
+
+from safeaccess.client.analyses import Analysis, FrequencyTable, Script
+from safeaccess.client.session import StepResult
+from safeaccess.server.config import DataDir
+
+SCRIPT_SECONDS = 4.0
+
+
+@pytest.fixture(scope="module")
+def queued(
+    tmp_path_factory: pytest.TempPathFactory, missing_postgres: Callable[[str], NoReturn]
+) -> Iterator[Balanced]:
+    yield from start_cluster(
+        tmp_path_factory, missing_postgres, "queue", pools={"census2": "docker"}
+    )
+
+
+def jobs(cluster: Balanced, sequence_id: str, index: int) -> list[dict[str, Any]]:
+    """The queue's jobs for one step."""
+    store = cluster.store()
+    try:
+        with store.engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT id, status::text AS status, attempts, queue_name, worker_id "
+                    "FROM procrastinate_jobs WHERE queueing_lock = :key ORDER BY id"
+                ),
+                {"key": f"step:{sequence_id}:{index}"},
+            )
+            return [dict(r._mapping) for r in rows]
+    finally:
+        store.close()
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.02)
+
+
+def test_a_worker_killed_mid_job_is_replaced_and_the_step_recorded_once(
+    queued: Balanced, capsys: pytest.CaptureFixture[str]
+) -> None:
+    analyses: list[Analysis] = [
+        FrequencyTable(rows=["region"]),
+        FrequencyTable(rows=["region"], cols=["sex"]),
+    ]
+    sealed = queued.seal("ada", "census", analyses)
+    stopped = queued.workers[1]
+    assert stopped is not None
+    stopped.terminate()  # only worker0 claims jobs for now
+    stopped.wait(timeout=60)
+    queued.workers[1] = None
+    answer: list[StepResult] = []
+    try:
+        with queued.session("ada") as session:
+            first = session.open(sealed)  # on worker0: its census templates start
+            assert first.released, first
+            worker0 = queued.workers[0]
+            assert worker0 is not None
+            sandboxes = descendants(worker0.pid)
+            assert sandboxes, "worker0 runs no sandbox process"
+            signal_all(sandboxes, signal.SIGSTOP)  # the next job hangs in worker0's sandbox
+
+            def reveal() -> None:
+                answer.append(session.reveal(first.sequence_id, sealed, 2))
+
+            waiting = threading.Thread(target=reveal)
+            waiting.start()
+            wait_until(
+                "worker0 holds step 2's job",
+                lambda: [j["status"] for j in jobs(queued, first.sequence_id, 2)] == ["doing"],
+            )
+            queued.kill_worker(0)  # by its PID, mid-job
+            killed_at = time.monotonic()
+            queued.start_worker(1)
+            waiting.join(timeout=120)
+            took = time.monotonic() - killed_at
+    finally:
+        for i in (0, 1):
+            if queued.workers[i] is None:
+                queued.start_worker(i)
+    assert answer and answer[0].status == "released", answer
+    # The lease expired (no heartbeat for LEASE_SECONDS), then the job ran again, once.
+    assert took >= LEASE_SECONDS, took
+    (job,) = jobs(queued, first.sequence_id, 2)
+    # Two runs of one job (procrastinate counts each run that ended): the lost one, the one
+    # recorded.
+    assert job["status"] == "succeeded" and job["attempts"] == 2, job
+    per_step = step_events(queued, first.sequence_id)
+    assert per_step[2] == per_step[1], per_step  # the same entries as a step run once
+    assert all(count == 1 for count in per_step[2].values()), per_step[2]
+    check_receipts(queued, [(sealed, first), (sealed, answer[0])])
+    audit_verifies(queued, capsys)
+
+
+def test_queued_scripts_of_one_researcher_do_not_delay_anothers_table_or_script(
+    queued: Balanced,
+) -> None:
+    sleeper = Script(code=f"import time\ntime.sleep({SCRIPT_SECONDS})\nresult = 1")
+    with queued.session("bob") as bob:
+        scripts = [bob.open(queued.seal("bob", "census", [sleeper])) for _ in range(10)]
+    assert all(s.status == "review" for s in scripts), scripts
+    with queued.session("ada") as ada:
+        started = time.monotonic()
+        table = ada.open(queued.seal("ada", "census", [FrequencyTable(rows=["sex"])]))
+        table_seconds = time.monotonic() - started
+        mine = ada.open(queued.seal("ada", "census", [sleeper]))
+        queued_at = time.monotonic()
+    assert table.released, table
+    # Scripts have their own slots: the table waited for none of them.
+    assert table_seconds < SCRIPT_SECONDS, table_seconds
+    # Bob's cap (one job at a time) leaves the second script slot to Ada's script at once,
+    # ahead of the nine of his still waiting.
+    wait_until(
+        "ada's script starts",
+        lambda: jobs(queued, mine.sequence_id, 1)[0]["status"] != "todo",
+        timeout=SCRIPT_SECONDS * 3,
+    )
+    waited = time.monotonic() - queued_at
+    bobs = [jobs(queued, s.sequence_id, 1)[0]["status"] for s in scripts]
+    assert waited < SCRIPT_SECONDS, waited  # less than one slot turnover
+    assert bobs.count("todo") >= 7, bobs  # bob's scripts wait behind his cap
+
+
+def test_a_docker_worker_serves_its_datasets_pool(
+    queued: Balanced, docker_client: Any, sandbox_image: str
+) -> None:
+    # The worker hosts' configuration names the sandbox image (the replicas never read it).
+    path = DataDir(queued.root).config_path
+    config = yaml.safe_load(path.read_text())
+    config.setdefault("sandbox", {}).setdefault("docker", {})["image"] = sandbox_image
+    path.write_text(yaml.safe_dump(config))
+    queued.start_worker(2, "--backend", "docker", "--queues", "steps.docker", "--slots", "1")
+    try:
+        with queued.session("carol") as carol:
+            result = carol.open(queued.seal("carol", "census2", [FrequencyTable(rows=["sex"])]))
+    finally:
+        worker = queued.workers[2]
+        assert worker is not None
+        worker.terminate()
+        worker.wait(timeout=60)
+        queued.workers[2] = None
+    assert result.released, result
+    (job,) = jobs(queued, result.sequence_id, 1)
+    assert job["queue_name"] == "steps.docker" and job["status"] == "succeeded", job
+    store = queued.store()
+    try:
+        step = store.get_step(result.sequence_id, 1)
+    finally:
+        store.close()
+    assert step is not None and step.backend == "docker", step

@@ -31,9 +31,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def prepare(root: Path, frame: pd.DataFrame, researchers: int) -> dict[str, Ed25519PrivateKey]:
-    """A data directory at `root` with project `bench`, researchers r0..r{n-1} and the census."""
-    config = initialise(root, server_id="bench")
+def prepare(
+    root: Path, frame: pd.DataFrame, researchers: int, database_url: str | None = None
+) -> dict[str, Ed25519PrivateKey]:
+    """A data directory at `root` with project `bench`, researchers r0..r{n-1} and the census
+    (on `database_url`, else SQLite in `root`)."""
+    config = initialise(root, server_id="bench", database_url=database_url)
     data = DataDir(root)
     keys = {f"r{i}": Ed25519PrivateKey.generate() for i in range(researchers)}
     store = Store(data.database_url(config))

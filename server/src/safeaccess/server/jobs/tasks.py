@@ -42,21 +42,21 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
     # Tried again only when the centre failed (the sandbox unavailable), never on the
     # analysis's own failures: those are outcomes, recorded by the flow.
-    retry = RetryStrategy(
-        max_attempts=max_attempts - 1,
-        wait=RETRY_WAIT_SECONDS,
-        retry_exceptions={Unavailable},
+    # (procrastinate's max_attempts counts the runs before the last: 2 gives 3 runs in all;
+    # 0 would mean "without end", hence None for a single run.)
+    retry = (
+        RetryStrategy(
+            max_attempts=max_attempts - 1,
+            wait=RETRY_WAIT_SECONDS,
+            retry_exceptions={Unavailable},
+        )
+        if max_attempts > 1
+        else None
     )
 
     @app.task(name=TABLE_TASK, pass_context=True, retry=retry)
     def run_step(context: JobContext, sequence_id: str, index: int, researcher: str) -> None:
-        service = _service(context)
-        step = service.store.get_step(sequence_id, index)
-        seq = service.store.get_sequence(sequence_id)
-        if step is None or seq is None:
-            return
-        _check(context).verify(service.store.get_dataset(seq.dataset_id))
-        ran = service.flow.run_job(sequence_id, index)
+        ran = _service(context).flow.run_job(sequence_id, index, check=_check(context).verify)
         log.info(
             "job %s step %d for %s: %s",
             sequence_id,

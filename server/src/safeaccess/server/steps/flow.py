@@ -515,9 +515,15 @@ class Flow:
         latest = self.own_sequence(seq.researcher, seq.id)
         return self.views.step(latest, current.get("step") or step, revealed)
 
-    def run_job(self, sequence_id: str, index: int) -> bool:
+    def run_job(
+        self,
+        sequence_id: str,
+        index: int,
+        check: Callable[[DatasetRow], None] | None = None,
+    ) -> bool:
         """Compute a queued step (on a worker host); False if it was settled already (a job
-        run again after its worker was presumed dead records nothing twice)."""
+        run again after its worker was presumed dead records nothing twice). `check` sees the
+        dataset's row before anything runs on it (the worker's SHA-256 check)."""
         with self.lock(sequence_id):
             seq = self.store.get_sequence(sequence_id)
             step = self.store.get_step(sequence_id, index)
@@ -530,6 +536,8 @@ class Flow:
             ):
                 return False
             dataset = self.store.get_dataset(seq.dataset_id)
+            if check is not None:
+                check(dataset)
             revealed = Revealed.stored(step.body, last=step.last)
             self._compute_here(seq, step, dataset, revealed, self.ruleset_for(dataset))
             return True

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from importlib import resources
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, inspect, text
@@ -138,7 +139,7 @@ def install_schema(connection: Connection) -> bool:
     return True
 
 
-def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
+def include_name(name: str | None, type_: str, parent_names: Mapping[Any, str | None]) -> bool:
     """Alembic's filter: the queue's tables (and their indexes) are procrastinate's, not the
     models'."""
     table = name if type_ == "table" else parent_names.get("table_name")

@@ -43,15 +43,15 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     # Tried again only when the centre failed (the sandbox unavailable), never on the
     # analysis's own failures: those are outcomes, recorded by the flow.
     # (procrastinate's max_attempts counts the runs before the last: 2 gives 3 runs in all;
-    # 0 would mean "without end", hence None for a single run.)
-    retry = (
+    # 0 would mean "without end", hence no retry at all for a single run.)
+    retry: RetryStrategy | bool = (
         RetryStrategy(
             max_attempts=max_attempts - 1,
             wait=RETRY_WAIT_SECONDS,
             retry_exceptions={Unavailable},
         )
         if max_attempts > 1
-        else None
+        else False
     )
 
     @app.task(name=TABLE_TASK, pass_context=True, retry=retry)

@@ -7,6 +7,8 @@ backend) behind two replicas and HAProxy, on one PostgreSQL (docs/deploy.md).
   for any of them, and her script starts in the next free script slot (fairness and the
   per-researcher cap hold across workers, in the queue itself).
 - A worker with the Docker backend serves the pool of one dataset (`queue.pools`).
+- PostgreSQL restarted while a job runs: the job finishes and is recorded once, the replica
+  still answers the waiting client, receipts and the audit log verify.
 """
 
 from __future__ import annotations
@@ -74,11 +76,7 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_step_recorded_once(
         FrequencyTable(rows=["region"], cols=["sex"]),
     ]
     sealed = queued.seal("ada", "census", analyses)
-    stopped = queued.workers[1]
-    assert stopped is not None
-    stopped.terminate()  # only worker0 claims jobs for now
-    stopped.wait(timeout=60)
-    queued.workers[1] = None
+    stop_worker(queued, 1)  # only worker0 claims jobs for now
     answer: list[StepResult] = []
     try:
         with queued.session("ada") as session:
@@ -164,11 +162,7 @@ def test_a_docker_worker_serves_its_datasets_pool(
         with queued.session("carol") as carol:
             result = carol.open(queued.seal("carol", "census2", [FrequencyTable(rows=["sex"])]))
     finally:
-        worker = queued.workers[2]
-        assert worker is not None
-        worker.terminate()
-        worker.wait(timeout=60)
-        queued.workers[2] = None
+        stop_worker(queued, 2)
     assert result.released, result
     (job,) = jobs(queued, result.sequence_id, 1)
     assert job["queue_name"] == "steps.docker" and job["status"] == "succeeded", job
@@ -178,3 +172,57 @@ def test_a_docker_worker_serves_its_datasets_pool(
     finally:
         store.close()
     assert step is not None and step.backend == "docker", step
+
+
+def test_a_postgresql_restart_while_a_job_runs_loses_and_doubles_nothing(
+    queued: Balanced, capsys: pytest.CaptureFixture[str]
+) -> None:
+    analyses: list[Analysis] = [FrequencyTable(rows=["employment"])] * 3
+    sealed = queued.seal("bob", "census", analyses)
+    answer: list[StepResult] = []
+    stop_worker(queued, 1)  # worker0 alone: the job is where the test freezes it
+    try:
+        with queued.session("bob", retries=10) as session:
+            first = session.open(sealed)
+            assert first.released, first
+            worker0 = queued.workers[0]
+            assert worker0 is not None
+            sandboxes = descendants(worker0.pid)
+            signal_all(sandboxes, signal.SIGSTOP)  # step 2's job hangs in worker0's sandbox
+            try:
+
+                def reveal() -> None:
+                    answer.append(session.reveal(first.sequence_id, sealed, 2))
+
+                waiting = threading.Thread(target=reveal)
+                waiting.start()
+                wait_until(
+                    "worker0 holds step 2's job",
+                    lambda: [j["status"] for j in jobs(queued, first.sequence_id, 2)] == ["doing"],
+                )
+                queued.postgres.restart()  # every connection of replicas and workers closes
+            finally:
+                signal_all(sandboxes, signal.SIGCONT)
+            waiting.join(timeout=120)
+            assert answer, "the reveal never came back"
+            third = session.reveal(first.sequence_id, sealed, 3)
+    finally:
+        queued.start_worker(1)
+    results = [first, answer[0], third]
+    assert [r.status for r in results] == ["released"] * 3, results
+    (job,) = jobs(queued, first.sequence_id, 2)
+    assert job["status"] == "succeeded" and job["attempts"] == 1, job  # run once
+    per_step = step_events(queued, first.sequence_id)
+    assert per_step[1] == per_step[2] == per_step[3], per_step
+    assert all(count == 1 for count in per_step[2].values()), per_step[2]
+    check_receipts(queued, [(sealed, r) for r in results])
+    audit_verifies(queued, capsys)
+
+
+def stop_worker(cluster: Balanced, i: int) -> None:
+    """Stop worker `i` as systemd would (SIGTERM) and wait for it."""
+    worker = cluster.workers[i]
+    assert worker is not None
+    worker.terminate()
+    worker.wait(timeout=60)
+    cluster.workers[i] = None

@@ -98,6 +98,9 @@ async def _serve(
         "install_signal_handlers": False,
         "update_heartbeat_interval": max(1.0, lease / 3),
         "stalled_worker_timeout": lease,
+        # New jobs are announced by NOTIFY; polling too bounds the wait if one is lost (the
+        # listening connection dropped with PostgreSQL).
+        "fetch_job_polling_interval": 1.0,
     }
     async with app.open_async():
         runs = []

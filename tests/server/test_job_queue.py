@@ -1,0 +1,153 @@
+"""The job queue's rows on a real PostgreSQL (`store/queue.py`): one job per step, fair order
+across researchers, a per-researcher cap in procrastinate's own claim, and the settings that
+refuse a queue without PostgreSQL. The worker processes themselves run in tests/cluster/."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from safeaccess.server.admin.cli import main as cli_main
+from safeaccess.server.config import ServerConfig, initialise
+from safeaccess.server.jobs.names import SCRIPTS, STEPS, step_job
+from safeaccess.server.store import Store
+from safeaccess.server.store import queue as job_queue
+from safeaccess.server.store.queue import QueuedJob
+from safeaccess.server.store.settled import SettledListener
+
+
+def job(researcher: str, sequence: str, index: int = 1, lanes: int = 1) -> QueuedJob:
+    return QueuedJob(
+        task="safeaccess.run_step",
+        queue=STEPS,
+        sequence_id=sequence,
+        index=index,
+        researcher=researcher,
+        lanes=lanes,
+    )
+
+
+def claim(store: Store) -> tuple[str, str] | None:
+    """Claim the next job as a procrastinate worker does (its own SQL function)."""
+    with store.transaction() as s:
+        worker = s.execute(text("SELECT worker_id FROM procrastinate_register_worker_v1()"))
+        worker_id = worker.scalar_one()
+        row = s.execute(
+            text("SELECT id, args FROM procrastinate_fetch_job_v2(ARRAY[:queue]::varchar[], :w)"),
+            {"queue": STEPS, "w": worker_id},
+        ).one()
+    if row.id is None:
+        return None
+    return row.args["researcher"], row.args["sequence_id"]
+
+
+@pytest.fixture
+def store(postgres_database: str) -> Store:
+    return Store(postgres_database)
+
+
+def test_a_step_has_one_job_however_often_it_is_queued(store: Store) -> None:
+    first = job("ada", "s1")
+    with store.transaction() as s:
+        job_queue.defer(s, first)
+    # A re-sent reveal, or two replicas at once, find the job that waits.
+    assert store.ensure_job(first) is False
+    results: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(store.ensure_job(first))) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [False, False]
+    assert store.job_status(first.key) == "todo"
+    with store.transaction() as s:
+        count = s.execute(
+            text("SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock = :k"),
+            {"k": first.key},
+        ).scalar_one()
+    assert count == 1
+    # A job that failed (its sandbox unavailable every time) is queued again by a re-sent reveal.
+    with store.transaction() as s:
+        s.execute(text("UPDATE procrastinate_jobs SET status = 'failed'"))
+    assert store.ensure_job(first) is True
+    assert store.job_status(first.key) == "todo"
+
+
+def test_the_researcher_with_fewest_jobs_is_served_first_and_each_is_capped(
+    store: Store,
+) -> None:
+    # Bob queues five jobs, then Ada one: Ada's is claimed right after Bob's first.
+    with store.transaction() as s:
+        for i in range(5):
+            job_queue.defer(s, job("bob", f"b{i}", lanes=2))
+        job_queue.defer(s, job("ada", "a0", lanes=2))
+    order = [claim(store) for _ in range(4)]
+    assert order[0] == ("bob", "b0")
+    assert order[1] == ("ada", "a0")
+    assert order[2] == ("bob", "b1")
+    # Bob's cap is two at once (two lanes): with b0 and b1 running, b2 waits for a lane.
+    assert order[3] is None
+    with store.transaction() as s:
+        s.execute(
+            text(
+                "UPDATE procrastinate_jobs SET status = 'succeeded' "
+                "WHERE args->>'sequence_id' = 'b0'"
+            )
+        )
+    assert claim(store) == ("bob", "b2")
+
+
+def test_scripts_go_to_their_own_queue_and_pools_to_theirs(tmp_path: Path) -> None:
+    config = ServerConfig(
+        server_id="c",
+        database_url="postgresql+psycopg://u@h/db",
+        execution="queue",
+        queue={"pools": {"big": "large"}},
+    )
+    kwargs = {"sequence_id": "s", "index": 2, "researcher": "ada"}
+    assert step_job(config, dataset="census", script=True, **kwargs).queue == SCRIPTS
+    assert step_job(config, dataset="census", script=False, **kwargs).queue == STEPS
+    assert step_job(config, dataset="big", script=False, **kwargs).queue == "steps.large"
+    assert step_job(config, dataset="big", script=False, **kwargs).key == "step:s:2"
+
+
+def test_a_queue_needs_postgresql_and_a_worker_needs_the_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match="needs the job queue's database"):
+        ServerConfig(server_id="c", execution="queue")
+    root = tmp_path / "data"
+    initialise(root, server_id="c")  # SQLite, execution local
+    code = cli_main(["worker", "--data-dir", str(root)])
+    assert code != 0
+    assert "execution" in capsys.readouterr().err
+
+
+def test_a_waiting_replica_is_woken_by_the_settle(store: Store, postgres_database: str) -> None:
+    listener = SettledListener(postgres_database)
+    try:
+        settled = threading.Event()
+        woke: list[float] = []
+
+        def wait() -> None:
+            assert listener.wait("s9", 3, timeout=30, done=settled.is_set)
+            woke.append(time.monotonic())
+
+        waiting = threading.Thread(target=wait)
+        waiting.start()
+        time.sleep(0.3)  # the waiter has looked once and sleeps until a NOTIFY or 1 s
+        settled.set()
+        with store.transaction() as s:
+            job_queue.notify_settled(s, "s9", 3)
+        notified = time.monotonic()
+        waiting.join(timeout=10)
+        # Woken by the NOTIFY, well before its next look at the row (1 s after the first).
+        assert woke and woke[0] - notified < 0.5, woke
+    finally:
+        listener.close()

@@ -340,7 +340,8 @@ class ProcessBackend:
         file_key = _pool_key(dataset, limits)[:5]
         runner = self._current_runner()
         # Two template families per dataset: the light one for tables and summaries.
-        key: TemplateKey = (*file_key, runner, family_for(job.analysis.get("kind")))
+        family = family_for(job.analysis.get("kind"), job.metadata.get("storage"))
+        key: TemplateKey = (*file_key, runner, family)
 
         def same_version(other: TemplateKey) -> bool:
             return other[5] == runner and (other[0] != file_key[0] or other[1:5] == file_key[1:5])

@@ -199,14 +199,21 @@ def test_other_kinds_are_refused_from_the_analysis_and_metadata(
 
 
 def test_memory_storage_is_the_default() -> None:
+    from safeaccess.client.analyses import parse_analysis
+
     metadata = DatasetMetadata(name="d", columns=[Column(name="a", type="categorical")])
     assert metadata.storage == "memory"
-    assert (
-        refusal(
-            __import__("safeaccess.client.analyses", fromlist=["parse_analysis"]).parse_analysis(
-                {"kind": "frequency_table", "rows": ["a"]}
-            ),
-            metadata,
-        )
-        is None
-    )
+    analysis = parse_analysis({"kind": "frequency_table", "rows": ["a"]})
+    assert refusal(analysis, metadata) is None
+
+
+def test_a_duckdb_dataset_has_its_own_template_family() -> None:
+    """Its template loads no data (template.py) and imports DuckDB, not statsmodels."""
+    from safeaccess.sandbox.runner.kinds import family_for, preload_modules
+
+    for kind in ("frequency_table", "summary", "regression", "no_such_kind"):
+        assert family_for(kind, "duckdb") == "duckdb"
+        assert family_for(kind, "memory") == family_for(kind) != "duckdb"
+    modules = preload_modules("duckdb")
+    assert "duckdb" in modules and "safeaccess.sandbox.runner.duckdb_tables" in modules
+    assert "statsmodels.api" not in modules

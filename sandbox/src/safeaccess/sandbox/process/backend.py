@@ -443,7 +443,11 @@ class ProcessBackend:
             raise AnalysisFailed(code, message)
         output = expected_output(job, response.output)
         return RunResult(
-            output=output, wall_seconds=wall, backend=self.name, query_sets=side_arrays(output)
+            output=output,
+            wall_seconds=wall,
+            backend=self.name,
+            query_sets=side_arrays(output),
+            peak_rss_bytes=outcome.peak_rss_bytes,
         )
 
     def _crash(self, outcome: JobOutcome, limits: Limits) -> SandboxError:

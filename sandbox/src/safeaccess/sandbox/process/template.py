@@ -144,6 +144,7 @@ class Template:
                 "job": job,
                 "status": status,
                 "cpu": usage.ru_utime + usage.ru_stime,
+                "maxrss": usage.ru_maxrss,  # KiB: the job's peak resident memory
             },
         )
 

@@ -103,3 +103,36 @@ def test_an_unsupported_kind_is_refused_in_the_sandbox(
     with pytest.raises(AnalysisFailed) as raised:
         _run(backend, dataset, {"kind": "summary", "variables": ["income"]}, "duckdb")
     assert raised.value.runner_code == "storage_unsupported"
+
+
+def test_duckdb_is_in_the_docker_image_closure() -> None:
+    """The Docker image holds the sandbox distribution's dependency closure: DuckDB with it."""
+    from packaging.utils import canonicalize_name
+
+    from safeaccess.sandbox.docker.image import ROOT_DISTRIBUTION, _closure
+
+    names = {canonicalize_name(d.metadata["Name"]) for d in _closure(ROOT_DISTRIBUTION)}
+    assert "duckdb" in names
+
+
+def test_duckdb_jobs_in_docker_equal_the_in_memory_jobs(sandbox_image: str, dataset: Path) -> None:
+    """The same jobs in the Docker backend (its own seccomp profile, cgroup memory limit)."""
+    from safeaccess.sandbox.config import DockerOptions
+    from safeaccess.sandbox.docker import DockerBackend
+
+    docker = DockerBackend(DockerOptions(image=sandbox_image), Limits(wall_seconds=120))
+    docker.check_available()
+    try:
+        for analysis in ANALYSES[:2]:
+            memory = docker.run(
+                Job(job_id="m", analysis=analysis, metadata=_metadata("memory"), dataset=dataset)
+            )
+            duck = docker.run(
+                Job(job_id="d", analysis=analysis, metadata=_metadata("duckdb"), dataset=dataset)
+            )
+            assert duck.output.model_dump_json() == memory.output.model_dump_json(), analysis
+            ours, theirs = query_set_of(duck.output), query_set_of(memory.output)
+            assert ours is not None and theirs is not None
+            assert np.array_equal(ours.to_array(), theirs.to_array())
+    finally:
+        docker.close()

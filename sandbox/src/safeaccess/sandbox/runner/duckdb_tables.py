@@ -177,8 +177,11 @@ def _sql_type(dtype: pa.DataType) -> str:
 def _combinations(job: _Job, keys: list[_Key]) -> pa.Table:
     """Each value combination of the keys among the selected records, with its count `n`."""
     f = job.filter
-    # More combinations than this cannot make a table of MAX_CELLS cells (each key adds at
-    # most its missing value to its levels): stop counting there.
+    # Every value a key takes is one of its levels, so combinations (each key's levels plus
+    # missing) number at most 2 ** keys times the table's cells: beyond that the table has more
+    # than MAX_CELLS cells, and counting stops. (Only a key with no value at all among the
+    # selected records escapes this bound: then the in-memory path may answer an empty table
+    # where this one refuses.)
     cap = MAX_CELLS * 2 ** len(keys) + 1
     select = ", ".join(f"{k.sql} AS k{i}" for i, k in enumerate(keys))
     params = [p for k in keys for p in k.params]

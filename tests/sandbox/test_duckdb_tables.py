@@ -227,3 +227,21 @@ def test_a_duckdb_dataset_has_its_own_template_family() -> None:
     modules = preload_modules("duckdb")
     assert "duckdb" in modules and "safeaccess.sandbox.runner.duckdb_tables" in modules
     assert "statsmodels.api" not in modules
+
+
+def test_a_frame_in_memory_takes_the_in_memory_path(tmp_path: Path) -> None:
+    """The server's QSS grid runs the runner on a small frame it holds: a storage "duckdb"
+    dataset's metadata changes nothing there (the outputs are the same by the test above)."""
+    frame = _frame(5, 300)
+    analysis = {"kind": "frequency_table", "rows": ["a"], "cols": ["b"], "where": "w > 2"}
+
+    def reply(storage: str) -> bytes:
+        request = RunnerRequest(
+            analysis=analysis, metadata=_metadata(storage).model_dump(mode="json"), dataset_path="x"
+        )
+        return encode_reply(run_request(request, frame))
+
+    duck = reply("duckdb")
+    assert duck == reply("memory")
+    decoded = decode_reply(duck)
+    assert decoded is not None and decoded.response.ok

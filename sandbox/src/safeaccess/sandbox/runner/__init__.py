@@ -169,8 +169,7 @@ def _out_of_memory(
     def compute() -> Output:
         from safeaccess.sandbox.runner.duckdb_tables import execute_out_of_memory
 
-        if isinstance(dataset, pd.DataFrame):
-            raise AnalysisError("dataset_unreadable", "the dataset was loaded, not queried")
+        assert not isinstance(dataset, pd.DataFrame)
         return execute_out_of_memory(analysis, dataset, metadata)
 
     return compute
@@ -187,8 +186,10 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
         fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
         return _error("bad_analysis", f"invalid analysis or metadata at: {', '.join(fields)}")
     # -- storage "duckdb" (larger than memory): DuckDB queries the file in this job, which
-    # never loads it (runner/duckdb_tables.py). The only branch of the runner for it.
-    if metadata.storage == "duckdb":
+    # never loads it (runner/duckdb_tables.py). The only branch of the runner for it. A frame
+    # handed in (the server's QSS grid: a few records in memory) takes the in-memory path, whose
+    # outputs are the same.
+    if metadata.storage == "duckdb" and not isinstance(dataset, pd.DataFrame):
         compute = _out_of_memory(analysis, dataset, metadata)
     else:
         try:

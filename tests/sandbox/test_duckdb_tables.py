@@ -245,3 +245,41 @@ def test_a_frame_in_memory_takes_the_in_memory_path(tmp_path: Path) -> None:
     assert duck == reply("memory")
     decoded = decode_reply(duck)
     assert decoded is not None and decoded.response.ok
+
+
+@pytest.mark.parametrize(
+    "analysis",
+    [
+        {"kind": "frequency_table", "rows": ["a"], "cols": ["b"]},
+        {"kind": "histogram", "variable": "v", "by": ["b"], "bins": 3},
+        {"kind": "histogram", "variable": "v", "edges": [-1.0, 0.0, 1.0]},
+        {"kind": "magnitude_table", "rows": ["a"], "value": "v", "agg": "mean"},
+    ],
+)
+def test_no_selected_record_takes_as_many_passes_as_an_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, analysis: dict[str, Any]
+) -> None:
+    """At 100 M records a pass takes seconds: the latency must not tell 0 records from 1."""
+    from safeaccess.client.analyses import parse_analysis
+    from safeaccess.sandbox.runner import duckdb_tables
+    from safeaccess.sandbox.runner.compute._common import AnalysisError
+
+    path = tmp_path / "data.parquet"
+    _frame(3, 500).to_parquet(path, index=False)
+    passes: list[str] = []
+    query = duckdb_tables._Job.query
+
+    def counted(self: Any, sql: str, params: list[object]) -> Any:
+        passes.append(sql)
+        return query(self, sql, params)
+
+    monkeypatch.setattr(duckdb_tables._Job, "query", counted)
+    metadata = _metadata("duckdb")
+    duckdb_tables.execute_out_of_memory(parse_analysis(analysis), str(path), metadata)
+    answered = len(passes)
+    passes.clear()
+    empty = parse_analysis({**analysis, "where": "w > 100"})
+    with pytest.raises(AnalysisError) as raised:
+        duckdb_tables.execute_out_of_memory(empty, str(path), metadata)
+    assert raised.value.code == "no_rows"
+    assert len(passes) == answered >= 2

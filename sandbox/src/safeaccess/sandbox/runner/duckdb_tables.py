@@ -63,6 +63,8 @@ from safeaccess.sandbox.runner.duckdb_source import (
 )
 
 STORAGE_UNSUPPORTED = "storage_unsupported"
+#: Refusals that depend on the records rather than on the analysis and the schema.
+DATA_DEPENDENT = frozenset({"no_rows", "too_many_cells"})
 SUPPORTED_KINDS = ("frequency_table", "histogram", "magnitude_table")
 MAGNITUDE_STATISTICS = ("sum", "mean")
 TOP_N = 3
@@ -125,12 +127,14 @@ class _Job:
         self.types = {c: file_types[c] for c in wanted if c in file_types}
         self.filter: SqlFilter = translate(analysis.where, self.types)
         self.con = connect(threads)
+        self.passes = 0  # passes over the file so far (each query streams it once)
         if not self.types:
             raise AnalysisError("unknown_variable", "the analysis uses no variable of the dataset")
 
     def query(self, sql: str, params: list[object]) -> duckdb.DuckDBPyRelation:
         """`sql` over a fresh stream of the analysis's columns, registered as `src` (a relation:
         its Arrow results stream without the copy a DB-API result makes)."""
+        self.passes += 1
         self.con.register("src", self.source.reader(list(self.types)))
         return self.con.sql(sql, params=params)
 
@@ -145,6 +149,11 @@ class _Job:
         reader = self.query(sql, params).to_arrow_reader(BATCH_ROWS)
         assert reader is not None
         return reader
+
+    def pad(self, passes: int) -> None:
+        """Read the file until `passes` passes have been made (decoding the same columns)."""
+        while self.passes < passes:
+            self.query("SELECT count(*) FROM src", []).fetchall()
 
     def selected(self) -> int:
         """How many records the filter selects."""
@@ -422,11 +431,8 @@ def _key(job: _Job, metadata: DatasetMetadata, name: str) -> _Key:
     return _Key(name, column_sql(name, job.types[name]), declared_levels(metadata, name))
 
 
-def frequency_table(
-    analysis: FrequencyTable, dataset: DatasetFile, metadata: DatasetMetadata
-) -> TableOutput:
+def frequency_table(analysis: FrequencyTable, job: _Job, metadata: DatasetMetadata) -> TableOutput:
     """Counts of records by row x column level combinations (as `compute.tables`)."""
-    job = _Job(analysis, dataset, metadata, threads=0)
     names = [*analysis.rows, *analysis.cols]
     job.require(names)
     keys = [_key(job, metadata, n) for n in names]
@@ -459,9 +465,8 @@ def _bin_label(lo: float, hi: float, last: bool) -> str:
     return f"[{lo:g}, {hi:g}{']' if last else ')'}"
 
 
-def histogram(analysis: Histogram, dataset: DatasetFile, metadata: DatasetMetadata) -> TableOutput:
+def histogram(analysis: Histogram, job: _Job, metadata: DatasetMetadata) -> TableOutput:
     """Counts per bin (columns) for each `by` group (rows), as `compute.tables.histogram`."""
-    job = _Job(analysis, dataset, metadata, threads=0)
     job.require([analysis.variable, *analysis.by])
     value = _numeric(job, analysis.variable)
     f = job.filter
@@ -533,14 +538,9 @@ def _top_lists(grid: np.ndarray) -> list[list[list[float]]]:
     return [[[x for x in cell if x != -np.inf] for cell in row] for row in grid.tolist()]
 
 
-def magnitude_table(
-    analysis: MagnitudeTable, dataset: DatasetFile, metadata: DatasetMetadata
-) -> TableOutput:
+def magnitude_table(analysis: MagnitudeTable, job: _Job, metadata: DatasetMetadata) -> TableOutput:
     """Sum or mean of `value` by row x column level combinations, with the facts of
     `compute.tables.magnitude_table` (totals, missing, negatives, top three per cell)."""
-    # One thread: DuckDB then adds each cell's values in stored order, as np.bincount does in
-    # memory, so the totals are the same floats (the differential test compares them exactly).
-    job = _Job(analysis, dataset, metadata, threads=1)
     names = [*analysis.rows, *analysis.cols]
     job.require([*names, analysis.value])
     value = _numeric(job, analysis.value)
@@ -619,6 +619,16 @@ def magnitude_table(
     return _released(table, out, _record_cells(job, table, value))
 
 
+def _passes(analysis: Analysis) -> int:
+    """Passes over the file an answer to `analysis` takes: the combinations, (a magnitude
+    table's sums, a histogram's range from the data,) each record's cell."""
+    if isinstance(analysis, MagnitudeTable):
+        return 3
+    if isinstance(analysis, Histogram) and analysis.edges is None:
+        return 3
+    return 2
+
+
 def execute_out_of_memory(
     analysis: Analysis, dataset: DatasetFile, metadata: DatasetMetadata
 ) -> TableOutput:
@@ -628,9 +638,23 @@ def execute_out_of_memory(
     refused = refusal(analysis, metadata)
     if refused is not None:
         raise refused
-    if isinstance(analysis, FrequencyTable):
-        return frequency_table(analysis, dataset, metadata)
-    if isinstance(analysis, Histogram):
-        return histogram(analysis, dataset, metadata)
-    assert isinstance(analysis, MagnitudeTable)
-    return magnitude_table(analysis, dataset, metadata)
+    # One thread for magnitude tables: DuckDB then adds each cell's values in stored order, as
+    # np.bincount does in memory, so the totals are the same floats (the differential test
+    # compares them exactly).
+    job = _Job(
+        analysis, dataset, metadata, threads=1 if isinstance(analysis, MagnitudeTable) else 0
+    )
+    try:
+        if isinstance(analysis, FrequencyTable):
+            return frequency_table(analysis, job, metadata)
+        if isinstance(analysis, Histogram):
+            return histogram(analysis, job, metadata)
+        assert isinstance(analysis, MagnitudeTable)
+        return magnitude_table(analysis, job, metadata)
+    except AnalysisError as exc:
+        if exc.code in DATA_DEPENDENT:
+            # A refusal that depends on the records (none selected, too many levels) takes as
+            # many passes over the file as an answer would: at 100 M records a pass takes
+            # seconds, and the latency must not tell 0 selected records from 1.
+            job.pad(_passes(analysis))
+        raise

@@ -261,19 +261,19 @@ def test_no_selected_record_takes_as_many_passes_as_an_answer(
 ) -> None:
     """At 100 M records a pass takes seconds: the latency must not tell 0 records from 1."""
     from safeaccess.client.analyses import parse_analysis
-    from safeaccess.sandbox.runner import duckdb_tables
+    from safeaccess.sandbox.runner import duckdb_cells, duckdb_tables
     from safeaccess.sandbox.runner.compute._common import AnalysisError
 
     path = tmp_path / "data.parquet"
     _frame(3, 500).to_parquet(path, index=False)
     passes: list[str] = []
-    query = duckdb_tables._Job.query
+    query = duckdb_cells.TableJob.query
 
     def counted(self: Any, sql: str, params: list[object]) -> Any:
         passes.append(sql)
         return query(self, sql, params)
 
-    monkeypatch.setattr(duckdb_tables._Job, "query", counted)
+    monkeypatch.setattr(duckdb_cells.TableJob, "query", counted)
     metadata = _metadata("duckdb")
     duckdb_tables.execute_out_of_memory(parse_analysis(analysis), str(path), metadata)
     answered = len(passes)

@@ -121,6 +121,7 @@ class TableJob:
 
 
 def no_rows() -> AnalysisError:
+    """The refusal of an analysis no record satisfies (the in-memory path's words)."""
     return AnalysisError("no_rows", "no records satisfy the filter; widen the 'where' condition")
 
 

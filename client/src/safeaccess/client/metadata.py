@@ -120,6 +120,13 @@ class DatasetMetadata(BaseModel):
         description="The dataset version this metadata describes (as the catalogue lists it); "
         "None when it describes the dataset without naming a version.",
     )
+    storage: Literal["memory", "duckdb"] = Field(
+        default="memory",
+        description="How the sandbox reads the dataset: 'memory' loads it once per version "
+        "(every analysis kind); 'duckdb' queries its Parquet file out of memory inside each job, "
+        "for datasets larger than a job's memory (frequency tables, histograms, magnitude tables "
+        "of sum or mean; other kinds are refused with 'storage_unsupported').",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> DatasetMetadata:

@@ -166,6 +166,12 @@ class RunResult(BaseModel):
         description="The output's per-record query-set arrays, as the reply carried them "
         "(also attached to the output's query set); never serialised.",
     )
+    peak_rss_bytes: int | None = Field(
+        default=None,
+        exclude=True,
+        description="The job's peak resident memory where the backend measures it (the fork "
+        "server: the job's own rusage); for benchmarks and logs, never serialised.",
+    )
 
 
 def side_arrays(output: Output) -> list[np.ndarray]:

@@ -228,6 +228,9 @@ class JobOutcome:
         self.signal: int | None = None
         self.cpu_seconds = 0.0
         self.killed_for: LimitExceeded | None = None
+        # The job's peak resident memory where it is measured (a fork server job's own
+        # rusage, which its template reports); for benchmarks, never shown to researchers.
+        self.peak_rss_bytes: int | None = None
 
     def set_status(self, status: int, cpu_seconds: float) -> None:
         """Record a wait status (`os.wait4`'s) and the CPU seconds the job used."""

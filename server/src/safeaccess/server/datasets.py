@@ -284,6 +284,7 @@ def catalogue(
                 ruleset=rs.label,
                 rules={**rs.model_dump(mode="json"), "sha256": rs.content_hash()},
                 neighbours=meta.neighbours.model_dump(mode="json"),
+                storage=meta.storage,
                 dp=store.get_dp_config(row.name),
                 dp_budget=budgets.dp_budget(store, row, researcher),
                 withhold_budget=budget(store, rs, researcher, row.name),

@@ -174,6 +174,12 @@ class DatasetView(BaseModel):
     neighbours: dict[str, Any] | None = Field(
         default=None, description="The DP neighbouring relation the metadata states."
     )
+    storage: Literal["memory", "duckdb"] = Field(
+        default="memory",
+        description="'duckdb': the dataset is queried out of memory, which offers frequency "
+        "tables, histograms and magnitude tables of sum or mean (other kinds are refused with "
+        "'storage_unsupported').",
+    )
     dp: dict[str, Any] | None = Field(
         default=None,
         description="The DP configuration (epsilon, delta, scope, mandatory, max_tpr_at_5pct) "

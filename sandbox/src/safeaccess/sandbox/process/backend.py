@@ -340,7 +340,8 @@ class ProcessBackend:
         file_key = _pool_key(dataset, limits)[:5]
         runner = self._current_runner()
         # Two template families per dataset: the light one for tables and summaries.
-        key: TemplateKey = (*file_key, runner, family_for(job.analysis.get("kind")))
+        family = family_for(job.analysis.get("kind"), job.metadata.get("storage"))
+        key: TemplateKey = (*file_key, runner, family)
 
         def same_version(other: TemplateKey) -> bool:
             return other[5] == runner and (other[0] != file_key[0] or other[1:5] == file_key[1:5])
@@ -442,7 +443,11 @@ class ProcessBackend:
             raise AnalysisFailed(code, message)
         output = expected_output(job, response.output)
         return RunResult(
-            output=output, wall_seconds=wall, backend=self.name, query_sets=side_arrays(output)
+            output=output,
+            wall_seconds=wall,
+            backend=self.name,
+            query_sets=side_arrays(output),
+            peak_rss_bytes=outcome.peak_rss_bytes,
         )
 
     def _crash(self, outcome: JobOutcome, limits: Limits) -> SandboxError:

@@ -54,6 +54,7 @@ class _Pending:
         self.done = threading.Event()
         self.status: int | None = None
         self.cpu = 0.0
+        self.maxrss: int | None = None
 
 
 class TemplateProcess:
@@ -168,6 +169,8 @@ class TemplateProcess:
                         raise ValueError("exit of an unknown job")
                     waiting.status = int(message["status"])
                     waiting.cpu = float(message["cpu"])
+                    if "maxrss" in message:
+                        waiting.maxrss = int(message["maxrss"]) * 1024
                     waiting.done.set()
                 else:
                     raise ValueError(f"unexpected message {op!r}")
@@ -224,6 +227,7 @@ class TemplateProcess:
                 raise TemplateDamaged("the template ended while running the job")
             outcome.stderr = stderr.finish()
             outcome.set_status(waiting.status, waiting.cpu)
+            outcome.peak_rss_bytes = waiting.maxrss
             return outcome
         finally:
             channel.close()

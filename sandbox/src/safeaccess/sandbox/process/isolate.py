@@ -47,6 +47,8 @@ MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
 JOB_FD = 3
+# A storage "duckdb" dataset's descriptor, which the template passes instead of a loaded frame.
+DATASET_FD = 4
 # Paths inside the sandbox, not on the host.
 TMP = "/tmp"  # noqa: S108
 ADDRESS_SPACE_HEADROOM = 512 * 1024 * 1024
@@ -246,7 +248,11 @@ def run_isolated_job(
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
         devnull = os.open(os.devnull, os.O_RDWR)
-        _only_fds({0: devnull, 1: devnull, 2: stderr, JOB_FD: channel})
+        keep = {0: devnull, 1: devnull, 2: stderr, JOB_FD: channel}
+        if isinstance(dataset, int):
+            keep[DATASET_FD] = dataset
+            dataset = DATASET_FD
+        _only_fds(keep)
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET), "unshare")
         _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)

@@ -144,6 +144,7 @@ class Template:
                 "job": job,
                 "status": status,
                 "cpu": usage.ru_utime + usage.ru_stime,
+                "maxrss": usage.ru_maxrss,  # KiB: the job's peak resident memory
             },
         )
 
@@ -179,13 +180,16 @@ def main() -> None:
     enter_own_user_namespace()
     from safeaccess.sandbox.runner.kinds import Family, preload_modules
 
-    family: Family = "tables" if os.environ.pop(ENV_FAMILY, "full") == "tables" else "full"
+    named = os.environ.pop(ENV_FAMILY, "full")
+    family: Family = "tables" if named == "tables" else "duckdb" if named == "duckdb" else "full"
     for name in (*preload_modules(family), *ISOLATION_MODULES):
         importlib.import_module(name)
     from safeaccess.sandbox import seccomp
 
     program = seccomp.compile_filter()
-    dataset = load_dataset(data)
+    # A storage "duckdb" dataset is never loaded: its jobs query the file through this
+    # descriptor (runner/duckdb_source.py reads it with pread, so jobs share no offset).
+    dataset = data if family == "duckdb" else load_dataset(data)
     # Objects that exist now are never collected: a collection in a job would otherwise write to
     # (and so copy) every shared page holding them.
     gc.collect()

@@ -124,7 +124,8 @@ def _known_error(exc: Exception) -> RunnerResponse | None:
 
 # Where the runner finds the dataset: an open Parquet file or its path (one-shot runner), or the
 # frame the fork server's template loaded once and shares, copy-on-write, with its jobs.
-DatasetSource: TypeAlias = IO[bytes] | str | pd.DataFrame
+# A storage "duckdb" dataset's template hands its jobs the open descriptor instead (an int).
+DatasetSource: TypeAlias = IO[bytes] | str | int | pd.DataFrame
 
 
 def _read_dataset(
@@ -139,6 +140,10 @@ def _read_dataset(
     from safeaccess.sandbox.runner.columns import needed_columns
 
     wanted = needed_columns(analysis, metadata)
+    if isinstance(dataset, int):  # a descriptor shared with other jobs: read at our own offset
+        from safeaccess.sandbox.runner.duckdb_source import PreadFile
+
+        dataset = cast(IO[bytes], PreadFile(dataset))
     if isinstance(dataset, pd.DataFrame):
         columns = [c for c in wanted or () if c in dataset.columns]
         if wanted is None or not columns:
@@ -156,6 +161,20 @@ def _read_dataset(
     return pd.read_parquet(dataset, engine="pyarrow", columns=columns)
 
 
+def _out_of_memory(
+    analysis: Analysis, dataset: DatasetSource, metadata: DatasetMetadata
+) -> Callable[[], Output]:
+    """The computation of `analysis` on a storage "duckdb" dataset (never a loaded frame)."""
+
+    def compute() -> Output:
+        from safeaccess.sandbox.runner.duckdb_tables import execute_out_of_memory
+
+        assert not isinstance(dataset, pd.DataFrame)
+        return execute_out_of_memory(analysis, dataset, metadata)
+
+    return compute
+
+
 def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerResponse:
     """Run one request against the dataset (open file, path or loaded frame); build the response."""
     if request.analysis.get("kind") == SYNTH_CHECK:
@@ -166,14 +185,25 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
     except ValidationError as exc:
         fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
         return _error("bad_analysis", f"invalid analysis or metadata at: {', '.join(fields)}")
+    # -- storage "duckdb" (larger than memory): DuckDB queries the file in this job, which
+    # never loads it (runner/duckdb_tables.py). The only branch of the runner for it. A frame
+    # handed in (the server's QSS grid: a few records in memory) takes the in-memory path, whose
+    # outputs are the same.
+    if metadata.storage == "duckdb" and not isinstance(dataset, pd.DataFrame):
+        compute = _out_of_memory(analysis, dataset, metadata)
+    else:
+        try:
+            frame = _read_dataset(dataset, analysis, metadata)
+        except MemoryError:
+            return _error("limit_memory", "the dataset does not fit in the sandbox's memory limit")
+        except Exception:
+            return _error("dataset_unreadable", "the dataset could not be read as Parquet")
+
+        def compute() -> Output:
+            return execute(analysis, frame, metadata)
+
     try:
-        frame = _read_dataset(dataset, analysis, metadata)
-    except MemoryError:
-        return _error("limit_memory", "the dataset does not fit in the sandbox's memory limit")
-    except Exception:
-        return _error("dataset_unreadable", "the dataset could not be read as Parquet")
-    try:
-        output = execute(analysis, frame, metadata)
+        output = compute()
     except AnalysisError as exc:
         return _error(exc.code, exc.message)
     except MemoryError:

@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 COMPUTE = "safeaccess.sandbox.runner.compute"
-Family = Literal["tables", "full"]
+Family = Literal["tables", "full", "duckdb"]
 #: What every job imports, whatever its kind: the runner, the Parquet reader and the filter.
 RUNTIME = ("safeaccess.sandbox.runner", "pyarrow.parquet", "safeaccess.sandbox.runner.filters")
 
@@ -100,8 +100,17 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
 )
 
 
-def family_for(kind: object) -> Family:
-    """The template family that serves analyses of `kind` (the full one for an unknown kind)."""
+# -- storage "duckdb" (larger than memory): its own family, whose template loads no data and
+# whose jobs query the file with DuckDB (runner/duckdb_tables.py); whatever the kind, since the
+# runner refuses the kinds that path does not compute.
+DUCKDB_MODULES = ("duckdb", "safeaccess.sandbox.runner.duckdb_tables")
+
+
+def family_for(kind: object, storage: object = "memory") -> Family:
+    """The template family that serves analyses of `kind` on a dataset of `storage` (the full
+    one for an unknown kind)."""
+    if storage == "duckdb":
+        return "duckdb"
     entry = KINDS.get(kind) if isinstance(kind, str) else None
     return entry.family if entry is not None else "full"
 
@@ -109,5 +118,7 @@ def family_for(kind: object) -> Family:
 def preload_modules(family: Family) -> tuple[str, ...]:
     """What a sandbox of `family` imports before its job: the runtime and the modules of the
     kinds it serves (the full family serves every kind), in table order, each once."""
+    if family == "duckdb":
+        return (*RUNTIME, *DUCKDB_MODULES)
     served = [k for k in KINDS.values() if family == "full" or k.family == family]
     return tuple(dict.fromkeys([*RUNTIME, *(name for k in served for name in k.modules())]))

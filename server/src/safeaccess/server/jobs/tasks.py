@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import procrastinate
 from procrastinate import JobContext, RetryStrategy
-from psycopg_pool import AsyncConnectionPool
 
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.jobs.datasets import DatasetCheck
@@ -40,12 +39,9 @@ def _check(context: JobContext) -> DatasetCheck:
 
 def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     """The procrastinate app of a worker host (or of anything reading the queue)."""
-    # Pooled connections are checked before use: after a PostgreSQL restart a worker gets a
-    # new one instead of failing a claim or a job's finish on a closed one.
-    connector = procrastinate.PsycopgConnector(
-        conninfo=conninfo, check=AsyncConnectionPool.check_connection
-    )
-    app = procrastinate.App(connector=connector)
+    # (procrastinate's pool checks each connection before use, so a worker survives a
+    # PostgreSQL restart.)
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
     # Tried again only when the centre failed (the sandbox unavailable), never on the
     # analysis's own failures: those are outcomes, recorded by the flow.
     # (procrastinate's max_attempts counts the runs before the last: 2 gives 3 runs in all;

@@ -4,7 +4,13 @@
 distinct contributors, top-3 contributions, totals, negatives, missing values, query set) are
 computed: the researcher-side `crosstab` / `pivot_table` call it, and so do the sandbox's
 frequency tables, magnitude tables and histograms (through `tabulate`, which also gives each
-record's cell), so both sides agree cell for cell.
+record's cell), so both sides agree cell for cell. The sandbox's grouped counts (summaries,
+survival curves, tests) place their records through `group_cells`, on the same code path.
+
+Keys may arrive already coded (`Coded`): a histogram's bins, or a dataset version's stored code
+arrays (`safeaccess.sandbox.codes`), which hold the server-rule codes of the whole dataset; for
+those, `Coded.fixed` says how many levels are declared (always kept) and the rest are kept only
+when a record in the selection has them, as coding the selection afresh would do.
 
 Why not `pd.crosstab`: it builds one groupby per statistic and is several times slower than
 integer codes plus `np.bincount`; a checked table needs five statistics per cell. Keys are coded
@@ -52,6 +58,9 @@ class Coded:
     name: str
     codes: np.ndarray
     levels: list[Label]
+    #: None: every level is kept. Else the first `fixed` levels are kept and a later one only
+    #: when some record has it (the server's rule for values no metadata declares).
+    fixed: int | None = None
 
 
 def declared_label(value: Any) -> Label:
@@ -164,7 +173,19 @@ def _identity(levels: list[Label]) -> np.ndarray:
 
 
 def _coded_raw(key: Coded) -> _Raw:
-    return _Raw(key.name, key.codes, len(key.levels), lambda _: (_identity(key.levels), key.levels))
+    if key.fixed is None or key.fixed >= len(key.levels):
+        return _Raw(
+            key.name, key.codes, len(key.levels), lambda _: (_identity(key.levels), key.levels)
+        )
+    fixed = key.fixed
+
+    def observed(occurs: np.ndarray) -> tuple[np.ndarray, list[Label]]:
+        keep = occurs.copy()
+        keep[:fixed] = True
+        table = np.where(keep, np.cumsum(keep) - 1, -1)
+        return table, [lv for lv, k in zip(key.levels, keep.tolist(), strict=True) if k]
+
+    return _Raw(key.name, key.codes, len(key.levels), observed)
 
 
 def _occurs(codes: np.ndarray, size: int) -> np.ndarray:
@@ -480,6 +501,7 @@ class _Placed:
         else:
             finished = [r.finish(_occurs(r.codes, r.size)) for r in raws]
         key_levels = [lv for _, lv in finished]
+        self.key_levels = key_levels
         self.row_labels = _product(key_levels[:n_row_keys])
         self.col_labels = _product(key_levels[n_row_keys:])
         _check_size(raws, key_levels, n_row_keys, max_cells)
@@ -830,3 +852,32 @@ def _spread_or_mode(
 
 def _flat_name(r: list[Label], c: list[Label]) -> str:
     return ", ".join(str(x) for x in [*r, *c])
+
+
+def group_cells(
+    keys: Sequence[Any],
+    levels: Sequence[Sequence[Label] | None],
+    n: int,
+    *,
+    max_cells: int = 1_000_000,
+) -> tuple[list[list[Label]], list[list[Label]], np.ndarray]:
+    """Group `n` records by the level combinations of `keys` (row-major, the server's level rule
+    with `levels` declared per key), as a one-way table of `keys` would place them.
+
+    Returns each key's levels, the label of every group and, per record, its group (-1: a key
+    is missing). No key gives one group labelled [] holding every record. More than `max_cells`
+    groups raise `TooManyCells` (side "rows") before anything is allocated for them.
+    """
+    if len(levels) != len(keys):
+        raise TabulationError(f"levels must list one entry per key ({len(keys)})")
+    if not keys:
+        return [], [[]], np.zeros(n, dtype=np.int64)
+    raws = [_raw_key(k, True, lv) for k, lv in zip(keys, levels, strict=True)]
+    for raw in raws:
+        if len(raw.codes) != n:
+            raise TabulationError(
+                f"all columns must have the same length; got {len(raw.codes)} and {n} records"
+            )
+    placed = _Placed(raws, len(raws), n, max_cells)
+    key_levels = placed.key_levels
+    return key_levels, placed.row_labels, placed.record_cells().astype(np.int64, copy=False)

@@ -19,6 +19,9 @@ from safeaccess.rules.outputs import Output, extra_query_sets_of, query_set_of
 
 #: Where every backend mounts the job's dataset inside the sandbox (read-only).
 DATASET_PATH = "/data/dataset.parquet"
+#: Where a fork server template finds its dataset version's code arrays (read-only; absent when
+#: the version has none): `safeaccess.sandbox.codes`.
+CODES_PATH = "/data/codes"
 #: How much of a job's stderr the host keeps (its tail), for the controller's log only.
 STDERR_KEEP = 64 * 1024
 #: Largest message on a fork server template's control socket (one small JSON object).

@@ -1,7 +1,9 @@
 """Datasets: registering one (check the data against its metadata, store it as immutable
 Parquet), each dataset's rule set, and the catalogue researchers see.
 
-A registered dataset version never changes. New data is registered as a new version of the same
+A registered dataset version never changes. Beside its Parquet file it gets, once, the integer
+code arrays of its grouping columns (`safeaccess.sandbox.codes`), which the sandbox maps for
+tables; `build_codes` writes them for a version registered before they existed. New data is registered as a new version of the same
 name; its rows get stable record ids from the declared record key (`record_ids`), and the Parquet
 the sandbox reads holds neither the key nor any identifier column.
 """
@@ -21,6 +23,7 @@ import yaml
 
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
+from safeaccess.sandbox.codes import write_codes
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import InvalidRequest
@@ -215,6 +218,8 @@ def register_dataset(
     os.replace(tmp, target)
     os.chmod(target, 0o440)
     id_files = write_ids(target, record_ids)
+    # Once per version, never at step time: the workers may see the data directory read-only.
+    codes = write_codes(target, metadata)
     rules_rel: str | None = None
     if rules_file is not None:
         rules_target = folder / f"v{version}.rules.yaml"
@@ -236,11 +241,28 @@ def register_dataset(
     except Exception:
         # Not recorded: remove the files so a retry can write them again.
         target.unlink(missing_ok=True)
+        shutil.rmtree(codes, ignore_errors=True)
         for path in id_files:
             path.unlink(missing_ok=True)
         if rules_rel is not None:
             (data.root / rules_rel).unlink(missing_ok=True)
         raise
+
+
+def build_codes(data: DataDir, store: Store, name: str, version: int | None = None) -> Path:
+    """(Re)write the code arrays of a registered dataset version (default: the newest), e.g.
+    one registered before versions had them; return their directory. The Parquet file must
+    still have the digest recorded at registration."""
+    row = store.find_dataset(name, version)
+    if row is None:
+        which = name if version is None else f"{name}@{version}"
+        raise InvalidRequest(f"no dataset {which}; 'dataset list' shows the registered ones")
+    parquet = data.root / row.path
+    if not parquet.is_file() or _sha256(parquet) != row.sha256:
+        raise InvalidRequest(
+            f"{row.path} is missing or differs from what was registered; nothing was written"
+        )
+    return write_codes(parquet, DatasetMetadata.model_validate(row.dataset_metadata))
 
 
 class Rulesets:

@@ -17,7 +17,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from safeaccess.sandbox.backend import DATASET_PATH, Limits
+from safeaccess.sandbox.backend import CODES_PATH, DATASET_PATH, Limits
+from safeaccess.sandbox.codes import codes_dir
 
 # Paths *inside* the sandbox (its own tmpfs), not on the host.
 SANDBOX_TMP = "/tmp"  # noqa: S108
@@ -134,7 +135,8 @@ def command(
     """The bwrap command line for one job, or with `template` for a fork server template.
 
     `executable` is bubblewrap, `binds` the read-only binds of `bind_arguments()`, `dataset` the
-    host file bound at `DATASET_PATH`; `uid` the fresh uid a root server's runner switches to.
+    host file bound at `DATASET_PATH` (a template also gets its code arrays, if any, at
+    `CODES_PATH`); `uid` the fresh uid a root server's runner switches to.
     `preload` names an analysis kind whose modules the runner imports before it waits for its
     request (a warm sandbox).
     """
@@ -184,6 +186,12 @@ def command(
         "--ro-bind",
         str(dataset),
         DATASET_PATH,
+    ]
+    codes = codes_dir(dataset)
+    if template and codes.is_dir():
+        # The version's code arrays, mapped once by the template and shared by its jobs.
+        args += ["--ro-bind", str(codes), CODES_PATH]
+    args += [
         "--remount-ro",
         "/",
         "--chdir",

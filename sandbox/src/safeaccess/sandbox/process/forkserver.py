@@ -27,8 +27,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from safeaccess.sandbox.backend import DATASET_PATH, MAX_MESSAGE, Limits, SandboxUnavailable
-from safeaccess.sandbox.process.template import ENV_DATASET, ENV_FAMILY
+from safeaccess.sandbox.backend import (
+    CODES_PATH,
+    DATASET_PATH,
+    MAX_MESSAGE,
+    Limits,
+    SandboxUnavailable,
+)
+from safeaccess.sandbox.process.template import ENV_CODES, ENV_DATASET, ENV_FAMILY
 from safeaccess.sandbox.supervise import JobOutcome, StderrTail, feed, read_reply
 
 log = logging.getLogger(__name__)
@@ -73,6 +79,7 @@ class TemplateProcess:
             "SAFEACCESS_TEMPLATE_FD": str(inside.fileno()),
             ENV_FAMILY: family,
             ENV_DATASET: DATASET_PATH,
+            ENV_CODES: CODES_PATH,
         }
         at = command.index("--")
         setenv = [a for key, value in env.items() for a in ("--setenv", key, value)]

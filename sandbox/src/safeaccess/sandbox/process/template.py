@@ -2,7 +2,7 @@
 
 One template runs per dataset version. It imports the runner and its libraries, loads
 the dataset from /data once (decoded into a DataFrame once: every job forked from the template
-shares those pages copy-on-write), then serves the host over one control socket. It never runs
+shares those pages copy-on-write) and memory-maps its code arrays, when the version has them, then serves the host over one control socket. It never runs
 researcher input itself: for each job it forks a child that isolates itself
 (`safeaccess.sandbox.process.isolate`) and only then reads the request.
 
@@ -41,6 +41,8 @@ ENV_FAMILY = "SAFEACCESS_TEMPLATE_FAMILY"
 # Where the host bound the dataset (backend.DATASET_PATH): passed in, because this module may
 # import nothing of ours before the template has left the host's privileges.
 ENV_DATASET = "SAFEACCESS_TEMPLATE_DATASET"
+# Where the host bound the version's code arrays (backend.CODES_PATH), if it has them.
+ENV_CODES = "SAFEACCESS_TEMPLATE_CODES"
 # Imported by every template beside its family's modules (runner/kinds.py): what a job runs to
 # isolate itself.
 ISOLATION_MODULES = ("safeaccess.sandbox.process.isolate", "safeaccess.sandbox.seccomp")
@@ -154,19 +156,51 @@ class Template:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
 
-def load_dataset(source: str | int) -> object:
+def load_dataset(source: str | int, codes: dict[str, int] | None = None) -> object:
     """The dataset (a path, or an open descriptor, which is closed) as a DataFrame, decoded
     once, without starting a thread: the template must stay single-threaded so that forking it
     is safe (Arrow's memory mapping, pre-buffering and threaded decoding would each start a
-    thread pool)."""
+    thread pool).
+
+    With `codes` (the opened files of its code arrays, which are closed), a `LoadedDataset`:
+    the frame and the arrays memory-mapped, after checking they were made from these very bytes.
+    Arrays that fail the check are left out (the jobs then code the values themselves)."""
+    import hashlib
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     with open(source, "rb") as fh:
         raw = fh.read()
+    digest = hashlib.sha256(raw).hexdigest() if codes else ""
     table = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False).read(use_threads=False)
     del raw
-    return table.to_pandas(use_threads=False)
+    frame = table.to_pandas(use_threads=False)
+    if not codes:
+        return frame
+    from safeaccess.sandbox.codes import CodesError, map_codes
+    from safeaccess.sandbox.runner import LoadedDataset
+
+    try:
+        return LoadedDataset(frame, map_codes(codes, digest))
+    except CodesError as exc:
+        print(f"template: code arrays not used: {exc}", file=sys.stderr)
+        return LoadedDataset(frame)
+
+
+def _open_codes(directory: str | None) -> dict[str, int] | None:
+    """The code array files, opened while the template still may (standard library only)."""
+    if not directory or not os.path.isdir(directory):
+        return None
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return {
+            name: os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+            for name in os.listdir(fd)
+            if not name.startswith(".")
+        }
+    finally:
+        os.close(fd)
 
 
 def main() -> None:
@@ -175,6 +209,7 @@ def main() -> None:
     # namespace of the template's own) before any library is imported or any byte of the
     # dataset parsed. The process that called main() waits in there; its child returns.
     data = os.open(os.environ.pop(ENV_DATASET), os.O_RDONLY | os.O_CLOEXEC)
+    codes = _open_codes(os.environ.pop(ENV_CODES, None))
     from safeaccess.sandbox.process.template_privileges import enter_own_user_namespace
 
     enter_own_user_namespace()
@@ -189,7 +224,12 @@ def main() -> None:
     program = seccomp.compile_filter()
     # A storage "duckdb" dataset is never loaded: its jobs query the file through this
     # descriptor (runner/duckdb_source.py reads it with pread, so jobs share no offset).
-    dataset = data if family == "duckdb" else load_dataset(data)
+    if family == "duckdb":
+        for fd in (codes or {}).values():
+            os.close(fd)  # code arrays serve loaded frames only
+        dataset: object = data
+    else:
+        dataset = load_dataset(data, codes)
     # Objects that exist now are never collected: a collection in a job would otherwise write to
     # (and so copy) every shared page holding them.
     gc.collect()

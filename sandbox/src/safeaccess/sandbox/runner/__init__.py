@@ -22,6 +22,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, Any, TypeAlias, cast
 
 import pandas as pd
@@ -31,8 +32,10 @@ from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, Analysis, parse_an
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Output
 from safeaccess.sandbox.backend import RunnerError, RunnerRequest, RunnerResponse, encode_reply
+from safeaccess.sandbox.codes import CodeArrays
 from safeaccess.sandbox.runner.compute._common import AnalysisError
 from safeaccess.sandbox.runner.kinds import KINDS
+from safeaccess.sandbox.runner.stored_codes import using
 
 ENV_UID = "SAFEACCESS_SANDBOX_UID"
 ENV_GID = "SAFEACCESS_SANDBOX_GID"
@@ -122,10 +125,19 @@ def _known_error(exc: Exception) -> RunnerResponse | None:
     return None
 
 
-# Where the runner finds the dataset: an open Parquet file or its path (one-shot runner), or the
-# frame the fork server's template loaded once and shares, copy-on-write, with its jobs.
+@dataclass(frozen=True)
+class LoadedDataset:
+    """A dataset a fork server template loaded once and shares, copy-on-write, with its jobs:
+    the decoded frame and, when the version has them, its memory-mapped code arrays."""
+
+    frame: pd.DataFrame
+    codes: CodeArrays | None = None
+
+
+# Where the runner finds the dataset: an open Parquet file or its path (one-shot runner), or
+# what the fork server's template loaded (a bare frame, or a frame with its code arrays).
 # A storage "duckdb" dataset's template hands its jobs the open descriptor instead (an int).
-DatasetSource: TypeAlias = IO[bytes] | str | int | pd.DataFrame
+DatasetSource: TypeAlias = IO[bytes] | str | int | pd.DataFrame | LoadedDataset
 
 
 def _read_dataset(
@@ -144,6 +156,8 @@ def _read_dataset(
         from safeaccess.sandbox.runner.duckdb_source import PreadFile
 
         dataset = cast(IO[bytes], PreadFile(dataset))
+    if isinstance(dataset, LoadedDataset):
+        dataset = dataset.frame
     if isinstance(dataset, pd.DataFrame):
         columns = [c for c in wanted or () if c in dataset.columns]
         if wanted is None or not columns:
@@ -189,7 +203,7 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
     # never loads it (runner/duckdb_tables.py). The only branch of the runner for it. A frame
     # handed in (the server's QSS grid: a few records in memory) takes the in-memory path, whose
     # outputs are the same.
-    if metadata.storage == "duckdb" and not isinstance(dataset, pd.DataFrame):
+    if metadata.storage == "duckdb" and not isinstance(dataset, pd.DataFrame | LoadedDataset):
         compute = _out_of_memory(analysis, dataset, metadata)
     else:
         try:
@@ -198,9 +212,13 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
             return _error("limit_memory", "the dataset does not fit in the sandbox's memory limit")
         except Exception:
             return _error("dataset_unreadable", "the dataset could not be read as Parquet")
+        codes = dataset.codes if isinstance(dataset, LoadedDataset) else None
+        if codes is not None and codes.rows != len(frame):
+            codes = None  # not this dataset's arrays: code the values afresh
 
         def compute() -> Output:
-            return execute(analysis, frame, metadata)
+            with using(codes):
+                return execute(analysis, frame, metadata)
 
     try:
         output = compute()

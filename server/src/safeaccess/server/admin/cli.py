@@ -197,6 +197,20 @@ def _dataset_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dataset_codes(args: argparse.Namespace) -> int:
+    """(Re)build the code arrays of a dataset version."""
+    from safeaccess.server.datasets import build_codes
+
+    data = _data(args)
+    store = _store(data)
+    try:
+        target = build_codes(data, store, args.name, args.version)
+    finally:
+        store.close()
+    print(f"dataset {args.name}: code arrays written to {target.relative_to(data.root)}")
+    return EXIT_OK
+
+
 def _dataset_list(args: argparse.Namespace) -> int:
     store = _store(_data(args))
     try:
@@ -793,7 +807,7 @@ def _add_account_commands(
 
 
 def _add_dataset_commands(sub: Group, common: argparse.ArgumentParser) -> Group:
-    """dataset add | list | dp | mock | budget | claim | checkers."""
+    """dataset add | codes | list | dp | mock | budget | claim | checkers."""
     dataset = sub.add_parser("dataset", help="datasets").add_subparsers(
         dest="dataset_command", required=True, metavar="ACTION"
     )
@@ -827,6 +841,14 @@ def _add_dataset_commands(sub: Group, common: argparse.ArgumentParser) -> Group:
         "(default 2000000)",
     )
     dadd.set_defaults(handler=_dataset_add)
+    dcodes = dataset.add_parser(
+        "codes",
+        parents=[common],
+        help="(re)build the integer code arrays the sandbox counts tables on",
+    )
+    dcodes.add_argument("name", metavar="NAME")
+    dcodes.add_argument("--version", type=int, default=None, help="version (default: newest)")
+    dcodes.set_defaults(handler=_dataset_codes)
     dlist = dataset.add_parser("list", parents=[common], help="list dataset versions")
     dlist.set_defaults(handler=_dataset_list)
     ddp = dataset.add_parser(

@@ -17,7 +17,7 @@ import pandas as pd
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Label, QuerySet
 from safeaccess.rules.tabulate import Coded as Coded
-from safeaccess.rules.tabulate import code_levels, declared_label
+from safeaccess.rules.tabulate import TooManyCells, code_levels, declared_label, group_cells
 
 # The level rule lives with the one table builder in safeaccess.rules; the name stays here for
 # the compute modules that label their groups with it.
@@ -94,16 +94,7 @@ class Cells:
 
     labels: list[list[Label]]
     codes: np.ndarray  # cell index per record, -1 where any variable is missing
-
-
-def check_cells(coded: list[Coded]) -> int:
-    """The number of level combinations of `coded`; AnalysisError when more than MAX_CELLS."""
-    size = 1
-    for c in coded:
-        size *= max(len(c.levels), 1)
-    if size > MAX_CELLS:
-        raise AnalysisError("too_many_cells", too_many_groups([c.name for c in coded], size))
-    return size
+    levels: list[list[Label]]  # each variable's levels, in the given order
 
 
 def too_many_groups(names: list[str], size: int) -> str:
@@ -114,24 +105,26 @@ def too_many_groups(names: list[str], size: int) -> str:
     )
 
 
-def combine(coded: list[Coded], n: int) -> Cells:
-    """Cells of the cartesian product of `coded` variables (row-major in the given order).
+def group(frame: pd.DataFrame, names: list[str], metadata: DatasetMetadata) -> Cells:
+    """Cells of the cartesian product of the variables `names` by their declared levels
+    (row-major in the given order), placed by the one table builder
+    (`safeaccess.rules.tabulate.group_cells`, on the dataset's stored codes where it has them).
 
     No variables give a single cell labelled [] holding every record.
     """
-    if not coded:
-        return Cells(labels=[[]], codes=np.zeros(n, dtype=np.int64))
-    check_cells(coded)
-    labels: list[list[Label]] = [[]]
-    for c in coded:
-        labels = [[*prefix, level] for prefix in labels for level in c.levels]
-    codes = np.zeros(n, dtype=np.int64)
-    missing = np.zeros(n, dtype=bool)
-    for c in coded:
-        codes = codes * len(c.levels) + np.maximum(c.codes, 0)
-        missing |= c.codes < 0
-    codes[missing] = -1
-    return Cells(labels=labels, codes=codes)
+    from safeaccess.sandbox.runner.stored_codes import key_for
+
+    keys = [key_for(frame, v, metadata) for v in names]
+    try:
+        levels, labels, codes = group_cells(
+            keys,
+            [declared_levels(metadata, v) for v in names],
+            len(frame),
+            max_cells=MAX_CELLS,
+        )
+    except TooManyCells as exc:
+        raise AnalysisError("too_many_cells", too_many_groups(exc.names, exc.cells)) from None
+    return Cells(labels=labels, codes=codes, levels=levels)
 
 
 def label_text(labels: list[Label]) -> str:

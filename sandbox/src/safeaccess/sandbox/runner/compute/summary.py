@@ -43,9 +43,8 @@ from safeaccess.rules.reconstruction._exact import (
     windowed_quantile_weights,
 )
 from safeaccess.sandbox.runner.compute._common import (
-    code_variable,
-    combine,
     fnum,
+    group,
     label_text,
     numeric_values,
     query_set,
@@ -272,7 +271,7 @@ def summary(
     integer = {v: _is_integer(v, metadata) for v in analysis.variables}
     unit = metadata.contributor_column
     units = frame[unit].to_numpy() if unit is not None and unit in frame.columns else None
-    groups = combine([code_variable(frame, v, metadata) for v in analysis.by], len(frame))
+    groups = group(frame, list(analysis.by), metadata)
     out_groups: list[SummaryGroup] = []
     fact_groups: list[SummaryGroupFacts] = []
     # Sort records by group once and slice, rather than scanning every record for every group.

@@ -31,13 +31,14 @@ from safeaccess.rules.outputs import (
 )
 from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
-    code_variable,
-    combine,
     fnum,
     label_text,
     numeric_values,
     query_set,
     require_columns,
+)
+from safeaccess.sandbox.runner.compute._common import (
+    group as group_records,
 )
 
 Z95 = 1.959963984540054
@@ -128,7 +129,7 @@ def survival(
     time = numeric_values(frame, analysis.time)
     event = numeric_values(frame, analysis.event)
     usable, t, died = _prepared_times(analysis, time, event)
-    groups = combine([code_variable(frame, v, metadata) for v in analysis.by], len(frame))
+    groups = group_records(frame, list(analysis.by), metadata)
     group_of = np.where(usable, groups.codes, -1)
     cells = np.full(len(frame), -1, dtype=np.int64)  # per row of the filtered frame
     rows = np.arange(len(frame))

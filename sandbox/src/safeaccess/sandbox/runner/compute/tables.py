@@ -29,6 +29,7 @@ from safeaccess.sandbox.runner.compute._common import (
     require_columns,
     too_many_groups,
 )
+from safeaccess.sandbox.runner.stored_codes import key_for
 
 TOO_MANY = f"the table would have more than {MAX_CELLS} cells; use fewer levels"
 
@@ -42,14 +43,15 @@ def _tabulate(
     bins: Coded | None = None,
     **how: Any,
 ) -> Tabulated:
-    """The table of `rows` x `cols` (then `bins`) by the variables' declared levels; a table of
-    more than MAX_CELLS cells is refused with `too_many`, a side of more with its variables."""
+    """The table of `rows` x `cols` (then `bins`) by the variables' declared levels (from the
+    dataset's stored codes where it has them); a table of more than MAX_CELLS cells is refused
+    with `too_many`, a side of more with its variables."""
     names = [*rows, *cols]
     levels = [declared_levels(metadata, v) for v in names] + ([None] if bins else [])
     try:
         return tabulate(
-            [frame[v] for v in rows],
-            [frame[v] for v in cols] + ([bins] if bins else []),
+            [key_for(frame, v, metadata) for v in rows],
+            [key_for(frame, v, metadata) for v in cols] + ([bins] if bins else []),
             levels=levels,
             max_cells=MAX_CELLS,
             **how,

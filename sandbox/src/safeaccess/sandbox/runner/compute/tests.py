@@ -23,8 +23,8 @@ from safeaccess.rules.outputs import TestFacts, TestOutput
 from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
     code_variable,
-    combine,
     fnum,
+    group,
     label_text,
     numeric_values,
     query_set,
@@ -40,10 +40,8 @@ def _chi2(
 
     assert analysis.rows is not None and analysis.cols is not None  # checked by the model
     require_columns(frame, [analysis.rows, analysis.cols])
-    rows = code_variable(frame, analysis.rows, metadata)
-    cols = code_variable(frame, analysis.cols, metadata)
-    cells = combine([rows, cols], len(frame))
-    n_r, n_c = len(rows.levels), len(cols.levels)
+    cells = group(frame, [analysis.rows, analysis.cols], metadata)
+    n_r, n_c = (len(levels) for levels in cells.levels)
     counts = np.bincount(cells.codes[cells.codes >= 0], minlength=n_r * n_c).reshape(n_r, n_c)
     used = counts[counts.sum(axis=1) > 0][:, counts.sum(axis=0) > 0]
     if used.shape[0] < 2 or used.shape[1] < 2:

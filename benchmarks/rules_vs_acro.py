@@ -12,6 +12,12 @@ Prints, per table: ACRO's time (best of `--acro-repeat` runs), ours (worst of 3,
 tabulate, facts, checks, DataFrames of values and per-cell status), the speed-up ACRO / ours, and
 bare pandas (best of 3, no checks). Keys are integer codes and, separately, strings.
 
+Then, keys "codes": the string-keyed data stored as a dataset version with its code arrays
+(`safeaccess.sandbox.codes`), and each table (but the histogram, which has no key) made the way
+the sandbox makes it on them: the runner's compute function on the memory-mapped codes (with the
+query set of every record, which the researcher-side tables do not build) plus the checks.
+The speed-up is over ACRO's time on the same strings, measured in the row above.
+
 Run: python benchmarks/rules_vs_acro.py [--rows N] [--skip-acro] [--acro-repeat K]
 """
 
@@ -24,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,17 +88,54 @@ METADATA = DatasetMetadata(
 
 @dataclass(frozen=True)
 class Case:
-    """One table kind: ours, ACRO's and bare pandas' way of making it."""
+    """One table kind: ours, ACRO's and bare pandas' way of making it, and the sandbox's
+    analysis of the same table (None: the table has no key to code)."""
 
     name: str
     ours: Callable[[pd.DataFrame], Any]
     acro: Callable[[Any, pd.DataFrame], object]
     bare: Callable[[pd.DataFrame], object]
+    sandbox: dict[str, Any] | None = None
 
 
 def _our_histogram(df: pd.DataFrame) -> rules.CheckedTable | Any:
     out = histogram(Histogram(variable="income", bins=HIST_BINS), df, METADATA, len(df))
     return rules.check(out)
+
+
+def _magnitude(agg: str) -> dict[str, Any]:
+    return {
+        "kind": "magnitude_table",
+        "rows": ["area"],
+        "cols": ["job"],
+        "value": "income",
+        "agg": agg,
+    }
+
+
+def _on_codes(analysis: dict[str, Any], frame: pd.DataFrame, codes: Any) -> Any:
+    """The sandbox's table of `analysis` on stored code arrays, checked."""
+    from safeaccess.client.analyses import parse_analysis
+    from safeaccess.sandbox.runner.kinds import KINDS
+    from safeaccess.sandbox.runner.stored_codes import using
+
+    parsed = parse_analysis(analysis)
+    with using(codes):
+        out = KINDS[parsed.kind].load()(parsed, frame, METADATA, len(frame))
+    return rules.check(out)
+
+
+def _stored(df: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
+    """`df` stored as a dataset version with its code arrays: the frame a template decodes and
+    the mapped arrays."""
+    import pyarrow.parquet as pq
+
+    from safeaccess.sandbox.codes import load_codes, write_codes
+
+    path = os.path.join(tempfile.mkdtemp(prefix="codes-bench-"), "v1.parquet")
+    df.to_parquet(path, index=False)
+    write_codes(Path(path), METADATA)
+    return pq.read_table(path).to_pandas(), load_codes(Path(path))
 
 
 def _cases() -> list[Case]:
@@ -102,30 +146,35 @@ def _cases() -> list[Case]:
             lambda df: rules.pivot_table(df, values="income", index="area", aggfunc="count"),
             lambda s, df: s.pivot_table(df, values="income", index="area", aggfunc="count"),
             lambda df: pivot(df, values="income", index="area", aggfunc="count"),
+            {"kind": "frequency_table", "rows": ["area"]},  # no income is missing
         ),
         Case(
             "count crosstab (area x age)",
             lambda df: rules.crosstab(df["area"], df["age"]),
             lambda s, df: s.crosstab(df["area"], df["age"]),
             lambda df: pd.crosstab(df["area"], df["age"]),
+            {"kind": "frequency_table", "rows": ["area"], "cols": ["age"]},
         ),
         Case(
             "mean crosstab (area x job)",
             lambda df: rules.crosstab(df["area"], df["job"], values=df["income"], aggfunc="mean"),
             lambda s, df: s.crosstab(df["area"], df["job"], values=df["income"], aggfunc="mean"),
             lambda df: pd.crosstab(df["area"], df["job"], values=df["income"], aggfunc="mean"),
+            _magnitude("mean"),
         ),
         Case(
             "mean pivot (area x job)",
             lambda df: rules.pivot_table(df, "income", "area", "job", aggfunc="mean"),
             lambda s, df: s.pivot_table(df, "income", "area", "job", aggfunc="mean"),
             lambda df: pivot(df, "income", "area", "job", aggfunc="mean"),
+            _magnitude("mean"),
         ),
         Case(
             "sum pivot (area x job)",
             lambda df: rules.pivot_table(df, "income", "area", "job", aggfunc="sum"),
             lambda s, df: s.pivot_table(df, "income", "area", "job", aggfunc="sum"),
             lambda df: pivot(df, "income", "area", "job", aggfunc="sum"),
+            _magnitude("sum"),
         ),
         Case(
             f"histogram (income, {HIST_BINS} bins)",
@@ -159,23 +208,39 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     worst_ratio = float("inf")
+    acro_on_strings: dict[str, float] = {}
     for strings in (False, True):
         df = make_data(args.rows, strings)
         for case in _cases():
-            ratio = run_case(case, df, strings, acro_session, args.acro_repeat)
+            ratio, t_acro = run_case(case, df, strings, acro_session, args.acro_repeat)
             worst_ratio = min(worst_ratio, ratio)
+            if strings:
+                acro_on_strings[case.name] = t_acro
+    frame, codes = _stored(df)
+    for case in _cases():
+        if case.sandbox is None:
+            continue
+        analysis = case.sandbox
+        _on_codes(analysis, frame, codes)  # warm-up, as for the other rows
+        _, t_ours = timed(lambda a=analysis: _on_codes(a, frame, codes), 3)
+        t_acro = acro_on_strings.get(case.name, float("nan"))
+        ratio = t_acro / t_ours if acro_session is not None else float("inf")
+        worst_ratio = min(worst_ratio, ratio)
+        shown = f"{t_acro:9.3f}{ratio:9.1f}x" if acro_session is not None else f"{'-':>9}{'-':>10}"
+        print(f"{case.name:<32}{'codes':<6}{shown}{t_ours:9.3f}", flush=True)
     if acro_session is not None:
         print(f"lowest speed-up over ACRO: {worst_ratio:.1f}x")
 
 
 def run_case(
     case: Case, df: pd.DataFrame, strings: bool, acro_session: object | None, acro_repeat: int
-) -> float:
-    """Time one table three ways, print a row, return ACRO's time over ours (inf without ACRO)."""
+) -> tuple[float, float]:
+    """Time one table three ways, print a row, return ACRO's time over ours (inf without ACRO)
+    and ACRO's time (nan without ACRO)."""
     case.ours(df)  # warm-up: imports and first-call caches are not the table's cost
     _, t_ours = timed(lambda: case.ours(df), 3)
     t_pd, _ = timed(lambda: case.bare(df), 3)
-    ratio = float("inf")
+    ratio, t_acro = float("inf"), float("nan")
     if acro_session is not None:
         t_acro, _ = timed(lambda: case.acro(acro_session, df), acro_repeat)
         ratio = t_acro / t_ours
@@ -187,7 +252,7 @@ def run_case(
         f"{t_pd:10.3f}{t_ours / t_pd:9.2f}",
         flush=True,
     )
-    return ratio
+    return ratio, t_acro
 
 
 if __name__ == "__main__":

@@ -191,3 +191,28 @@ def test_close_stops_the_templates(backend: ProcessBackend, tmp_path: Path) -> N
     backend.close()
     assert all(t.proc.poll() is not None for t in templates)
     assert backend.templates() == []
+
+
+def test_the_template_maps_the_code_arrays(backend: ProcessBackend, tmp_path: Path) -> None:
+    """A version with code arrays is counted on them: arrays written for a declared level no
+    record has ("z") make it a row of the table, where coding the values afresh (the same data
+    without arrays) would not. The job's metadata never differs from the registered one in
+    production; here it does, so that the output shows which path ran."""
+    from safeaccess.client.metadata import DatasetMetadata
+    from safeaccess.sandbox.codes import write_codes
+
+    declared = DatasetMetadata.model_validate(
+        {"name": "f", "columns": [{"name": "g", "type": "categorical", "levels": list("abz")}]}
+    )
+    coded, plain = tmp_path / "c" / "v1.parquet", tmp_path / "p" / "v1.parquet"
+    for path in (coded, plain):
+        path.parent.mkdir()
+        _write(path, ["a", "b", "a", None])  # type: ignore[list-item]
+    write_codes(coded, declared)
+    rows = {}
+    for path in (coded, plain):
+        result = backend.run(_job(path))
+        assert isinstance(result.output, TableOutput)
+        rows[path] = result.output.row_labels
+    assert rows[coded] == [["a"], ["b"], ["z"]]
+    assert rows[plain] == [["a"], ["b"]]

@@ -181,7 +181,7 @@ def test_codes_give_the_same_reply(
 def test_every_grouping_column_is_coded(stored: dict[int, tuple[pd.DataFrame, Any]]) -> None:
     """The differential test above compares something: every key is served from codes, in the
     smallest type, and the continuous column is not coded."""
-    _frame_, codes = stored[3]
+    codes = stored[3][1]
     assert sorted(codes.columns) == sorted(KEYS)
     assert all(c.codes.dtype == np.int8 for c in codes.columns.values())
     region = codes.columns["region"]

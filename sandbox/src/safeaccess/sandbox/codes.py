@@ -121,7 +121,9 @@ def write_codes(parquet: Path, metadata: DatasetMetadata) -> Path:
     columns: dict[str, Any] = {}
     for name in map(str, frame.columns):
         meta = metadata.column(name)
-        declared = list(meta.levels) if meta is not None and meta.levels else None
+        declared: list[Label] | None = (
+            list(meta.levels) if meta is not None and meta.levels else None
+        )
         if meta is not None and (meta.type == "identifier" or meta.type == "continuous"):
             continue
         if not _codable(frame[name], declared):
@@ -200,7 +202,7 @@ def map_codes(files: Mapping[str, int], dataset_sha256: str) -> CodeArrays:
         columns = {}
         for name, entry in manifest["columns"].items():
             fh = handles[entry["file"]]
-            digest = hashlib.file_digest(fh, "sha256").hexdigest()  # type: ignore[arg-type]
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
             if digest != entry["sha256"]:
                 raise CodesError(f"code array of {name} does not match its digest")
             fh.seek(0)

@@ -128,7 +128,10 @@ def write_codes(parquet: Path, metadata: DatasetMetadata) -> Path:
             continue
         if not _codable(frame[name], declared):
             continue
-        coded = _coded_column(frame, name, declared)
+        try:
+            coded = _coded_column(frame, name, declared)
+        except (TypeError, ValueError):
+            coded = None  # values the level rule cannot order: such a column stays uncoded
         if coded is None:
             continue
         codes, levels, fixed = coded

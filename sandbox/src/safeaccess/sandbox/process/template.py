@@ -183,7 +183,7 @@ def load_dataset(source: str | int, codes: dict[str, int] | None = None) -> obje
 
     try:
         return LoadedDataset(frame, map_codes(codes, digest))
-    except CodesError as exc:
+    except (CodesError, OSError) as exc:
         print(f"template: code arrays not used: {exc}", file=sys.stderr)
         return LoadedDataset(frame)
 

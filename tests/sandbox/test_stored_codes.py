@@ -251,3 +251,23 @@ def test_keys_come_from_the_codes(stored: dict[int, tuple[pd.DataFrame, Any]]) -
     expected = codes.columns["region"].codes[picked.index.to_numpy()]
     assert np.array_equal(key.codes, expected)
     assert isinstance(key_for(picked, "region", META), pd.Series)
+
+
+@settings(max_examples=60, deadline=None)
+@given(analysis=_analyses(), seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300))
+def test_codes_give_the_same_reply_on_drawn_datasets(
+    analysis: dict[str, Any], seed: int, n: int
+) -> None:
+    """As above, on a dataset drawn for each example (tiny ones included: one record, a level
+    that no record has, a column that is all missing)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "v1.parquet"
+        _frame(seed, n).to_parquet(path, index=False)
+        write_codes(path, META)
+        codes = load_codes(path)
+        assert codes is not None
+        frame = pq.read_table(path).to_pandas()
+        fresh = _reply(analysis, LoadedDataset(frame))
+        assert _reply(analysis, LoadedDataset(frame, codes)) == fresh

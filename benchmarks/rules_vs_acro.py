@@ -226,8 +226,9 @@ def main() -> None:
         t_acro = acro_on_strings.get(case.name, float("nan"))
         ratio = t_acro / t_ours if acro_session is not None else float("inf")
         worst_ratio = min(worst_ratio, ratio)
-        shown = f"{t_acro:9.3f}{ratio:9.1f}x" if acro_session is not None else f"{'-':>9}{'-':>10}"
-        print(f"{case.name:<32}{'codes':<6}{shown}{t_ours:9.3f}", flush=True)
+        acro_s = f"{t_acro:9.3f}" if acro_session is not None else f"{'-':>9}"
+        ratio_s = f"{ratio:9.1f}x" if acro_session is not None else f"{'-':>10}"
+        print(f"{case.name:<32}{'codes':<6}{acro_s}{t_ours:9.3f}{ratio_s}", flush=True)
     if acro_session is not None:
         print(f"lowest speed-up over ACRO: {worst_ratio:.1f}x")
 

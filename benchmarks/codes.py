@@ -15,7 +15,7 @@ key):
 Every figure is the worst and the median of `--repeat` runs after one warm-up run (the first job
 of a dataset version starts its fork server template: loading the version, not a step's cost).
 
-    python benchmarks/codes.py [--rows 10000000] [--repeat 3]
+    python benchmarks/codes.py [--rows 10000000] [--repeat 3] [--strings]
 
 Run it with the virtual environment's python by its absolute path (bubblewrap executes it inside
 the sandbox). Target: the checked table end to end <= 0.3 s and below the bare crosstab.
@@ -73,6 +73,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--strings",
+        action="store_true",
+        help="store the key columns as text rather than pandas Categoricals (as a CSV "
+        "registration does): the jobs without code arrays then factorise strings",
+    )
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}"
@@ -80,6 +86,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp) / "data")
         frame = census(args.rows)
+        if args.strings:
+            for name in frame.columns:
+                if isinstance(frame[name].dtype, pd.CategoricalDtype):
+                    frame[name] = frame[name].astype(object)
         print(
             f"registered {args.rows:,} rows with code arrays in {bench.register('census', frame):.1f} s"
         )

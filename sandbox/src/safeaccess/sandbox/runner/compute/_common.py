@@ -18,6 +18,7 @@ from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Label, QuerySet
 from safeaccess.rules.tabulate import Coded as Coded
 from safeaccess.rules.tabulate import TooManyCells, code_levels, declared_label, group_cells
+from safeaccess.sandbox.runner.stored_codes import key_for
 
 # The level rule lives with the one table builder in safeaccess.rules; the name stays here for
 # the compute modules that label their groups with it.
@@ -112,8 +113,6 @@ def group(frame: pd.DataFrame, names: list[str], metadata: DatasetMetadata) -> C
 
     No variables give a single cell labelled [] holding every record.
     """
-    from safeaccess.sandbox.runner.stored_codes import key_for
-
     keys = [key_for(frame, v, metadata) for v in names]
     try:
         levels, labels, codes = group_cells(

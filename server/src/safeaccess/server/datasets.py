@@ -23,7 +23,7 @@ import yaml
 
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
-from safeaccess.sandbox.codes import write_codes
+from safeaccess.sandbox.codes import codes_dir, write_codes
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import InvalidRequest
@@ -218,8 +218,7 @@ def register_dataset(
     os.replace(tmp, target)
     os.chmod(target, 0o440)
     id_files = write_ids(target, record_ids)
-    # Once per version, never at step time: the workers may see the data directory read-only.
-    codes = write_codes(target, metadata)
+    codes = codes_dir(target)
     rules_rel: str | None = None
     if rules_file is not None:
         rules_target = folder / f"v{version}.rules.yaml"
@@ -227,6 +226,10 @@ def register_dataset(
         os.chmod(rules_target, 0o440)
         rules_rel = str(rules_target.relative_to(data.root))
     try:
+        if metadata.storage == "memory":
+            # Once per version, never at step time: worker hosts may see the data directory
+            # read-only. A "duckdb" version is never loaded whole, so it gets none.
+            write_codes(target, metadata)
         return store.add_dataset(
             name=name,
             version=version,
@@ -257,12 +260,18 @@ def build_codes(data: DataDir, store: Store, name: str, version: int | None = No
     if row is None:
         which = name if version is None else f"{name}@{version}"
         raise InvalidRequest(f"no dataset {which}; 'dataset list' shows the registered ones")
+    metadata = DatasetMetadata.model_validate(row.dataset_metadata)
+    if metadata.storage != "memory":
+        raise InvalidRequest(
+            f"{row.name}@{row.version} has storage {metadata.storage!r}: its jobs never load it, "
+            "so it has no code arrays"
+        )
     parquet = data.root / row.path
-    if not parquet.is_file() or _sha256(parquet) != row.sha256:
+    if not parquet.is_file() or file_sha256(parquet) != row.sha256:
         raise InvalidRequest(
             f"{row.path} is missing or differs from what was registered; nothing was written"
         )
-    return write_codes(parquet, DatasetMetadata.model_validate(row.dataset_metadata))
+    return write_codes(parquet, metadata)
 
 
 class Rulesets:

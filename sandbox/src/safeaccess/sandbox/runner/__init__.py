@@ -183,7 +183,7 @@ def _out_of_memory(
     def compute() -> Output:
         from safeaccess.sandbox.runner.duckdb_tables import execute_out_of_memory
 
-        assert not isinstance(dataset, pd.DataFrame)
+        assert not isinstance(dataset, pd.DataFrame | LoadedDataset)
         return execute_out_of_memory(analysis, dataset, metadata)
 
     return compute

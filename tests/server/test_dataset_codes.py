@@ -67,3 +67,22 @@ def test_dataset_codes_refuses_an_unknown_version(registered: tuple[Path, Path])
     before = (codes_dir(parquet) / MANIFEST).read_text()
     assert main(["dataset", "codes", "census", "--version", "7", "--data-dir", str(root)]) != 0
     assert (codes_dir(parquet) / MANIFEST).read_text() == before
+
+
+def test_a_duckdb_version_gets_no_code_arrays(tmp_path: Path) -> None:
+    """A storage "duckdb" version is never loaded whole, so registering it does not load it to
+    code it, and `dataset codes` says why it has none."""
+    root = tmp_path / "data"
+    d = ["--data-dir", str(root)]
+    assert main(["init", *d, "--server-id", "sac-codes"]) == 0
+    assert main(["project", "add", "p1", *d]) == 0
+    data = tmp_path / "census.parquet"
+    generate_census(200, seed=5).to_parquet(data, index=False)
+    meta = tmp_path / "census.json"
+    described = census_metadata("census").model_copy(update={"storage": "duckdb"})
+    meta.write_text(described.model_dump_json())
+    assert main(["dataset", "add", "census", "--data", str(data), "--metadata", str(meta), *d]) == 0
+    parquet = next((root / "datasets" / "census").glob("v1.parquet"))
+    assert not codes_dir(parquet).exists()
+    assert main(["dataset", "codes", "census", *d]) != 0
+    assert not codes_dir(parquet).exists()

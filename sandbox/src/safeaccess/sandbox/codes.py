@@ -40,6 +40,8 @@ FORMAT = 1
 #: Columns with more distinct values than this are not coded: a table by them is refused anyway
 #: (more cells than the sandbox's limit), and their codes would not fit a small type.
 MAX_LEVELS = 100_000
+#: Column types a table groups by ("continuous" and "identifier" are not).
+GROUPING_TYPES = frozenset({"categorical", "ordinal", "integer"})
 _TYPES = (np.int8, np.int16, np.int32)
 
 
@@ -79,14 +81,14 @@ def _n_fixed(frame: pd.DataFrame, name: str, declared: list[Label] | None) -> in
     return 0
 
 
-def _codable(column: pd.Series, declared: list[Label] | None) -> bool:
-    """Whether the column is a grouping key worth coding: declared levels, a Categorical, or a
-    bool/integer/text column with few distinct values (a float column too: an integer column
-    with gaps is read back as floats; "continuous" columns are left out by their type)."""
-    if declared or isinstance(column.dtype, pd.CategoricalDtype):
-        return True
-    kind = column.dtype.kind
-    return kind in "biufO" and column.nunique(dropna=True) <= MAX_LEVELS
+def _codable(meta: Any, declared: list[Label] | None) -> bool:
+    """Whether the column gets codes, decided by the published metadata alone: declared levels,
+    or a grouping type (categorical, ordinal, integer). Which columns are coded changes how long
+    a table takes, so a rule on the data (a column's dtype, how many values it has) would tell a
+    researcher timing a table something the metadata does not. (A grouping column whose codes
+    cannot be exact, more than MAX_LEVELS values or undeclared values without an order, stays
+    uncoded: a table on it has more cells than any rule set releases.)"""
+    return bool(declared) or (meta is not None and meta.type in GROUPING_TYPES)
 
 
 def _coded_column(frame: pd.DataFrame, name: str, declared: list[Label] | None) -> Any:
@@ -126,7 +128,7 @@ def write_codes(parquet: Path, metadata: DatasetMetadata) -> Path:
         )
         if meta is not None and (meta.type == "identifier" or meta.type == "continuous"):
             continue
-        if not _codable(frame[name], declared):
+        if not _codable(meta, declared):
             continue
         try:
             coded = _coded_column(frame, name, declared)

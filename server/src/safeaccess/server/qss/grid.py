@@ -169,6 +169,10 @@ class _GridEvaluator:
         self.origins = origins
         self._rows: dict[tuple[tuple[str, ...], int], dict[tuple[int, str], BoolArray] | None] = {}
         self._frames: dict[tuple[str, ...], pd.DataFrame | None] = {}
+        # By admission number: an admission's analysis never changes, and a step checks many
+        # dependencies over the same few admissions (parsing their filters each time was most
+        # of this check's cost).
+        self._names: dict[int, set[str]] = {}
 
     def holds(self, involved: Sequence[_Source | None], coefficients: list[int], p: int) -> bool:
         """Whether new − Σ coefficients · rows is zero on the grid (mod p); `involved[0]` is
@@ -177,7 +181,7 @@ class _GridEvaluator:
             return False  # a row of unknown definition: nothing can show the zero structural
         sources = [s for s in involved if s is not None]
         analyses = [self.origins[s.origin].analysis for s in sources]
-        names = tuple(sorted(set().union(*(self._named(a) for a in analyses))))
+        names = tuple(sorted(set().union(*(self._origin_names(s.origin) for s in sources))))
         frame = self._frame(names, analyses)
         vectors = None if frame is None else [self._row(names, frame, s) for s in sources]
         if vectors is None or any(v is None for v in vectors):
@@ -202,6 +206,13 @@ class _GridEvaluator:
             except Exception:
                 return False
         return all(np.array_equal(masks[0], m) for m in masks[1:])
+
+    def _origin_names(self, origin: int) -> set[str]:
+        """The columns admission `origin`'s analysis names (computed once per evaluator)."""
+        names = self._names.get(origin)
+        if names is None:
+            names = self._names[origin] = self._named(self.origins[origin].analysis)
+        return names
 
     def _named(self, analysis: dict[str, Any] | None) -> set[str]:
         if analysis is None:

@@ -96,11 +96,11 @@ def dp_ledgers(store: Store, dataset: str) -> list[DPLedgerRow]:
 
 def qss_pointer(store: Store, scope: str) -> QssPointer | None:
     """Where the auditor state of `scope` points now (None before its first admission)."""
-    with store.transaction() as s:
-        row = s.get(QssStateRow, scope)
-        if row is None:
-            return None
-        return QssPointer(digest=row.digest, n_records=row.n_records, admitted=row.admitted)
+    with store.reading() as conn:
+        row = conn.execute(_POINTER, {"p_scope": scope}).first()
+    if row is None:
+        return None
+    return QssPointer(digest=row.digest, n_records=row.n_records, admitted=row.admitted)
 
 
 def move_qss_pointer(s: Session, commit: QssCommit) -> None:
@@ -144,6 +144,9 @@ _INSERT_POINTER = insert(_POINTERS).values(
     n_records=bindparam("n"),
     admitted=1,
     updated_at=bindparam("now", type_=_POINTERS.c.updated_at.type),
+)
+_POINTER = select(_POINTERS.c.digest, _POINTERS.c.n_records, _POINTERS.c.admitted).where(
+    _POINTERS.c.scope == bindparam("p_scope")
 )
 _MOVE_POINTER = (
     update(_POINTERS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, func, select
+from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -230,9 +230,10 @@ def get_auditor(store: Store, name: str) -> AuditorRow | None:
 
 
 def get_researcher(store: Store, name: str) -> ResearcherRow | None:
-    """A researcher by name."""
-    with store.transaction() as s:
-        return s.get(ResearcherRow, name)
+    """A researcher by name (read on every request: a Core read, the row built from it)."""
+    with store.reading() as conn:
+        row = conn.execute(_RESEARCHER, {"name": name}).first()
+    return None if row is None else ResearcherRow(**row._mapping)
 
 
 def projects_of(store: Store, researcher: str) -> list[str]:
@@ -456,9 +457,19 @@ def set_dp_config(
 def remember_nonce(store: Store, keyid: str, nonce: str, expires_at: int) -> bool:
     """Record a request nonce; False if it is already known (a replay)."""
     try:
-        with store.transaction() as s:
-            s.execute(delete(NonceRow).where(NonceRow.expires_at < int(time.time())))
-            s.add(NonceRow(keyid=keyid, nonce=nonce, expires_at=expires_at))
+        # Core statements built once: this runs for every signed request.
+        with store.engine.begin() as conn:
+            conn.execute(_EXPIRE_NONCES, {"now": int(time.time())})
+            conn.execute(_INSERT_NONCE, {"k": keyid, "n": nonce, "e": expires_at})
         return True
     except IntegrityError:
         return False
+
+
+_NONCES: Table = NonceRow.__table__  # type: ignore[assignment]
+_EXPIRE_NONCES = delete(_NONCES).where(_NONCES.c.expires_at < bindparam("now"))
+_INSERT_NONCE = insert(_NONCES).values(
+    keyid=bindparam("k"), nonce=bindparam("n"), expires_at=bindparam("e")
+)
+_RESEARCHERS: Table = ResearcherRow.__table__  # type: ignore[assignment]
+_RESEARCHER = select(_RESEARCHERS).where(_RESEARCHERS.c.name == bindparam("name"))

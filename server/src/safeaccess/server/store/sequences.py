@@ -357,12 +357,14 @@ def _settle_step(
         step.backend = outcome.backend
         step.wall_seconds = outcome.wall_seconds
         step.updated_at = now
-        _settle_events(store, s, step, outcome, event_data, sequence_id, index)
+        ruleset = _settle_events(store, s, step, outcome, event_data, sequence_id, index)
         conn.execute(
             _SETTLE,
             {"step_id": step.id, **{f"new_{name}": getattr(step, name) for name in _SETTLED}},
         )
-        return seq, step
+    if ruleset is not None:
+        store.logged_rulesets.add(ruleset)  # committed now: the next step need not look it up
+    return seq, step
 
 
 def _settle_events(
@@ -373,14 +375,17 @@ def _settle_events(
     event_data: dict[str, Any],
     sequence_id: str,
     index: int,
-) -> None:
+) -> str | None:
     """The run's end, the checks with the facts they used (and the rule set, the first time
-    it decides anything), and the outcome with a salted commitment to the output."""
+    it decides anything), and the outcome with a salted commitment to the output; the rule
+    set's hash when its record was appended here."""
     records = audit_records.settle_records(step, outcome, event_data)
     entries = []
     ruleset = records.ruleset
+    appended = None
     if ruleset is not None and not _ruleset_logged(store, s, ruleset["sha256"]):
         entries.append(auditlog.Entry("ruleset", "server", ruleset, subject=ruleset["sha256"]))
+        appended = str(ruleset["sha256"])
     entries += [
         auditlog.Entry("run_finished", "server", records.run, sequence_id, index),
         auditlog.Entry("checks", "server", records.checks, sequence_id, index),
@@ -397,6 +402,7 @@ def _settle_events(
         ),
     ]
     step.log_index = auditlog.append_many(s, entries)[-1]
+    return appended
 
 
 def _ruleset_logged(store: Store, s: Session, digest: str) -> bool:

@@ -38,9 +38,14 @@ values = st.recursive(
     ),
     max_leaves=40,
 )
-# Mostly the types the fast path takes (no floats), so most examples exercise it.
+# Floats around the fast path's edges: 1e-4 and 1e16 (where repr starts writing an exponent),
+# integer values, zero and negative zero, the smallest and largest doubles.
+EDGE_FLOATS = [1e-4, 9.999999999999999e-05, 1e16, 9999999999999998.0, 1e15 + 0.5, 0.1, 0.5]
+EDGE_FLOATS += [-x for x in EDGE_FLOATS] + [0.0, -0.0, 2.0, 5e-324, 1.7976931348623157e308]
+edge_floats = st.one_of(st.sampled_from(EDGE_FLOATS), st.floats(min_value=1e-5, max_value=1e17))
+# Mostly the types the fast path takes, so most examples exercise it.
 plain_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), ints, texts),
+    st.one_of(st.none(), st.booleans(), ints, texts, edge_floats, floats),
     lambda children: st.one_of(
         st.lists(children, max_size=6), st.dictionaries(texts, children, max_size=6)
     ),
@@ -108,3 +113,12 @@ def test_floats_and_subclasses_take_the_reference_path() -> None:
 
     for value in [{"x": 1.0}, {"x": 1e21}, {"x": 5e-7}, [Text("a")], ("a", 1), {"x": True}]:
         assert canonical.dumps(value) == rfc8785.dumps(value)
+
+
+def test_fixed_notation_floats_take_the_fast_path() -> None:
+    # issue 25: a float written without exponent and not integer-valued is encoded by the C
+    # encoder (equal to the library: the property tests above); the rest go to the library.
+    for value in [0.5, -0.1, 123.456, 1e-4, 0.30000000000000004, 1234567890123.5]:
+        assert canonical._plain({"x": [value]}), value
+    for value in [2.0, 0.0, -0.0, 1e-5, 1e16, 1e21, float("nan"), float("inf")]:
+        assert not canonical._plain({"x": [value]}), value

@@ -148,3 +148,49 @@ def test_an_ordinary_corpus_is_released_whole() -> None:
     withheld = [(who, a.kind) for who, a, r, _ in results if r.decision.verdict != "release"]
     assert withheld == []
     assert sum(r.facts.get("dependencies", 0) > 0 for _, _, r, _ in results) >= 10
+
+
+def test_rows_kept_across_steps_decide_as_a_fresh_evaluation(
+    frame: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 25: an analysis's rows on a small grid are kept across steps (`_EvaluatedRows`);
+    # the same asks must get the same decisions and facts whether the rows are evaluated
+    # afresh (nothing kept), first kept, or read back, and reading back must skip the runs.
+    from safeaccess.server.qss import grid
+
+    asks: list[Analysis] = [
+        FrequencyTable(rows=["region"], cols=["sex"]),
+        FrequencyTable(rows=["region"], cols=["sex"]),
+        FrequencyTable(rows=["sex"]),
+        Summary(variables=["income"], where="age < 90"),
+        Summary(variables=["income"], where="age < 90 or (age >= 96 and income > 80000)"),
+    ]
+    runs = [0]
+    evaluate = grid._GridEvaluator._evaluate
+
+    def counted(self: grid._GridEvaluator, *args: object) -> object:
+        runs[0] += 1
+        return evaluate(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(grid._GridEvaluator, "_evaluate", counted)
+
+    def decide() -> list[tuple[str, dict[str, object]]]:
+        scope = Scope(frame)
+        out = []
+        for ask in asks:
+            result = scope.ask(ask)
+            facts = {k: v for k, v in result.facts.items() if k != "grid_ms"}
+            out.append((result.decision.verdict, facts))
+        return out
+
+    monkeypatch.setattr(grid, "_EVALUATED", grid._EvaluatedRows(max_points=0))
+    fresh, fresh_runs = decide(), runs[0]
+    monkeypatch.setattr(grid, "_EVALUATED", grid._EvaluatedRows())
+    runs[0] = 0
+    first, first_runs = decide(), runs[0]
+    runs[0] = 0
+    again, again_runs = decide(), runs[0]
+    assert fresh == first == again
+    assert [v for v, _ in again][-1] == "withhold"  # the probe is still refused
+    # kept rows serve the later steps of the first pass already, and all of the second
+    assert 0 < first_runs < fresh_runs and again_runs < first_runs

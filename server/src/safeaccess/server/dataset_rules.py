@@ -24,8 +24,8 @@ from safeaccess.server.store.schema import DatasetRow
 
 def current_rules_path(store: Store, dataset_id: int) -> str | None:
     """The rule-set file of a dataset version as recorded now (None: the default rules)."""
-    with store.transaction() as s:
-        return catalogue.rules_path(s, dataset_id)
+    with store.reading() as conn:
+        return catalogue.rules_path(conn, dataset_id)
 
 
 def set_rules(

@@ -138,7 +138,7 @@ class DatabaseFailureLimiter:
     def retry_after(self, key: str | None, address: str | None) -> float | None:
         now = self._clock()
         wait = 0.0
-        with self.store.transaction() as s:
+        with self.store.reading() as s:
             for kind, value in self._subjects(key, address):
                 limit = self._limits[kind]
                 times = rows.recent(

@@ -10,11 +10,15 @@ escaping, produces the very same bytes:
   control character below U+0020 as `\\u00xx` (lower-case hex), and write everything else,
   U+007F, U+2028/U+2029 and characters beyond the BMP included, as raw UTF-8;
 - integers: both write the decimal digits (RFC 8785 accepts only |n| <= 2^53 - 1);
+- floats: the reference writes `repr(x)` re-formatted the ECMAScript way; when `repr(x)` has no
+  exponent (about 1e-4 <= |x| < 1e16) and does not end in ".0" (x not integer-valued), that
+  re-formatting leaves it unchanged, and `repr(x)` is what the C encoder writes. Other floats
+  (exponents, integer values, zero, NaN, infinities) take the reference path;
 - object keys: RFC 8785 sorts by UTF-16 code units, Python by code points. The two orders agree
   unless a key holds a character beyond U+FFFF (a surrogate pair, 0xD800-0xDBFF, sorts below
   U+E000-U+FFFF in UTF-16 but above them by code point), so such keys take the reference path.
 
-Anything else (floats, whose number formats differ; big ints; non-str keys; tuples, subclasses,
+Anything else (the other floats, whose number formats differ; big ints; non-str keys; tuples, subclasses,
 other mappings; lone surrogates, which RFC 8785 rejects) goes to `rfc8785.dumps`, so the fast
 path never decides a case it was not shown to decide. `tests/client/test_canonical.py` checks
 byte equality with the library on thousands of generated values, adversarial keys and strings
@@ -25,6 +29,7 @@ and faster while being exactly RFC 8785.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import rfc8785
@@ -55,6 +60,9 @@ def _plain(value: Any) -> bool:
             if kind is int:
                 if not -_INT_MAX <= item <= _INT_MAX:
                     return False
+            elif kind is float:
+                if not _fixed_float(item):
+                    return False
             elif not _plain(item):
                 return False
         return True
@@ -66,6 +74,9 @@ def _plain(value: Any) -> bool:
             if kind is int:
                 if not -_INT_MAX <= item <= _INT_MAX:
                     return False
+            elif kind is float:
+                if not _fixed_float(item):
+                    return False
             elif not _plain(item):
                 return False
         return True
@@ -73,7 +84,15 @@ def _plain(value: Any) -> bool:
         return True
     if kind is int:
         return -_INT_MAX <= value <= _INT_MAX
+    if kind is float:
+        return _fixed_float(value)
     return False
+
+
+def _fixed_float(value: float) -> bool:
+    """Whether the reference writes `repr(value)` unchanged: finite, not integer-valued, and
+    without an exponent (the reference re-formats exponents and drops a trailing ".0")."""
+    return math.isfinite(value) and not value.is_integer() and "e" not in repr(value)
 
 
 def dumps(value: Any) -> bytes:

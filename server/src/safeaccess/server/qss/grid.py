@@ -26,10 +26,14 @@ population's own cells), and refused otherwise.
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise, product
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
@@ -160,15 +164,74 @@ def data_revealed(
     return None
 
 
+Rows = dict[tuple[int, str], BoolArray]
+#: What defines a grid frame: the metadata (as JSON), the column names and each axis's points.
+GridKey = tuple[str, tuple[str, ...], tuple[tuple[tuple[str, Any], ...], ...]]
+
+
+class _EvaluatedRows:
+    """An analysis's rows on a grid, kept across steps (bounded; thread-safe).
+
+    A grid frame is a function of the metadata, its column names and its axis points, all
+    public, and `run_request` never modifies its input, so the rows an analysis gives on it are
+    a function of that key and the analysis: the next step that meets the same admissions on
+    the same grid (a repeated table meets every earlier one) reads them instead of running
+    the analysis on the grid again. Only small grids are kept, within a byte budget; the
+    arrays are made read-only."""
+
+    def __init__(self, max_points: int = 4096, max_bytes: int = 32 * 1024 * 1024):
+        self.max_points = max_points
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[GridKey, str], tuple[Rows | None, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[GridKey, str]) -> Rows | EllipsisType | None:
+        """The rows kept for `key` (None: the analysis has no rows there), else `...`."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return ...
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: tuple[GridKey, str], rows: Rows | None) -> None:
+        """Keep `rows` for `key`, dropping the least recently used past the budget."""
+        size = 0 if rows is None else sum(a.nbytes for a in rows.values())
+        if size > self.max_bytes:
+            return
+        for array in (rows or {}).values():
+            array.flags.writeable = False
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = (rows, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes or len(self._entries) > 4096:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+
+
+_EVALUATED = _EvaluatedRows()
+
+
 class _GridEvaluator:
-    """Rows evaluated on domain grids, cached per set of columns and per admission."""
+    """Rows evaluated on domain grids, cached per set of columns and per admission (and, for
+    small grids, across steps: `_EvaluatedRows`)."""
 
     def __init__(self, metadata: DatasetMetadata, origins: Mapping[int, Origin]):
         self.metadata = metadata
         self.columns = {c.name: c for c in metadata.columns}
         self.origins = origins
-        self._rows: dict[tuple[tuple[str, ...], int], dict[tuple[int, str], BoolArray] | None] = {}
+        self._rows: dict[tuple[tuple[str, ...], int], Rows | None] = {}
         self._frames: dict[tuple[str, ...], pd.DataFrame | None] = {}
+        # The key of each small frame built here (None: not kept across steps).
+        self._frame_keys: dict[tuple[str, ...], GridKey | None] = {}
+        self._metadata_key: str | None = None
+        # By admission number: an admission's analysis never changes, and a step checks many
+        # dependencies over the same few admissions (parsing their filters each time was most
+        # of this check's cost).
+        self._names: dict[int, set[str]] = {}
 
     def holds(self, involved: Sequence[_Source | None], coefficients: list[int], p: int) -> bool:
         """Whether new − Σ coefficients · rows is zero on the grid (mod p); `involved[0]` is
@@ -177,7 +240,7 @@ class _GridEvaluator:
             return False  # a row of unknown definition: nothing can show the zero structural
         sources = [s for s in involved if s is not None]
         analyses = [self.origins[s.origin].analysis for s in sources]
-        names = tuple(sorted(set().union(*(self._named(a) for a in analyses))))
+        names = tuple(sorted(set().union(*(self._origin_names(s.origin) for s in sources))))
         frame = self._frame(names, analyses)
         vectors = None if frame is None else [self._row(names, frame, s) for s in sources]
         if vectors is None or any(v is None for v in vectors):
@@ -203,6 +266,13 @@ class _GridEvaluator:
                 return False
         return all(np.array_equal(masks[0], m) for m in masks[1:])
 
+    def _origin_names(self, origin: int) -> set[str]:
+        """The columns admission `origin`'s analysis names (computed once per evaluator)."""
+        names = self._names.get(origin)
+        if names is None:
+            names = self._names[origin] = self._named(self.origins[origin].analysis)
+        return names
+
     def _named(self, analysis: dict[str, Any] | None) -> set[str]:
         if analysis is None:
             return set()
@@ -225,6 +295,9 @@ class _GridEvaluator:
         ]
         size = math.prod(len(a) for a in axes) if axes else 1
         frame: pd.DataFrame | None = None
+        self._frame_keys[names] = (
+            self._grid_key(names, axes) if size <= _EVALUATED.max_points else None
+        )
         if size <= GRID_CAP:
             data: dict[str, Any] = {}
             combos = list(product(*axes)) if axes else [()]
@@ -237,18 +310,48 @@ class _GridEvaluator:
         self._frames[names] = frame
         return frame
 
+    def _grid_key(self, names: tuple[str, ...], axes: list[list[Any]]) -> GridKey | None:
+        """What defines the frame of `names` on `axes` (None: not hashable, so not kept)."""
+        if self._metadata_key is None:
+            self._metadata_key = self.metadata.model_dump_json()
+        # Each point with its type: 1, 1.0 and True are equal keys but not equal points.
+        points = tuple(tuple((type(v).__name__, v) for v in axis) for axis in axes)
+        key = (self._metadata_key, names, points)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
     def _row(self, names: tuple[str, ...], frame: pd.DataFrame, src: _Source) -> BoolArray | None:
         cached = self._rows.get((names, src.origin), ...)
         if cached is ...:
-            cached = self._evaluate(frame, self.origins[src.origin].analysis)
+            cached = self._evaluated(names, frame, self.origins[src.origin].analysis)
             self._rows[(names, src.origin)] = cached
         if cached is None:
             return None
         return cached.get((src.array, src.label))
 
-    def _evaluate(
-        self, frame: pd.DataFrame, analysis: dict[str, Any] | None
-    ) -> dict[tuple[int, str], BoolArray] | None:
+    def _evaluated(
+        self, names: tuple[str, ...], frame: pd.DataFrame, analysis: dict[str, Any] | None
+    ) -> Rows | None:
+        """`_evaluate`, read from `_EVALUATED` when another step ran it on the same grid."""
+        grid = self._frame_keys.get(names)
+        if grid is None:
+            return self._evaluate(frame, analysis)
+        try:
+            # Sorted keys, and 1, 1.0 and true written apart: equal text, equal analysis.
+            key = (grid, json.dumps(analysis, sort_keys=True, allow_nan=False))
+        except (TypeError, ValueError):
+            return self._evaluate(frame, analysis)
+        found = _EVALUATED.get(key)
+        if found is not ...:
+            return found
+        rows = self._evaluate(frame, analysis)
+        _EVALUATED.put(key, rows)
+        return rows
+
+    def _evaluate(self, frame: pd.DataFrame, analysis: dict[str, Any] | None) -> Rows | None:
         if analysis is None:  # a population: every record
             return {(0, label): np.ones(len(frame), dtype=bool) for label in ("all", "#0")}
         if analysis.get("kind") in DATA_DEFINED_KINDS:
@@ -262,7 +365,7 @@ class _GridEvaluator:
             return None
         if not response.ok or response.output is None:
             return None
-        rows: dict[tuple[int, str], BoolArray] = {}
+        rows: Rows = {}
         qs = query_set_of(response.output)
         if qs is None:
             return None

@@ -40,8 +40,8 @@ def requirements(store: Store, dataset: str) -> dict[str, frozenset[str]]:
 
 def requirements_of(store: Store, dataset_id: int) -> dict[str, frozenset[str]]:
     """`requirements` of the dataset name of version `dataset_id`, in one query."""
-    with store.transaction() as s:
-        return claims.requirements_of(s, dataset_id)
+    with store.reading() as conn:
+        return claims.requirements_of(conn, dataset_id)
 
 
 def require_claim(

@@ -436,7 +436,8 @@ class Flow:
                 event_data=self.reveal_data(request.trace, step),
                 job=self._job(sequence_id, index, researcher, verifier.header.dataset, revealed),
             )
-            seq = self.own_sequence(researcher, sequence_id)
+            # No re-read of the sequence: `_compute` uses only its fixed fields (id, owner,
+            # project, dataset), and `settle_step` reads and returns the row it moves.
             return self._compute(seq, step, self.store.get_dataset(seq.dataset_id), revealed)
 
     def _compute(

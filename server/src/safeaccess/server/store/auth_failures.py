@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from sqlalchemy import delete, select
+from sqlalchemy import Connection, bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from safeaccess.server.store.schema import AuthFailureRow
@@ -21,19 +21,30 @@ def subject_digest(limiter: str, subject: str) -> str:
     return hashlib.sha256(f"{limiter}\x00{subject}".encode()).hexdigest()
 
 
-def recent(s: Session, limiter: str, subject: str, *, since: float, most: int) -> list[float]:
+def recent(
+    s: Session | Connection, limiter: str, subject: str, *, since: float, most: int
+) -> list[float]:
     """The times of the subject's failures after `since`, newest first, at most `most`."""
-    query = (
-        select(AuthFailureRow.at)
-        .where(
-            AuthFailureRow.limiter == limiter,
-            AuthFailureRow.subject == subject_digest(limiter, subject),
-            AuthFailureRow.at > since,
-        )
-        .order_by(AuthFailureRow.at.desc())
-        .limit(most)
+    params = {
+        "limiter": limiter,
+        "subject": subject_digest(limiter, subject),
+        "since": since,
+        "most": most,
+    }
+    return [float(at) for at in s.execute(_RECENT, params).scalars()]
+
+
+# Built once: checked before every signed request.
+_RECENT = (
+    select(AuthFailureRow.at)
+    .where(
+        AuthFailureRow.limiter == bindparam("limiter"),
+        AuthFailureRow.subject == bindparam("subject"),
+        AuthFailureRow.at > bindparam("since"),
     )
-    return [float(at) for at in s.scalars(query)]
+    .order_by(AuthFailureRow.at.desc())
+    .limit(bindparam("most"))
+)
 
 
 def add(s: Session, limiter: str, subject: str, at: float) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -230,9 +230,10 @@ def get_auditor(store: Store, name: str) -> AuditorRow | None:
 
 
 def get_researcher(store: Store, name: str) -> ResearcherRow | None:
-    """A researcher by name."""
-    with store.transaction() as s:
-        return s.get(ResearcherRow, name)
+    """A researcher by name (read on every request: a Core read, the row built from it)."""
+    with store.reading() as conn:
+        row = conn.execute(_RESEARCHER, {"name": name}).first()
+    return None if row is None else ResearcherRow(**row._mapping)
 
 
 def projects_of(store: Store, researcher: str) -> list[str]:
@@ -305,11 +306,11 @@ def add_dataset(
 
 def qss_settings(store: Store, name: str) -> QssSettings:
     """The auditor settings of dataset `name` (the defaults if none were recorded)."""
-    with store.transaction() as s:
-        row = s.get(QssSettingsRow, name)
-        if row is None:
-            return DEFAULT_QSS
-        return QssSettings(mode=row.mode, scope=row.scope, atom_cap=row.atom_cap)
+    with store.reading() as conn:
+        row = conn.execute(_QSS_SETTINGS, {"name": name}).first()
+    if row is None:
+        return DEFAULT_QSS
+    return QssSettings(mode=row.mode, scope=row.scope, atom_cap=row.atom_cap)
 
 
 def resolve_qss_settings(store: Store, name: str, requested: QssSettings | None) -> QssSettings:
@@ -389,9 +390,20 @@ def dataset_known(s: Session, name: str) -> bool:
     return bool(s.scalar(select(func.count()).where(DatasetRow.name == name)))
 
 
-def rules_path(s: Session, dataset_id: int) -> str | None:
+def rules_path(conn: Connection, dataset_id: int) -> str | None:
     """The rule-set file recorded on a dataset version (None: the default rules)."""
-    return s.scalar(select(DatasetRow.rules_path).where(DatasetRow.id == dataset_id))
+    return conn.execute(_RULES_PATH, {"dataset_id": dataset_id}).scalar_one_or_none()
+
+
+# Built once: the reads on every step's path (statement construction costs more than the read).
+_DATASETS: Table = DatasetRow.__table__  # type: ignore[assignment]
+_RULES_PATH = select(_DATASETS.c.rules_path).where(_DATASETS.c.id == bindparam("dataset_id"))
+_QSS_TABLE: Table = QssSettingsRow.__table__  # type: ignore[assignment]
+_QSS_SETTINGS = select(_QSS_TABLE.c.mode, _QSS_TABLE.c.scope, _QSS_TABLE.c.atom_cap).where(
+    _QSS_TABLE.c.dataset == bindparam("name")
+)
+_DP_TABLE: Table = DPConfigRow.__table__  # type: ignore[assignment]
+_DP_CONFIG = select(_DP_TABLE.c.config).where(_DP_TABLE.c.dataset == bindparam("name"))
 
 
 def set_rules_path(s: Session, dataset_id: int, path: str) -> None:
@@ -404,9 +416,9 @@ def set_rules_path(s: Session, dataset_id: int, path: str) -> None:
 
 def get_dp_config(store: Store, dataset: str) -> dict[str, Any] | None:
     """The DP configuration of dataset `dataset` (None: DP is off)."""
-    with store.transaction() as s:
-        row = s.get(DPConfigRow, dataset)
-        return dict(row.config) if row is not None else None
+    with store.reading() as conn:
+        config = conn.execute(_DP_CONFIG, {"name": dataset}).scalar_one_or_none()
+    return dict(config) if config is not None else None
 
 
 def set_dp_config(
@@ -445,9 +457,19 @@ def set_dp_config(
 def remember_nonce(store: Store, keyid: str, nonce: str, expires_at: int) -> bool:
     """Record a request nonce; False if it is already known (a replay)."""
     try:
-        with store.transaction() as s:
-            s.execute(delete(NonceRow).where(NonceRow.expires_at < int(time.time())))
-            s.add(NonceRow(keyid=keyid, nonce=nonce, expires_at=expires_at))
+        # Core statements built once: this runs for every signed request.
+        with store.engine.begin() as conn:
+            conn.execute(_EXPIRE_NONCES, {"now": int(time.time())})
+            conn.execute(_INSERT_NONCE, {"k": keyid, "n": nonce, "e": expires_at})
         return True
     except IntegrityError:
         return False
+
+
+_NONCES: Table = NonceRow.__table__  # type: ignore[assignment]
+_EXPIRE_NONCES = delete(_NONCES).where(_NONCES.c.expires_at < bindparam("now"))
+_INSERT_NONCE = insert(_NONCES).values(
+    keyid=bindparam("k"), nonce=bindparam("n"), expires_at=bindparam("e")
+)
+_RESEARCHERS: Table = ResearcherRow.__table__  # type: ignore[assignment]
+_RESEARCHER = select(_RESEARCHERS).where(_RESEARCHERS.c.name == bindparam("name"))

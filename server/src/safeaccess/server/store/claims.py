@@ -1,10 +1,10 @@
 """The claims a dataset requires per analysis kind (the rows behind
-`safeaccess.server.steps.claims`, which enforces them). Session-level: each runs in the caller's
-transaction."""
+`safeaccess.server.steps.claims`, which enforces them). Each runs in the caller's transaction
+(`requirements_of`, read on every step, on a Core connection)."""
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from sqlalchemy import Connection, bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from safeaccess.server.store.schema import ClaimRequirementRow, DatasetRow
@@ -23,14 +23,18 @@ def requirements(s: Session, dataset: str) -> dict[str, frozenset[str]]:
     return _by_kind([(row.kind, row.claim) for row in rows])
 
 
-def requirements_of(s: Session, dataset_id: int) -> dict[str, frozenset[str]]:
+def requirements_of(conn: Connection, dataset_id: int) -> dict[str, frozenset[str]]:
     """`requirements` of the dataset name of version `dataset_id`, in one query."""
-    rows = s.execute(
-        select(ClaimRequirementRow.kind, ClaimRequirementRow.claim)
-        .join(DatasetRow, DatasetRow.name == ClaimRequirementRow.dataset)
-        .where(DatasetRow.id == dataset_id)
-    ).all()
+    rows = conn.execute(_REQUIREMENTS_OF, {"dataset_id": dataset_id}).all()
     return _by_kind([(str(kind), str(claim)) for kind, claim in rows])
+
+
+# Built once: read on every step's path.
+_REQUIREMENTS_OF = (
+    select(ClaimRequirementRow.kind, ClaimRequirementRow.claim)
+    .join(DatasetRow, DatasetRow.name == ClaimRequirementRow.dataset)
+    .where(DatasetRow.id == bindparam("dataset_id"))
+)
 
 
 def add(s: Session, dataset: str, kind: str, claim: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -96,39 +96,65 @@ def dp_ledgers(store: Store, dataset: str) -> list[DPLedgerRow]:
 
 def qss_pointer(store: Store, scope: str) -> QssPointer | None:
     """Where the auditor state of `scope` points now (None before its first admission)."""
-    with store.transaction() as s:
-        row = s.get(QssStateRow, scope)
-        if row is None:
-            return None
-        return QssPointer(digest=row.digest, n_records=row.n_records, admitted=row.admitted)
+    with store.reading() as conn:
+        row = conn.execute(_POINTER, {"p_scope": scope}).first()
+    if row is None:
+        return None
+    return QssPointer(digest=row.digest, n_records=row.n_records, admitted=row.admitted)
 
 
 def move_qss_pointer(s: Session, commit: QssCommit) -> None:
     """Point the scope at the state that admitted a step, in this transaction; Conflict when
     another admission moved it since `commit.base` was read."""
-    # FOR UPDATE: on PostgreSQL a second replica admitting against the same scope waits here
-    # and then sees the moved pointer; on SQLite the write lock of the transaction does it.
-    row = s.scalars(
-        select(QssStateRow).where(QssStateRow.scope == commit.scope).with_for_update()
-    ).first()
-    current = None if row is None else row.digest
-    if current != commit.base:
+    conn = s.connection()
+    now = utcnow()
+    if commit.base is None:
+        # The scope's first pointer: a pointer made meanwhile by another admission makes this
+        # INSERT fail on the primary key, which `settle_step` reports as the same Conflict.
+        conn.execute(
+            _INSERT_POINTER,
+            {"scope": commit.scope, "digest": commit.digest, "n": commit.n_records, "now": now},
+        )
+        return
+    # One guarded UPDATE reads and moves the pointer: on PostgreSQL a second replica admitting
+    # against the same scope waits for the row's lock and then matches nothing (the digest
+    # moved); on SQLite the transaction's write lock serialises it.
+    moved = conn.execute(
+        _MOVE_POINTER,
+        {
+            "p_scope": commit.scope,
+            "base": commit.base,
+            "new_digest": commit.digest,
+            "n": commit.n_records,
+            "now": now,
+        },
+    )
+    if moved.rowcount != 1:
         raise Conflict(
             "the query-set audit state changed while this step was checked",
             code="qss_state_changed",
         )
-    if row is None:
-        s.add(
-            QssStateRow(
-                scope=commit.scope,
-                digest=commit.digest,
-                n_records=commit.n_records,
-                admitted=1,
-                updated_at=utcnow(),
-            )
-        )
-    else:
-        row.digest = commit.digest
-        row.n_records = commit.n_records
-        row.admitted = row.admitted + 1
-        row.updated_at = utcnow()
+
+
+_POINTERS: Table = QssStateRow.__table__  # type: ignore[assignment]
+# Built once: statement construction costs more than executing them on the step's path.
+_INSERT_POINTER = insert(_POINTERS).values(
+    scope=bindparam("scope"),
+    digest=bindparam("digest"),
+    n_records=bindparam("n"),
+    admitted=1,
+    updated_at=bindparam("now", type_=_POINTERS.c.updated_at.type),
+)
+_POINTER = select(_POINTERS.c.digest, _POINTERS.c.n_records, _POINTERS.c.admitted).where(
+    _POINTERS.c.scope == bindparam("p_scope")
+)
+_MOVE_POINTER = (
+    update(_POINTERS)
+    .where(_POINTERS.c.scope == bindparam("p_scope"), _POINTERS.c.digest == bindparam("base"))
+    .values(
+        digest=bindparam("new_digest"),
+        n_records=bindparam("n"),
+        admitted=_POINTERS.c.admitted + 1,
+        updated_at=bindparam("now", type_=_POINTERS.c.updated_at.type),
+    )
+)

@@ -7,10 +7,19 @@ transaction, so a record exists exactly when the change it records committed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Executable,
+    Table,
+    bindparam,
+    insert,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -26,11 +35,6 @@ _RESERVE = (
     .where(_HEAD.c.id == HEAD_ID)
     .values(size=_HEAD.c.size + bindparam("n"))
     .returning(_HEAD.c.size)
-)
-# One level at a time, so both databases search the primary key (SQLite does not use an index
-# for row-value IN lists, which would scan the whole node table).
-_SELECT_LEVEL = select(_NODES.c.idx, _NODES.c.hash).where(
-    _NODES.c.level == bindparam("level"), _NODES.c.idx.in_(bindparam("idxs", expanding=True))
 )
 _INSERT_EVENTS = insert(_EVENTS)
 _INSERT_NODES = insert(_NODES)
@@ -68,19 +72,60 @@ def insert_rows(
 
 
 def fetch_nodes(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-    """Stored node hashes by (level, idx): one indexed query per level (and per chunk)."""
+    """Stored node hashes by (level, idx): one statement, an indexed SELECT per level (and per
+    chunk) joined by UNION ALL."""
     by_level: dict[int, list[int]] = {}
     for level, idx in keys:
         by_level.setdefault(level, []).append(idx)
+    parts = [
+        (level, idxs[chunk : chunk + _CHUNK])
+        for level, idxs in by_level.items()
+        for chunk in range(0, len(idxs), _CHUNK)
+    ]
     found: dict[tuple[int, int], bytes] = {}
-    for level, idxs in by_level.items():
-        for chunk in range(0, len(idxs), _CHUNK):
-            rows = conn.execute(
-                _SELECT_LEVEL, {"level": level, "idxs": idxs[chunk : chunk + _CHUNK]}
-            )
-            for idx, digest in rows:
-                found[(level, int(idx))] = bytes(digest)
+    for batch in _batches(parts):
+        params: dict[str, object] = {}
+        for n, (level, idxs) in enumerate(batch):
+            params[f"level{n}"], params[f"idxs{n}"] = level, idxs
+        for level, idx, digest in conn.execute(_select_levels(len(batch)), params):
+            found[(int(level), int(idx))] = bytes(digest)
     return found
+
+
+def _batches(parts: list[tuple[int, list[int]]]) -> Iterator[list[tuple[int, list[int]]]]:
+    """The parts in groups of at most `_PARTS` parts and `_CHUNK` indexes in all: one statement
+    each, its bound parameters well under every database's limit."""
+    batch: list[tuple[int, list[int]]] = []
+    size = 0
+    for part in parts:
+        if batch and (len(batch) == _PARTS or size + len(part[1]) > _CHUNK):
+            yield batch
+            batch, size = [], 0
+        batch.append(part)
+        size += len(part[1])
+    if batch:
+        yield batch
+
+
+#: Parts (level, chunk of indexes) per statement of `fetch_nodes`.
+_PARTS = 8
+_SELECT_LEVELS: dict[int, Executable] = {}
+
+
+def _select_levels(n: int) -> Executable:
+    """The UNION ALL of `n` one-level SELECTs (built once per `n`)."""
+    statement = _SELECT_LEVELS.get(n)
+    if statement is None:
+        selects = [
+            select(_NODES.c.level, _NODES.c.idx, _NODES.c.hash).where(
+                _NODES.c.level == bindparam(f"level{i}"),
+                _NODES.c.idx.in_(bindparam(f"idxs{i}", expanding=True)),
+            )
+            for i in range(n)
+        ]
+        built: Executable = selects[0] if n == 1 else union_all(*selects)
+        statement = _SELECT_LEVELS[n] = built
+    return statement
 
 
 def size(session: Session) -> int:

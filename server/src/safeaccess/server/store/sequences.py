@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from safeaccess.server.audit import log as auditlog
 from safeaccess.server.audit import records as audit_records
-from safeaccess.server.errors import Conflict, NotFound
+from safeaccess.server.errors import Conflict, NotFound, ServiceError
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.states import (
     SequenceState,
@@ -184,37 +184,108 @@ def begin_step(
     job: QueuedJob | None = None,
 ) -> StepRow:
     """Accept reveal `step.index` of a released sequence: the step starts `running` (and,
-    with `job`, its job is queued in the same transaction)."""
+    with `job`, its job is queued in the same transaction).
+
+    The sequence moves with one guarded UPDATE (its id, the version the caller read, `released`
+    at the step before): it both checks and changes the row, so nothing is read first; only
+    when it matches no row is the row read, to say why."""
+    # The only move this function makes; the UPDATE below matches `released` rows only.
+    check_sequence_transition(SequenceState.RELEASED, SequenceState.RUNNING)
     with store.transaction() as s:
-        seq = s.get(SequenceRow, sequence_id)
-        if seq is None:
-            raise NotFound(f"sequence {sequence_id} does not exist")
-        if seq.version != expected_version:
-            raise Conflict(
-                "the sequence changed while this request was handled; retry the request",
-                code="concurrent_update",
-            )
-        if seq.state != SequenceState.RELEASED or step.index != seq.current_index + 1:
-            raise Conflict(
-                f"step {step.index} cannot be revealed while the sequence is {seq.state} at "
-                f"step {seq.current_index}",
-                code="not_released",
-            )
-        update_sequence(
-            s,
-            seq,
-            SequenceState.RUNNING,
-            current_index=step.index,
-            verifier_state=verifier_state,
-        )
+        conn = s.connection()
+        researcher = conn.execute(
+            _BEGIN,
+            {
+                "seq_id": sequence_id,
+                "expected": expected_version,
+                "released": SequenceState.RELEASED.value,
+                "previous": step.index - 1,
+                "running": SequenceState.RUNNING.value,
+                "new_index": step.index,
+                "new_verifier_state": verifier_state,
+                "now": utcnow(),
+            },
+        ).scalar_one_or_none()
+        if researcher is None:
+            raise _refusal(s, sequence_id, expected_version, step.index)
         step.sequence_id = sequence_id
         step.state = StepState.RUNNING.value
         s.add(step)
         s.flush()
-        auditlog.append_many(s, reveal_entries(seq.researcher, event_data, sequence_id, step.index))
+        auditlog.append_many(s, reveal_entries(researcher, event_data, sequence_id, step.index))
         if job is not None:
             queue.defer(s, job)
         return step
+
+
+_SEQUENCES: Table = SequenceRow.__table__  # type: ignore[assignment]
+_STEPS: Table = StepRow.__table__  # type: ignore[assignment]
+# Built once: statement construction costs more than executing them on the step's path.
+_BEGIN = (
+    update(_SEQUENCES)
+    .where(
+        _SEQUENCES.c.id == bindparam("seq_id"),
+        _SEQUENCES.c.version == bindparam("expected"),
+        _SEQUENCES.c.state == bindparam("released"),
+        _SEQUENCES.c.current_index == bindparam("previous"),
+    )
+    .values(
+        state=bindparam("running"),
+        current_index=bindparam("new_index"),
+        verifier_state=bindparam("new_verifier_state", type_=_SEQUENCES.c.verifier_state.type),
+        version=_SEQUENCES.c.version + 1,
+        updated_at=bindparam("now", type_=_SEQUENCES.c.updated_at.type),
+    )
+    .returning(_SEQUENCES.c.researcher)
+)
+_MOVE = (
+    update(_SEQUENCES)
+    .where(_SEQUENCES.c.id == bindparam("seq_id"), _SEQUENCES.c.version == bindparam("expected"))
+    .values(
+        state=bindparam("target"),
+        version=bindparam("expected") + 1,
+        updated_at=bindparam("now", type_=_SEQUENCES.c.updated_at.type),
+    )
+)
+#: The columns `settle_step` writes on the step row.
+_SETTLED = (
+    "state",
+    "kind",
+    "output",
+    "public_output",
+    "output_hash",
+    "decision",
+    "ruleset_hash",
+    "error_code",
+    "error_message",
+    "backend",
+    "wall_seconds",
+    "output_salt",
+    "log_index",
+    "updated_at",
+)
+_SETTLE = (
+    update(_STEPS)
+    .where(_STEPS.c.id == bindparam("step_id"))
+    .values({name: bindparam(f"new_{name}", type_=_STEPS.c[name].type) for name in _SETTLED})
+)
+
+
+def _refusal(s: Session, sequence_id: str, expected_version: int, index: int) -> ServiceError:
+    """Why `begin_step`'s guarded UPDATE matched no row."""
+    seq = s.get(SequenceRow, sequence_id)
+    if seq is None:
+        return NotFound(f"sequence {sequence_id} does not exist")
+    if seq.version != expected_version:
+        return Conflict(
+            "the sequence changed while this request was handled; retry the request",
+            code="concurrent_update",
+        )
+    return Conflict(
+        f"step {index} cannot be revealed while the sequence is {seq.state} at "
+        f"step {seq.current_index}",
+        code="not_released",
+    )
 
 
 def settle_step(
@@ -251,7 +322,11 @@ def _settle_step(
 ) -> tuple[SequenceRow, StepRow]:
     """Record a computed step's outcome and move the sequence on, in one transaction (with
     the DP ledger's charge when the step releases a DP answer: no answer without its charge,
-    no charge without its answer)."""
+    no charge without its answer).
+
+    The two rows are read once and then detached: their changes are written by one Core UPDATE
+    each (the ORM's unit of work and the re-read after it cost more than the SQL), and the
+    returned rows carry exactly the values written."""
     with store.transaction() as s:
         if outcome.dp_charge is not None:
             ledgers.charge(s, outcome.dp_charge)
@@ -266,9 +341,22 @@ def _settle_step(
             )
         check_step_transition(StepState(step.state), outcome.state)
         target = sequence_state_after_step(outcome.state, last=step.last)
+        check_sequence_transition(SequenceState(seq.state), target)
+        s.expunge(seq)
+        s.expunge(step)
+        conn = s.connection()
         if qss is not None:
             ledgers.move_qss_pointer(s, qss)
-        update_sequence(s, seq, target)
+        now = utcnow()
+        moved = conn.execute(
+            _MOVE, {"seq_id": seq.id, "expected": seq.version, "target": target.value, "now": now}
+        )
+        if moved.rowcount != 1:
+            raise Conflict(
+                "the sequence changed while this request was handled; retry the request",
+                code="concurrent_update",
+            )
+        seq.state, seq.version, seq.updated_at = target.value, seq.version + 1, now
         step.state = outcome.state.value
         step.kind = outcome.kind
         step.output = outcome.output
@@ -280,14 +368,18 @@ def _settle_step(
         step.error_message = outcome.error_message
         step.backend = outcome.backend
         step.wall_seconds = outcome.wall_seconds
-        step.updated_at = utcnow()
-        _settle_events(store, s, step, outcome, event_data, sequence_id, index)
+        step.updated_at = now
+        ruleset = _settle_events(store, s, step, outcome, event_data, sequence_id, index)
+        conn.execute(
+            _SETTLE,
+            {"step_id": step.id, **{f"new_{name}": getattr(step, name) for name in _SETTLED}},
+        )
         if job is not None:
             queue.defer(s, job)
         queue.notify_settled(s, sequence_id, index)
-        s.flush()
-        s.refresh(seq)
-        return seq, step
+    if ruleset is not None:
+        store.logged_rulesets.add(ruleset)  # committed now: the next step need not look it up
+    return seq, step
 
 
 def _settle_events(
@@ -298,14 +390,17 @@ def _settle_events(
     event_data: dict[str, Any],
     sequence_id: str,
     index: int,
-) -> None:
+) -> str | None:
     """The run's end, the checks with the facts they used (and the rule set, the first time
-    it decides anything), and the outcome with a salted commitment to the output."""
+    it decides anything), and the outcome with a salted commitment to the output; the rule
+    set's hash when its record was appended here."""
     records = audit_records.settle_records(step, outcome, event_data)
     entries = []
     ruleset = records.ruleset
+    appended = None
     if ruleset is not None and not _ruleset_logged(store, s, ruleset["sha256"]):
         entries.append(auditlog.Entry("ruleset", "server", ruleset, subject=ruleset["sha256"]))
+        appended = str(ruleset["sha256"])
     entries += [
         auditlog.Entry("run_finished", "server", records.run, sequence_id, index),
         auditlog.Entry("checks", "server", records.checks, sequence_id, index),
@@ -322,6 +417,7 @@ def _settle_events(
         ),
     ]
     step.log_index = auditlog.append_many(s, entries)[-1]
+    return appended
 
 
 def _ruleset_logged(store: Store, s: Session, digest: str) -> bool:

@@ -103,6 +103,21 @@ def test_the_researcher_with_fewest_jobs_is_served_first_and_each_is_capped(
     assert claim(store) == ("bob", "b2")
 
 
+def test_her_own_waiting_scripts_never_hold_up_her_table(store: Store) -> None:
+    script = job("bob", "s-script").model_copy(update={"queue": SCRIPTS, "task": "t"})
+    with store.transaction() as s:
+        job_queue.defer(s, script)
+        job_queue.defer(s, job("bob", "s-table"))
+    # The script is claimed (running) and holds bob's only script lane; his table still goes.
+    with store.transaction() as s:
+        worker = s.execute(text("SELECT worker_id FROM procrastinate_register_worker_v1()"))
+        s.execute(
+            text("SELECT id FROM procrastinate_fetch_job_v2(ARRAY[:q]::varchar[], :w)"),
+            {"q": SCRIPTS, "w": worker.scalar_one()},
+        )
+    assert claim(store) == ("bob", "s-table")
+
+
 def test_scripts_go_to_their_own_queue_and_pools_to_theirs(tmp_path: Path) -> None:
     config = ServerConfig(
         server_id="c",

@@ -69,7 +69,9 @@ def defer(session: Session, job: QueuedJob) -> int:
         ),
         {"queue": job.queue, "researcher": job.researcher},
     ).scalar_one()
-    lane = f"lane:{job.researcher}:{pending % job.lanes}"
+    # Lanes per queue: her scripts waiting never hold up her tables (their run time is not
+    # hers to observe, and her answers must not wait for them).
+    lane = f"lane:{job.queue}:{job.researcher}:{pending % job.lanes}"
     return int(
         session.execute(
             text(

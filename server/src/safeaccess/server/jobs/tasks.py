@@ -40,8 +40,14 @@ def _check(context: JobContext) -> DatasetCheck:
 def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     """The procrastinate app of a worker host (or of anything reading the queue)."""
     # (procrastinate's pool checks each connection before use, so a worker survives a
-    # PostgreSQL restart.)
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
+    # PostgreSQL restart.) Its claims, heartbeats and finishes commit without waiting for the
+    # WAL flush: one lost in a crash of PostgreSQL only runs a job again, and a step records
+    # once whatever runs it. The job itself is queued in the step's own, durable transaction.
+    app = procrastinate.App(
+        connector=procrastinate.PsycopgConnector(
+            conninfo=conninfo, kwargs={"options": "-c synchronous_commit=off"}
+        )
+    )
     # Tried again only when the centre failed (the sandbox unavailable), never on the
     # analysis's own failures: those are outcomes, recorded by the flow.
     # (procrastinate's max_attempts counts the runs before the last: 2 gives 3 runs in all;

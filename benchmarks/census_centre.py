@@ -4,6 +4,7 @@ and `throughput.py` (run from this folder, so it is on the path); not a benchmar
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -73,3 +74,25 @@ def run_sequence(
             times.append(time.perf_counter() - start)
         assert result.released and result.last
     return times
+
+
+def run_concurrently(
+    url: str, keys: dict[str, Ed25519PrivateKey], steps: int, server_id: str
+) -> tuple[list[float], float]:
+    """Every researcher of `keys` runs a sequence of `steps` tables at once, one thread each;
+    (the latency of every step, the wall time of the whole)."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def one(name: str) -> None:
+        times = run_sequence(url, name, keys[name], steps, server_id)
+        with lock:
+            latencies.extend(times)
+
+    threads = [threading.Thread(target=one, args=(name,)) for name in keys]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, time.perf_counter() - start

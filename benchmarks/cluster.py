@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -39,7 +38,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import create_engine, make_url, text
 
-from census_centre import ANALYSIS, percentile, prepare, run_sequence
+from census_centre import ANALYSIS, percentile, prepare, run_concurrently, run_sequence
 from safeaccess.client.analyses import to_body
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
@@ -165,21 +164,7 @@ def _interleaved(
 
 def _concurrent(url: str, keys: dict[str, Ed25519PrivateKey], steps: int) -> tuple[float, float]:
     """(steps/s, p95 latency) for every researcher revealing `steps` steps at once."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-
-    def one(name: str) -> None:
-        times = run_sequence(url, name, keys[name], steps, "bench")
-        with lock:
-            latencies.extend(times)
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in keys]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
+    latencies, wall = run_concurrently(url, keys, steps, "bench")
     return len(latencies) / wall, percentile(latencies, 0.95)
 
 

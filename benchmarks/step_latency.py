@@ -20,13 +20,12 @@ import os
 import platform
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from census_centre import percentile, prepare, run_sequence
+from census_centre import percentile, prepare, run_concurrently, run_sequence
 from safeaccess.server.demo.data import generate_census
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
@@ -89,26 +88,9 @@ def main() -> None:
                 f"ratio {med / local_med:.0f}x"
             )
 
-            concurrent: list[float] = []
-            threads = [
-                threading.Thread(
-                    target=lambda *a: concurrent.extend(run_sequence(*a)),
-                    args=(
-                        server.url,
-                        name,
-                        keys[name],
-                        args.steps_each,
-                        service.server_id,
-                    ),
-                )
-                for name in keys
-            ]
-            start = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - start
+            concurrent, wall = run_concurrently(
+                server.url, keys, args.steps_each, service.server_id
+            )
             total = len(concurrent)
             print(
                 f"{args.researchers} concurrent researchers x {args.steps_each} steps: "

@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from census_centre import ANALYSIS, percentile, prepare, run_sequence
+from census_centre import ANALYSIS, percentile, prepare, run_concurrently, run_sequence
 from safeaccess.client.analyses import to_body
 from safeaccess.sandbox.backend import Job, RunnerRequest
 from safeaccess.sandbox.process.backend import Mode, ProcessBackend
@@ -134,22 +133,8 @@ def _concurrent(
     centre: _Centre, keys: dict[str, Ed25519PrivateKey], steps: int
 ) -> tuple[float, list[float], float, float]:
     """(steps/s, per-step latencies, server CPU s, sandbox CPU s) for all `keys` at once."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-
-    def one(name: str) -> None:
-        times = run_sequence(centre.url, name, keys[name], steps, centre.server_id)
-        with lock:
-            latencies.extend(times)
-
-    threads = [threading.Thread(target=one, args=(name,)) for name in keys]
     own, sandboxes = centre.cpu()
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
+    latencies, wall = run_concurrently(centre.url, keys, steps, centre.server_id)
     own_after, sandboxes_after = centre.cpu()
     return len(latencies) / wall, latencies, own_after - own, sandboxes_after - sandboxes
 

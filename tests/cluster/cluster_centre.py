@@ -148,6 +148,14 @@ def seal_for(
     )
 
 
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL `proc` by its PID, then every process it leaves behind (its sandboxes)."""
+    under = descendants(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    signal_all(under, signal.SIGKILL)
+
+
 @dataclass
 class Balanced:
     """The running cluster."""
@@ -208,10 +216,7 @@ class Balanced:
         """SIGKILL replica `i` by its PID, and the sandbox processes it leaves behind."""
         proc = self.replicas[i]
         assert proc is not None
-        under = descendants(proc.pid)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        signal_all(under, signal.SIGKILL)
+        kill_tree(proc)
         self.replicas[i] = None
 
     def start_worker(self, i: int, *options: str) -> None:
@@ -228,10 +233,7 @@ class Balanced:
         """SIGKILL worker `i` by its PID, and its sandboxes."""
         proc = self.workers[i]
         assert proc is not None
-        under = descendants(proc.pid)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        signal_all(under, signal.SIGKILL)
+        kill_tree(proc)
         self.workers[i] = None
 
     def worker_processes(self) -> list[int]:

@@ -28,7 +28,8 @@ from sqlalchemy import text
 from test_balanced_cluster import audit_verifies, check_receipts, step_events
 
 from safeaccess.client.analyses import Analysis, FrequencyTable, Script
-from safeaccess.client.session import StepResult
+from safeaccess.client.protocol import SealedSequence
+from safeaccess.client.session import Session, StepResult
 from safeaccess.server.config import DataDir
 
 SCRIPT_SECONDS = 4.0
@@ -68,6 +69,37 @@ def wait_until(what: str, done: Callable[[], bool], timeout: float = 60) -> None
         time.sleep(0.02)
 
 
+def freeze_worker0(cluster: Balanced) -> list[int]:
+    """SIGSTOP every sandbox process of worker0 (its templates), so its next job hangs."""
+    worker0 = cluster.workers[0]
+    assert worker0 is not None
+    sandboxes = descendants(worker0.pid)
+    assert sandboxes, "worker0 runs no sandbox process"
+    signal_all(sandboxes, signal.SIGSTOP)
+    return sandboxes
+
+
+def reveal_step_2_on_worker0(
+    cluster: Balanced,
+    session: Session,
+    sealed: SealedSequence,
+    first: StepResult,
+    answer: list[StepResult],
+) -> threading.Thread:
+    """Reveal step 2 in a thread (its result into `answer`); return once worker0 holds its job."""
+
+    def reveal() -> None:
+        answer.append(session.reveal(first.sequence_id, sealed, 2))
+
+    waiting = threading.Thread(target=reveal)
+    waiting.start()
+    wait_until(
+        "worker0 holds step 2's job",
+        lambda: [j["status"] for j in jobs(cluster, first.sequence_id, 2)] == ["doing"],
+    )
+    return waiting
+
+
 def test_a_worker_killed_mid_job_is_replaced_and_the_step_recorded_once(
     queued: Balanced, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -82,21 +114,8 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_step_recorded_once(
         with queued.session("ada") as session:
             first = session.open(sealed)  # on worker0: its census templates start
             assert first.released, first
-            worker0 = queued.workers[0]
-            assert worker0 is not None
-            sandboxes = descendants(worker0.pid)
-            assert sandboxes, "worker0 runs no sandbox process"
-            signal_all(sandboxes, signal.SIGSTOP)  # the next job hangs in worker0's sandbox
-
-            def reveal() -> None:
-                answer.append(session.reveal(first.sequence_id, sealed, 2))
-
-            waiting = threading.Thread(target=reveal)
-            waiting.start()
-            wait_until(
-                "worker0 holds step 2's job",
-                lambda: [j["status"] for j in jobs(queued, first.sequence_id, 2)] == ["doing"],
-            )
+            freeze_worker0(queued)
+            waiting = reveal_step_2_on_worker0(queued, session, sealed, first, answer)
             queued.kill_worker(0)  # by its PID, mid-job
             killed_at = time.monotonic()
             queued.start_worker(1)
@@ -185,21 +204,9 @@ def test_a_postgresql_restart_while_a_job_runs_loses_and_doubles_nothing(
         with queued.session("bob", retries=10) as session:
             first = session.open(sealed)
             assert first.released, first
-            worker0 = queued.workers[0]
-            assert worker0 is not None
-            sandboxes = descendants(worker0.pid)
-            signal_all(sandboxes, signal.SIGSTOP)  # step 2's job hangs in worker0's sandbox
+            sandboxes = freeze_worker0(queued)
             try:
-
-                def reveal() -> None:
-                    answer.append(session.reveal(first.sequence_id, sealed, 2))
-
-                waiting = threading.Thread(target=reveal)
-                waiting.start()
-                wait_until(
-                    "worker0 holds step 2's job",
-                    lambda: [j["status"] for j in jobs(queued, first.sequence_id, 2)] == ["doing"],
-                )
+                waiting = reveal_step_2_on_worker0(queued, session, sealed, first, answer)
                 queued.postgres.restart()  # every connection of replicas and workers closes
             finally:
                 signal_all(sandboxes, signal.SIGCONT)
@@ -210,8 +217,10 @@ def test_a_postgresql_restart_while_a_job_runs_loses_and_doubles_nothing(
         queued.start_worker(1)
     results = [first, answer[0], third]
     assert [r.status for r in results] == ["released"] * 3, results
+    # One job, finished. (If PostgreSQL was away longer than a lease, the job may have been
+    # taken as stalled and run again: the step is recorded once either way, checked below.)
     (job,) = jobs(queued, first.sequence_id, 2)
-    assert job["status"] == "succeeded" and job["attempts"] == 1, job  # run once
+    assert job["status"] == "succeeded", job
     per_step = step_events(queued, first.sequence_id)
     assert per_step[1] == per_step[2] == per_step[3], per_step
     assert all(count == 1 for count in per_step[2].values()), per_step[2]

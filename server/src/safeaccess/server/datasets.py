@@ -10,7 +10,6 @@ the sandbox reads holds neither the key nor any identifier column.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ import yaml
 
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
-from safeaccess.sandbox.codes import codes_dir, write_codes
+from safeaccess.sandbox.codes import codes_dir, sha256_file, write_codes
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import InvalidRequest
@@ -152,15 +151,6 @@ def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> li
     return problems
 
 
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def register_dataset(
     data: DataDir,
     store: Store,
@@ -235,7 +225,7 @@ def register_dataset(
             version=version,
             project=project,
             path=str(target.relative_to(data.root)),
-            sha256=file_sha256(target),
+            sha256=sha256_file(target),
             rows=len(frame),
             metadata=metadata.model_dump(mode="json"),
             rules_path=rules_rel,
@@ -267,7 +257,7 @@ def build_codes(data: DataDir, store: Store, name: str, version: int | None = No
             "so it has no code arrays"
         )
     parquet = data.root / row.path
-    if not parquet.is_file() or file_sha256(parquet) != row.sha256:
+    if not parquet.is_file() or sha256_file(parquet) != row.sha256:
         raise InvalidRequest(
             f"{row.path} is missing or differs from what was registered; nothing was written"
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from safeaccess.server.datasets import file_sha256
+from safeaccess.sandbox.codes import sha256_file
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.store.schema import DatasetRow
 
@@ -37,7 +37,7 @@ class DatasetCheck:
         with self._lock:
             if self._checked.get(dataset.id) == seen:
                 return
-        if file_sha256(path) != dataset.sha256:
+        if sha256_file(path) != dataset.sha256:
             raise Unavailable(
                 f"dataset {dataset.name} v{dataset.version} on this worker's storage does not "
                 "match its registered SHA-256; no job runs on it"

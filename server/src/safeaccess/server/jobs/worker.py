@@ -103,29 +103,15 @@ async def _serve(
         "fetch_job_polling_interval": 1.0,
     }
     async with app.open_async():
-        runs = []
+        loops = []
         if step_queues and options.slots > 0:
-            runs.append(
-                asyncio.create_task(
-                    app.run_worker_async(
-                        queues=step_queues,
-                        concurrency=options.slots,
-                        name=f"{name}/steps",
-                        **common,
-                    )
-                )
-            )
+            loops.append((step_queues, options.slots, f"{name}/steps"))
         if SCRIPTS in options.queues and options.script_slots > 0:
-            runs.append(
-                asyncio.create_task(
-                    app.run_worker_async(
-                        queues=[SCRIPTS],
-                        concurrency=options.script_slots,
-                        name=f"{name}/scripts",
-                        **common,
-                    )
-                )
-            )
+            loops.append(([SCRIPTS], options.script_slots, f"{name}/scripts"))
+        runs = [
+            asyncio.create_task(_claim_loop(app, queues, slots, loop_name, common, stop))
+            for queues, slots, loop_name in loops
+        ]
         reaper = asyncio.create_task(_reap(app, service, lease, max_attempts, stop))
         log.info(
             "worker %s: %d slot(s) on %s, %d script slot(s)",
@@ -141,6 +127,29 @@ async def _serve(
         for task in [*runs, reaper]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def _claim_loop(
+    app: procrastinate.App,
+    queues: list[str],
+    slots: int,
+    name: str,
+    options: dict[str, Any],
+    stop: asyncio.Event,
+) -> None:
+    """One procrastinate worker loop, started again if it ends on an error. A worker whose
+    heartbeat lapsed while PostgreSQL was away may have been pruned by another: its claims
+    then fail, and a new loop registers afresh (its running jobs were settled as stalled)."""
+    while not stop.is_set():
+        try:
+            await app.run_worker_async(queues=queues, concurrency=slots, name=name, **options)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a database error: the loop starts again, as designed
+            log.warning("worker loop %s stopped (%s); starting it again", name, exc)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
 
 
 async def _reap(

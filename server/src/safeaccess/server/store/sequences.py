@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import JSON, Table, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -264,10 +264,19 @@ _SETTLED = (
     "log_index",
     "updated_at",
 )
+
+
+def _bind_type(name: str) -> Any:
+    """The column's type for a bound value; a JSON column's None is SQL NULL, as the ORM wrote
+    it (JSON's default writes the JSON text 'null', which `IS NULL` does not match)."""
+    column_type = _STEPS.c[name].type
+    return JSON(none_as_null=True) if isinstance(column_type, JSON) else column_type
+
+
 _SETTLE = (
     update(_STEPS)
     .where(_STEPS.c.id == bindparam("step_id"))
-    .values({name: bindparam(f"new_{name}", type_=_STEPS.c[name].type) for name in _SETTLED})
+    .values({name: bindparam(f"new_{name}", type_=_bind_type(name)) for name in _SETTLED})
 )
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import procrastinate
+import psycopg
+from procrastinate.exceptions import ConnectorException
 
 from safeaccess.sandbox.backend import SandboxError
 from safeaccess.sandbox.config import BackendName
@@ -49,8 +51,35 @@ class WorkerOptions:
     name: str | None = None
 
 
+def _one_line_when_the_database_is_away(record: logging.LogRecord) -> bool:
+    """procrastinate logs a lost database connection with its traceback. A PostgreSQL restart
+    is routine and the worker recovers, so the log gets one line per loss instead."""
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, ConnectorException | psycopg.OperationalError):
+        cause = error.__cause__ or error
+        record.msg = f"{record.getMessage()}: {cause!s}".strip() + " (the database is away)"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
+
+def _log_procrastinate() -> None:
+    """procrastinate's warnings and errors to standard error, beside the server's own log."""
+    logger = logging.getLogger("procrastinate")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_one_line_when_the_database_is_away)
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+
+
 def run_worker(root: Path, options: WorkerOptions) -> None:
     """Run until SIGTERM or SIGINT: claim jobs, run them, settle those of dead workers."""
+    _log_procrastinate()
     from safeaccess.server.service import Service
 
     data = DataDir(root)
@@ -137,13 +166,17 @@ async def _claim_loop(
     options: dict[str, Any],
     stop: asyncio.Event,
 ) -> None:
-    """One procrastinate worker loop, started again if it ends on an error. A worker whose
-    heartbeat lapsed while PostgreSQL was away may have been pruned by another: its claims
-    then fail, and a new loop registers afresh (its running jobs were settled as stalled)."""
+    """One procrastinate worker loop, started again whenever it ends before the worker is
+    told to stop. procrastinate stops a loop whose LISTEN connection could not be made again
+    (PostgreSQL restarting), and a loop whose heartbeat lapsed while PostgreSQL was away may
+    have been pruned by another worker, so that its claims fail: a new loop registers afresh
+    (the jobs the old one held were settled as stalled)."""
     while not stop.is_set():
         try:
             await app.run_worker_async(queues=queues, concurrency=slots, name=name, **options)
-            return
+            if stop.is_set():
+                return
+            log.warning("worker loop %s stopped by itself; starting it again", name)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a database error: the loop starts again, as designed

@@ -141,6 +141,56 @@ def install_schema(connection: Connection) -> bool:
     return True
 
 
+def uninstall_schema(connection: Connection) -> bool:
+    """Drop procrastinate's tables, functions and types (PostgreSQL); True if there were any.
+    Found by their prefix in the catalogue rather than listed, so a later procrastinate release's
+    objects go too. Its jobs, waiting or done, go with them: run it with no worker running."""
+    if connection.dialect.name != "postgresql":
+        return False
+    like = {"p": PREFIX.replace("_", r"\_") + "%"}
+    tables = (
+        connection.execute(
+            text(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p"
+            ),
+            like,
+        )
+        .scalars()
+        .all()
+    )
+    functions = (
+        connection.execute(
+            text(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
+                "ON n.oid = p.pronamespace WHERE n.nspname = current_schema() AND p.proname LIKE :p"
+            ),
+            like,
+        )
+        .scalars()
+        .all()
+    )
+    types = (
+        connection.execute(
+            text(
+                "SELECT t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+                "WHERE n.nspname = current_schema() AND t.typname LIKE :p AND t.typtype IN ('e', 'c') "
+                "AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.reltype = t.oid AND c.relkind <> 'c')"
+            ),
+            like,
+        )
+        .scalars()
+        .all()
+    )
+    # Names come from the catalogue, quoted by PostgreSQL's own rules (regprocedure, quote_ident).
+    for table in tables:
+        connection.exec_driver_sql(f'DROP TABLE IF EXISTS "{table}" CASCADE')
+    for function in functions:
+        connection.exec_driver_sql(f"DROP FUNCTION IF EXISTS {function} CASCADE")
+    for type_name in types:
+        connection.exec_driver_sql(f'DROP TYPE IF EXISTS "{type_name}" CASCADE')
+    return bool(tables or functions or types)
+
+
 def include_name(name: str | None, type_: str, parent_names: Mapping[Any, str | None]) -> bool:
     """Alembic's filter: the queue's tables (and their indexes) are procrastinate's, not the
     models'."""

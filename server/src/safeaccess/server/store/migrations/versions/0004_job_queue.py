@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from safeaccess.server.store.queue import install_schema
+from safeaccess.server.store.queue import install_schema, uninstall_schema
 
 revision = "0004"
 down_revision = "0003"
@@ -27,4 +27,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("the job queue's tables are dropped by hand, with no job running")
+    # The queue's jobs go with its tables: downgrade with every worker and replica stopped.
+    uninstall_schema(op.get_bind())

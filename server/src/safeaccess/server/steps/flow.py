@@ -492,8 +492,9 @@ class Flow:
         current: dict[str, Any] = {}
 
         def settled() -> bool:
-            row = self.store.get_step(seq.id, step.index)
-            current["step"] = row
+            # The sequence with the step, in one read: the view needs both.
+            latest, row = self.store.get_sequence_step(seq.id, step.index)
+            current["seq"], current["step"] = latest, row
             return row is not None and row.state != StepState.RUNNING
 
         job_failed: dict[str, bool] = {}
@@ -507,13 +508,24 @@ class Flow:
             return job_failed["failed"]
 
         assert self.listener is not None, "a replica with execution = 'queue' listens"
-        self.listener.wait(seq.id, step.index, self.config.queue.wait_seconds, settled_or_failed)
+        self.listener.wait(
+            seq.id,
+            step.index,
+            self.config.queue.wait_seconds,
+            settled_or_failed,
+            # A step queued by this request is running: its first look is when it is announced.
+            look_first=ensure_job,
+        )
         if job_failed.get("failed") and not settled():
             raise Unavailable(
                 "the sandbox could not run this step; retry the same reveal later",
                 code="sandbox_unavailable",
             )
-        latest = self.own_sequence(seq.researcher, seq.id)
+        if "seq" not in current:  # still running after `wait_seconds`, never looked at
+            settled()
+        latest = current["seq"]
+        if latest is None:
+            raise NotFound(f"sequence {seq.id} does not exist")
         return self.views.step(latest, current.get("step") or step, revealed)
 
     def run_job(
@@ -526,8 +538,7 @@ class Flow:
         run again after its worker was presumed dead records nothing twice). `check` sees the
         dataset's row before anything runs on it (the worker's SHA-256 check)."""
         with self.lock(sequence_id):
-            seq = self.store.get_sequence(sequence_id)
-            step = self.store.get_step(sequence_id, index)
+            seq, step = self.store.get_sequence_step(sequence_id, index)
             if (
                 seq is None
                 or step is None

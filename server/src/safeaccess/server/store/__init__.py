@@ -88,6 +88,10 @@ class Store:
             self.engine.dispose()
             raise
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Same pool; its connections in autocommit while lent out (reset on return).
+        self._one_statement = sessionmaker(
+            self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
+        )
         with self.transaction() as s:
             log.ensure_head(s)
         #: Rule-set hashes known to be in the log (only committed facts: the log only grows).
@@ -111,6 +115,14 @@ class Store:
         rolls back on close). An ORM session and its commit cost about six times the read."""
         with self.engine.connect() as conn:
             yield conn
+
+    @contextmanager
+    def one_statement(self) -> Iterator[Session]:
+        """A session for a read of one statement, in autocommit: no BEGIN and COMMIT around it
+        (on PostgreSQL two round trips of four), and one statement sees one snapshot anyway.
+        For the reads on the queue's path (`sequences.get_sequence_step`)."""
+        with self._one_statement() as session:
+            yield session
 
     # -- the audit log's rows -------------------------------------------------------------------
 
@@ -314,6 +326,12 @@ class Store:
 
     def get_step(self, sequence_id: str, index: int) -> StepRow | None:
         return sequences.get_step(self, sequence_id, index)
+
+    def get_sequence_step(
+        self, sequence_id: str, index: int
+    ) -> tuple[SequenceRow | None, StepRow | None]:
+        """A sequence and its step `index`, in one read (either None if it does not exist)."""
+        return sequences.get_sequence_step(self, sequence_id, index)
 
     def begin_step(
         self,

@@ -62,27 +62,26 @@ def defer(session: Session, job: QueuedJob) -> int:
     priority is minus the researcher's jobs already waiting or running in its queue (the queue
     takes the highest first, so whoever has fewest goes first), and its lock is one of her
     `lanes` (procrastinate runs one job per lock at a time: at most `lanes` of hers at once)."""
-    pending = session.execute(
-        text(
-            "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = :queue "
-            "AND status IN ('todo', 'doing') AND args->>'researcher' = :researcher"
-        ),
-        {"queue": job.queue, "researcher": job.researcher},
-    ).scalar_one()
-    # Lanes per queue: her scripts waiting never hold up her tables (their run time is not
-    # hers to observe, and her answers must not wait for them).
-    lane = f"lane:{job.queue}:{job.researcher}:{pending % job.lanes}"
+    # One statement (counting her pending jobs, choosing the lane, deferring): this runs in the
+    # step's transaction, on the latency a researcher waits for. Lanes per queue: her scripts
+    # waiting never hold up her tables (their run time is not hers to observe, and her answers
+    # must not wait for them).
     return int(
         session.execute(
             text(
-                "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(:queue, :task, :priority, "
-                ":lock, :key, CAST(:args AS jsonb), NULL)]::procrastinate_job_to_defer_v1[]))"
+                "WITH pending AS (SELECT count(*)::int AS n FROM procrastinate_jobs "
+                "WHERE queue_name = :queue AND status IN ('todo', 'doing') "
+                "AND args->>'researcher' = :researcher) "
+                "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(:queue, :task, -pending.n, "
+                ":lane || (pending.n % :lanes)::text, :key, CAST(:args AS jsonb), NULL)]"
+                "::procrastinate_job_to_defer_v1[])) FROM pending"
             ),
             {
                 "queue": job.queue,
+                "researcher": job.researcher,
                 "task": job.task,
-                "priority": -int(pending),
-                "lock": lane,
+                "lane": f"lane:{job.queue}:{job.researcher}:",
+                "lanes": job.lanes,
                 "key": job.key,
                 "args": json.dumps(job.args()),
             },

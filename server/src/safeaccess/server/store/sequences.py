@@ -157,6 +157,23 @@ def get_step(store: Store, sequence_id: str, index: int) -> StepRow | None:
         return find_step(s, sequence_id, index)
 
 
+def get_sequence_step(
+    store: Store, sequence_id: str, index: int
+) -> tuple[SequenceRow | None, StepRow | None]:
+    """A sequence and its step `index`, read in one statement (a queued step's worker and the
+    replica waiting for it each need both, on the path whose latency the queue adds)."""
+    query = (
+        select(SequenceRow, StepRow)
+        .outerjoin(StepRow, (StepRow.sequence_id == SequenceRow.id) & (StepRow.index == index))
+        .where(SequenceRow.id == sequence_id)
+    )
+    with store.one_statement() as s:
+        row = s.execute(query).first()
+    if row is None:
+        return None, None
+    return row[0], row[1]
+
+
 def update_sequence(s: Session, seq: SequenceRow, target: SequenceState, **values: Any) -> None:
     """Move `seq` to `target` if nobody changed it since it was read (its version); Conflict
     otherwise."""

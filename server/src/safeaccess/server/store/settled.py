@@ -5,12 +5,18 @@ which happens in another process, usually on another host. One connection per re
 each waiting request registers the step it waits for and is woken by the settle's NOTIFY. A
 notification can be lost (the listening connection drops, PostgreSQL restarts), so a waiter also
 looks at the step's row at least once a second: the NOTIFY makes it fast, the row makes it right.
+
+The listener remembers the steps announced in the last `RECENT_SECONDS`, so a request that has
+just queued its step need not read the row before it waits: a settle announced before it
+registered is found there, one announced after wakes it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import psycopg
@@ -22,6 +28,10 @@ log = logging.getLogger("safeaccess.server.settled")
 
 #: The longest a waiter goes without looking at the step's row.
 RECHECK_SECONDS = 1.0
+#: How long an announced step is remembered (longer than a replica takes from queuing a step's
+#: job to waiting for it), and at most how many.
+RECENT_SECONDS = 30.0
+RECENT_MAX = 10_000
 
 
 def conninfo(url: str) -> str:
@@ -36,7 +46,10 @@ class SettledListener:
         self._conninfo = conninfo(url)
         self._lock = threading.Lock()
         self._waiting: dict[str, set[threading.Event]] = {}
+        self._recent: OrderedDict[str, float] = OrderedDict()
         self._stop = threading.Event()
+        #: Set while the LISTEN is in place (announcements are being received).
+        self.listening = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="settled-listener", daemon=True)
         self._thread.start()
 
@@ -44,18 +57,33 @@ class SettledListener:
         self._stop.set()
         self._thread.join(timeout=2 * RECHECK_SECONDS)
 
-    def wait(self, sequence_id: str, index: int, timeout: float, done: Callable[[], bool]) -> bool:
-        """Wait until `done()` (the step is no longer running) or `timeout`; whether it is."""
+    def wait(
+        self,
+        sequence_id: str,
+        index: int,
+        timeout: float,
+        done: Callable[[], bool],
+        *,
+        look_first: bool = True,
+    ) -> bool:
+        """Wait until `done()` (the step is no longer running) or `timeout`; whether it is.
+
+        Without `look_first` (the caller queued the step's job just now, so it is running)
+        `done()` is first called once the step is announced, or after `RECHECK_SECONDS`."""
         key = f"{sequence_id}:{index}"
         event = threading.Event()
         with self._lock:
             self._waiting.setdefault(key, set()).add(event)
+            # Under the lock `_wake` holds while it records an announcement: a settle is either
+            # recent already or wakes this event.
+            look = look_first or key in self._recent
         try:
             remaining = timeout
             while True:
                 # Registered before the first look, so a settle between the two is not missed.
-                if done():
+                if look and done():
                     return True
+                look = True
                 if remaining <= 0 or self._stop.is_set():
                     return False
                 slice_ = min(remaining, RECHECK_SECONDS)
@@ -76,18 +104,31 @@ class SettledListener:
                 events = [e for group in self._waiting.values() for e in group]
             else:
                 events = list(self._waiting.get(key, ()))
+                self._remember(key)
         for event in events:
             event.set()
+
+    def _remember(self, key: str) -> None:
+        now = time.monotonic()
+        self._recent[key] = now
+        self._recent.move_to_end(key)
+        while self._recent and (
+            len(self._recent) > RECENT_MAX
+            or next(iter(self._recent.values())) < now - RECENT_SECONDS
+        ):
+            self._recent.popitem(last=False)
 
     def _listen(self) -> None:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as connection:
                     connection.execute(f"LISTEN {SETTLED_CHANNEL}")
+                    self.listening.set()
                     self._wake(None)  # (re)connected: anything may have settled meanwhile
                     while not self._stop.is_set():
                         for note in connection.notifies(timeout=RECHECK_SECONDS):
                             self._wake(note.payload)
             except psycopg.Error as exc:
+                self.listening.clear()
                 log.warning("listening for settled steps failed (%s); reconnecting", exc)
                 self._stop.wait(RECHECK_SECONDS)

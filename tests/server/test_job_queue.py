@@ -4,6 +4,7 @@ refuse a queue without PostgreSQL. The worker processes themselves run in tests/
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -14,10 +15,12 @@ from sqlalchemy import text
 from safeaccess.server.admin.cli import main as cli_main
 from safeaccess.server.config import ServerConfig, initialise
 from safeaccess.server.jobs.names import SCRIPTS, STEPS, step_job
+from safeaccess.server.jobs.pruning import prune_finished
+from safeaccess.server.jobs.tasks import make_app
 from safeaccess.server.store import Store
 from safeaccess.server.store import queue as job_queue
 from safeaccess.server.store.queue import QueuedJob
-from safeaccess.server.store.settled import SettledListener
+from safeaccess.server.store.settled import SettledListener, conninfo
 
 
 def job(researcher: str, sequence: str, index: int = 1, lanes: int = 1) -> QueuedJob:
@@ -166,3 +169,86 @@ def test_a_waiting_replica_is_woken_by_the_settle(store: Store, postgres_databas
         assert woke and woke[0] - notified < 0.5, woke
     finally:
         listener.close()
+
+
+def test_a_replica_that_queued_the_step_reads_it_only_once_it_is_announced(
+    store: Store, postgres_database: str
+) -> None:
+    listener = SettledListener(postgres_database)
+    try:
+        looks: list[str] = []
+        settled = threading.Event()
+
+        def done(key: str) -> bool:
+            looks.append(key)
+            return settled.is_set()
+
+        # Announced before the request registered (a worker faster than the replica): the
+        # listener remembers it, so the first look comes at once and finds the step settled.
+        assert listener.listening.wait(10)
+        settled.set()
+        with store.transaction() as s:
+            job_queue.notify_settled(s, "s10", 1)
+        time.sleep(0.3)  # the listener has the announcement
+        start = time.monotonic()
+        assert listener.wait("s10", 1, timeout=30, done=lambda: done("s10"), look_first=False)
+        assert time.monotonic() - start < 0.5 and looks == ["s10"]
+
+        # Not announced yet: no look at the row until the announcement (or the 1 s recheck).
+        settled.clear()
+        woke: list[bool] = []
+        waiting = threading.Thread(
+            target=lambda: woke.append(
+                listener.wait("s11", 1, timeout=30, done=lambda: done("s11"), look_first=False)
+            )
+        )
+        waiting.start()
+        time.sleep(0.3)
+        assert looks == ["s10"], "the waiter read the row before its step was announced"
+        settled.set()
+        with store.transaction() as s:
+            job_queue.notify_settled(s, "s11", 1)
+        waiting.join(timeout=10)
+        assert woke == [True] and looks == ["s10", "s11"]
+    finally:
+        listener.close()
+
+
+def test_finished_jobs_are_deleted_after_the_kept_hours_and_no_other(
+    store: Store, postgres_database: str
+) -> None:
+    ids = {}
+    with store.transaction() as s:
+        for name in ("old_done", "old_failed", "new_done", "old_waiting"):
+            ids[name] = job_queue.defer(s, job("ada", name))
+        for name, status in (
+            ("old_done", "succeeded"),
+            ("old_failed", "failed"),
+            ("new_done", "succeeded"),
+        ):
+            s.execute(
+                text("UPDATE procrastinate_jobs SET status = 'doing' WHERE id = :id"),
+                {"id": ids[name]},
+            )
+            s.execute(
+                text("SELECT procrastinate_finish_job_v1(:id, :status, false)"),
+                {"id": ids[name], "status": status},
+            )
+        for name in ("old_done", "old_failed", "old_waiting"):
+            s.execute(
+                text(
+                    "UPDATE procrastinate_events SET at = now() - interval '200 hours' "
+                    "WHERE job_id = :id"
+                ),
+                {"id": ids[name]},
+            )
+
+    async def prune() -> None:
+        app = make_app(conninfo(postgres_database), max_attempts=1)
+        async with app.open_async():
+            await prune_finished(app, keep_hours=168)
+
+    asyncio.run(prune())
+    with store.transaction() as s:
+        left = set(s.execute(text("SELECT id FROM procrastinate_jobs")).scalars())
+    assert left == {ids["new_done"], ids["old_waiting"]}

@@ -71,6 +71,13 @@ class QueueConfig(BaseModel):
         "jobs are queued again (at most max_attempts in all), its script jobs fail as crashed.",
     )
     max_attempts: int = Field(default=3, ge=1, le=10)
+    keep_jobs_hours: int = Field(
+        default=168,
+        ge=1,
+        le=24 * 366,
+        description="Finished jobs (the queue's working rows, not the record of a step: that is "
+        "the audit log) are deleted by the workers this many hours after they finished.",
+    )
     pools: dict[str, str] = Field(
         default_factory=dict,
         description="Dataset name -> pool: the dataset's steps go to queue 'steps.<pool>', served "

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import signal
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,11 +27,12 @@ from procrastinate.exceptions import ConnectorException
 from safeaccess.sandbox.backend import SandboxError
 from safeaccess.sandbox.config import BackendName
 from safeaccess.sandbox.factory import make_backend
-from safeaccess.server.config import DataDir
+from safeaccess.server.config import DataDir, QueueConfig
 from safeaccess.server.errors import ConfigError
 from safeaccess.server.jobs.datasets import DatasetCheck
 from safeaccess.server.jobs.leases import settle_stalled
 from safeaccess.server.jobs.names import SCRIPTS, STEPS
+from safeaccess.server.jobs.pruning import PRUNE_SECONDS, prune_finished
 from safeaccess.server.jobs.tasks import make_app
 from safeaccess.server.store.settled import conninfo
 
@@ -102,8 +104,7 @@ def run_worker(root: Path, options: WorkerOptions) -> None:
             _serve(
                 service,
                 options,
-                config.queue.lease_seconds,
-                config.queue.max_attempts,
+                config.queue,
                 data.database_url(config),
             )
         )
@@ -111,10 +112,9 @@ def run_worker(root: Path, options: WorkerOptions) -> None:
         service.close()
 
 
-async def _serve(
-    service: Service, options: WorkerOptions, lease: float, max_attempts: int, url: str
-) -> None:
-    app = make_app(conninfo(url), max_attempts)
+async def _serve(service: Service, options: WorkerOptions, queue: QueueConfig, url: str) -> None:
+    lease = queue.lease_seconds
+    app = make_app(conninfo(url), queue.max_attempts)
     name = options.name or f"{socket.gethostname()}"
     context = {"service": service, "datasets": DatasetCheck(service.data.root)}
     step_queues = [q for q in options.queues if q != SCRIPTS]
@@ -141,7 +141,7 @@ async def _serve(
             asyncio.create_task(_claim_loop(app, queues, slots, loop_name, common, stop))
             for queues, slots, loop_name in loops
         ]
-        reaper = asyncio.create_task(_reap(app, service, lease, max_attempts, stop))
+        reaper = asyncio.create_task(_reap(app, service, queue, stop))
         log.info(
             "worker %s: %d slot(s) on %s, %d script slot(s)",
             name,
@@ -186,12 +186,22 @@ async def _claim_loop(
 
 
 async def _reap(
-    app: procrastinate.App, service: Service, lease: float, max_attempts: int, stop: asyncio.Event
+    app: procrastinate.App, service: Service, queue: QueueConfig, stop: asyncio.Event
 ) -> None:
+    """Settle stalled jobs every `lease_seconds / 3`; delete old finished jobs every hour."""
+    lease = queue.lease_seconds
+    pruned_at: float | None = None
     while not stop.is_set():
         try:
-            await settle_stalled(app, service, lease_seconds=lease, max_attempts=max_attempts)
+            await settle_stalled(app, service, lease_seconds=lease, max_attempts=queue.max_attempts)
         except Exception:
             log.exception("settling stalled jobs failed; trying again")
+        now = time.monotonic()
+        if pruned_at is None or now - pruned_at >= PRUNE_SECONDS:
+            try:
+                await prune_finished(app, queue.keep_jobs_hours)
+                pruned_at = now
+            except Exception as exc:  # the database away: the next round tries again
+                log.warning("deleting old finished jobs failed (%s); trying again", exc)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=max(1.0, lease / 3))

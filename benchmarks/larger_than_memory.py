@@ -9,9 +9,11 @@ forked from the fork server's template, which reports each job's own rusage: its
 - a checked 2-way frequency table (region x sex, margins; the default rules check it),
 - a grouped mean (magnitude table of income by region),
 
-and prints each job's wall time and peak RSS. Beside them, in fresh interpreters started by this
-process: pandas loading the same file, once under the same memory limit (RLIMIT_DATA, as the
-sandbox sets it) and once without, with its time and peak RSS.
+and prints each job's wall time and peak RSS. Before them, in a fresh interpreter,
+`safeaccess-server dataset add` registers the file (a batch at a time: storage "duckdb"), with its
+time and peak RSS. Beside them, in fresh interpreters started by this process: pandas loading the
+same file, once under the same memory limit (RLIMIT_DATA, as the sandbox sets it) and once
+without, with its time and peak RSS.
 
     python benchmarks/larger_than_memory.py                # 100 M rows, 2 GiB jobs
     python benchmarks/larger_than_memory.py --rows 2000000 --memory-mb 256
@@ -152,6 +154,46 @@ def _pandas_child(path: str) -> None:
         print(json.dumps({"error": "MemoryError"}))
 
 
+def _register_child(path: str) -> None:
+    """Run as `--register-child PATH` in a fresh interpreter: a new centre registers the file
+    with `safeaccess-server dataset add`; prints the time and peak RSS as JSON."""
+    from safeaccess.server.admin.cli import main as cli
+
+    root = str(Path(path).parent / "centre")
+    metadata = Path(path).parent / "big.json"
+    metadata.write_text(json.dumps({"name": "big", "storage": "duckdb", "columns": COLUMNS}))
+    with contextlib.redirect_stdout(sys.stderr):
+        assert cli(["init", "--data-dir", root]) == 0
+        assert cli(["project", "add", "p", "--data-dir", root]) == 0
+        started = time.perf_counter()
+        code = cli(
+            [
+                *("dataset", "add", "big", "--data", path, "--metadata", str(metadata)),
+                *("--project", "p", "--data-dir", root),
+            ]
+        )
+    wall = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"wall": wall, "peak": peak} if code == 0 else {"error": f"exit {code}"}))
+
+
+def _child(flag: str, path: str, preexec: Any = None) -> dict[str, Any]:
+    env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(  # fixed argv: this file
+        [sys.executable, __file__, flag, path],
+        capture_output=True,
+        env=env,
+        preexec_fn=preexec,
+        check=False,
+    )
+    lines = done.stdout.decode().strip().splitlines()
+    if done.returncode == 0 and lines:
+        result: dict[str, Any] = json.loads(lines[-1])
+        return result
+    tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+    return {"error": f"exit status {done.returncode}: {tail[0][:120]}"}
+
+
 def _pandas(path: str, memory_mb: int | None) -> dict[str, Any]:
     """pandas in a fresh interpreter with the sandbox's allocator settings and, if given, its
     RLIMIT_DATA: what loading the same file takes, or that it cannot within the limit."""
@@ -161,20 +203,7 @@ def _pandas(path: str, memory_mb: int | None) -> dict[str, Any]:
             size = memory_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_DATA, (size, size))
 
-    env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(  # fixed argv: this file
-        [sys.executable, __file__, "--pandas-child", path],
-        capture_output=True,
-        env=env,
-        preexec_fn=limit,
-        check=False,
-    )
-    lines = done.stdout.decode().strip().splitlines()
-    if done.returncode == 0 and lines:
-        result: dict[str, Any] = json.loads(lines[-1])
-        return result
-    tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-    return {"error": f"exit status {done.returncode}: {tail[0][:120]}"}
+    return _child("--pandas-child", path, limit)
 
 
 def _in_child(target: Any, *args: Any) -> Any:
@@ -214,9 +243,13 @@ def main() -> None:
         help="skip pandas without a memory limit (it needs several GiB)",
     )
     parser.add_argument("--pandas-child", metavar="PATH", help=argparse.SUPPRESS)
+    parser.add_argument("--register-child", metavar="PATH", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pandas_child:
         _pandas_child(args.pandas_child)
+        return
+    if args.register_child:
+        _register_child(args.register_child)
         return
     workdir = Path(tempfile.mkdtemp(prefix="larger-than-memory-"))
     try:
@@ -230,6 +263,8 @@ def main() -> None:
             f"(written in {made:.0f} s); in pandas: {_gib(in_memory)}; "
             f"job memory limit {args.memory_mb} MiB"
         )
+        print("registration (`safeaccess-server dataset add`, read a batch at a time):")
+        print(_row("dataset add", _child("--register-child", str(path))), flush=True)
         print("sandbox (process backend, fork server, storage 'duckdb'):")
         got = _in_child(_sandbox_jobs, str(path), args.memory_mb)
         rows = got if isinstance(got, list) else [got]

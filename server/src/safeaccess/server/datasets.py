@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from safeaccess.client.metadata import DatasetMetadata
@@ -26,7 +29,14 @@ from safeaccess.sandbox.codes import codes_dir, sha256_file, write_codes
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import InvalidRequest
-from safeaccess.server.qss.record_ids import assign_ids, read_registry, sandbox_copy, write_ids
+from safeaccess.server.qss.record_ids import (
+    assign_ids,
+    dropped_columns,
+    pseudonyms,
+    read_registry,
+    sandbox_copy,
+    write_ids,
+)
 from safeaccess.server.schemas import DatasetView
 from safeaccess.server.steps import budgets
 from safeaccess.server.steps.withhold_budget import budget
@@ -114,41 +124,188 @@ def _level_key(value: object) -> str:
     return str(value)
 
 
+@dataclass
+class _ColumnFacts:
+    """What the metadata check needs to know of one column, gathered batch by batch."""
+
+    missing: bool = False
+    unknown: set[str] = field(default_factory=set)
+    non_numeric: bool = False
+    fractional: bool = False
+    low: float | None = None
+    high: float | None = None
+
+
+class MetadataCheck:
+    """Checks data against its metadata one batch of rows at a time, so a dataset larger than
+    memory is checked as it is read; `problems()` is the same list whatever the batches."""
+
+    def __init__(self, metadata: DatasetMetadata):
+        self.metadata = metadata
+        self.columns: list[str] | None = None
+        self.facts = {c.name: _ColumnFacts() for c in metadata.columns}
+
+    def add(self, frame: pd.DataFrame) -> None:
+        """Take in the next rows (every batch has the same columns)."""
+        if self.columns is None:
+            self.columns = [str(n) for n in frame.columns]
+        for column in self.metadata.columns:
+            if column.name not in frame.columns:
+                continue
+            facts = self.facts[column.name]
+            values = frame[column.name].dropna()
+            facts.missing = facts.missing or len(values) < len(frame)
+            if column.levels is not None:
+                facts.unknown |= {_level_key(v) for v in values.unique()}
+            numeric = column.type in ("integer", "continuous") or column.bounds is not None
+            if numeric and not pd.api.types.is_numeric_dtype(values):
+                facts.non_numeric = True
+                continue
+            if not len(values):
+                continue
+            if column.type == "integer" and not (values % 1 == 0).all():
+                facts.fractional = True
+            if column.bounds is not None:
+                low, high = float(values.min()), float(values.max())
+                facts.low = low if facts.low is None else min(facts.low, low)
+                facts.high = high if facts.high is None else max(facts.high, high)
+
+    def problems(self) -> list[str]:
+        """Every way the data disagrees with its metadata (empty list: they agree)."""
+        problems: list[str] = []
+        present = self.columns or []
+        declared = [c.name for c in self.metadata.columns]
+        missing = [n for n in declared if n not in present]
+        extra = [n for n in present if n not in declared]
+        if missing:
+            problems.append("columns described but absent from the data: " + ", ".join(missing))
+        if extra:
+            problems.append("columns in the data with no metadata: " + ", ".join(extra))
+        for column in self.metadata.columns:
+            if column.name not in present:
+                continue
+            facts = self.facts[column.name]
+            if not column.nullable and facts.missing:
+                problems.append(f"{column.name}: declared nullable: false but has missing values")
+            if column.levels is not None:
+                unknown = facts.unknown - {_level_key(level) for level in column.levels}
+                if unknown:
+                    problems.append(
+                        f"{column.name}: {len(unknown)} value(s) not among its declared levels"
+                    )
+            if facts.non_numeric:
+                problems.append(f"{column.name}: declared {column.type} but not numeric")
+                continue
+            if facts.fractional:
+                problems.append(f"{column.name}: declared integer but has fractional values")
+            if column.bounds is not None and facts.low is not None and facts.high is not None:
+                low, high = column.bounds
+                if facts.low < low or facts.high > high:
+                    # Say which bound is broken, never the offending value: this message is
+                    # logged.
+                    problems.append(
+                        f"{column.name}: values outside the declared bounds {low}..{high}"
+                    )
+        return problems
+
+
 def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[str]:
     """Every way the data disagrees with its metadata (empty list: they agree)."""
-    problems: list[str] = []
-    declared = [c.name for c in metadata.columns]
-    missing = [n for n in declared if n not in frame.columns]
-    extra = [str(n) for n in frame.columns if n not in declared]
-    if missing:
-        problems.append("columns described but absent from the data: " + ", ".join(missing))
-    if extra:
-        problems.append("columns in the data with no metadata: " + ", ".join(extra))
-    for column in metadata.columns:
-        if column.name not in frame.columns:
-            continue
-        if not column.nullable and frame[column.name].isna().any():
-            problems.append(f"{column.name}: declared nullable: false but has missing values")
-        values = frame[column.name].dropna()
-        if column.levels is not None:
-            allowed = {_level_key(level) for level in column.levels}
-            unknown = sorted({_level_key(v) for v in values.unique()} - allowed)
-            if unknown:
-                problems.append(
-                    f"{column.name}: {len(unknown)} value(s) not among its declared levels"
-                )
-        numeric = column.type in ("integer", "continuous") or column.bounds is not None
-        if numeric and not pd.api.types.is_numeric_dtype(values):
-            problems.append(f"{column.name}: declared {column.type} but not numeric")
-            continue
-        if column.type == "integer" and len(values) and not (values % 1 == 0).all():
-            problems.append(f"{column.name}: declared integer but has fractional values")
-        if column.bounds is not None and len(values):
-            low, high = column.bounds
-            if values.min() < low or values.max() > high:
-                # Say which bound is broken, never the offending value: this message is logged.
-                problems.append(f"{column.name}: values outside the declared bounds {low}..{high}")
-    return problems
+    check = MetadataCheck(metadata)
+    check.add(frame)
+    return check.problems()
+
+
+#: Rows read at a time when a dataset is registered from its file without loading it whole.
+BATCH_ROWS = 1_000_000
+
+
+class _FrameRows:
+    """The rows of a dataset registered from a frame in memory."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+        self.count = len(frame)
+
+    def problems(self, metadata: DatasetMetadata) -> list[str]:
+        return check_against_metadata(self.frame, metadata)
+
+    def key_frame(self, metadata: DatasetMetadata) -> pd.DataFrame:
+        return self.frame
+
+    def write_sandbox_copy(self, target: Path, metadata: DatasetMetadata) -> None:
+        sandbox_copy(self.frame, metadata).to_parquet(target, index=False)
+
+
+class _ParquetRows:
+    """The rows of a dataset registered from its Parquet file a batch at a time (storage
+    "duckdb": larger than memory). Only the record key and the contributor column are ever
+    read whole; the sandbox's copy is written batch by batch in the same row order."""
+
+    def __init__(self, source: Path, batch_rows: int):
+        if source.suffix.lower() not in (".parquet", ".pq"):
+            raise InvalidRequest(
+                f"{source}: a dataset with storage 'duckdb' is registered from a Parquet file "
+                "(it is never loaded whole); convert the CSV to Parquet first"
+            )
+        try:
+            self.file = pq.ParquetFile(source)
+        except (OSError, ValueError) as exc:
+            raise InvalidRequest(f"cannot read {source}: {exc}") from exc
+        self.source = source
+        self.batch_rows = batch_rows
+        self.count = self.file.metadata.num_rows
+
+    def _batches(self) -> Iterator[pa.Table]:
+        for batch in self.file.iter_batches(batch_size=self.batch_rows):
+            yield pa.Table.from_batches([batch])
+
+    def _column(self, name: str) -> pd.Series:
+        return pq.read_table(self.source, columns=[name]).column(name).to_pandas()
+
+    def problems(self, metadata: DatasetMetadata) -> list[str]:
+        check = MetadataCheck(metadata)
+        check.add(self.file.schema_arrow.empty_table().to_pandas())
+        for table in self._batches():
+            check.add(table.to_pandas())
+        return check.problems()
+
+    def key_frame(self, metadata: DatasetMetadata) -> pd.DataFrame:
+        key = metadata.record_key
+        if key is None:
+            return pd.DataFrame(index=pd.RangeIndex(self.count))
+        return pd.DataFrame({key: self._column(key)})
+
+    def write_sandbox_copy(self, target: Path, metadata: DatasetMetadata) -> None:
+        drop = dropped_columns(metadata)
+        contributor = metadata.contributor_column
+        coded = (
+            pseudonyms(self._column(contributor))
+            if contributor is not None and contributor in metadata.identifier_columns
+            else None
+        )
+        offset = 0
+        writer: pq.ParquetWriter | None = None
+        try:
+            for table in self._batches():
+                table = table.drop_columns(drop)
+                if coded is not None and contributor is not None:
+                    part = coded.iloc[offset : offset + table.num_rows]
+                    table = table.set_column(
+                        table.schema.get_field_index(contributor),
+                        contributor,
+                        pa.array(part, type=pa.int64(), from_pandas=True),
+                    )
+                offset += table.num_rows
+                if writer is None:
+                    writer = pq.ParquetWriter(target, table.schema)
+                writer.write_table(table)
+            if writer is None:  # no rows: the columns still
+                empty = self.file.schema_arrow.empty_table().drop_columns(drop)
+                pq.write_table(empty, target)
+        finally:
+            if writer is not None:
+                writer.close()
 
 
 def register_dataset(
@@ -156,20 +313,32 @@ def register_dataset(
     store: Store,
     *,
     name: str,
-    frame: pd.DataFrame,
     metadata: DatasetMetadata,
     project: str,
+    frame: pd.DataFrame | None = None,
+    source: Path | None = None,
     rules_file: Path | None = None,
     qss: QssSettings | None = None,
+    batch_rows: int = BATCH_ROWS,
 ) -> DatasetRow:
-    """Check and store a new immutable version of dataset `name`; return its row."""
+    """Check and store a new immutable version of dataset `name`; return its row.
+
+    The data is `frame`, or the Parquet file `source` read `batch_rows` at a time (for a
+    dataset with storage "duckdb", which never fits in the server's memory either)."""
+    rows: _FrameRows | _ParquetRows
+    if frame is not None and source is None:
+        rows = _FrameRows(frame)
+    elif source is not None and frame is None:
+        rows = _ParquetRows(source, batch_rows)
+    else:
+        raise InvalidRequest("register a dataset from a frame or from a file: one of the two")
     if metadata.name != name:
         raise InvalidRequest(f"the metadata describes dataset {metadata.name!r}, not {name!r}")
     if not store.project_exists(project):
         raise InvalidRequest(
             f"project {project!r} does not exist; add it with 'safeaccess-server project add'"
         )
-    problems = check_against_metadata(frame, metadata)
+    problems = rows.problems(metadata)
     if problems:
         raise InvalidRequest("the data does not match its metadata: " + "; ".join(problems))
     if rules_file is not None:
@@ -191,7 +360,7 @@ def register_dataset(
         previous = None if prior is None else data.root / prior.path
     record_ids = assign_ids(
         name,
-        frame,
+        rows.key_frame(metadata),
         metadata,
         previous_version=version - 1 if version > 1 else None,
         previous_registry=None if previous is None else read_registry(previous),
@@ -204,7 +373,11 @@ def register_dataset(
     tmp = folder / f".v{version}.parquet.tmp"
     # Row order is kept exactly: query sets index rows by position in this file, and
     # `v{n}.ids.npy` maps those positions to stable record ids.
-    sandbox_copy(frame, metadata).to_parquet(tmp, index=False)
+    try:
+        rows.write_sandbox_copy(tmp, metadata)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, target)
     os.chmod(target, 0o440)
     id_files = write_ids(target, record_ids)
@@ -226,7 +399,7 @@ def register_dataset(
             project=project,
             path=str(target.relative_to(data.root)),
             sha256=sha256_file(target),
-            rows=len(frame),
+            rows=rows.count,
             metadata=metadata.model_dump(mode="json"),
             rules_path=rules_rel,
             qss=qss_settings,

@@ -176,12 +176,16 @@ def _dataset_add(args: argparse.Namespace) -> int:
                     + ")"
                 )
             project = names[0]
+        metadata = load_metadata(args.metadata)
+        # A dataset the jobs query through DuckDB is larger than memory: never loaded whole.
+        streamed = metadata.storage == "duckdb"
         row = register_dataset(
             data,
             store,
             name=args.name,
-            frame=read_table(args.data),
-            metadata=load_metadata(args.metadata),
+            frame=None if streamed else read_table(args.data),
+            source=args.data if streamed else None,
+            metadata=metadata,
             project=project,
             rules_file=args.rules,
             qss=_qss_settings(args, store),

@@ -117,18 +117,26 @@ def assign_ids(
     return RecordIds(ids=ids.astype(np.int32), registry=registry)
 
 
+def pseudonyms(values: pd.Series) -> pd.Series:
+    """A contributor column's pseudonymous codes: 0..k-1 in random order, missing kept missing,
+    so only "which records share a contributor" survives."""
+    codes, uniques = pd.factorize(values)
+    order = np.random.default_rng(secrets.randbits(64)).permutation(len(uniques))
+    coded = np.where(codes >= 0, order[np.maximum(codes, 0)], -1)
+    return pd.Series(coded, dtype="Int64").mask(codes < 0)
+
+
+def dropped_columns(metadata: DatasetMetadata) -> list[str]:
+    """The identifier columns the sandbox's copy leaves out (all but the contributor's)."""
+    return [n for n in metadata.identifier_columns if n != metadata.contributor_column]
+
+
 def sandbox_copy(frame: pd.DataFrame, metadata: DatasetMetadata) -> pd.DataFrame:
     """The data as the sandbox sees it: no record key, no identifiers, pseudonymous contributors."""
-    out = frame.reset_index(drop=True).copy()
+    out = frame.reset_index(drop=True).drop(columns=dropped_columns(metadata))
     contributor = metadata.contributor_column
-    for name in metadata.identifier_columns:
-        if name != contributor:
-            out = out.drop(columns=name)
-            continue
-        codes, uniques = pd.factorize(out[name])
-        order = np.random.default_rng(secrets.randbits(64)).permutation(len(uniques))
-        pseudonyms = np.where(codes >= 0, order[np.maximum(codes, 0)], -1)
-        out[name] = pd.Series(pseudonyms, dtype="Int64").mask(codes < 0)
+    if contributor is not None and contributor in metadata.identifier_columns:
+        out[contributor] = pseudonyms(out[contributor])
     return out
 
 

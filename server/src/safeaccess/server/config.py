@@ -86,6 +86,23 @@ class QueueConfig(BaseModel):
     )
 
 
+class TimingConfig(BaseModel):
+    """Reply padding (`steps/timing.py`): how long a step takes to answer is set by the analysis
+    and the published metadata, not by the records."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pad: bool = Field(
+        default=False,
+        description="Record (and so answer) each computed step no earlier than its deadline: "
+        "base_seconds + seconds_per_million_records x the version's published row count. A step "
+        "that takes longer is recorded at the deadline times the next power of two. Costs "
+        "latency, and holds the step's query-set scope until then.",
+    )
+    base_seconds: float = Field(default=1.0, gt=0, le=600)
+    seconds_per_million_records: float = Field(default=1.0, ge=0, le=600)
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -134,6 +151,7 @@ class ServerConfig(BaseModel):
         "hosts, so any number of API replicas can serve (needs database_url on PostgreSQL).",
     )
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    timing: TimingConfig = Field(default_factory=TimingConfig)
 
     @model_validator(mode="after")
     def _queue_needs_postgresql(self) -> ServerConfig:

@@ -60,6 +60,7 @@ from safeaccess.server.steps.pipeline import StepContext, lost_outcome, run_step
 from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.steps.scheduler import FairScheduler
 from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
+from safeaccess.server.steps.timing import hold_until_padded
 from safeaccess.server.steps.views import Views
 from safeaccess.server.steps.withhold_budget import opening_needs_approval
 from safeaccess.server.store import Store
@@ -628,6 +629,8 @@ class Flow:
                     event_data["dp"] = outcome.dp_facts
                 if facts:
                     event_data["qss"] = facts
+                # The moment a step is recorded is the first thing about it anyone can see.
+                hold_until_padded(self.config.timing, step.created_at, dataset.rows)
                 return self.store.settle_step(
                     seq.id, step.index, outcome, event_data=event_data, qss=commit
                 )

@@ -96,6 +96,14 @@ def _probe(srv: EmbeddedServer, centre: Centre, researcher: str, where: str) -> 
     return response.json()["state"], elapsed
 
 
+def _published_deadline(srv: EmbeddedServer, centre: Centre, researcher: str) -> float | None:
+    response = signed(srv.url, centre.keys[researcher], researcher, "GET", "/v1/datasets")
+    assert response.status_code == 200, response.text
+    (census,) = [d for d in response.json()["datasets"] if d["name"] == "census"]
+    deadline: float | None = census["reply_deadline_seconds"]
+    return deadline
+
+
 def _times(srv: EmbeddedServer, centre: Centre, researcher: str) -> dict[bool, list[float]]:
     person, income = _unique_person(centre.census)
     times: dict[bool, list[float]] = {True: [], False: []}
@@ -114,6 +122,7 @@ def _times(srv: EmbeddedServer, centre: Centre, researcher: str) -> dict[bool, l
 def test_without_padding_the_reply_time_tells_the_income(
     centre: Centre, timed_server: EmbeddedServer
 ) -> None:
+    assert _published_deadline(timed_server, centre, "ada") is None
     times = _times(timed_server, centre, "ada")
     gap = statistics.median(times[True]) - statistics.median(times[False])
     # The attack works: her income is at least X exactly when the answer is slow.
@@ -124,6 +133,8 @@ def test_without_padding_the_reply_time_tells_the_income(
 def test_with_padding_every_probe_answers_at_the_deadline(
     centre: Centre, timed_server: EmbeddedServer
 ) -> None:
+    # The catalogue says when to expect every answer.
+    assert _published_deadline(timed_server, centre, "bob") == DEADLINE
     times = _times(timed_server, centre, "bob")
     every = times[True] + times[False]
     assert min(every) >= DEADLINE, times

@@ -26,7 +26,7 @@ import yaml
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
 from safeaccess.sandbox.codes import codes_dir, sha256_file, write_codes
-from safeaccess.server.config import DataDir, QssSettings
+from safeaccess.server.config import DataDir, QssSettings, TimingConfig
 from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import InvalidRequest
 from safeaccess.server.qss.record_ids import (
@@ -39,6 +39,7 @@ from safeaccess.server.qss.record_ids import (
 )
 from safeaccess.server.schemas import DatasetView
 from safeaccess.server.steps import budgets
+from safeaccess.server.steps.timing import deadline_seconds
 from safeaccess.server.steps.withhold_budget import budget
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow
@@ -460,9 +461,14 @@ class Rulesets:
 
 
 def catalogue(
-    store: Store, data: DataDir, ruleset_for: Callable[[DatasetRow], RuleSet], researcher: str
+    store: Store,
+    data: DataDir,
+    ruleset_for: Callable[[DatasetRow], RuleSet],
+    researcher: str,
+    timing: TimingConfig | None = None,
 ) -> list[DatasetView]:
-    """Datasets of the researcher's projects: names, descriptions, column metadata, no data."""
+    """Datasets of the researcher's projects: names, descriptions, column metadata, no data;
+    with reply padding (`timing`), each version's reply deadline."""
     views = []
     for row in store.datasets_for(researcher):
         meta = DatasetMetadata.model_validate(row.dataset_metadata)
@@ -479,6 +485,11 @@ def catalogue(
                 rules={**rs.model_dump(mode="json"), "sha256": rs.content_hash()},
                 neighbours=meta.neighbours.model_dump(mode="json"),
                 storage=meta.storage,
+                reply_deadline_seconds=(
+                    deadline_seconds(timing, row.rows)
+                    if timing is not None and timing.pad
+                    else None
+                ),
                 dp=store.get_dp_config(row.name),
                 dp_budget=budgets.dp_budget(store, row, researcher),
                 withhold_budget=budget(store, rs, researcher, row.name),

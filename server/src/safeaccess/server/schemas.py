@@ -180,6 +180,11 @@ class DatasetView(BaseModel):
         "tables, histograms and magnitude tables of sum or mean (other kinds are refused with "
         "'storage_unsupported').",
     )
+    reply_deadline_seconds: float | None = Field(
+        default=None,
+        description="With reply padding on: the time from an accepted reveal to its answer on "
+        "this version (a step that runs longer is answered at the next doubling of it).",
+    )
     dp: dict[str, Any] | None = Field(
         default=None,
         description="The DP configuration (epsilon, delta, scope, mandatory, max_tpr_at_5pct) "

@@ -211,7 +211,9 @@ class Service:
 
     def catalogue(self, researcher: str) -> list[DatasetView]:
         """Datasets of the researcher's projects: names, descriptions, column metadata, no data."""
-        return datasets.catalogue(self.store, self.data, self.ruleset_for, researcher)
+        return datasets.catalogue(
+            self.store, self.data, self.ruleset_for, researcher, self.config.timing
+        )
 
     def mock(self, researcher: str, name: str) -> dict[str, Any]:
         """The published mock of the latest version of a dataset of the researcher's projects:

@@ -235,3 +235,37 @@ def stop_worker(cluster: Balanced, i: int) -> None:
     worker.terminate()
     worker.wait(timeout=60)
     cluster.workers[i] = None
+
+
+def test_a_worker_stopped_with_sigterm_finishes_its_job_before_it_exits(queued: Balanced) -> None:
+    # systemd stops a worker with SIGTERM: it claims nothing more, finishes the job it runs
+    # (here a script, still sleeping), records it, and only then exits. Nothing waits for a
+    # lease, and the run is not recorded as crashed.
+    sleeper = Script(code=f"import time\ntime.sleep({SCRIPT_SECONDS})\nresult = 1")
+    stop_worker(queued, 1)
+    try:
+        with queued.session("ada") as ada:
+            run = ada.open(queued.seal("ada", "census", [sleeper]))
+        assert run.status == "review", run
+        wait_until(
+            "worker0 runs the script",
+            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] == "doing",
+        )
+        stopped = time.monotonic()
+        stop_worker(queued, 0)  # SIGTERM, then wait for the process to end
+        took = time.monotonic() - stopped
+    finally:
+        for i in (0, 1):
+            if queued.workers[i] is None:
+                queued.start_worker(i)
+    (job,) = jobs(queued, run.sequence_id, 1)
+    assert job["status"] == "succeeded" and job["attempts"] == 1, job  # one run, no retry
+    # It ended once the script had (a kill ends at once; a script lost with its worker would
+    # have failed, recorded as crashed).
+    assert took > 0.5, took
+    store = queued.store()
+    try:
+        step = store.get_step(run.sequence_id, 1)
+    finally:
+        store.close()
+    assert step is not None and step.error_code is None and step.output is not None, step

@@ -80,7 +80,8 @@ def _log_procrastinate() -> None:
 
 
 def run_worker(root: Path, options: WorkerOptions) -> None:
-    """Run until SIGTERM or SIGINT: claim jobs, run them, settle those of dead workers."""
+    """Run until SIGTERM or SIGINT: claim jobs, run them, settle those of dead workers. On the
+    signal it claims nothing more and exits once the jobs it runs are recorded."""
     _log_procrastinate()
     from safeaccess.server.service import Service
 

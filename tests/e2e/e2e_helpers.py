@@ -211,3 +211,18 @@ class WrappedBackend:
 
     def close(self) -> None:
         self.real.close()
+
+
+def unique_person(census: pd.DataFrame) -> tuple[str, float]:
+    """A filter selecting exactly one person of the census, and that person's income."""
+    keys = ["region", "sex", "age", "ethnicity"]
+    sizes = census.groupby(keys, observed=True).size()
+    region, sex, age, ethnicity = sizes[sizes == 1].index[0]
+    person = f"region = '{region}' and sex = '{sex}' and age = {age} and ethnicity = '{ethnicity}'"
+    row = census[
+        (census["region"] == region)
+        & (census["sex"] == sex)
+        & (census["age"] == age)
+        & (census["ethnicity"] == ethnicity)
+    ]
+    return person, float(row["income"].iloc[0])

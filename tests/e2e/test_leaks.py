@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import Centre, WrappedBackend, open_body, signed
+from e2e_helpers import Centre, WrappedBackend, open_body, signed, unique_person
 
 from safeaccess.client.analyses import (
     Analysis,
@@ -55,21 +54,6 @@ _RECEIPT_PER_SEQUENCE = {
 }
 
 
-def _unique_person(census: pd.DataFrame) -> tuple[str, float]:
-    """A filter selecting exactly one person of the census, and that person's income."""
-    keys = ["region", "sex", "age", "ethnicity"]
-    sizes = census.groupby(keys, observed=True).size()
-    region, sex, age, ethnicity = sizes[sizes == 1].index[0]
-    person = f"region = '{region}' and sex = '{sex}' and age = {age} and ethnicity = '{ethnicity}'"
-    row = census[
-        (census["region"] == region)
-        & (census["sex"] == sex)
-        & (census["age"] == age)
-        & (census["ethnicity"] == ethnicity)
-    ]
-    return person, float(row["income"].iloc[0])
-
-
 def _visible(view: dict[str, Any]) -> dict[str, Any]:
     """What a step view tells about the data: everything but per-sequence ids and times."""
     shown = {k: v for k, v in view.items() if k not in _PER_SEQUENCE}
@@ -102,7 +86,7 @@ def test_binary_search_on_a_persons_income_gets_one_answer(
     # above her income and be withheld (threshold) when it was not: 21 one-step sequences gave
     # her income exactly. Every probe must now get the same answer.
     service, srv = server
-    person, income = _unique_person(centre.census)
+    person, income = unique_person(centre.census)
     probes = [income - 1000, income - 1, income, income + 1, income + 1000, 10**9]
     views = []
     for x in probes:
@@ -149,7 +133,7 @@ def test_the_log_entry_she_can_fetch_does_not_tell_zero_from_one_record(
     # was above the person's income, nothing when the threshold withheld it. A binary search over
     # the bound read her income from the log.
     _, srv = server
-    person, income = _unique_person(centre.census)
+    person, income = unique_person(centre.census)
     below, _ = _open(
         srv,
         centre,
@@ -184,7 +168,7 @@ def test_data_dependent_failures_look_like_a_threshold_withhold(
     # researcher something the data decided. And a table whose small cells are empty (zeros) or
     # hold one record (threshold) was withheld with a different reason.
     _, srv = server
-    person, _ = _unique_person(centre.census)
+    person, _ = unique_person(centre.census)
     threshold_withhold, _ = _open(
         srv, centre, Summary(variables=["income"], statistics=["mean"], where=person), "bob"
     )
@@ -222,7 +206,7 @@ def test_response_time_does_not_tell_zero_from_one_record(
     # The sandbox pool keeps one warm runner per dataset, started when a job starts; each probe
     # waits long enough for it, as a patient attacker would, so both kinds meet the same pool.
     _, srv = server
-    person, income = _unique_person(centre.census)
+    person, income = unique_person(centre.census)
     times: dict[bool, list[float]] = {True: [], False: []}
     for match in (None, False, True, True, False, False, True, True, False):
         x = income if match else income + 1

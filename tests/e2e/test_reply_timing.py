@@ -15,9 +15,8 @@ import statistics
 import time
 from collections.abc import Iterator
 
-import pandas as pd
 import pytest
-from e2e_helpers import Centre, WrappedBackend, open_body, signed
+from e2e_helpers import Centre, WrappedBackend, open_body, signed, unique_person
 
 from safeaccess.client.analyses import FrequencyTable, Summary
 from safeaccess.sandbox.backend import Job, RunResult
@@ -39,20 +38,6 @@ class SlowerOnRecords(WrappedBackend):
         result = self.real.run(job)  # an empty selection raises here, at once
         time.sleep(DELAY)
         return result
-
-
-def _unique_person(census: pd.DataFrame) -> tuple[str, float]:
-    keys = ["region", "sex", "age", "ethnicity"]
-    sizes = census.groupby(keys, observed=True).size()
-    region, sex, age, ethnicity = sizes[sizes == 1].index[0]
-    row = census[
-        (census["region"] == region)
-        & (census["sex"] == sex)
-        & (census["age"] == age)
-        & (census["ethnicity"] == ethnicity)
-    ]
-    person = f"region = '{region}' and sex = '{sex}' and age = {age} and ethnicity = '{ethnicity}'"
-    return person, float(row["income"].iloc[0])
 
 
 @pytest.fixture
@@ -105,7 +90,7 @@ def _published_deadline(srv: EmbeddedServer, centre: Centre, researcher: str) ->
 
 
 def _times(srv: EmbeddedServer, centre: Centre, researcher: str) -> dict[bool, list[float]]:
-    person, income = _unique_person(centre.census)
+    person, income = unique_person(centre.census)
     times: dict[bool, list[float]] = {True: [], False: []}
     # The first job of a server starts its sandbox template (seconds, whatever the data): a
     # patient attacker lets it, and so does this one.

@@ -182,8 +182,8 @@ class DatasetView(BaseModel):
     )
     reply_deadline_seconds: float | None = Field(
         default=None,
-        description="With reply padding on: the time from an accepted reveal to its answer on "
-        "this version (a step that runs longer is answered at the next doubling of it).",
+        description="With reply padding on: how long each step on this version computes, as "
+        "seen from outside (a step that runs longer takes the next doubling of it).",
     )
     dp: dict[str, Any] | None = Field(
         default=None,

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -587,6 +588,7 @@ class Flow:
         ruleset: RuleSet,
     ) -> tuple[SequenceRow, StepRow]:
         """Run a step in this process and record it: admission, DP ledger, sandbox, settle."""
+        started = time.monotonic()  # reply padding counts from here (`timing.py`)
         metadata = DatasetMetadata.model_validate(dataset.dataset_metadata)
         admission = Admission(
             self.auditor,
@@ -630,7 +632,7 @@ class Flow:
                 if facts:
                     event_data["qss"] = facts
                 # The moment a step is recorded is the first thing about it anyone can see.
-                hold_until_padded(self.config.timing, step.created_at, dataset.rows)
+                hold_until_padded(self.config.timing, started, dataset.rows)
                 return self.store.settle_step(
                     seq.id, step.index, outcome, event_data=event_data, qss=commit
                 )

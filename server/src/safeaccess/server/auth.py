@@ -109,6 +109,28 @@ class Authenticator:
     ) -> str:
         """The name that signed this request, or raise Unauthenticated (TooManyFailures past
         the rate limit of failures per key id and per address)."""
+        return self.authenticate_key(method, path, query, headers, body, address)[0]
+
+    def authenticate_key(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        address: str | None = None,
+    ) -> tuple[str, Ed25519PublicKey]:
+        """`authenticate`, with the registered key the request's signature was checked
+        against: the request's later checks (a sequence header's signature) use that key
+        instead of reading it again."""
+        resolved: list[Ed25519PublicKey] = []
+
+        def resolve(name: str) -> Ed25519PublicKey | None:
+            key = self.key(name)
+            if key is not None:
+                resolved.append(key)
+            return key
+
         named = claimed_keyid(headers)
         claimed = None if named is None else self._prefix + named
         self.check_rate(claimed, address)
@@ -119,7 +141,7 @@ class Authenticator:
                 query,
                 headers,
                 body,
-                resolve_key=self.key,
+                resolve_key=resolve,
                 remember_nonce=self._remember_nonce,
                 max_skew=self.config.clock_skew_seconds,
                 server=self.config.server_id,
@@ -137,4 +159,4 @@ class Authenticator:
             )
             self.limiter.failed(claimed, address)
             raise Unauthenticated(AUTHENTICATION_FAILED) from exc
-        return params.keyid
+        return params.keyid, resolved[-1]

@@ -18,12 +18,18 @@ from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
 from safeaccess.server.audit import log as auditlog
 from safeaccess.server.config import DataDir
 from safeaccess.server.errors import InvalidRequest, NotFound
-from safeaccess.server.store import Store, catalogue
+from safeaccess.server.store import Store, catalogue, step_settings
 from safeaccess.server.store.schema import DatasetRow
 
 
 def current_rules_path(store: Store, dataset_id: int) -> str | None:
-    """The rule-set file of a dataset version as recorded now (None: the default rules)."""
+    """The rule-set file of a dataset version as recorded now (None: the default rules); in a
+    request's settings scope, as recorded when the request first needed it."""
+    if step_settings.in_scope(store):
+        settings = step_settings.settings_of(store, dataset_id)
+        if settings is None:
+            raise NotFound(f"dataset id {dataset_id} does not exist")
+        return settings.rules_path
     with store.reading() as conn:
         return catalogue.rules_path(conn, dataset_id)
 

@@ -138,19 +138,25 @@ class DatabaseFailureLimiter:
     def retry_after(self, key: str | None, address: str | None) -> float | None:
         now = self._clock()
         wait = 0.0
+        subjects = self._subjects(key, address)
+        if not subjects:
+            return None
+        checks = [
+            (
+                self.NAMES[kind],
+                value,
+                now - self._limits[kind].window_seconds,
+                self._limits[kind].failures,
+            )
+            for kind, value in subjects
+        ]
         with self.store.reading() as s:
-            for kind, value in self._subjects(key, address):
-                limit = self._limits[kind]
-                times = rows.recent(
-                    s,
-                    self.NAMES[kind],
-                    value,
-                    since=now - limit.window_seconds,
-                    most=limit.failures,
-                )
-                if len(times) >= limit.failures:
-                    # Free again when the oldest failure that keeps it at the limit leaves.
-                    wait = max(wait, times[-1] + limit.window_seconds - now)
+            # The failure that keeps a subject at its limit: its n-th newest in the window.
+            nths = rows.nth_newest(s, checks)
+        for (kind, _), at in zip(subjects, nths, strict=True):
+            if at is not None:
+                # Free again when the oldest failure that keeps it at the limit leaves.
+                wait = max(wait, at + self._limits[kind].window_seconds - now)
         return wait if wait > 0 else None
 
     def failed(self, key: str | None, address: str | None) -> None:

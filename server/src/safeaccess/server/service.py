@@ -203,6 +203,18 @@ class Service:
         past the rate limit of failures per key id and per address)."""
         return self.researchers.authenticate(method, path, query, headers, body, address)
 
+    def authenticate_key(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        address: str | None = None,
+    ) -> tuple[str, Ed25519PublicKey]:
+        """`authenticate`, with the researcher's key the signature was checked against."""
+        return self.researchers.authenticate_key(method, path, query, headers, body, address)
+
     # -- catalogue (datasets.py) ----------------------------------------------------------------
 
     def ruleset_for(self, dataset: DatasetRow) -> RuleSet:
@@ -233,15 +245,25 @@ class Service:
 
     # -- sequences (steps/flow.py, steps/views.py) ----------------------------------------------
 
-    def open_sequence(self, researcher: str, request: OpenRequest) -> StepView:
-        """Accept a signed header (once) and run step 1."""
-        return self.flow.open_sequence(researcher, request)
+    def open_sequence(
+        self, researcher: str, request: OpenRequest, *, key: Ed25519PublicKey | None = None
+    ) -> StepView:
+        """Accept a signed header (once) and run step 1; `key` is the researcher's key as the
+        request's authentication read it (None: read it now)."""
+        return self.flow.open_sequence(researcher, request, key=key)
 
     def reveal(
-        self, researcher: str, sequence_id: str, index: int, request: RevealRequest
+        self,
+        researcher: str,
+        sequence_id: str,
+        index: int,
+        request: RevealRequest,
+        *,
+        key: Ed25519PublicKey | None = None,
     ) -> StepView:
-        """Accept the reveal of step `index` after a release, or answer a repeated reveal."""
-        return self.flow.reveal(researcher, sequence_id, index, request)
+        """Accept the reveal of step `index` after a release, or answer a repeated reveal;
+        `key` as in `open_sequence`."""
+        return self.flow.reveal(researcher, sequence_id, index, request, key=key)
 
     def sequence(self, researcher: str, sequence_id: str) -> SequenceView:
         return self.views.sequence(self.flow.own_sequence(researcher, sequence_id))

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi import Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -123,6 +124,9 @@ class BodyLimit:
 class Authed:
     researcher: str
     body: bytes
+    #: The researcher's key as authentication read it: a sequence header's signature is
+    #: checked against it, without reading the key a second time.
+    key: Ed25519PublicKey
 
 
 def parse_body(model: type[M], body: bytes) -> M:
@@ -143,8 +147,8 @@ async def authed(request: Request) -> Authed:
     """Verify the request's signature over its raw body; the researcher who signed it."""
     service: Service = request.app.state.service
     body = await request.body()
-    researcher = await run_in_threadpool(
-        service.authenticate,
+    researcher, key = await run_in_threadpool(
+        service.authenticate_key,
         request.method,
         request.url.path,
         request.url.query,
@@ -152,7 +156,7 @@ async def authed(request: Request) -> Authed:
         body,
         request.client.host if request.client is not None else None,
     )
-    return Authed(researcher=researcher, body=body)
+    return Authed(researcher=researcher, body=body, key=key)
 
 
 Auth = Annotated[Authed, Depends(authed)]
@@ -246,7 +250,9 @@ def create_app(service: Service) -> FastAPI:
     @app.post("/v1/sequences", response_model=StepView, status_code=201, tags=["sequences"])
     def open_sequence(auth: Auth) -> StepView:
         """Open a sequence: signed header, endorsements, T_1 and body 1. Runs step 1."""
-        return service.open_sequence(auth.researcher, parse_body(OpenRequest, auth.body))
+        return service.open_sequence(
+            auth.researcher, parse_body(OpenRequest, auth.body), key=auth.key
+        )
 
     @app.get("/v1/sequences/{sequence_id}", response_model=SequenceView, tags=["sequences"])
     def get_sequence(sequence_id: SequenceId, auth: Auth) -> SequenceView:
@@ -266,7 +272,7 @@ def create_app(service: Service) -> FastAPI:
         """Reveal step `index` (T_j, body j) after step j-1 was released. Repeating the accepted
         reveal returns the same answer without running it twice."""
         return service.reveal(
-            auth.researcher, sequence_id, index, parse_body(RevealRequest, auth.body)
+            auth.researcher, sequence_id, index, parse_body(RevealRequest, auth.body), key=auth.key
         )
 
     @app.get("/v1/sequences/{sequence_id}/steps/{index}/proof", tags=["sequences"])

@@ -24,7 +24,7 @@ from typing import Any
 from safeaccess.client.protocol import Endorsement
 from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Forbidden, NotFound
-from safeaccess.server.store import Store, catalogue, claims
+from safeaccess.server.store import Store, catalogue, claims, step_settings
 
 Requirements = Mapping[str, frozenset[str]]
 
@@ -34,12 +34,20 @@ Requirements = Mapping[str, frozenset[str]]
 
 def requirements(store: Store, dataset: str) -> dict[str, frozenset[str]]:
     """kind -> the claims it needs on dataset `dataset` (empty: nothing required)."""
+    scoped = step_settings.scoped_by_name(store, dataset)
+    if scoped is not None:
+        return scoped.requirements
     with store.transaction() as s:
         return claims.requirements(s, dataset)
 
 
 def requirements_of(store: Store, dataset_id: int) -> dict[str, frozenset[str]]:
-    """`requirements` of the dataset name of version `dataset_id`, in one query."""
+    """`requirements` of the dataset name of version `dataset_id`, in one query (none in a
+    request's settings scope that read them already)."""
+    if step_settings.in_scope(store):
+        settings = step_settings.settings_of(store, dataset_id)
+        if settings is not None:
+            return settings.requirements
     with store.reading() as conn:
         return claims.requirements_of(conn, dataset_id)
 

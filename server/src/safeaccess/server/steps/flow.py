@@ -69,6 +69,7 @@ from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, Shar
 from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.store.settled import SettledListener
+from safeaccess.server.store.step_settings import settings_of, settings_scope
 from safeaccess.server.synth.mock import public_spent
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 
@@ -254,8 +255,12 @@ class Flow:
         researcher: str,
         endorsements: list[Endorsement],
         state: VerifierState | None,
+        key: Ed25519PublicKey | None = None,
     ) -> SequenceVerifier:
-        key = self.researchers.key(researcher)
+        """The verifier of a sequence of `researcher`; `key` is her registered key if this
+        request's authentication read it already (None: read it now)."""
+        if key is None:
+            key = self.researchers.key(researcher)
         if key is None:
             raise Unauthenticated(AUTHENTICATION_FAILED)
         try:
@@ -271,8 +276,18 @@ class Flow:
         except ProtocolError as exc:
             raise _rejected(exc) from exc
 
-    def open_sequence(self, researcher: str, request: OpenRequest) -> StepView:
-        """Accept a signed header (once) and run step 1."""
+    def open_sequence(
+        self, researcher: str, request: OpenRequest, *, key: Ed25519PublicKey | None = None
+    ) -> StepView:
+        """Accept a signed header (once) and run step 1; `key` is the researcher's key as the
+        request's authentication read it (None: read it now)."""
+        # The dataset's settings are read once for the whole request (`store/step_settings.py`).
+        with settings_scope(self.store):
+            return self._open_sequence(researcher, request, key)
+
+    def _open_sequence(
+        self, researcher: str, request: OpenRequest, key: Ed25519PublicKey | None
+    ) -> StepView:
         try:
             fields = parse_header(request.header)
         except ProtocolError as exc:
@@ -294,8 +309,11 @@ class Flow:
         dataset = self.store.find_dataset(name, version)
         if dataset is None or dataset.project != fields.project:
             raise NotFound(f"project {fields.project!r} has no dataset {fields.dataset!r}")
+        settings_of(self.store, dataset.id)  # the claims, rule set, auditor and DP settings
         endorsements = [Endorsement.model_validate(e.model_dump()) for e in request.endorsements]
-        verifier = self._verifier(request.header, request.signature, researcher, endorsements, None)
+        verifier = self._verifier(
+            request.header, request.signature, researcher, endorsements, None, key
+        )
         try:
             verified = verifier.reveal(1, request.trace, request.body)
         except ProtocolError as exc:
@@ -361,14 +379,24 @@ class Flow:
             return self._compute(seq, step, dataset, revealed)
 
     def reveal(
-        self, researcher: str, sequence_id: str, index: int, request: RevealRequest
+        self,
+        researcher: str,
+        sequence_id: str,
+        index: int,
+        request: RevealRequest,
+        *,
+        key: Ed25519PublicKey | None = None,
     ) -> StepView:
-        """Accept the reveal of step `index` after a release, or answer a repeated reveal."""
-        with self.lock(sequence_id):
-            seq = self.own_sequence(researcher, sequence_id)
+        """Accept the reveal of step `index` after a release, or answer a repeated reveal;
+        `key` as in `open_sequence`."""
+        # The dataset's settings are read once for the whole request (`store/step_settings.py`).
+        with self.lock(sequence_id), settings_scope(self.store):
+            seq, existing = self.store.get_sequence_step(sequence_id, index)
+            # Another researcher's sequence is reported as absent (as in `own_sequence`).
+            if seq is None or seq.researcher != researcher:
+                raise NotFound(f"you have no sequence {sequence_id}")
             trace_hash = sha256_hex(request.trace)
             body_hash = sha256_hex(request.body)
-            existing = self.store.get_step(sequence_id, index)
             if existing is not None:
                 if existing.trace_hash != trace_hash or existing.body_hash != body_hash:
                     raise Conflict(
@@ -408,6 +436,7 @@ class Flow:
                 researcher,
                 [Endorsement.model_validate(e) for e in seq.endorsements],
                 VerifierState.model_validate(seq.verifier_state),
+                key,
             )
             try:
                 verified = verifier.reveal(index, request.trace, request.body)

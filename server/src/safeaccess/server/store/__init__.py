@@ -99,6 +99,10 @@ class Store:
         #: A registered dataset version never changes (a new version is a new row), so rows
         #: read once are kept: every step needs its dataset several times.
         self.dataset_cache: dict[int, DatasetRow] = {}
+        #: When this process last deleted expired request nonces (`catalogue.remember_nonce`).
+        self.nonces_purged_at = 0
+        #: The rows of steps this process started `running`, until it settles them.
+        self.running = sequences.RunningSteps()
 
     def close(self) -> None:
         self.engine.dispose()

@@ -9,6 +9,7 @@ inside the caller's transaction.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select
 from sqlalchemy.orm import Session
@@ -45,6 +46,63 @@ _RECENT = (
     .order_by(AuthFailureRow.at.desc())
     .limit(bindparam("most"))
 )
+
+
+def nth_newest(
+    s: Session | Connection, checks: list[tuple[str, str, float, int]]
+) -> list[float | None]:
+    """For each (limiter, subject, since, n): the time of the subject's n-th newest failure
+    after `since` (None: fewer than n), all in one statement."""
+    if len(checks) == 2:
+        (l1, s1, since1, n1), (l2, s2, since2, n2) = checks
+        params = {
+            "l1": l1,
+            "s1": subject_digest(l1, s1),
+            "since1": since1,
+            "skip1": n1 - 1,
+            "l2": l2,
+            "s2": subject_digest(l2, s2),
+            "since2": since2,
+            "skip2": n2 - 1,
+        }
+        first, second = s.execute(_NTH_PAIR, params).one()
+        return [_seconds(first), _seconds(second)]
+    return [
+        _seconds(s.execute(_NTH, _nth_params(limiter, subject, since, n)).scalar())
+        for limiter, subject, since, n in checks
+    ]
+
+
+def _seconds(at: object) -> float | None:
+    return None if at is None else float(at)  # type: ignore[arg-type]
+
+
+def _nth_params(limiter: str, subject: str, since: float, n: int) -> dict[str, object]:
+    return {
+        "l1": limiter,
+        "s1": subject_digest(limiter, subject),
+        "since1": since,
+        "skip1": n - 1,
+    }
+
+
+def _nth(suffix: str) -> Any:
+    return (
+        select(AuthFailureRow.at)
+        .where(
+            AuthFailureRow.limiter == bindparam(f"l{suffix}"),
+            AuthFailureRow.subject == bindparam(f"s{suffix}"),
+            AuthFailureRow.at > bindparam(f"since{suffix}"),
+        )
+        .order_by(AuthFailureRow.at.desc())
+        .limit(1)
+        .offset(bindparam(f"skip{suffix}"))
+    )
+
+
+# Built once: checked before every signed request, for its key id and its address at once.
+_NTH = _nth("1")
+_NTH_PAIR = select(_nth("1").scalar_subquery(), _nth("2").scalar_subquery())
 
 
 def add(s: Session, limiter: str, subject: str, at: float) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, Table, bindparam, delete, func, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -18,6 +20,7 @@ from safeaccess.client.keys import load_public_key
 from safeaccess.server.audit import log as auditlog
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
+from safeaccess.server.store import step_settings
 from safeaccess.server.store.schema import (
     AuditorRow,
     DatasetRow,
@@ -306,6 +309,9 @@ def add_dataset(
 
 def qss_settings(store: Store, name: str) -> QssSettings:
     """The auditor settings of dataset `name` (the defaults if none were recorded)."""
+    scoped = step_settings.scoped_by_name(store, name)
+    if scoped is not None:
+        return scoped.qss
     with store.reading() as conn:
         row = conn.execute(_QSS_SETTINGS, {"name": name}).first()
     if row is None:
@@ -416,6 +422,9 @@ def set_rules_path(s: Session, dataset_id: int, path: str) -> None:
 
 def get_dp_config(store: Store, dataset: str) -> dict[str, Any] | None:
     """The DP configuration of dataset `dataset` (None: DP is off)."""
+    scoped = step_settings.scoped_by_name(store, dataset)
+    if scoped is not None:
+        return None if scoped.dp_config is None else dict(scoped.dp_config)
     with store.reading() as conn:
         config = conn.execute(_DP_CONFIG, {"name": dataset}).scalar_one_or_none()
     return dict(config) if config is not None else None
@@ -455,21 +464,43 @@ def set_dp_config(
 
 
 def remember_nonce(store: Store, keyid: str, nonce: str, expires_at: int) -> bool:
-    """Record a request nonce; False if it is already known (a replay)."""
-    try:
-        # Core statements built once: this runs for every signed request.
-        with store.engine.begin() as conn:
-            conn.execute(_EXPIRE_NONCES, {"now": int(time.time())})
-            conn.execute(_INSERT_NONCE, {"k": keyid, "n": nonce, "e": expires_at})
-        return True
-    except IntegrityError:
-        return False
+    """Record a request nonce; False if it is already known and not expired (a replay)."""
+    now = int(time.time())
+    # One statement per request: the insert takes the place of an expired row with the same
+    # key (as if it had been deleted first) and does nothing to a live one (a replay). Expired
+    # rows of other nonces are deleted at most once a minute per process, not per request:
+    # they only take space, since an expired row never refuses anything.
+    with store.engine.begin() as conn:
+        if now >= store.nonces_purged_at + _NONCE_PURGE_SECONDS:
+            conn.execute(_EXPIRE_NONCES, {"now": now})
+            store.nonces_purged_at = now
+        upsert = _UPSERT_NONCE[conn.dialect.name]
+        written = conn.execute(upsert, {"k": keyid, "n": nonce, "e": expires_at, "now": now})
+        # A row comes back when the nonce was inserted or took an expired row's place (the
+        # affected-row count is not reported for an insert by every driver).
+        return written.first() is not None
 
 
+_NONCE_PURGE_SECONDS = 60
 _NONCES: Table = NonceRow.__table__  # type: ignore[assignment]
 _EXPIRE_NONCES = delete(_NONCES).where(_NONCES.c.expires_at < bindparam("now"))
-_INSERT_NONCE = insert(_NONCES).values(
-    keyid=bindparam("k"), nonce=bindparam("n"), expires_at=bindparam("e")
-)
+
+
+def _upsert_nonce(insert_of: Any) -> Any:
+    statement = insert_of(_NONCES).values(
+        keyid=bindparam("k"), nonce=bindparam("n"), expires_at=bindparam("e")
+    )
+    return statement.on_conflict_do_update(
+        index_elements=[_NONCES.c.keyid, _NONCES.c.nonce],
+        set_={"expires_at": statement.excluded.expires_at},
+        where=_NONCES.c.expires_at < bindparam("now"),
+    ).returning(_NONCES.c.keyid)
+
+
+# Built once per dialect (both spell the upsert alike): this runs for every signed request.
+_UPSERT_NONCE = {
+    "sqlite": _upsert_nonce(sqlite_insert),
+    "postgresql": _upsert_nonce(postgresql_insert),
+}
 _RESEARCHERS: Table = ResearcherRow.__table__  # type: ignore[assignment]
 _RESEARCHER = select(_RESEARCHERS).where(_RESEARCHERS.c.name == bindparam("name"))

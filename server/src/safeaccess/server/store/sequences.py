@@ -7,9 +7,12 @@ at all. Every state change goes through `states.py`'s transition tables.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, Table, bindparam, select, update
+from sqlalchemy import JSON, Connection, Row, Table, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -105,7 +108,9 @@ def create_sequence(
             )
             if job is not None and not awaiting_approval:
                 queue.defer(s, job)
-            return seq, first_step
+        if step_state == StepState.RUNNING and job is None:
+            store.running.remember(seq, first_step)
+        return seq, first_step
     except IntegrityError as exc:
         with store.transaction() as s:
             prior = s.scalars(
@@ -210,7 +215,7 @@ def begin_step(
     check_sequence_transition(SequenceState.RELEASED, SequenceState.RUNNING)
     with store.transaction() as s:
         conn = s.connection()
-        researcher = conn.execute(
+        moved = conn.execute(
             _BEGIN,
             {
                 "seq_id": sequence_id,
@@ -222,9 +227,10 @@ def begin_step(
                 "new_verifier_state": verifier_state,
                 "now": utcnow(),
             },
-        ).scalar_one_or_none()
-        if researcher is None:
+        ).first()
+        if moved is None:
             raise _refusal(s, sequence_id, expected_version, step.index)
+        researcher = moved.researcher
         step.sequence_id = sequence_id
         step.state = StepState.RUNNING.value
         s.add(step)
@@ -232,7 +238,41 @@ def begin_step(
         auditlog.append_many(s, reveal_entries(researcher, event_data, sequence_id, step.index))
         if job is not None:
             queue.defer(s, job)
-        return step
+    if job is None:
+        # Settled by this process (not by a worker host): `settle_step` need not read them.
+        store.running.remember(_sequence_of(moved), step)
+    return step
+
+
+class RunningSteps:
+    """The sequence and step rows as this process last wrote them when it started a step
+    running, until it settles the step (`settle_step` then needs no read: the sequence's
+    version in its guarded UPDATE proves nothing changed since). Bounded: a step settled
+    elsewhere (another replica, after a restart) leaves its entry until it is pushed out."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._rows: OrderedDict[tuple[str, int], tuple[SequenceRow, StepRow]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, seq: SequenceRow, step: StepRow) -> None:
+        """Keep the rows of a step just recorded `running` (and its sequence's)."""
+        with self._lock:
+            self._rows[(seq.id, step.index)] = (seq, step)
+            while len(self._rows) > self.LIMIT:
+                self._rows.popitem(last=False)
+
+    def take(self, sequence_id: str, index: int) -> tuple[SequenceRow, StepRow] | None:
+        """The rows kept for step `index` of a sequence, forgotten from now on (None: none)."""
+        with self._lock:
+            return self._rows.pop((sequence_id, index), None)
+
+
+def _sequence_of(row: Row[Any]) -> SequenceRow:
+    """A detached sequence row from a Core row of every `sequences` column."""
+    mapping = row._mapping
+    return SequenceRow(**{column.key: mapping[column] for column in _SEQUENCES.c})
 
 
 _SEQUENCES: Table = SequenceRow.__table__  # type: ignore[assignment]
@@ -253,7 +293,7 @@ _BEGIN = (
         version=_SEQUENCES.c.version + 1,
         updated_at=bindparam("now", type_=_SEQUENCES.c.updated_at.type),
     )
-    .returning(_SEQUENCES.c.researcher)
+    .returning(*_SEQUENCES.c)
 )
 _MOVE = (
     update(_SEQUENCES)
@@ -350,38 +390,26 @@ def _settle_step(
     the DP ledger's charge when the step releases a DP answer: no answer without its charge,
     no charge without its answer).
 
-    The two rows are read once and then detached: their changes are written by one Core UPDATE
-    each (the ORM's unit of work and the re-read after it cost more than the SQL), and the
-    returned rows carry exactly the values written."""
+    The two rows are those `begin_step` (or `create_sequence`) kept when this process started
+    the step, else read once and detached: their changes are written by one Core UPDATE each
+    (the ORM's unit of work and the re-read after it cost more than the SQL), and the returned
+    rows carry exactly the values written."""
+    kept = store.running.take(sequence_id, index)
     with store.transaction() as s:
         if outcome.dp_charge is not None:
             ledgers.charge(s, outcome.dp_charge)
-        seq = s.get(SequenceRow, sequence_id)
-        step = find_step(s, sequence_id, index, lock=True)
-        if seq is None or step is None:
-            raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
-        if seq.current_index != index or seq.state != SequenceState.RUNNING:
-            raise Conflict(
-                f"step {index} is no longer running (sequence is {seq.state})",
-                code="concurrent_update",
-            )
-        check_step_transition(StepState(step.state), outcome.state)
-        target = sequence_state_after_step(outcome.state, last=step.last)
-        check_sequence_transition(SequenceState(seq.state), target)
-        s.expunge(seq)
-        s.expunge(step)
         conn = s.connection()
+        now = utcnow()
+        moved = None
+        if kept is not None:
+            # Started `running` by this process: its guarded UPDATE proves the sequence is still
+            # at the version begin_step left (so still running this step), with no read first.
+            moved = _move_kept(conn, kept, outcome, now)
+        if moved is None:
+            moved = _move_read(s, sequence_id, index, outcome, now)
+        seq, step, target = moved
         if qss is not None:
             ledgers.move_qss_pointer(s, qss)
-        now = utcnow()
-        moved = conn.execute(
-            _MOVE, {"seq_id": seq.id, "expected": seq.version, "target": target.value, "now": now}
-        )
-        if moved.rowcount != 1:
-            raise Conflict(
-                "the sequence changed while this request was handled; retry the request",
-                code="concurrent_update",
-            )
         seq.state, seq.version, seq.updated_at = target.value, seq.version + 1, now
         step.state = outcome.state.value
         step.kind = outcome.kind
@@ -406,6 +434,52 @@ def _settle_step(
     if ruleset is not None:
         store.logged_rulesets.add(ruleset)  # committed now: the next step need not look it up
     return seq, step
+
+
+def _move_kept(
+    conn: Connection, kept: tuple[SequenceRow, StepRow], outcome: StepOutcome, now: datetime
+) -> tuple[SequenceRow, StepRow, SequenceState] | None:
+    """Move the sequence kept by `begin_step` on, guarded by its version; None if the row
+    changed since (the caller reads it and says why)."""
+    seq, step = kept
+    check_step_transition(StepState(step.state), outcome.state)
+    target = sequence_state_after_step(outcome.state, last=step.last)
+    check_sequence_transition(SequenceState(seq.state), target)
+    moved = conn.execute(
+        _MOVE, {"seq_id": seq.id, "expected": seq.version, "target": target.value, "now": now}
+    )
+    if moved.rowcount != 1:
+        return None
+    return seq, step, target
+
+
+def _move_read(
+    s: Session, sequence_id: str, index: int, outcome: StepOutcome, now: datetime
+) -> tuple[SequenceRow, StepRow, SequenceState]:
+    """Read the sequence and (locked) step, check the move, and move the sequence on."""
+    seq = s.get(SequenceRow, sequence_id)
+    step = find_step(s, sequence_id, index, lock=True)
+    if seq is None or step is None:
+        raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
+    if seq.current_index != index or seq.state != SequenceState.RUNNING:
+        raise Conflict(
+            f"step {index} is no longer running (sequence is {seq.state})",
+            code="concurrent_update",
+        )
+    check_step_transition(StepState(step.state), outcome.state)
+    target = sequence_state_after_step(outcome.state, last=step.last)
+    check_sequence_transition(SequenceState(seq.state), target)
+    s.expunge(seq)
+    s.expunge(step)
+    moved = s.connection().execute(
+        _MOVE, {"seq_id": seq.id, "expected": seq.version, "target": target.value, "now": now}
+    )
+    if moved.rowcount != 1:
+        raise Conflict(
+            "the sequence changed while this request was handled; retry the request",
+            code="concurrent_update",
+        )
+    return seq, step, target
 
 
 def _settle_events(

@@ -7,14 +7,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, event, func, select, text
 
 from safeaccess.server.config import QssSettings
+from safeaccess.server.dataset_rules import current_rules_path
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.states import IllegalTransition, StepState
-from safeaccess.server.store import Store
+from safeaccess.server.steps import claims as claim_gate
+from safeaccess.server.store import Store, catalogue
 from safeaccess.server.store.schema import Base, EventRow, SequenceRow, StepRow
+from safeaccess.server.store.step_settings import settings_of, settings_scope
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -281,3 +284,119 @@ def test_dataset_versions(store: Store) -> None:
         )
     assert store.find_dataset("d").version == 1  # type: ignore[union-attr]
     assert [d.name for d in store.datasets_for("ada")] == ["d"]
+
+
+def _statements(store: Store) -> list[str]:
+    """The statements `store` sends from now on (until the test ends)."""
+    sent: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    return sent
+
+
+def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Store) -> None:
+    store.add_dataset(
+        name="e",
+        version=1,
+        project="p",
+        path="e.parquet",
+        sha256="0" * 64,
+        rows=10,
+        metadata={"name": "e"},
+        rules_path=None,
+        qss=QssSettings(mode="atoms", scope="dataset", atom_cap=7),
+    )
+    row = store.find_dataset("e")
+    assert row is not None
+    store.set_dp_config("e", {"scope": "project", "epsilon": 1.0})
+    claim_gate.require_claim(store, "e", "crosstab", "ethics")
+    claim_gate.require_claim(store, "e", "crosstab", "training")
+    claim_gate.require_claim(store, "e", "regression", "ethics")
+    with store.transaction() as s:
+        catalogue.set_rules_path(s, row.id, "datasets/e/v1.rules.yaml")
+    # Read one by one, outside a request's scope: what the one statement must agree with.
+    single = (
+        current_rules_path(store, row.id),
+        store.qss_settings("e"),
+        store.get_dp_config("e"),
+        claim_gate.requirements(store, "e"),
+        claim_gate.requirements_of(store, row.id),
+    )
+    assert single[0] == "datasets/e/v1.rules.yaml"
+    assert single[3] == {"crosstab": frozenset({"ethics", "training"}), "regression": {"ethics"}}
+    sent = _statements(store)
+    with settings_scope(store):
+        scoped = (
+            current_rules_path(store, row.id),
+            store.qss_settings("e"),
+            store.get_dp_config("e"),
+            claim_gate.requirements(store, "e"),
+            claim_gate.requirements_of(store, row.id),
+        )
+        again = (current_rules_path(store, row.id), store.get_dp_config("e"))
+    assert scoped == single
+    assert again == (single[0], single[2])
+    assert len(sent) == 1, sent
+    # The next request reads again: an administrator's change applies from the next step on.
+    store.set_dp_config("e", {"scope": "project", "epsilon": 2.0})
+    with settings_scope(store):
+        assert store.get_dp_config("e") == {"scope": "project", "epsilon": 2.0}
+    # A dataset without any settings gets the defaults, as the single reads give them.
+    with settings_scope(store):
+        plain = settings_of(store, 1)
+        assert plain is not None
+        assert (plain.rules_path, plain.qss, plain.dp_config, plain.requirements) == (
+            None,
+            store.qss_settings("d"),
+            None,
+            {},
+        )
+    assert settings_of(store, 999) is None
+
+
+def test_settle_of_a_step_begun_here_reads_neither_row(store: Store) -> None:
+    seq, _ = _open(store)
+    seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=True)
+    store.begin_step(
+        seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
+    )
+    sent = _statements(store)
+    seq, step = store.settle_step(seq.id, 2, StepOutcome(state=StepState.RELEASED), {})
+    reads = [s for s in sent if s.lstrip().upper().startswith("SELECT") and "FROM sequences" in s]
+    reads += [s for s in sent if s.lstrip().upper().startswith("SELECT") and "FROM steps" in s]
+    assert reads == []
+    # The returned rows are what a fresh read finds.
+    stored_seq, stored_step = store.get_sequence(seq.id), store.get_step(seq.id, 2)
+    assert stored_seq is not None and stored_step is not None
+    assert (seq.state, seq.version, seq.current_index) == (
+        stored_seq.state,
+        stored_seq.version,
+        stored_seq.current_index,
+    )
+    assert (step.id, step.state, step.log_index) == (
+        stored_step.id,
+        stored_step.state,
+        stored_step.log_index,
+    )
+
+
+def test_settle_after_another_replica_settled_the_step_changes_nothing(store: Store) -> None:
+    seq, _ = _open(store)
+    seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
+    store.begin_step(
+        seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
+    )
+    # Another replica (its own Store on the same database) settles the step first.
+    other = Store(store.engine.url.render_as_string(hide_password=False))
+    try:
+        other.settle_step(seq.id, 2, StepOutcome(state=StepState.WITHHELD), {})
+    finally:
+        other.close()
+    events = _count_events(store)
+    with pytest.raises(Conflict) as info:
+        store.settle_step(seq.id, 2, StepOutcome(state=StepState.RELEASED), {})
+    assert info.value.code == "concurrent_update"
+    assert _count_events(store) == events
+    assert store.get_step(seq.id, 2).state == "withheld"  # type: ignore[union-attr]
+    assert store.get_sequence(seq.id).state == "aborted"  # type: ignore[union-attr]

@@ -362,7 +362,11 @@ def find_dataset(store: Store, name: str, version: int | None = None) -> Dataset
         query = select(DatasetRow).where(DatasetRow.name == name)
         if version is not None:
             query = query.where(DatasetRow.version == version)
-        return s.scalars(query.order_by(DatasetRow.version.desc()).limit(1)).first()
+        row = s.scalars(query.order_by(DatasetRow.version.desc()).limit(1)).first()
+    if row is not None:
+        # As in `get_dataset`: a version never changes, and the step that found it needs it again.
+        store.dataset_cache[row.id] = row
+    return row
 
 
 def dataset_versions(store: Store, name: str) -> list[DatasetRow]:

@@ -185,12 +185,15 @@ class Flow:
         """Every registered version of dataset `name` as a population of record ids: the
         catalogue publishes their row counts, so the auditor admits them before any output."""
         populations = []
-        for row in self.store.dataset_versions(name):
-            population = self._population_of.get(row.id)
+        # Only the ids are read at each step: a version's row never changes (`get_dataset`
+        # keeps it), so only a version registered since the last step is read whole.
+        for dataset_id in self.store.version_ids(name):
+            population = self._population_of.get(dataset_id)
             if population is None:
+                row = self.store.get_dataset(dataset_id)
                 population = Population.of(row.version, self._record_ids(row))
                 with self._locks_guard:
-                    self._population_of[row.id] = population
+                    self._population_of[dataset_id] = population
             populations.append(population)
         return populations
 

@@ -260,6 +260,10 @@ class Store:
         """Every registered version of dataset `name`, oldest first."""
         return catalogue.dataset_versions(self, name)
 
+    def version_ids(self, name: str) -> list[int]:
+        """The ids of every registered version of dataset `name`, oldest first."""
+        return catalogue.version_ids(self, name)
+
     def all_datasets(self) -> list[DatasetRow]:
         """Every registered dataset version, by name then version."""
         return catalogue.all_datasets(self)

@@ -376,6 +376,13 @@ def dataset_versions(store: Store, name: str) -> list[DatasetRow]:
         return list(s.scalars(query.order_by(DatasetRow.version)))
 
 
+def version_ids(store: Store, name: str) -> list[int]:
+    """The ids of every registered version of dataset `name`, oldest first: a Core read of one
+    column (a step needs them all, and the full rows only of versions it has not seen)."""
+    with store.reading() as conn:
+        return [int(i) for i in conn.execute(_VERSION_IDS, {"name": name}).scalars()]
+
+
 def all_datasets(store: Store) -> list[DatasetRow]:
     """Every registered dataset version, by name then version."""
     with store.transaction() as s:
@@ -407,6 +414,11 @@ def rules_path(conn: Connection, dataset_id: int) -> str | None:
 
 # Built once: the reads on every step's path (statement construction costs more than the read).
 _DATASETS: Table = DatasetRow.__table__  # type: ignore[assignment]
+_VERSION_IDS = (
+    select(_DATASETS.c.id)
+    .where(_DATASETS.c.name == bindparam("name"))
+    .order_by(_DATASETS.c.version)
+)
 _RULES_PATH = select(_DATASETS.c.rules_path).where(_DATASETS.c.id == bindparam("dataset_id"))
 _QSS_TABLE: Table = QssSettingsRow.__table__  # type: ignore[assignment]
 _QSS_SETTINGS = select(_QSS_TABLE.c.mode, _QSS_TABLE.c.scope, _QSS_TABLE.c.atom_cap).where(

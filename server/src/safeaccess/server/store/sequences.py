@@ -210,7 +210,13 @@ def begin_step(
 
     The sequence moves with one guarded UPDATE (its id, the version the caller read, `released`
     at the step before): it both checks and changes the row, so nothing is read first; only
-    when it matches no row is the row read, to say why."""
+    when it matches no row is the row read, to say why. The row it returns, and the step, are
+    kept for `settle_step` (`RunningSteps`) when this process runs the step itself.
+
+    Why a transaction of its own, not one with the settle: the step must be recorded `running`
+    before its sandbox job starts, so that a crash mid-job is seen (the step is run again on the
+    repeated reveal); one transaction held open across the job would instead hold SQLite's one
+    write lock (or the rows' locks) for as long as the sandbox runs."""
     # The only move this function makes; the UPDATE below matches `released` rows only.
     check_sequence_transition(SequenceState.RELEASED, SequenceState.RUNNING)
     now = utcnow()

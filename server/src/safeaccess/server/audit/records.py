@@ -14,7 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from safeaccess.client.audit.records import COMMITMENT_SCHEME, commit, new_salt
+from safeaccess.client.audit.records import COMMITMENT_SCHEME, new_salt
+from safeaccess.server.audit.commitments import commitment
 from safeaccess.server.audit.facts import decision_facts
 from safeaccess.server.audit.leverage import leverage_record
 from safeaccess.server.store.schema import StepRow
@@ -103,7 +104,7 @@ def outcome_data(step: StepRow, output: Any, released: bool) -> dict[str, Any]:
     if output is not None or not released:
         if step.output_salt is None:
             step.output_salt = new_salt()
-        data["output_commitment"] = commit(step.output_salt, output)
+        data["output_commitment"] = commitment(step.output_salt, output)
         data["commitment_scheme"] = COMMITMENT_SCHEME
     return data
 

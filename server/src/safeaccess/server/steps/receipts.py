@@ -17,8 +17,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from safeaccess.client.audit.records import commit
 from safeaccess.client.protocol import canonical
+from safeaccess.server.audit.commitments import commitment as output_commitment
 from safeaccess.server.states import StepState
 from safeaccess.server.store.schema import SequenceRow, StepRow
 
@@ -33,7 +33,9 @@ def receipt_fields(server_id: str, seq: SequenceRow, step: StepRow) -> dict[str,
     # The same commitment as the log's outcome entry, whatever the state (a withheld output is
     # committed to as well, so the receipt proves the withhold); the opening only for a release.
     commitment = (
-        commit(step.output_salt, step.public_output) if step.output_salt is not None else None
+        output_commitment(step.output_salt, step.public_output)
+        if step.output_salt is not None
+        else None
     )
     opening = step.output_salt if released and commitment is not None else None
     return {

@@ -571,7 +571,8 @@ class Flow:
         """Compute a queued step (on a worker host); False if it was settled already (a job
         run again after its worker was presumed dead records nothing twice). `check` sees the
         dataset's row before anything runs on it (the worker's SHA-256 check)."""
-        with self.lock(sequence_id):
+        # The dataset's settings are read once for the whole job, as for a request.
+        with self.lock(sequence_id), settings_scope(self.store):
             seq, step = self.store.get_sequence_step(sequence_id, index)
             if (
                 seq is None

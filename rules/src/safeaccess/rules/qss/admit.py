@@ -28,7 +28,7 @@ from safeaccess.rules.qss.constraints import (
     null_vector,
     row_sums,
 )
-from safeaccess.rules.qss.partition import Int32Array, Refinement, extend, refine
+from safeaccess.rules.qss.partition import CellArray, Int32Array, Refinement, extend, refine
 from safeaccess.rules.qss.policy import AuditMode, AuditPolicy
 from safeaccess.rules.qss.search import (
     Isolated,
@@ -71,8 +71,13 @@ class QuerySetError(ValueError):
     """A query-set array the auditor cannot use (wrong shape, type or values)."""
 
 
-def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> list[Int32Array]:
-    arrays: list[Int32Array] = []
+#: Cell types an array keeps as it is (`outputs.cell_dtype`: a query set travels in the
+#: narrowest of them its cell count allows; refining reads it without widening it first).
+_CELL_TYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
+
+
+def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> list[CellArray]:
+    arrays: list[CellArray] = []
     for i, raw in enumerate(query_sets):
         array = np.asarray(raw)
         if array.ndim != 1 or array.shape[0] != state.n_records:
@@ -82,7 +87,7 @@ def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> lis
             )
         if not np.issubdtype(array.dtype, np.integer):
             raise QuerySetError(f"query set {i}: expected integer cell indices, got {array.dtype}")
-        if array.dtype != np.int32:
+        if array.dtype not in _CELL_TYPES:
             if array.size and (int(array.min()) < -1 or int(array.max()) > 2**31 - 2):
                 raise QuerySetError(
                     f"query set {i}: cell indices must be -1 (outside) or 0..2**31-2, found "

@@ -18,6 +18,8 @@ import numpy.typing as npt
 
 Int32Array = npt.NDArray[np.int32]
 Int64Array = npt.NDArray[np.int64]
+#: A query-set array: one cell index per record id (-1 outside), int8, int16 or int32.
+CellArray = npt.NDArray[np.signedinteger[Any]]
 
 # Above this many (atom, cell) key slots, and above 4 slots per touched record, the pairs are
 # found atom by atom (`_pairs_by_atom`) instead of by counting into a dense table: a table much
@@ -58,7 +60,7 @@ class Refinement:
             atom_of[self.inside] = self.labels
 
 
-def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Array) -> Refinement:
+def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: CellArray) -> Refinement:
     """Split the atoms of `atom_of` (left unchanged) by the query-set array `cells`."""
     m = int(sizes.shape[0])
     # an array over every record (a table of the whole population) needs no index of its
@@ -132,7 +134,7 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
 
 
 def _pairs_by_atom(
-    atom: Int32Array, cell: Int32Array, m: int, n_cells: int
+    atom: Int32Array, cell: CellArray, m: int, n_cells: int
 ) -> tuple[Int64Array, Int64Array, Int64Array]:
     """The distinct (atom, cell) pairs of the touched records as sorted keys atom · n_cells +
     cell, each record's pair and each pair's record count: what `np.unique(key,

@@ -88,7 +88,7 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _ITEM = struct.Struct(">B")
 #: The array types a reply may carry, by item size.
-_ARRAY_TYPES = {1: np.dtype("i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
+_ARRAY_TYPES: dict[int, np.dtype[Any]] = {1: np.dtype("i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
 
 
 @dataclass
@@ -131,7 +131,7 @@ def encode_reply(response: RunnerResponse, arrays: list[np.ndarray] | tuple[()] 
         parts.append(_ITEM.pack(wire.dtype.itemsize))
         parts.append(_U64.pack(wire.nbytes))
         # the array's own buffer: one copy (into the joined reply), not two
-        parts.append(memoryview(wire).cast("B"))
+        parts.append(wire.data.cast("B") if wire.size else b"")
     return b"".join(parts)
 
 

@@ -137,15 +137,13 @@ def _admit(
     # the working copy of the atom array is made only when a later array needs the earlier
     # relabelling, or once the output is admitted: a refusal copies nothing of size n_records
     atom_of = state.atom_of
-    copied = False
+    owned = False  # whether atom_of is this admission's own array (never the state's)
     sizes = state.sizes
     outside = state.outside
     refinements: list[Refinement] = []
     for i, array in enumerate(arrays):
         if i > 0:
-            if not copied:
-                atom_of, copied = atom_of.copy(), True
-            refinements[-1].apply(atom_of)
+            atom_of, owned = refinements[-1].applied(atom_of, owned=owned), True
         ref = refine(atom_of, sizes, outside, array)
         sizes, outside = ref.sizes, ref.outside
         refinements.append(ref)
@@ -216,10 +214,10 @@ def _admit(
         if fallback is not None:
             reason = f"span mode applied the atoms rule ({_FALLBACK_WHY[fallback]}); {reason}"
         return refused(reason, isolated)
-    if not copied:
-        atom_of = atom_of.copy()
     if refinements:
-        refinements[-1].apply(atom_of)
+        atom_of = refinements[-1].applied(atom_of, owned=owned)
+    elif not owned:
+        atom_of = atom_of.copy()
     new_state = AuditState(
         atom_of=atom_of,
         sizes=sizes.copy(),

@@ -123,7 +123,7 @@ def test_the_array_travels_in_the_narrowest_type_its_cell_count_allows(tmp_path:
 
 def test_a_narrowing_attach_refuses_indices_the_type_cannot_hold() -> None:
     # 255 as int8 would wrap to -1 ("behind none"): the record would silently leave its cell
-    with pytest.raises(ValueError, match="outside -1..1"):
+    with pytest.raises(ValueError, match=r"outside -1\.\.1"):
         QuerySet.from_array(["a", "b"], np.array([0, 255], dtype=np.int32))
     with pytest.raises(ValueError, match="integers"):
         QuerySet.from_array(["a", "b"], np.array([0.0, 1.0]))

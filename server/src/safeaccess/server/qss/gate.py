@@ -185,6 +185,8 @@ class StateFiles:
         for path in files[KEEP_FILES:]:
             if path.stem not in keep:
                 path.unlink(missing_ok=True)
+                with self._guard:
+                    self._parents.pop(path.stem, None)
 
 
 def _released_cells(output: Output, n_cells: int) -> np.ndarray | None:

@@ -13,7 +13,8 @@ universe admitted first, as the server does:
 
 Prints, per workload: released / total, atoms, atoms below k, rank (independent rows), the
 certificate's size (completing sets, atoms in them, quotient dimension), admit wall/CPU median
-and p95, and the encoded state's growth per release.
+and p95, the encoded state's growth per release and the size of a release's delta (the file
+the server writes for an admitted step between full states: its arrays and the small rest).
 
 Run: python benchmarks/qss.py [--workloads marginals,corpus,cost] [--big-records 10000000]
      [--sets 1000] [--verbose]
@@ -24,6 +25,7 @@ Wall times on a shared machine depend on its load; CPU times (process time) much
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import time
@@ -32,7 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from safeaccess.rules.outputs import cell_dtype
 from safeaccess.rules.qss import AuditPolicy, AuditState, admit
+from safeaccess.rules.qss.delta import Refine, encode_delta
 
 K = 10
 
@@ -79,14 +83,15 @@ LEVELS = {
 def cells_of(
     data: dict[str, np.ndarray], names: tuple[str, ...], mask: np.ndarray | None
 ) -> np.ndarray:
-    """One query-set array: the cells of a table over `names`, -1 outside the filter."""
+    """One query-set array: the cells of a table over `names`, -1 outside the filter, in the
+    cell type the sandbox sends it in (`cell_dtype` of the table's number of cells)."""
     n = next(iter(data.values())).shape[0]
     cell = np.zeros(n, dtype=np.int32)
     for name in names:
         cell = cell * LEVELS[name] + data[name].astype(np.int32)
     if mask is not None:
         cell[~mask] = -1
-    return cell
+    return cell.astype(cell_dtype(math.prod(LEVELS[name] for name in names)))
 
 
 @dataclass
@@ -190,13 +195,14 @@ class Tally:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     growth: list[int] = field(default_factory=list)
+    deltas: list[int] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
 
 
 def run(name: str, data: dict[str, np.ndarray], outputs: Iterator[Output], verbose: bool) -> Tally:
     n = next(iter(data.values())).shape[0]
     policy = AuditPolicy(k=K)
-    universe = admit(AuditState.empty(n), [np.zeros(n, dtype=np.int32)], policy)
+    universe = admit(AuditState.empty(n), [np.zeros(n, dtype=np.int8)], policy)
     assert universe.state is not None
     state = universe.state
     size = len(state.to_bytes())
@@ -214,6 +220,7 @@ def run(name: str, data: dict[str, np.ndarray], outputs: Iterator[Output], verbo
             tally.released += 1
             new_size = len(state.to_bytes())
             tally.growth.append(new_size - size)
+            tally.deltas.append(sum(map(len, encode_delta(state, [Refine(a) for a in out.arrays]))))
             size = new_size
             last_facts = result.facts
         else:
@@ -246,6 +253,11 @@ def run(name: str, data: dict[str, np.ndarray], outputs: Iterator[Output], verbo
         print(
             f"    encoded state {size / 2**20:.1f} MiB; growth per release median "
             f"{np.median(g):.2f} MiB, max {g.max():.2f} MiB"
+        )
+        d = np.asarray(tally.deltas) / 2**20
+        print(
+            f"    a release's delta file (what the server writes between full states): median "
+            f"{np.median(d):.2f} MiB, max {d.max():.2f} MiB"
         )
     for line in tally.refused:
         print(f"    refused: {line}")

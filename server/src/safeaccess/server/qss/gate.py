@@ -97,12 +97,13 @@ class StateFiles:
         """The scope's current state, grown to at least `n_records` record ids."""
         if pointer is None:
             return ScopeState(AuditState.empty(n_records), {})
-        loaded = self._decoded(scope, pointer.digest, FULL_EVERY + 1)
+        loaded = self._decoded(scope, pointer.digest, FULL_EVERY + 1, remember=True)
         return replace(loaded, base=pointer.digest, steps=()).grown(n_records)
 
-    def _decoded(self, scope: str, digest: str, hops: int) -> ScopeState:
+    def _decoded(self, scope: str, digest: str, hops: int, *, remember: bool) -> ScopeState:
         """The state in file `digest` (from the cache, else read, checked and decoded; a delta's
-        parent the same way, at most `hops` files back)."""
+        parent the same way, at most `hops` files back). Only the state asked for is kept in
+        the cache (`remember`): the parents a cold load replays would push out live scopes."""
         with self._guard:
             cached = self._cache.get(digest)
         if cached is not None:
@@ -116,11 +117,14 @@ class StateFiles:
         if hashlib.sha256(raw).hexdigest() != digest:
             raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
         try:
-            decoded = decode(raw, lambda parent: self._decoded(scope, parent, hops - 1))
+            decoded = decode(
+                raw, lambda parent: self._decoded(scope, parent, hops - 1, remember=False)
+            )
             self._parents[digest] = parent_of(raw)
         except StateFormatError as exc:
             raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
-        self._remember(digest, decoded)
+        if remember:
+            self._remember(digest, decoded)
         return decoded
 
     def _remember(self, digest: str, state: ScopeState) -> None:

@@ -53,6 +53,8 @@ _HEAD = struct.Struct("<6sHI")
 _STEP = struct.Struct("<BBQ")
 _DIGEST = 32
 _GROW, _REFINE = 0, 1
+#: The start of an encoded state's header, up to its outside atom (+1): see `encoding._HEAD`.
+_STATE_OUTSIDE = struct.Struct("<6sHH3Q")
 _CELL_TYPES: dict[int, np.dtype[Any]] = {1: np.dtype("i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
 
 
@@ -103,16 +105,56 @@ def encode_delta(state: AuditState, steps: Sequence[Step]) -> list[bytes | memor
 def apply_delta(parent: AuditState, data: bytes | memoryview) -> AuditState:
     """The state `data` (a delta) makes of `parent`; raise StateFormatError when the bytes are
     not a valid delta or the replay does not give the state it describes."""
-    view = memoryview(data)
+    return apply_deltas(parent, [data])
+
+
+def apply_deltas(parent: AuditState, deltas: Sequence[bytes | memoryview]) -> AuditState:
+    """The state a chain of deltas makes of `parent`, the first applying to `parent` and each
+    next to the state before. The steps of every delta are replayed on one atom array, and
+    each delta's replayed atoms are checked against its sizes' digest and outside atom; only
+    the last delta's state is decoded (the others' constraints are never needed)."""
+    if not deltas:
+        raise ValueError("a chain of deltas needs at least one")
+    atom_of: Int32Array = parent.atom_of
+    sizes, outside = parent.sizes, parent.outside
+    owned = False  # the parent's atom array is read-only: never written in place
+    rest = memoryview(b"")
+    for data in deltas:
+        view = memoryview(data)
+        atom_of, sizes, outside, owned, pos = _replay(view, atom_of, sizes, outside, owned)
+        if pos + _DIGEST > len(view):
+            raise StateFormatError("state delta is truncated before its atom sizes")
+        expected = bytes(view[pos : pos + _DIGEST])
+        rest = view[pos + _DIGEST :]
+        if sizes_digest(sizes) != expected or _outside_of(rest) != outside:
+            raise StateFormatError("replaying the state delta does not give the atoms it describes")
+    if not owned:
+        atom_of = atom_of.copy()
+    fields = decode_fields(bytes(rest), atom_of=atom_of)
+    if fields.outside != outside or not np.array_equal(fields.sizes, sizes):
+        raise StateFormatError("replaying the state delta does not give the atoms it describes")
+    return AuditState(*fields)
+
+
+def _outside_of(state_part: memoryview) -> int:
+    """The outside atom a state's header names (`encoding`'s layout: after the magic, version,
+    flags, n_records and n_atoms), or -2 when the header is cut short."""
+    if len(state_part) < _STATE_OUTSIDE.size:
+        return -2
+    return int(_STATE_OUTSIDE.unpack_from(state_part)[-1]) - 1
+
+
+def _replay(
+    view: memoryview, atom_of: Int32Array, sizes: Int64Array, outside: int, owned: bool
+) -> tuple[Int32Array, Int64Array, int, bool, int]:
+    """Replay one delta's steps: the atoms after them, whether the atom array is now this
+    replay's own, and the position after the steps."""
     if len(view) < _HEAD.size or bytes(view[: len(MAGIC)]) != MAGIC:
         raise StateFormatError("not an encoded query-set state delta (bad magic or too short)")
     _, version, count = _HEAD.unpack_from(view)
     if version != VERSION:
         raise StateFormatError(f"state delta version {version}; this auditor reads {VERSION}")
     pos = _HEAD.size
-    atom_of: Int32Array = parent.atom_of
-    sizes, outside = parent.sizes, parent.outside
-    owned = False  # the parent's atom array is read-only: never written in place
     for _ in range(count):
         if pos + _STEP.size > len(view):
             raise StateFormatError("state delta is truncated in its steps")
@@ -137,19 +179,7 @@ def apply_delta(parent: AuditState, data: bytes | memoryview) -> AuditState:
         ref = refine(atom_of, sizes, outside, cells)
         atom_of, owned = ref.applied(atom_of, owned=owned), True
         sizes, outside = ref.sizes, ref.outside
-    if pos + _DIGEST > len(view):
-        raise StateFormatError("state delta is truncated before its atom sizes")
-    expected = bytes(view[pos : pos + _DIGEST])
-    if not owned:
-        atom_of = atom_of.copy()
-    fields = decode_fields(bytes(view[pos + _DIGEST :]), atom_of=atom_of)
-    if fields.outside != outside or sizes_digest(fields.sizes) != expected:
-        raise StateFormatError("replaying the state delta does not give the atoms it describes")
-    if not np.array_equal(fields.sizes, sizes):
-        raise StateFormatError(
-            "replaying the state delta does not give the atom sizes it describes"
-        )
-    return AuditState(*fields)
+    return atom_of, sizes, outside, owned, pos
 
 
 def _grow(

@@ -52,7 +52,13 @@ from safeaccess.rules.qss import (
 from safeaccess.server.config import QssSettings, scope_folder
 from safeaccess.server.outcome import QssCommit, QssPointer
 from safeaccess.server.qss.grid import Origin, data_revealed, origin_of, output_labels
-from safeaccess.server.qss.universe import ScopeState, decode, encode_file, parent_of
+from safeaccess.server.qss.universe import (
+    ScopeState,
+    decode,
+    decode_chain,
+    encode_file,
+    parent_of,
+)
 
 CHECK = "query_set"
 KEEP_FILES = 3
@@ -97,34 +103,45 @@ class StateFiles:
         """The scope's current state, grown to at least `n_records` record ids."""
         if pointer is None:
             return ScopeState(AuditState.empty(n_records), {})
-        loaded = self._decoded(scope, pointer.digest, FULL_EVERY + 1, remember=True)
+        loaded = self._decoded(scope, pointer.digest)
         return replace(loaded, base=pointer.digest, steps=()).grown(n_records)
 
-    def _decoded(self, scope: str, digest: str, hops: int, *, remember: bool) -> ScopeState:
-        """The state in file `digest` (from the cache, else read, checked and decoded; a delta's
-        parent the same way, at most `hops` files back). Only the state asked for is kept in
-        the cache (`remember`): the parents a cold load replays would push out live scopes."""
-        with self._guard:
-            cached = self._cache.get(digest)
-        if cached is not None:
-            return cached
-        if hops <= 0:
-            raise AuditUnavailable(f"the audit state of scope {scope!r} has too long a chain")
+    def _decoded(self, scope: str, digest: str) -> ScopeState:
+        """The state in file `digest`: from the cache, else read with the files it is a delta
+        of (back to a cached or full state, each checked against its digest) and replayed in
+        one pass (`universe.decode_chain`). Only the state asked for is kept in the cache: the
+        parents of a cold load would push out live scopes."""
+        chain: list[bytes] = []  # from `digest` back towards a full state
+        base: ScopeState | None = None
+        current: str | None = digest
+        while current is not None:
+            with self._guard:
+                base = self._cache.get(current)
+            if base is not None:
+                break
+            if len(chain) > FULL_EVERY:
+                raise AuditUnavailable(f"the audit state of scope {scope!r} has too long a chain")
+            try:
+                raw = self._path(scope, current).read_bytes()
+            except FileNotFoundError as exc:
+                raise AuditUnavailable(f"the audit state of scope {scope!r} is missing") from exc
+            if hashlib.sha256(raw).hexdigest() != current:
+                raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
+            try:
+                parent = parent_of(raw)
+            except StateFormatError as exc:
+                raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
+            with self._guard:
+                self._parents[current] = parent
+            chain.append(raw)
+            current = parent
         try:
-            raw = self._path(scope, digest).read_bytes()
-        except FileNotFoundError as exc:
-            raise AuditUnavailable(f"the audit state of scope {scope!r} is missing") from exc
-        if hashlib.sha256(raw).hexdigest() != digest:
-            raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
-        try:
-            decoded = decode(
-                raw, lambda parent: self._decoded(scope, parent, hops - 1, remember=False)
-            )
-            self._parents[digest] = parent_of(raw)
+            if base is None:
+                base = decode(chain.pop())  # the full state the chain starts from
+            decoded = decode_chain(base, chain[::-1])
         except StateFormatError as exc:
             raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
-        if remember:
-            self._remember(digest, decoded)
+        self._remember(digest, decoded)
         return decoded
 
     def _remember(self, digest: str, state: ScopeState) -> None:

@@ -41,7 +41,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, StateFormatError, admit
-from safeaccess.rules.qss.delta import Grow, Refine, Step, apply_delta, encode_delta
+from safeaccess.rules.qss.delta import Grow, Refine, Step, apply_deltas, encode_delta
 from safeaccess.rules.qss.encoding import encode_parts as encode_state_parts
 from safeaccess.server.qss.grid import Origin, origin_of
 
@@ -202,10 +202,29 @@ def decode(raw: bytes, parent: Callable[[str], ScopeState] | None = None) -> Sco
     header, start = _read_header(raw)
     if header.parent is None:
         state = AuditState.from_bytes(raw[start:])
-    else:
-        if parent is None:
-            raise StateFormatError("the scope state is a delta and its parent is not at hand")
-        state = apply_delta(parent(header.parent).state, memoryview(raw)[start:])
+        return ScopeState(state, dict(header.populations), dict(header.origins))
+    if parent is None:
+        raise StateFormatError("the scope state is a delta and its parent is not at hand")
+    return decode_chain(parent(header.parent), [raw])
+
+
+def decode_chain(base: ScopeState, raws: Sequence[bytes]) -> ScopeState:
+    """The state of the last of `raws`, a chain of delta files each of the one before, the
+    first a delta of `base`: every delta's steps are replayed on one atom array and only the
+    last state is decoded (`delta.apply_deltas`). The caller has checked each file's digest
+    and that each names the one before as its parent. Raises StateFormatError otherwise."""
+    bodies = []
+    header: _Header | None = None
+    for raw in raws:
+        if not raw.startswith(MAGIC):
+            raise StateFormatError("a delta's parent chain holds a bare state after its start")
+        header, start = _read_header(raw)
+        if header.parent is None:
+            raise StateFormatError("a full state in the middle of a delta chain")
+        bodies.append(memoryview(raw)[start:])
+    if header is None:
+        return base
+    state = apply_deltas(base.state, bodies)
     return ScopeState(state, dict(header.populations), dict(header.origins), depth=header.depth)
 
 

@@ -14,6 +14,12 @@ key):
 
 Every figure is the worst and the median of `--repeat` runs after one warm-up run (the first job
 of a dataset version starts its fork server template: loading the version, not a step's cost).
+Beside each end-to-end series it prints where the server's query-set auditor spent the steps
+(wall and this thread's CPU, medians over the timed runs): the whole admission, the check
+(`qss.gate`: the stable query set, `admit`, the domain grid), writing the state file
+(`commit_for`: encoding, hashing, write, fsync), loading it, and the size of the sandbox's
+reply (the query set travels in it). The timers wrap those functions from outside, so the same
+file measures an older checkout too.
 
     python benchmarks/codes.py [--rows 10000000] [--repeat 3] [--strings]
 
@@ -31,8 +37,10 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -47,6 +55,60 @@ from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from scale import TABLE, Bench, census, metadata
+
+
+class AuditorTimes:
+    """Wall and thread-CPU seconds of the auditor's parts, and the sizes of the sandbox's
+    replies, recorded by wrapping the functions the server calls (benchmark-only)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self.replies: list[int] = []
+        from safeaccess.sandbox.process import backend as process_backend
+        from safeaccess.server.qss import admission
+        from safeaccess.server.qss.gate import StateFiles
+
+        self._wrap(admission.Admission, "_gate", "admission, whole")
+        self._wrap(admission, "gate", "  check (qss.gate: query set, admit, grid)")
+        self._wrap(admission, "commit_for", "  state write (encode, hash, write, fsync)")
+        self._wrap(StateFiles, "load", "  state load")
+        self._wrap(admission, "admit_populations", "  populations")
+        decode = process_backend.decode_reply
+
+        def sized(data: Any) -> Any:
+            self.replies.append(len(data))
+            return decode(data)
+
+        process_backend.decode_reply = sized  # type: ignore[assignment]
+
+    def _wrap(self, owner: Any, name: str, label: str) -> None:
+        original = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.rows[label].append((time.perf_counter() - wall, time.thread_time() - cpu))
+
+        setattr(owner, name, timed)
+
+    def reset(self) -> None:
+        self.rows.clear()
+        self.replies.clear()
+
+    def report(self, skip: int) -> None:
+        """Medians over the calls after the first `skip` steps (the warm-up)."""
+        for label, rows in self.rows.items():
+            runs = rows[skip:]
+            if runs:
+                print(
+                    f"    {label:<48} wall {statistics.median(w for w, _ in runs) * 1000:7.1f} ms"
+                    f"  cpu {statistics.median(c for _, c in runs) * 1000:7.1f} ms"
+                    f"  (max wall {max(w for w, _ in runs) * 1000:.1f} ms, {len(runs)} calls)"
+                )
+        if self.replies:
+            print(f"    sandbox reply: {statistics.median(self.replies[skip:]) / 2**20:.2f} MiB")
 
 
 def timed(label: str, fn: Callable[[], object], repeat: int) -> list[float]:
@@ -106,15 +168,18 @@ def main() -> None:
         print(f"\nchecked frequency table region x sex on {args.rows:,} rows")
         results: dict[str, list[float]] = {}
         service = Service(bench.root)
+        auditor = AuditorTimes()
         with service, EmbeddedServer(create_app(service)) as server:
             print(f"sandbox backend: {service.backend.name}")
             url, sid = server.url, service.server_id
             for name in ("census", "plain"):
+                auditor.reset()
                 results[f"end to end, {name}"] = timed(
                     f"end to end, {name}",
                     lambda n=name: bench.sequence(url, sid, n, [TABLE]),
                     args.repeat,
                 )
+                auditor.report(skip=1)
                 path = stored if name == "census" else plain
                 job = Job(
                     job_id="bench",

@@ -13,10 +13,14 @@ universe admitted first, as the server does:
 
 Prints, per workload: released / total, atoms, atoms below k, rank (independent rows), the
 certificate's size (completing sets, atoms in them, quotient dimension), admit wall/CPU median
-and p95, and the encoded state's growth per release.
+and p95, the encoded state's growth per release and the size of a release's delta (the file
+the server writes for an admitted step between full states: its arrays and the small rest).
 
-Run: python benchmarks/qss.py [--workloads marginals,corpus,cost] [--big-records 10000000]
-     [--sets 1000] [--verbose]
+`statefiles` (not run by default) admits the marginals at `--big-records` into one scope through
+the server's state files and prints each save's time (deltas and full states) and a cold load's.
+
+Run: python benchmarks/qss.py [--workloads marginals,corpus,cost,statefiles]
+     [--big-records 10000000] [--sets 1000] [--state-steps 16] [--verbose]
 
 Wall times on a shared machine depend on its load; CPU times (process time) much less so.
 """
@@ -24,6 +28,7 @@ Wall times on a shared machine depend on its load; CPU times (process time) much
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import time
@@ -32,7 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from safeaccess.rules.outputs import cell_dtype
 from safeaccess.rules.qss import AuditPolicy, AuditState, admit
+from safeaccess.rules.qss.delta import Refine, encode_delta
 
 K = 10
 
@@ -79,14 +86,15 @@ LEVELS = {
 def cells_of(
     data: dict[str, np.ndarray], names: tuple[str, ...], mask: np.ndarray | None
 ) -> np.ndarray:
-    """One query-set array: the cells of a table over `names`, -1 outside the filter."""
+    """One query-set array: the cells of a table over `names`, -1 outside the filter, in the
+    cell type the sandbox sends it in (`cell_dtype` of the table's number of cells)."""
     n = next(iter(data.values())).shape[0]
     cell = np.zeros(n, dtype=np.int32)
     for name in names:
         cell = cell * LEVELS[name] + data[name].astype(np.int32)
     if mask is not None:
         cell[~mask] = -1
-    return cell
+    return cell.astype(cell_dtype(math.prod(LEVELS[name] for name in names)))
 
 
 @dataclass
@@ -190,13 +198,14 @@ class Tally:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     growth: list[int] = field(default_factory=list)
+    deltas: list[int] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
 
 
 def run(name: str, data: dict[str, np.ndarray], outputs: Iterator[Output], verbose: bool) -> Tally:
     n = next(iter(data.values())).shape[0]
     policy = AuditPolicy(k=K)
-    universe = admit(AuditState.empty(n), [np.zeros(n, dtype=np.int32)], policy)
+    universe = admit(AuditState.empty(n), [np.zeros(n, dtype=np.int8)], policy)
     assert universe.state is not None
     state = universe.state
     size = len(state.to_bytes())
@@ -214,6 +223,7 @@ def run(name: str, data: dict[str, np.ndarray], outputs: Iterator[Output], verbo
             tally.released += 1
             new_size = len(state.to_bytes())
             tally.growth.append(new_size - size)
+            tally.deltas.append(sum(map(len, encode_delta(state, [Refine(a) for a in out.arrays]))))
             size = new_size
             last_facts = result.facts
         else:
@@ -247,9 +257,60 @@ def run(name: str, data: dict[str, np.ndarray], outputs: Iterator[Output], verbo
             f"    encoded state {size / 2**20:.1f} MiB; growth per release median "
             f"{np.median(g):.2f} MiB, max {g.max():.2f} MiB"
         )
+        d = np.asarray(tally.deltas) / 2**20
+        print(
+            f"    a release's delta file (what the server writes between full states): median "
+            f"{np.median(d):.2f} MiB, max {d.max():.2f} MiB"
+        )
     for line in tally.refused:
         print(f"    refused: {line}")
     return tally
+
+
+def state_files(data: dict[str, np.ndarray], steps: int) -> None:
+    """`steps` admissions of the marginals' tables into one scope through the server's
+    `StateFiles`, as a step does (load from the pointer, admit the population, admit, save):
+    the time of each save (a delta, or a full state every `FULL_EVERY`-th), and of a cold load
+    (a new `StateFiles`, nothing cached) of the last state and of the deepest delta."""
+    import tempfile
+    from pathlib import Path
+
+    from safeaccess.server.outcome import QssPointer
+    from safeaccess.server.qss.gate import FULL_EVERY, StateFiles
+    from safeaccess.server.qss.universe import Population, admit_populations
+
+    n = next(iter(data.values())).shape[0]
+    policy, scope = AuditPolicy(k=K), "bench/project/p"
+    tables = [out.arrays[0] for out in marginals(data)]
+    with tempfile.TemporaryDirectory() as tmp:
+        files = StateFiles(Path(tmp))
+        pointer: QssPointer | None = None
+        saves, pointers = [], []
+        for step in range(steps):
+            loaded = files.load(scope, pointer, n)
+            prepared, _ = admit_populations(loaded, [Population.of(1, np.arange(n))], policy)
+            cells = tables[step % len(tables)]
+            result = admit(prepared.state, [cells], policy)
+            assert result.admitted and result.state is not None
+            start = time.perf_counter()
+            digest = files.save(scope, prepared.refined(result.state, [cells]))
+            saves.append((time.perf_counter() - start) * 1000)
+            pointer = QssPointer(digest, n, 1)
+            pointers.append(pointer)
+        full = [s for i, s in enumerate(saves) if i % FULL_EVERY == 0]
+        delta = [s for i, s in enumerate(saves) if i % FULL_EVERY]
+        print(
+            f"state files at {n:,} records, {steps} admitted steps: save median "
+            f"{np.median(saves):.1f} ms, mean {np.mean(saves):.1f} ms; deltas median "
+            f"{np.median(delta) if delta else 0:.1f} ms, full states {np.round(full, 1).tolist()} ms"
+        )
+        for label, at in (("last", len(pointers) - 1), ("deepest delta", FULL_EVERY - 1)):
+            if at < len(pointers):
+                start = time.perf_counter()
+                StateFiles(Path(tmp)).load(scope, pointers[at], n)
+                print(f"    cold load of the {label} state: {time.perf_counter() - start:.2f} s")
+        sizes = sorted(p.stat().st_size / 2**20 for p in Path(tmp).rglob("*.state"))
+        print(f"    files on disk: {np.round(sizes, 2).tolist()} MiB")
 
 
 def main() -> None:
@@ -265,6 +326,9 @@ def main() -> None:
         help="query sets the cost workload reaches",
     )
     parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument(
+        "--state-steps", type=int, default=16, help="admissions of the statefiles workload"
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     print(f"k={K}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
@@ -273,6 +337,8 @@ def main() -> None:
         for n in (100_000, args.big_records):
             data = census(n, args.seed)
             run(f"marginals at {n:,}", data, marginals(data), args.verbose)
+    if "statefiles" in wanted:
+        state_files(census(args.big_records, args.seed), args.state_steps)
     data = census(args.records, args.seed)
     if "corpus" in wanted:
         run("corpus", data, corpus(data, args.seed), args.verbose)

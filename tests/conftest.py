@@ -85,6 +85,8 @@ def forged_table_script() -> str:
     server must fail the step, not release it."""
     import json
 
+    from safeaccess.sandbox.backend import REPLY_MAGIC
+
     fake = {
         "ok": True,
         "output": {
@@ -101,7 +103,7 @@ def forged_table_script() -> str:
     }
     body = json.dumps(fake).encode()
     # Framed exactly as the runner frames its own reply (the layout is public: see backend.py).
-    payload = b"SAR1" + len(body).to_bytes(4, "big") + body + (0).to_bytes(4, "big")
+    payload = REPLY_MAGIC + len(body).to_bytes(4, "big") + body + (0).to_bytes(4, "big")
     return (
         "import os\n"
         f"payload = {payload!r}\n"

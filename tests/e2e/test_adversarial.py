@@ -217,7 +217,7 @@ def test_a_script_cannot_choose_the_error_code_its_researcher_sees(
 import json, os, stat
 secret = "leak" + str(int(df["income"].sum()))
 body = json.dumps({"ok": False, "error": {"code": secret, "message": "x"}}).encode()
-forged = b"SAR1" + len(body).to_bytes(4, "big") + body + (0).to_bytes(4, "big")
+forged = b"SAR2" + len(body).to_bytes(4, "big") + body + (0).to_bytes(4, "big")
 for fd in range(3, 64):
     try:
         mode = os.fstat(fd).st_mode

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from safeaccess.client.analyses import FrequencyTable, MagnitudeTable, Regression, Script
 from safeaccess.client.metadata import Column, DatasetMetadata
-from safeaccess.rules.outputs import query_set_of
+from safeaccess.rules.outputs import QuerySet, cell_dtype, query_set_of
 from safeaccess.sandbox.backend import (
     REPLY_MAGIC,
     RunnerRequest,
@@ -98,3 +99,31 @@ def test_only_the_needed_columns_are_read() -> None:
     model = Regression(formula="income ~ age + C(sex)")
     assert needed_columns(model, META) == ["sex", "age", "income", "employer"]
     assert needed_columns(Script(code="print(1)"), META) is None
+
+
+def test_the_array_travels_in_the_narrowest_type_its_cell_count_allows(tmp_path: Path) -> None:
+    raw, response = _reply(tmp_path, FrequencyTable(rows=["region", "sex"]))
+    qs = query_set_of(response.output)  # type: ignore[arg-type]
+    assert qs is not None and qs.to_array().dtype == np.int8
+    # one byte per record beside the JSON (200 records), not four
+    size = int.from_bytes(raw[4:8], "big")
+    assert len(raw) - (8 + size) - 4 - 9 == 200
+    reply = decode_reply(raw)
+    assert reply is not None
+    back = query_set_of(reply.response.output)  # type: ignore[arg-type]
+    assert back is not None and back.to_array().dtype == np.int8
+    assert back.to_array().tolist() == qs.to_array().tolist()
+    # the type follows the number of cells, not the values: 200 labels need int16 even when
+    # every record is in cell 0, and an int16 array of such a query set round-trips
+    wide = QuerySet.from_array([f"c{i}" for i in range(200)], np.zeros(5, dtype=np.int64))
+    assert wide.to_array().dtype == np.dtype("<i2")
+    assert cell_dtype(127) == np.int8 and cell_dtype(128) == np.dtype("<i2")
+    assert cell_dtype(40_000) == np.dtype("<i4")
+
+
+def test_a_narrowing_attach_refuses_indices_the_type_cannot_hold() -> None:
+    # 255 as int8 would wrap to -1 ("behind none"): the record would silently leave its cell
+    with pytest.raises(ValueError, match=r"outside -1\.\.1"):
+        QuerySet.from_array(["a", "b"], np.array([0, 255], dtype=np.int32))
+    with pytest.raises(ValueError, match="integers"):
+        QuerySet.from_array(["a", "b"], np.array([0.0, 1.0]))

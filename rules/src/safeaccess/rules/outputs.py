@@ -25,16 +25,28 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def cell_dtype(n_labels: int) -> np.dtype[Any]:
+    """The narrowest little-endian signed integer type that holds the cell indices of a query
+    set with `n_labels` cells and -1 ("behind none"): int8 up to 127 cells, int16 up to 32 767,
+    else int32. It depends only on the number of cells (the output's released labels), never
+    on the records, so an array's size and the time to move it tell nothing about the data."""
+    if n_labels <= 127:
+        return np.dtype("i1")
+    if n_labels <= 32_767:
+        return np.dtype("<i2")
+    return np.dtype("<i4")
+
+
 class QuerySet(_Model):
     """The records behind each released aggregate of one output.
 
-    The per-record array (little-endian int32, one entry per record of the dataset version in
-    stored order: the index of the released cell/group the record falls in, or -1 when the record
-    is behind no released aggregate) never travels as JSON: at 10 M records it is 40 MB. The
-    runner sends it as binary side array number `array` of its reply (`sandbox.backend`
-    `encode_reply` / `decode_reply`), and the decoded array is attached to this object again on
-    the server. For an output with one aggregate (e.g. a regression) every included record has
-    index 0.
+    The per-record array (one entry per record of the dataset version in stored order: the index
+    of the released cell/group the record falls in, or -1 when the record is behind no released
+    aggregate; in `cell_dtype(len(labels))`, int8 for up to 127 cells) never travels as JSON: at
+    10 M records it is 10 MB even as int8. The runner sends it as binary side array number
+    `array` of its reply (`sandbox.backend` `encode_reply` / `decode_reply`), and the decoded
+    array is attached to this object again on the server. For an output with one aggregate
+    (e.g. a regression) every included record has index 0.
     """
 
     labels: list[str] = Field(description="Human name of each cell/group index, in order.")
@@ -48,14 +60,27 @@ class QuerySet(_Model):
         return qs
 
     def attach(self, index: np.ndarray) -> None:
-        """Attach the per-record array (after it travelled on the side channel)."""
-        self._values = np.ascontiguousarray(index, dtype="<i4")
+        """Attach the per-record array (after it travelled on the side channel), in the
+        query set's cell type. Raises ValueError for an index outside -1..len(labels)-1 that
+        the narrower type could not hold (a narrowing cast must never wrap a cell to -1)."""
+        target = cell_dtype(len(self.labels))
+        values = np.asarray(index)
+        if not np.issubdtype(values.dtype, np.integer):
+            raise ValueError(f"a query set's array holds integers, got {values.dtype}")
+        if values.dtype.itemsize > target.itemsize and values.size:
+            low, high = int(values.min()), int(values.max())
+            if low < -1 or high >= len(self.labels):
+                raise ValueError(
+                    f"query-set cell indices {low}..{high} outside -1..{len(self.labels) - 1}"
+                )
+        self._values = np.ascontiguousarray(values, dtype=target)
 
     @property
     def attached(self) -> bool:
         return self._values is not None
 
     def to_array(self) -> np.ndarray:
+        """The per-record cell indices, in `cell_dtype(len(labels))`."""
         if self._values is None:
             raise ValueError("the query set's per-record array is not attached")
         return self._values

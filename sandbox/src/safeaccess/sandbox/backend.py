@@ -77,11 +77,18 @@ class RunnerResponse(BaseModel):
 
 
 # The runner's reply on stdout: one frame holding the JSON response, then zero or more binary
-# arrays (per-record query sets, little-endian int32) that must not travel as JSON: at 10 M
-# records one array is 40 MB raw. Only `encode_reply` / `decode_reply` know this layout.
-REPLY_MAGIC = b"SAR1"
+# arrays (per-record query sets) that must not travel as JSON. Each array goes in the narrowest
+# signed integer type its query set's cells need (`outputs.cell_dtype`: int8 up to 127 cells), so
+# a 10 M-record table's array is 10 MB, not 40 MB of int32; the type follows from the number of
+# cells alone, never from the records. Only `encode_reply` / `decode_reply` know this layout:
+# magic, u32 JSON length, JSON, u32 array count, then per array u8 item size (1, 2 or 4 bytes,
+# little-endian signed), u64 byte length and the raw values.
+REPLY_MAGIC = b"SAR2"
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_ITEM = struct.Struct(">B")
+#: The array types a reply may carry, by item size.
+_ARRAY_TYPES: dict[int, np.dtype[Any]] = {1: np.dtype("i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
 
 
 @dataclass
@@ -90,6 +97,15 @@ class RunnerReply:
 
     response: RunnerResponse
     arrays: list[np.ndarray] = field(default_factory=list)
+
+
+def _wire(array: np.ndarray) -> np.ndarray:
+    """`array` in a reply type: its own when it is one, else int32 (values are not narrowed
+    here: `QuerySet.attach` chose the type from the query set's cell count)."""
+    for dtype in _ARRAY_TYPES.values():
+        if array.dtype == dtype:
+            return np.ascontiguousarray(array)
+    return np.ascontiguousarray(array, dtype="<i4")
 
 
 def encode_reply(response: RunnerResponse, arrays: list[np.ndarray] | tuple[()] = ()) -> bytes:
@@ -108,17 +124,20 @@ def encode_reply(response: RunnerResponse, arrays: list[np.ndarray] | tuple[()] 
                     extra.array = len(arrays)
                     arrays.append(extra.to_array())
     body = response.model_dump_json().encode("utf-8")
-    parts = [REPLY_MAGIC, _U32.pack(len(body)), body, _U32.pack(len(arrays))]
+    parts: list[bytes | memoryview] = [REPLY_MAGIC, _U32.pack(len(body)), body]
+    parts.append(_U32.pack(len(arrays)))
     for array in arrays:
-        raw = np.ascontiguousarray(array, dtype="<i4").tobytes()
-        parts.append(_U64.pack(len(raw)))
-        parts.append(raw)
+        wire = _wire(array)
+        parts.append(_ITEM.pack(wire.dtype.itemsize))
+        parts.append(_U64.pack(wire.nbytes))
+        # the array's own buffer: one copy (into the joined reply), not two
+        parts.append(wire.data.cast("B") if wire.size else b"")
     return b"".join(parts)
 
 
 def decode_reply(data: bytes | bytearray | memoryview) -> RunnerReply | None:
     """Parse a runner's stdout; None when it is not one complete, valid reply (a crash or a
-    forgery: the caller decides which)."""
+    forgery: the caller decides which). The arrays are views of `data`, not copies."""
     view = memoryview(data)
     try:
         if bytes(view[:4]) != REPLY_MAGIC:
@@ -132,11 +151,13 @@ def decode_reply(data: bytes | bytearray | memoryview) -> RunnerReply | None:
         offset += 4
         arrays = []
         for _ in range(count):
-            (nbytes,) = _U64.unpack_from(view, offset)
-            offset += 8
-            if nbytes % 4 or offset + nbytes > len(view):
+            (item,) = _ITEM.unpack_from(view, offset)
+            (nbytes,) = _U64.unpack_from(view, offset + 1)
+            offset += 9
+            dtype = _ARRAY_TYPES.get(item)
+            if dtype is None or nbytes % item or offset + nbytes > len(view):
                 return None
-            arrays.append(np.frombuffer(view[offset : offset + nbytes], dtype="<i4"))
+            arrays.append(np.frombuffer(view[offset : offset + nbytes], dtype=dtype))
             offset += nbytes
         if offset != len(view):
             return None

@@ -28,7 +28,7 @@ from safeaccess.rules.qss.constraints import (
     null_vector,
     row_sums,
 )
-from safeaccess.rules.qss.partition import Int32Array, Refinement, extend, refine
+from safeaccess.rules.qss.partition import CellArray, Int32Array, Refinement, extend, refine
 from safeaccess.rules.qss.policy import AuditMode, AuditPolicy
 from safeaccess.rules.qss.search import (
     Isolated,
@@ -71,8 +71,13 @@ class QuerySetError(ValueError):
     """A query-set array the auditor cannot use (wrong shape, type or values)."""
 
 
-def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> list[Int32Array]:
-    arrays: list[Int32Array] = []
+#: Cell types an array keeps as it is (`outputs.cell_dtype`: a query set travels in the
+#: narrowest of them its cell count allows; refining reads it without widening it first).
+_CELL_TYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
+
+
+def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> list[CellArray]:
+    arrays: list[CellArray] = []
     for i, raw in enumerate(query_sets):
         array = np.asarray(raw)
         if array.ndim != 1 or array.shape[0] != state.n_records:
@@ -82,7 +87,7 @@ def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> lis
             )
         if not np.issubdtype(array.dtype, np.integer):
             raise QuerySetError(f"query set {i}: expected integer cell indices, got {array.dtype}")
-        if array.dtype != np.int32:
+        if array.dtype not in _CELL_TYPES:
             if array.size and (int(array.min()) < -1 or int(array.max()) > 2**31 - 2):
                 raise QuerySetError(
                     f"query set {i}: cell indices must be -1 (outside) or 0..2**31-2, found "
@@ -132,15 +137,13 @@ def _admit(
     # the working copy of the atom array is made only when a later array needs the earlier
     # relabelling, or once the output is admitted: a refusal copies nothing of size n_records
     atom_of = state.atom_of
-    copied = False
+    owned = False  # whether atom_of is this admission's own array (never the state's)
     sizes = state.sizes
     outside = state.outside
     refinements: list[Refinement] = []
     for i, array in enumerate(arrays):
         if i > 0:
-            if not copied:
-                atom_of, copied = atom_of.copy(), True
-            refinements[-1].apply(atom_of)
+            atom_of, owned = refinements[-1].applied(atom_of, owned=owned), True
         ref = refine(atom_of, sizes, outside, array)
         sizes, outside = ref.sizes, ref.outside
         refinements.append(ref)
@@ -211,10 +214,10 @@ def _admit(
         if fallback is not None:
             reason = f"span mode applied the atoms rule ({_FALLBACK_WHY[fallback]}); {reason}"
         return refused(reason, isolated)
-    if not copied:
-        atom_of = atom_of.copy()
     if refinements:
-        refinements[-1].apply(atom_of)
+        atom_of = refinements[-1].applied(atom_of, owned=owned)
+    elif not owned:
+        atom_of = atom_of.copy()
     new_state = AuditState(
         atom_of=atom_of,
         sizes=sizes.copy(),

@@ -5,7 +5,8 @@ This module never sees an `AuditState`, only its fields (`StateFields`), so that
 without importing each other.
 
 Layout (little-endian): magic b"SAQSS\\0", u16 version, u16 flags (bit 0: constraints
-tracked), u64 n_records, n_atoms, outside + 1, n_query_sets, n_rows, nnz, n_lanes, then per lane
+tracked; bit 1, version 3 on: atom_of left out, because the bytes are a delta whose reader
+rebuilds it from the parent state, `delta.py`), u64 n_records, n_atoms, outside + 1, n_query_sets, n_rows, nnz, n_lanes, then per lane
 u64 p and r; then atom_of int32[n_records], and when tracked: indptr int64[n_rows + 1], indices
 int32[nnz], origin int32[n_rows] (version 2 on; the admission each row came with), per lane d uint32[n_atoms], basis int32[r], K uint32[r*r], K⁻¹ uint32[r*r]; last a
 SHA-256 of everything before it. Atom sizes are recomputed from atom_of on load.
@@ -24,9 +25,12 @@ from safeaccess.rules.qss import modp
 from safeaccess.rules.qss.constraints import Constraints, Lane
 
 MAGIC = b"SAQSS\0"
-VERSION = 2
-#: Versions this decoder reads (1: rows carry no origin).
-READABLE = (1, 2)
+VERSION = 3
+#: Versions this decoder reads (1: rows carry no origin; 2: no flag for a left-out atom_of).
+READABLE = (1, 2, 3)
+#: Flag bits: constraints tracked; atom_of left out (supplied by the reader).
+TRACKED = 1
+NO_ATOMS = 2
 _HEAD = struct.Struct("<6sHH7Q")
 _LANE = struct.Struct("<2Q")
 _DIGEST = 32
@@ -52,16 +56,23 @@ class StateFields(NamedTuple):
 
 def encode_fields(state: StateFields) -> bytes:
     """The state's bytes: header, atoms, constraints when tracked, then a SHA-256 of it all."""
+    return b"".join(encode_parts(state))
+
+
+def encode_parts(state: StateFields, *, atoms: bool = True) -> list[bytes | memoryview]:
+    """The state's bytes as a list of buffers, the last one the SHA-256 of the others: a writer
+    hashes and writes them in turn, never joining a copy of the per-record array (40 MB at
+    10 M records). `atoms=False` leaves atom_of out (flag bit 1): a delta's reader supplies it."""
     constraints = state.constraints
     tracked = constraints is not None
     lanes = constraints.lanes if constraints is not None else ()
     n_records = int(state.atom_of.shape[0])
     n_atoms = int(state.sizes.shape[0])
-    parts: list[bytes] = [
+    parts: list[bytes | memoryview] = [
         _HEAD.pack(
             MAGIC,
             VERSION,
-            1 if tracked else 0,
+            (TRACKED if tracked else 0) | (0 if atoms else NO_ATOMS),
             n_records,
             n_atoms,
             state.outside + 1,
@@ -72,18 +83,34 @@ def encode_fields(state: StateFields) -> bytes:
         )
     ]
     parts += [_LANE.pack(lane.p, int(lane.basis.shape[0])) for lane in lanes]
-    parts.append(np.ascontiguousarray(state.atom_of, dtype="<i4").tobytes())
+    if atoms:
+        parts.append(_buffer(state.atom_of, "<i4"))
     if constraints is not None:
-        parts.append(constraints.indptr.astype("<i8").tobytes())
-        parts.append(constraints.indices.astype("<i4").tobytes())
-        parts.append(constraints.origin.astype("<i4").tobytes())
+        parts.append(_buffer(constraints.indptr, "<i8"))
+        parts.append(_buffer(constraints.indices, "<i4"))
+        parts.append(_buffer(constraints.origin, "<i4"))
         for lane in lanes:
-            parts.append(lane.d.astype("<u4").tobytes())
-            parts.append(lane.basis.astype("<i4").tobytes())
-            parts.append(lane.k_mat.astype("<u4").tobytes())
-            parts.append(lane.k_inv.astype("<u4").tobytes())
-    body = b"".join(parts)
-    return body + hashlib.sha256(body).digest()
+            parts.append(_buffer(lane.d, "<u4"))
+            parts.append(_buffer(lane.basis, "<i4"))
+            parts.append(_buffer(lane.k_mat, "<u4"))
+            parts.append(_buffer(lane.k_inv, "<u4"))
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    parts.append(digest.digest())
+    return parts
+
+
+def _buffer(array: npt.NDArray[np.generic], dtype: str) -> memoryview:
+    """The array's bytes in `dtype` (no copy when it already is that type)."""
+    return raw_bytes(np.ascontiguousarray(array, dtype=dtype))
+
+
+def raw_bytes(array: npt.NDArray[np.generic]) -> memoryview:
+    """A contiguous array's bytes as a flat byte view (empty arrays too), without a copy."""
+    if array.size == 0:
+        return memoryview(b"")
+    return array.reshape(-1).data.cast("B")
 
 
 class _Reader:
@@ -100,9 +127,10 @@ class _Reader:
         return out
 
 
-def decode_fields(data: bytes) -> StateFields:
+def decode_fields(data: bytes, atom_of: Int32Array | None = None) -> StateFields:
     """The fields encoded in `data`, every count, range and the checksum checked; raise
-    StateFormatError on anything else."""
+    StateFormatError on anything else. Bytes that leave atom_of out (a delta's) need it as
+    `atom_of` (rebuilt by the reader); bytes that hold it must not be given one."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise StateFormatError(f"expected bytes, got {type(data).__name__}")
     raw = bytes(data)
@@ -116,8 +144,14 @@ def decode_fields(data: bytes) -> StateFields:
         raise StateFormatError(f"state format version {version}; this auditor reads {READABLE}")
     if hashlib.sha256(body).digest() != digest:
         raise StateFormatError("state checksum mismatch: the bytes are corrupted or truncated")
-    if flags not in (0, 1):
+    if flags & ~(TRACKED | NO_ATOMS) or (flags & NO_ATOMS and version < 3):
         raise StateFormatError(f"unknown state flags {flags}")
+    if bool(flags & NO_ATOMS) != (atom_of is not None):
+        raise StateFormatError(
+            "the state leaves its atoms to a parent state, and none was given"
+            if atom_of is None
+            else "the state holds its own atoms; a parent's were given"
+        )
     reader = _Reader(memoryview(body))
     reader.pos = _HEAD.size
     lane_heads = []
@@ -126,7 +160,13 @@ def decode_fields(data: bytes) -> StateFields:
             raise StateFormatError("state is truncated in the lane headers")
         lane_heads.append(_LANE.unpack_from(body, reader.pos))
         reader.pos += _LANE.size
-    atom_of = reader.take("<i4", n_records, "atom_of").astype(np.int32)
+    if atom_of is None:
+        atom_of = reader.take("<i4", n_records, "atom_of").astype(np.int32, copy=False)
+    elif atom_of.dtype != np.int32 or atom_of.shape != (n_records,):
+        raise StateFormatError(
+            f"the rebuilt atoms cover {atom_of.shape} record ids as {atom_of.dtype}, the state "
+            f"{n_records} as int32"
+        )
     if n_records and (int(atom_of.min()) < 0 or int(atom_of.max()) >= n_atoms):
         raise StateFormatError("atom ids out of range")
     sizes = np.bincount(atom_of, minlength=n_atoms).astype(np.int64)
@@ -136,7 +176,7 @@ def decode_fields(data: bytes) -> StateFields:
     if outside >= n_atoms or outside < -1:
         raise StateFormatError("outside atom out of range")
     constraints: Constraints | None = None
-    if flags & 1:
+    if flags & TRACKED:
         constraints = _decode_constraints(reader, lane_heads, n_atoms, n_rows, nnz, version)
     elif n_lanes or n_rows or nnz:
         raise StateFormatError("constraint data present in a state marked untracked")
@@ -153,10 +193,10 @@ def _decode_constraints(
     nnz: int,
     version: int,
 ) -> Constraints:
-    indptr = reader.take("<i8", n_rows + 1, "row pointers").astype(np.int64)
-    indices = reader.take("<i4", nnz, "row entries").astype(np.int32)
+    indptr = reader.take("<i8", n_rows + 1, "row pointers").astype(np.int64, copy=False)
+    indices = reader.take("<i4", nnz, "row entries").astype(np.int32, copy=False)
     if version >= 2:
-        origin = reader.take("<i4", n_rows, "row origins").astype(np.int32)
+        origin = reader.take("<i4", n_rows, "row origins").astype(np.int32, copy=False)
     else:
         origin = np.full(n_rows, -1, dtype=np.int32)
     if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) <= 0):
@@ -168,10 +208,10 @@ def _decode_constraints(
     for p, r in lane_heads:
         if not (1 << 30) <= p < (1 << 31) or not modp.is_prime(p):
             raise StateFormatError(f"lane modulus {p} is not a prime in [2**30, 2**31)")
-        d = reader.take("<u4", n_atoms, "atom weights").astype(np.int64)
-        basis = reader.take("<i4", r, "basis").astype(np.int64)
-        k_mat = reader.take("<u4", r * r, "K").astype(np.int64).reshape(r, r)
-        k_inv = reader.take("<u4", r * r, "K inverse").astype(np.int64).reshape(r, r)
+        d = reader.take("<u4", n_atoms, "atom weights").astype(np.int64, copy=False)
+        basis = reader.take("<i4", r, "basis").astype(np.int64, copy=False)
+        k_mat = reader.take("<u4", r * r, "K").astype(np.int64, copy=False).reshape(r, r)
+        k_inv = reader.take("<u4", r * r, "K inverse").astype(np.int64, copy=False).reshape(r, r)
         if n_atoms and int(d.max()) >= p:
             raise StateFormatError("atom weights out of range")
         if r and (int(basis.min()) < 0 or int(basis.max()) >= n_rows):

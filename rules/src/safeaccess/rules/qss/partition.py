@@ -10,6 +10,7 @@ never rewritten and nothing of size n_records is sorted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ import numpy.typing as npt
 
 Int32Array = npt.NDArray[np.int32]
 Int64Array = npt.NDArray[np.int64]
+#: A query-set array: one cell index per record id (-1 outside), int8, int16 or int32.
+CellArray = npt.NDArray[np.signedinteger[Any]]
 
 # Above this many (atom, cell) key slots, and above 4 slots per touched record, the pairs are
 # found atom by atom (`_pairs_by_atom`) instead of by counting into a dense table: a table much
@@ -52,13 +55,24 @@ class Refinement:
     labels: Int32Array
 
     def apply(self, atom_of: Int32Array) -> None:
+        """Write the new atom ids into `atom_of` (the array this refinement was made from)."""
         if self.inside is None:
             atom_of[:] = self.labels
         else:
             atom_of[self.inside] = self.labels
 
+    def applied(self, atom_of: Int32Array, *, owned: bool) -> Int32Array:
+        """The atom array after this refinement: when the array held every record, its labels
+        themselves (no copy); else `atom_of` with the new ids written in, copied first unless
+        the caller `owned` it."""
+        if self.inside is None:
+            return self.labels
+        out = atom_of if owned else atom_of.copy()
+        out[self.inside] = self.labels
+        return out
 
-def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Array) -> Refinement:
+
+def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: CellArray) -> Refinement:
     """Split the atoms of `atom_of` (left unchanged) by the query-set array `cells`."""
     m = int(sizes.shape[0])
     # an array over every record (a table of the whole population) needs no index of its
@@ -81,14 +95,8 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
     n_cells = int(inner.max()) + 1
     slots = m * n_cells
     inverse: Int64Array | None = None
-    key: npt.NDArray[np.signedinteger[Any]] | None = None
     if _dense(slots, int(inner.shape[0])):
-        # int32 keys when they fit: half the memory traffic on the hot path (10 M records)
-        key_type = np.dtype(np.int32 if slots < np.iinfo(np.int32).max else np.int64)
-        key = member_atom.astype(key_type, copy=False)
-        key = key * n_cells
-        key += inner.astype(key_type, copy=False)
-        counts = np.bincount(key, minlength=slots)
+        counts = _dense_counts(member_atom, inner, n_cells, slots)
         present = np.flatnonzero(counts).astype(np.int64)
         pair_count = counts[present].astype(np.int64)
     else:
@@ -107,10 +115,9 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
     new_id[keeps] = pair_atom[keeps]
     new_id[fresh] = np.arange(m, m + n_fresh, dtype=np.int64)
     if inverse is None:
-        assert key is not None
         lut = np.empty(slots, dtype=np.int32)
         lut[present] = new_id
-        labels = lut[key]
+        labels = _dense_labels(member_atom, inner, n_cells, lut)
     else:
         labels = new_id[inverse].astype(np.int32)
     new_sizes = np.concatenate([remainder, pair_count[fresh]])
@@ -131,8 +138,47 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: Int32Arr
     )
 
 
+#: Records per block of the dense path. The key atom · n_cells + cell is built block by block
+#: in one reused intp buffer, which `np.bincount` and `np.take` read without converting it:
+#: over the whole array at once, each would first copy 10 M int32 keys into a fresh 80 MB intp
+#: array (measured at 10 M records: 81 ms for the counts and labels whole, 51 ms by blocks).
+_BLOCK = 1 << 18
+
+
+def _dense_keys(
+    atom: Int32Array, cell: CellArray, n_cells: int, slots: int
+) -> Iterator[tuple[int, npt.NDArray[np.intp]]]:
+    """(start, key block) over the records, each block in the same reused buffer; one block
+    when the key table is larger than a block (a table per block would cost more)."""
+    n = int(atom.shape[0])
+    block = _BLOCK if slots <= _BLOCK else max(n, 1)
+    buffer = np.empty(min(n, block), dtype=np.intp)
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        key = buffer[: stop - start]
+        np.multiply(atom[start:stop], n_cells, out=key, casting="unsafe")
+        key += cell[start:stop]
+        yield start, key
+
+
+def _dense_counts(atom: Int32Array, cell: CellArray, n_cells: int, slots: int) -> Int64Array:
+    """The record count of every (atom, cell) key slot (`np.bincount` of the keys)."""
+    counts = np.zeros(slots, dtype=np.int64)
+    for _, key in _dense_keys(atom, cell, n_cells, slots):
+        counts += np.bincount(key, minlength=slots)
+    return counts
+
+
+def _dense_labels(atom: Int32Array, cell: CellArray, n_cells: int, lut: Int32Array) -> Int32Array:
+    """Each record's new atom id: `lut` at its key."""
+    labels = np.empty(atom.shape[0], dtype=np.int32)
+    for start, key in _dense_keys(atom, cell, n_cells, int(lut.shape[0])):
+        np.take(lut, key, out=labels[start : start + key.shape[0]])
+    return labels
+
+
 def _pairs_by_atom(
-    atom: Int32Array, cell: Int32Array, m: int, n_cells: int
+    atom: Int32Array, cell: CellArray, m: int, n_cells: int
 ) -> tuple[Int64Array, Int64Array, Int64Array]:
     """The distinct (atom, cell) pairs of the touched records as sorted keys atom · n_cells +
     cell, each record's pair and each pair's record count: what `np.unique(key,

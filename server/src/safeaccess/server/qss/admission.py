@@ -175,4 +175,4 @@ class Admission:
             self._held = False
             self._lock.release()
         if self.commit is not None:
-            self.auditor.files.prune(self.scope, self.commit.digest)
+            self.auditor.files.prune(self.scope, self.commit.digest, self.commit.base)

@@ -21,9 +21,10 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,13 @@ from safeaccess.rules.qss import (
 from safeaccess.server.config import QssSettings, scope_folder
 from safeaccess.server.outcome import QssCommit, QssPointer
 from safeaccess.server.qss.grid import Origin, data_revealed, origin_of, output_labels
-from safeaccess.server.qss.universe import ScopeState, decode, encode
+from safeaccess.server.qss.universe import (
+    ScopeState,
+    decode,
+    decode_chain,
+    encode_file,
+    parent_of,
+)
 
 CHECK = "query_set"
 KEEP_FILES = 3
@@ -67,14 +74,27 @@ def policy_for(settings: QssSettings, threshold: int) -> AuditPolicy:
     return AuditPolicy(mode=mode, k=threshold, atom_cap=settings.atom_cap)
 
 
+#: A scope writes a full state file after this many deltas (and for its first state): a cold
+#: load replays at most this many deltas' arrays, and a delta's chain on disk stays short.
+#: The choice depends on the number of admissions in the scope, never on the records.
+FULL_EVERY = 8
+
+
 class StateFiles:
-    """The scopes' auditor states on disk, with the most recent few kept decoded in memory."""
+    """The scopes' auditor states on disk, with the most recent few kept decoded in memory.
+
+    A state file is either a full state or a delta of the state file it was admitted from
+    (`universe.encode_file`): a delta holds the admitted query-set arrays and the small rest,
+    not the per-record atom array, so an admitted step writes about n_records bytes for a table
+    of up to 127 cells (10 MB at 10 M records) instead of 4 bytes per record, and hashes it
+    once. Every `FULL_EVERY`-th file of a chain is written full."""
 
     def __init__(self, root: Path, cache_size: int = 4):
         self.root = root / "qss"
         self._cache: OrderedDict[str, ScopeState] = OrderedDict()
         self._cache_size = cache_size
         self._guard = threading.Lock()
+        self._parents: dict[str, str | None] = {}  # digest -> the digest it is a delta of
 
     def _path(self, scope: str, digest: str) -> Path:
         return self.root / scope_folder(scope) / f"{digest}.state"
@@ -82,26 +102,47 @@ class StateFiles:
     def load(self, scope: str, pointer: QssPointer | None, n_records: int) -> ScopeState:
         """The scope's current state, grown to at least `n_records` record ids."""
         if pointer is None:
-            loaded = ScopeState(AuditState.empty(n_records), {})
-        else:
+            return ScopeState(AuditState.empty(n_records), {})
+        loaded = self._decoded(scope, pointer.digest)
+        return replace(loaded, base=pointer.digest, steps=()).grown(n_records)
+
+    def _decoded(self, scope: str, digest: str) -> ScopeState:
+        """The state in file `digest`: from the cache, else read with the files it is a delta
+        of (back to a cached or full state, each checked against its digest) and replayed in
+        one pass (`universe.decode_chain`). Only the state asked for is kept in the cache: the
+        parents of a cold load would push out live scopes."""
+        chain: list[bytes] = []  # from `digest` back towards a full state
+        base: ScopeState | None = None
+        current: str | None = digest
+        while current is not None:
             with self._guard:
-                cached = self._cache.get(pointer.digest)
-            if cached is None:
-                raw = self._path(scope, pointer.digest).read_bytes()
-                if hashlib.sha256(raw).hexdigest() != pointer.digest:
-                    raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
-                try:
-                    cached = decode(raw)
-                except StateFormatError as exc:
-                    raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
-                self._remember(pointer.digest, cached)
-            loaded = cached
-        state = loaded.state
-        if state.n_records < n_records:
-            grown = state.grow(n_records)
-            if isinstance(grown, AuditState):
-                loaded = ScopeState(grown, loaded.populations, loaded.origins)
-        return loaded
+                base = self._cache.get(current)
+            if base is not None:
+                break
+            if len(chain) > FULL_EVERY:
+                raise AuditUnavailable(f"the audit state of scope {scope!r} has too long a chain")
+            try:
+                raw = self._path(scope, current).read_bytes()
+            except FileNotFoundError as exc:
+                raise AuditUnavailable(f"the audit state of scope {scope!r} is missing") from exc
+            if hashlib.sha256(raw).hexdigest() != current:
+                raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
+            try:
+                parent = parent_of(raw)
+            except StateFormatError as exc:
+                raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
+            with self._guard:
+                self._parents[current] = parent
+            chain.append(raw)
+            current = parent
+        try:
+            if base is None:
+                base = decode(chain.pop())  # the full state the chain starts from
+            decoded = decode_chain(base, chain[::-1])
+        except StateFormatError as exc:
+            raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
+        self._remember(digest, decoded)
+        return decoded
 
     def _remember(self, digest: str, state: ScopeState) -> None:
         with self._guard:
@@ -111,43 +152,105 @@ class StateFiles:
                 self._cache.popitem(last=False)
 
     def save(self, scope: str, state: ScopeState) -> str:
-        """Write a state durably (tmp file, fsync, rename); returns its digest."""
-        raw = encode(state)
-        digest = hashlib.sha256(raw).hexdigest()
+        """Write a state durably (tmp file, fsync, rename): a delta of `state.base` by
+        `state.steps`, or a full state for a new scope and every `FULL_EVERY`-th file.
+        Returns its digest (the SHA-256 of the file)."""
+        delta = state.base is not None and state.depth + 1 < FULL_EVERY
+        parts = encode_file(state, delta=delta)
+        hasher = hashlib.sha256()
+        for part in parts:
+            hasher.update(part)
+        digest = hasher.hexdigest()
         target = self._path(scope, digest)
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
             tmp = target.with_name(f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp")
             with tmp.open("wb") as fh:
-                fh.write(raw)
+                for part in parts:
+                    fh.write(part)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, target)
-        self._remember(digest, state)
+        with self._guard:
+            self._parents[digest] = state.base if delta else None
+        depth = state.depth + 1 if delta else 0
+        self._remember(digest, replace(state, base=None, depth=depth, steps=()))
         return digest
 
-    def prune(self, scope: str, current: str) -> None:
-        """Remove all but the newest few state files of a scope (never the current one)."""
+    def _chain(self, scope: str, digest: str) -> set[str]:
+        """`digest` and every state file it needs (the parents of a delta, back to a full one)."""
+        chain: set[str] = set()
+        current: str | None = digest
+        while current is not None and current not in chain and len(chain) <= FULL_EVERY:
+            chain.add(current)
+            with self._guard:
+                known = current in self._parents
+                parent = self._parents.get(current)
+            if not known:
+                try:
+                    with self._path(scope, current).open("rb") as fh:
+                        parent = parent_of(fh.read(1 << 16))
+                except (OSError, StateFormatError):
+                    parent = None
+                with self._guard:
+                    self._parents[current] = parent
+            current = parent
+        return chain
+
+    def prune(self, scope: str, current: str, base: str | None = None) -> None:
+        """Remove all but the newest few state files of a scope, never one that the `current`
+        state (or its `base`, when the step's record failed) needs."""
+        keep = self._chain(scope, current) | (set() if base is None else self._chain(scope, base))
         folder = self.root / scope_folder(scope)
         files = sorted(folder.glob("*.state"), key=lambda p: p.stat().st_mtime, reverse=True)
         for path in files[KEEP_FILES:]:
-            if path.stem != current:
+            if path.stem not in keep:
                 path.unlink(missing_ok=True)
+                with self._guard:
+                    self._parents.pop(path.stem, None)
 
 
-def _released_cells(output: Output, n_cells: int) -> np.ndarray:
-    """Which query-set cells are released: all but the body cells a mitigation suppressed."""
-    released = np.ones(n_cells, dtype=bool)
+def _released_cells(output: Output, n_cells: int) -> np.ndarray | None:
+    """Which query-set cells are released: all but the body cells a mitigation suppressed;
+    None when every cell is (what was suppressed is shown to the researcher, so choosing the
+    path by it depends only on the released output)."""
     if not isinstance(output, TableOutput) or output.suppressed is None:
-        return released
+        return None
+    released = np.ones(n_cells, dtype=bool)
     width = len(output.col_labels) - (1 if output.margins and output.col_vars else 0)
     if width <= 0:
-        return released
+        return None
     for i in range(n_cells):
         r, c = divmod(i, width)
         if r < len(output.suppressed) and c < len(output.suppressed[r]):
             released[i] = not output.suppressed[r][c]
-    return released
+    return None if bool(released.all()) else released
+
+
+class _Layouts:
+    """Whether a version's positions -> record ids array is the identity (0, 1, ..., n-1), once
+    per array object. A version whose ids are its positions needs no scatter by id: at 10 M
+    records that scatter costs 60 ms a step. The answer depends on how the version was
+    registered (version 1's ids are always its positions: `record_ids.assign_ids`), so every
+    step on a version takes the same path whatever records it selects."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[weakref.ref[np.ndarray], bool]] = {}
+        self._guard = threading.Lock()
+
+    def identity(self, ids: np.ndarray) -> bool:
+        with self._guard:
+            known = self._known.get(id(ids))
+        if known is not None and known[0]() is ids:
+            return known[1]
+        answer = bool(ids.ndim == 1 and np.array_equal(ids, np.arange(len(ids), dtype=ids.dtype)))
+        with self._guard:
+            self._known = {k: v for k, v in self._known.items() if v[0]() is not None}
+            self._known[id(ids)] = (weakref.ref(ids), answer)
+        return answer
+
+
+_LAYOUTS = _Layouts()
 
 
 def stable_query_set(output: Output, ids: np.ndarray, n_records: int) -> np.ndarray | None:
@@ -168,6 +271,7 @@ def extra_stable_query_sets(output: Output, ids: np.ndarray, n_records: int) -> 
 
 
 def _stable(output: Output, qs: QuerySet, ids: np.ndarray, n_records: int) -> np.ndarray:
+    """The query set over record ids, in its compact cell type (`outputs.cell_dtype`)."""
     if not qs.attached:
         raise AuditUnavailable("the output's query-set array did not arrive")
     positions = qs.to_array()
@@ -175,12 +279,22 @@ def _stable(output: Output, qs: QuerySet, ids: np.ndarray, n_records: int) -> np
         raise AuditUnavailable(
             f"the query set covers {len(positions)} records, the dataset version has {len(ids)}"
         )
-    cells = positions.astype(np.int32, copy=True)
     released = _released_cells(output, len(qs.labels))
-    inside = cells >= 0
-    cells[inside & ~released[np.clip(cells, 0, max(len(released) - 1, 0))]] = -1
-    stable = np.full(n_records, -1, dtype=np.int32)
-    stable[ids] = cells
+    cells = positions
+    if released is not None:
+        # one gather through a table of the cells: a suppressed cell's index maps to -1, and
+        # -1 (outside) indexes the table's last entry, which is -1 too
+        table = np.full(len(qs.labels) + 1, -1, dtype=positions.dtype)
+        kept = np.flatnonzero(released)
+        table[kept] = kept
+        cells = table[positions]
+    if len(ids) == n_records and _LAYOUTS.identity(ids):
+        return cells
+    stable = np.full(n_records, -1, dtype=cells.dtype)
+    if _LAYOUTS.identity(ids):
+        stable[: len(ids)] = cells
+    else:
+        stable[ids] = cells
     return stable
 
 
@@ -192,6 +306,8 @@ class Gate:
     facts: dict[str, Any] = field(default_factory=dict)
     state: AuditState | None = None  # the scope's next state when admitted
     origin: tuple[int, Origin] | None = None  # what the admitted rows are, by admission number
+    #: the query-set arrays (over record ids) the state was refined by, in order, when admitted
+    arrays: tuple[np.ndarray, ...] = ()
 
 
 def _json_facts(admission: Admission) -> dict[str, Any]:
@@ -244,7 +360,7 @@ def gate(
             facts["grid_ms"] = round((time.perf_counter() - started) * 1000, 3)
         if revealed is None:
             number = int(admission.facts.get("origin", -1))
-            return Gate(decision, facts, admission.state, (number, current))
+            return Gate(decision, facts, admission.state, (number, current), (stable, *extra))
         facts.update(
             admitted=False, data_revealed_zero=True, conflicts_with=revealed.conflicts_with
         )
@@ -266,14 +382,20 @@ def commit_for(
     populations: ScopeState | None = None,
 ) -> QssCommit | None:
     """Write the admitted state, with the population decisions of `populations` (the state the
-    output was admitted against), and describe the pointer move for `Store.settle_step`."""
+    output was admitted against, and the steps since its file), and describe the pointer move
+    for `Store.settle_step`."""
     if result.state is None:
         return None
-    decided = {} if populations is None else populations.populations
-    origins = dict(populations.origins) if populations is not None else {}
+    before = populations if populations is not None else ScopeState(result.state)
+    origins = dict(before.origins)
     if result.origin is not None:
         origins[result.origin[0]] = result.origin[1]
-    digest = files.save(scope, ScopeState(result.state, decided, origins))
+    if populations is None or not result.arrays:
+        # nothing to replay from: a full state
+        after = ScopeState(result.state, before.populations, origins)
+    else:
+        after = replace(before.refined(result.state, result.arrays), origins=origins)
+    digest = files.save(scope, after)
     result.facts["state_sha256"] = digest
     return QssCommit(
         scope=scope,

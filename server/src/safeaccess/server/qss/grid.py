@@ -225,6 +225,8 @@ class _GridEvaluator:
         self.origins = origins
         self._rows: dict[tuple[tuple[str, ...], int], Rows | None] = {}
         self._frames: dict[tuple[str, ...], pd.DataFrame | None] = {}
+        # The axes of each grid within GRID_CAP points (None: over it), by column names.
+        self._axes: dict[tuple[str, ...], list[list[Any]] | None] = {}
         # The key of each small frame built here (None: not kept across steps).
         self._frame_keys: dict[tuple[str, ...], GridKey | None] = {}
         self._metadata_key: str | None = None
@@ -241,8 +243,8 @@ class _GridEvaluator:
         sources = [s for s in involved if s is not None]
         analyses = [self.origins[s.origin].analysis for s in sources]
         names = tuple(sorted(set().union(*(self._origin_names(s.origin) for s in sources))))
-        frame = self._frame(names, analyses)
-        vectors = None if frame is None else [self._row(names, frame, s) for s in sources]
+        fits = self._grid(names, analyses)
+        vectors = [self._row(names, s) for s in sources] if fits else None
         if vectors is None or any(v is None for v in vectors):
             return self._same_filters(sources)
         total = np.asarray(vectors[0], dtype=np.int64)
@@ -255,7 +257,7 @@ class _GridEvaluator:
         wheres = [_where(self.origins[s.origin].analysis) for s in sources]
         names = tuple(sorted(set().union(*(_filter_names(w) for w in wheres))))
         analyses = [self.origins[s.origin].analysis for s in sources]
-        frame = self._frame(names, analyses)
+        frame = self._frame(names, analyses) if self._grid(names, analyses) else None
         if frame is None:
             return False
         masks = []
@@ -284,21 +286,30 @@ class _GridEvaluator:
             found |= _filter_names(text) | _formula_names(text)
         return found & set(self.columns)
 
+    def _grid(self, names: tuple[str, ...], analyses: Sequence[dict[str, Any] | None]) -> bool:
+        """Work out the grid of `names` (its axes and, when small, its key across steps) and
+        whether it is within `GRID_CAP` points. The frame itself is built only when an
+        analysis must run on it (`_frame`): a step whose rows another step evaluated on the
+        same grid reads them by key and never builds it."""
+        if names not in self._axes:
+            constants = _constants(analyses)
+            numbers = _numbers(analyses)
+            axes = [_points(self.columns[n], constants.get(n, set()), numbers) for n in names]
+            size = math.prod(len(a) for a in axes) if axes else 1
+            self._axes[names] = axes if size <= GRID_CAP else None
+            self._frame_keys[names] = (
+                self._grid_key(names, axes) if size <= _EVALUATED.max_points else None
+            )
+        return self._axes[names] is not None
+
     def _frame(
         self, names: tuple[str, ...], analyses: Sequence[dict[str, Any] | None]
     ) -> pd.DataFrame | None:
         if names in self._frames:
             return self._frames[names]
-        constants = _constants(analyses)
-        axes = [
-            _points(self.columns[n], constants.get(n, set()), _numbers(analyses)) for n in names
-        ]
-        size = math.prod(len(a) for a in axes) if axes else 1
         frame: pd.DataFrame | None = None
-        self._frame_keys[names] = (
-            self._grid_key(names, axes) if size <= _EVALUATED.max_points else None
-        )
-        if size <= GRID_CAP:
+        axes = self._axes[names] if self._grid(names, analyses) else None
+        if axes is not None:
             data: dict[str, Any] = {}
             combos = list(product(*axes)) if axes else [()]
             for i, name in enumerate(names):
@@ -308,6 +319,12 @@ class _GridEvaluator:
                     data[col.name] = [_filler(col)] * len(combos)
             frame = pd.DataFrame({c.name: _typed(c, data[c.name]) for c in self.metadata.columns})
         self._frames[names] = frame
+        return frame
+
+    def _built(self, names: tuple[str, ...]) -> pd.DataFrame:
+        """The frame of a grid `_grid` found within the cap."""
+        frame = self._frame(names, [])
+        assert frame is not None  # `_grid` said it fits, and its axes are kept
         return frame
 
     def _grid_key(self, names: tuple[str, ...], axes: list[list[Any]]) -> GridKey | None:
@@ -323,31 +340,30 @@ class _GridEvaluator:
             return None
         return key
 
-    def _row(self, names: tuple[str, ...], frame: pd.DataFrame, src: _Source) -> BoolArray | None:
+    def _row(self, names: tuple[str, ...], src: _Source) -> BoolArray | None:
         cached = self._rows.get((names, src.origin), ...)
         if cached is ...:
-            cached = self._evaluated(names, frame, self.origins[src.origin].analysis)
+            cached = self._evaluated(names, self.origins[src.origin].analysis)
             self._rows[(names, src.origin)] = cached
         if cached is None:
             return None
         return cached.get((src.array, src.label))
 
-    def _evaluated(
-        self, names: tuple[str, ...], frame: pd.DataFrame, analysis: dict[str, Any] | None
-    ) -> Rows | None:
-        """`_evaluate`, read from `_EVALUATED` when another step ran it on the same grid."""
+    def _evaluated(self, names: tuple[str, ...], analysis: dict[str, Any] | None) -> Rows | None:
+        """`_evaluate` on the grid of `names` (already worked out by `_grid`), read from
+        `_EVALUATED` when another step ran it on the same grid."""
         grid = self._frame_keys.get(names)
         if grid is None:
-            return self._evaluate(frame, analysis)
+            return self._evaluate(self._built(names), analysis)
         try:
             # Sorted keys, and 1, 1.0 and true written apart: equal text, equal analysis.
             key = (grid, json.dumps(analysis, sort_keys=True, allow_nan=False))
         except (TypeError, ValueError):
-            return self._evaluate(frame, analysis)
+            return self._evaluate(self._built(names), analysis)
         found = _EVALUATED.get(key)
         if found is not ...:
             return found
-        rows = self._evaluate(frame, analysis)
+        rows = self._evaluate(self._built(names), analysis)
         _EVALUATED.put(key, rows)
         return rows
 

@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.spatial import cKDTree
 from scipy.spatial.distance import cdist
 
+from safeaccess.rules.synthetic.cells import nearest_by_cells
 from safeaccess.rules.synthetic.coding import row_ids
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 from safeaccess.rules.synthetic.gcap import gcap, gcap_loo
@@ -40,6 +41,12 @@ KD_LEAFSIZE = 32
 # exact for every record it finds and far cheaper (see `_smallest_exactly`).
 _PILOT = 2_000
 _BOUND_SLACK = 1e-9
+# From this dimension and this many query x distinct real rows on, `dcr` first tries the cell
+# search (`cells.nearest_by_cells`), which is exact and some 3x faster than the k-d tree at
+# d = 10 on spread-out data; it declines (and the tree answers) when its bounds prune too little.
+# Below dimension 8 the k-d tree is fast and the cells (2^d of them) prune badly.
+CELLS_MIN_DIM = 8
+CELLS_MIN_PAIRS = 10**8
 
 
 def distance_features(data: ArrayLike, columns: Sequence[tuple[float, float] | int]) -> FloatArray:
@@ -86,10 +93,24 @@ def dcr(syn: ArrayLike, real: ArrayLike) -> tuple[FloatArray, IntArray]:
     if r.shape[0] == 0:
         raise SyntheticCheckError("real has no records: DCR needs at least one")
     if s.shape[1] <= KD_TREE_MAX_DIM:
-        index = _nearest_kdtree(s, r)
+        index = _nearest_exact(s, r)
     else:
         index = _nearest_brute(s, r, exclude=None)
     return _norms(s - r[index]), index
+
+
+def _nearest_exact(s: FloatArray, r: FloatArray) -> IntArray:
+    """`_nearest_kdtree(s, r)` (same indices), by the cell search where that is faster."""
+    prep = _real_tree(r)
+    if (
+        s.shape[1] >= CELLS_MIN_DIM
+        and s.shape[0] * prep.uniq.shape[0] >= CELLS_MIN_PAIRS
+        and prep.uniq.shape[0] > 1
+    ):
+        index = nearest_by_cells(s, prep.uniq, prep.first, prep.tree, _workers())
+        if index is not None:
+            return index
+    return _nearest_kdtree(s, prep)
 
 
 def dcr_loo(real: ArrayLike, rows: ArrayLike | None = None) -> tuple[FloatArray, IntArray]:

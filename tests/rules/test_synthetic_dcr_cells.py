@@ -78,9 +78,15 @@ def dcr_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(dcr_cases(), st.sampled_from([1, 2]))
-def test_cell_search_equals_brute_force_and_the_kd_tree(case, workers):
-    syn, real = case
+@given(
+    dcr_cases(),
+    st.sampled_from([1, 2]),
+    st.sampled_from([1.0, 3.7, 1e-30, 1e30]),
+    st.sampled_from([0.0, -5.0, 1e6]),
+)
+def test_cell_search_equals_brute_force_and_the_kd_tree(case, workers, scale, offset):
+    # any magnitude (the float32 products work on rescaled coordinates) and offset
+    syn, real = (x * scale + offset * scale for x in case)
     prep = distance_mod._real_tree(real)
     got = nearest_by_cells(syn, prep.uniq, prep.first, prep.tree, workers, math.inf)
     assert got is not None
@@ -152,3 +158,17 @@ def test_dcr_falls_back_to_the_kd_tree_on_data_of_few_latent_dimensions(monkeypa
     _, idx = dcr(syn, real)
     assert calls == [False]
     assert idx.tolist() == brute_nearest(syn, real)[1]
+
+
+def test_cell_search_far_from_a_tight_cluster_is_exact_or_declines():
+    # real rows 1e-9 apart seen from a million units away: float32 products cannot tell them
+    # apart, so every row is a candidate; past 64 per query the tree answers instead
+    rng = np.random.default_rng(11)
+    real = 1.0 + 1e-9 * rng.random((3000, 8))
+    syn = np.r_[1e6 + rng.random((500, 8)), 1.0 + 1e-9 * rng.random((500, 8))]
+    prep = distance_mod._real_tree(real)
+    assert nearest_by_cells(syn, prep.uniq, prep.first, prep.tree, 1, math.inf) is None
+    few = syn[-500:]  # near the cluster the products separate the rows again
+    got = nearest_by_cells(few, prep.uniq, prep.first, prep.tree, 1, math.inf)
+    assert got is not None and got.tolist() == brute_nearest(few, real)[1]
+    assert dcr(syn, real)[1].tolist() == brute_nearest(syn, real)[1]

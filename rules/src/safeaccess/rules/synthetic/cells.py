@@ -19,6 +19,8 @@ a few cells) `nearest_by_cells` says so and the caller uses its k-d tree.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +28,7 @@ from scipy.spatial import cKDTree
 from threadpoolctl import ThreadpoolController
 
 FloatArray = NDArray[np.float64]
+Float32Array = NDArray[np.float32]
 IntArray = NDArray[np.int64]
 
 # Measured on 100 000 x 100 000 (benchmarks/synthetic.py --only-dcr): one query-row distance
@@ -39,11 +42,16 @@ MAX_SHARE = 0.08
 APPROX_EPS = 2.0
 _TIE_RTOL = 1e-12
 _QUERY_CHUNK = 4096
+_SAMPLE = 2_000
 # One BLAS thread for the products: each is small (a cell's rows by its queries) and a
 # multi-threaded BLAS spends more on waking and syncing threads than on the product (some 4x
 # more CPU at d = 10); see also safeaccess.rules.qss.admit.
 _BLAS = ThreadpoolController()
 _EPS = float(np.finfo(np.float64).eps)
+_EPS32 = float(np.finfo(np.float32).eps) / 2.0  # unit roundoff
+_TINY32 = float(np.finfo(np.float32).tiny) * 64.0
+# candidate rows per query for the exact re-check, on average, above which the tree answers
+_MAX_CANDIDATES = 64
 
 
 def nearest_by_cells(
@@ -78,44 +86,69 @@ def _nearest(
     n, d = s.shape
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    # Queries in the leaf order of a k-d tree over themselves: neighbouring queries visit the
-    # same tree nodes and the same cells, so both stay in cache.
-    walk = cKDTree(s).indices if n > 1 else np.zeros(n, dtype=np.int64)
-    sq = s[walk]
-    _, approx_idx = tree.query(sq, k=1, eps=APPROX_EPS, workers=workers)
-    approx = np.asarray(approx_idx, dtype=np.int64).reshape(n)
-    diff = sq - uniq[approx]
-    # the approximate neighbour's squared distance bounds the nearest one's from above
-    u2 = np.einsum("ij,ij->i", diff, diff)
-
     cut = np.median(uniq, axis=0)
     code = (uniq >= cut) @ (np.int64(1) << np.arange(d, dtype=np.int64))
     order = np.argsort(code, kind="stable")
     cells, starts, counts = np.unique(code[order], return_index=True, return_counts=True)
     high = ((cells[:, None] >> np.arange(d)) & 1).astype(np.float64)  # cell x column
-    visits = _visits(sq, cut, high, u2)
-    if float(sum(v.size * int(k) for v, k in zip(visits, counts, strict=True))) > (
-        max_share * uniq.shape[0] * n
-    ):
+    limit = max_share * uniq.shape[0]
+    if n > 4 * _SAMPLE:
+        # a spread sample tells cheaply whether the cells prune enough (data spanned by few
+        # directions crowd into few cells); only the speed depends on this estimate
+        pick = s[np.linspace(0, n - 1, _SAMPLE).astype(np.int64)]
+        approx, u2 = _approximate(pick, uniq, tree, workers)
+        if _measured(_visits(pick, cut, high, u2, workers), counts) > limit * _SAMPLE:
+            return None
+
+    # Queries in the leaf order of a k-d tree over themselves: neighbouring queries visit the
+    # same tree nodes and the same cells, so both stay in cache.
+    walk = cKDTree(s).indices if n > 1 else np.zeros(n, dtype=np.int64)
+    sq = s[walk]
+    approx, u2 = _approximate(sq, uniq, tree, workers)
+    visits = _visits(sq, cut, high, u2, workers)
+    if _measured(visits, counts) > limit * n:
         return None
 
-    # Centred coordinates shrink the products' rounding; [-2 q, 1] . [p, |p|^2] is
-    # |q - p|^2 - |q|^2, enough to rank the rows for a query.
+    # The products are in float32 (half the time of float64; their rounding is bounded below
+    # and every row near the smallest is measured again exactly). Coordinates are centred on
+    # the real rows and scaled by a power of two (exact) to magnitude at most 1, so nothing
+    # overflows; [-2 q, 1] . [p, |p|^2] is |q - p|^2 - |q|^2, enough to rank the rows for q.
     rows = uniq[order]
     centre = (rows.min(axis=0) + rows.max(axis=0)) / 2.0
     sc, rc = sq - centre, rows - centre
-    q_aug = np.ascontiguousarray(np.c_[-2.0 * sc, np.ones(n)].T)  # (d + 1) x n
-    r_aug = np.c_[rc, np.einsum("ij,ij->i", rc, rc)]  # rows x (d + 1)
+    extent = max(float(np.abs(sc).max()), float(np.abs(rc).max()))
+    scale = 2.0 ** -math.ceil(math.log2(extent)) if extent > 0.0 else 1.0
+    sc, rc = sc * scale, rc * scale
+    q_aug = np.ascontiguousarray(np.c_[-2.0 * sc, np.ones(n)].T, dtype=np.float32)
+    r_aug = np.ascontiguousarray(np.c_[rc, np.einsum("ij,ij->i", rc, rc)], dtype=np.float32)
     q_norm2 = np.einsum("ij,ij->i", sc, sc)
-    # |computed - exact| of one product entry (d + 1 terms of magnitude up to 2|q||p| + |p|^2)
-    err = 4.0 * (d + 2) * _EPS * (np.sqrt(q_norm2) + math.sqrt(float(r_aug[:, -1].max()))) ** 2
+    # |computed - exact| of one entry: d + 1 rounded inputs and products, d + 1 additions, of
+    # terms whose magnitudes sum to at most (|q| + max |p|)^2 (float32 unit roundoff 2^-24;
+    # twice the textbook bound, and at least float32's smallest normal for underflow)
+    p_max = math.sqrt(float(np.einsum("ij,ij->i", rc, rc).max()))
+    err = 2.0 * (d + 5) * _EPS32 * (np.sqrt(q_norm2) + p_max) ** 2 + _TINY32
 
-    best = np.full(n, np.inf)
-    cell_min: list[FloatArray] = []
-    for c, queries in enumerate(visits):
-        low = _products(r_aug, starts[c], counts[c], q_aug, queries).min(axis=0, initial=np.inf)
-        best[queries] = np.minimum(best[queries], low)
-        cell_min.append(low)
+    def smallest(part: range) -> tuple[FloatArray, list[Float32Array]]:
+        # each thread its own running minimum: queries are shared between cells
+        best = np.full(n, np.inf)
+        lows = []
+        for c in part:
+            low = _products(r_aug, starts[c], counts[c], q_aug, visits[c]).min(
+                axis=0, initial=np.inf
+            )
+            best[visits[c]] = np.minimum(best[visits[c]], low)
+            lows.append(low)
+        return best, lows
+
+    threads = _threads(workers)
+    parts = [range(i, cells.shape[0], threads) for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:  # products and minima release the GIL
+        results = list(pool.map(smallest, parts))
+    best = np.minimum.reduce([b for b, _ in results])
+    cell_min: list[Float32Array] = [np.empty(0, dtype=np.float32)] * cells.shape[0]
+    for part, (_, lows) in zip(parts, results, strict=True):
+        for c, low in zip(part, lows, strict=True):
+            cell_min[c] = low
 
     # Every row whose exact value is within the tie tolerance of the smallest has a computed
     # value within 2 err (plus that tolerance) of the smallest computed one.
@@ -123,12 +156,18 @@ def _nearest(
     cut_off = best + 2.0 * err + ties
     pair_q: list[IntArray] = [np.arange(n, dtype=np.int64)]
     pair_r: list[IntArray] = [approx]  # the approximate neighbour is always a candidate
+    pairs = n
     for c, queries in enumerate(visits):
         again = queries[cell_min[c] <= cut_off[queries]]
         if again.size == 0:
             continue
         block = _products(r_aug, starts[c], counts[c], q_aug, again)
         hit_r, hit_q = np.nonzero(block <= cut_off[again])
+        pairs += hit_q.size
+        if pairs > _MAX_CANDIDATES * n:
+            # rows the products cannot tell apart (many equally near rows, or queries far
+            # from rows close together): the tree resolves them with less memory
+            return None
         pair_q.append(again[hit_q])
         pair_r.append(order[starts[c] + hit_r])
     qs, rs = np.concatenate(pair_q), np.concatenate(pair_r)
@@ -144,7 +183,29 @@ def _nearest(
     return out
 
 
-def _visits(s: FloatArray, cut: FloatArray, high: FloatArray, u2: FloatArray) -> list[IntArray]:
+def _approximate(
+    s: FloatArray, uniq: FloatArray, tree: cKDTree, workers: int
+) -> tuple[IntArray, FloatArray]:
+    """An approximate neighbour of each query (at most 1 + APPROX_EPS times farther than the
+    nearest) and its squared distance, an upper bound on the nearest one's."""
+    _, idx = tree.query(s, k=1, eps=APPROX_EPS, workers=workers)
+    approx = np.asarray(idx, dtype=np.int64).reshape(s.shape[0])
+    diff = s - uniq[approx]
+    return approx, np.einsum("ij,ij->i", diff, diff)
+
+
+def _measured(visits: list[IntArray], counts: IntArray) -> float:
+    """Query-row distances the cells would compute."""
+    return float(sum(v.size * int(k) for v, k in zip(visits, counts, strict=True)))
+
+
+def _threads(workers: int) -> int:
+    return max(1, os.cpu_count() or 1) if workers < 1 else workers
+
+
+def _visits(
+    s: FloatArray, cut: FloatArray, high: FloatArray, u2: FloatArray, workers: int
+) -> list[IntArray]:
     """For each cell, the queries (ascending) whose approximate neighbour is not nearer than the
     cell's lower bound.
 
@@ -154,28 +215,31 @@ def _visits(s: FloatArray, cut: FloatArray, high: FloatArray, u2: FloatArray) ->
     and an absolute multiple of eps. Queries go in chunks, so the cells x queries bounds stay
     small."""
     n, d = s.shape
-    found_c: list[IntArray] = []
-    found_q: list[IntArray] = []
-    for start in range(0, n, _QUERY_CHUNK):
+
+    def chunk(start: int) -> tuple[IntArray, IntArray]:
         q = s[start : start + _QUERY_CHUNK]
         side = (q >= cut).astype(np.float64)
         w = (q - cut) ** 2
         bound = high @ np.ascontiguousarray((w * (1.0 - 2.0 * side)).T)
         limit = u2[start : start + q.shape[0]] * (1.0 + 1e-9) + 8.0 * (d + 1) * _EPS * w.sum(1)
         cell, query = np.nonzero(bound <= (limit - np.einsum("ij,ij->i", w, side))[None, :])
-        found_c.append(cell)
-        found_q.append(query + start)
-    cell_all, query_all = np.concatenate(found_c), np.concatenate(found_q)
+        return cell, query + start
+
+    with ThreadPoolExecutor(_threads(workers)) as pool:
+        found = list(pool.map(chunk, range(0, n, _QUERY_CHUNK)))
+    cell_all = np.concatenate([c for c, _ in found])
+    query_all = np.concatenate([q for _, q in found])
     # each chunk's pairs come sorted by cell: a stable sort merges the runs, queries ascending
-    by_cell = np.argsort(cell_all, kind="stable")
+    small = cell_all.astype(np.int16) if high.shape[0] <= np.iinfo(np.int16).max else cell_all
+    by_cell = np.argsort(small, kind="stable")  # a radix sort for 16-bit keys
     edges = np.r_[0, np.cumsum(np.bincount(cell_all, minlength=high.shape[0]))]
     query_sorted = query_all[by_cell]
     return [query_sorted[edges[c] : edges[c + 1]] for c in range(high.shape[0])]
 
 
 def _products(
-    r_aug: FloatArray, start: int, count: int, q_aug: FloatArray, queries: IntArray
-) -> FloatArray:
+    r_aug: Float32Array, start: int, count: int, q_aug: Float32Array, queries: IntArray
+) -> Float32Array:
     """|q - p|^2 - |q|^2 (rounded) for the cell's rows p (rows of the result) and `queries`
     (columns): rows x queries, so the minimum over rows is an element-wise one."""
-    return np.asarray(r_aug[start : start + count] @ q_aug[:, queries], dtype=np.float64)
+    return np.asarray(r_aug[start : start + count] @ q_aug[:, queries], dtype=np.float32)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safeaccess.rules.synthetic import cells as cells_mod
-from safeaccess.rules.synthetic import dcr, distance_features
+from safeaccess.rules.synthetic import dcr, dcr_loo, dcr_report, distance_features
 from safeaccess.rules.synthetic import distance as distance_mod
 from safeaccess.rules.synthetic.cells import nearest_by_cells
 
@@ -172,3 +172,26 @@ def test_cell_search_far_from_a_tight_cluster_is_exact_or_declines():
     got = nearest_by_cells(few, prep.uniq, prep.first, prep.tree, 1, math.inf)
     assert got is not None and got.tolist() == brute_nearest(few, real)[1]
     assert dcr(syn, real)[1].tolist() == brute_nearest(syn, real)[1]
+
+
+def test_dcr_report_with_the_cell_search_equals_the_tree_only_report(monkeypatch):
+    # the report's DCR comes from the cell search (every distance exact) where it applies; the
+    # figures must be bit for bit those of the previous, tree-only code
+    rng = np.random.default_rng(21)
+    real = np.r_[rng.random((9000, 9)), rng.integers(0, 3, size=(3000, 9)) / 2.0]
+    syn = np.r_[rng.random((9000, 9)), real[:1000]]
+    monkeypatch.setattr(cells_mod, "MAX_SHARE", 1.0)
+    calls = []
+    real_cells = distance_mod.nearest_by_cells
+
+    def spy(*args, **kwargs):
+        out = real_cells(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(distance_mod, "nearest_by_cells", spy)
+    got = dcr_report(syn, real)
+    assert calls == [True]
+    monkeypatch.setattr(distance_mod, "CELLS_MIN_DIM", 10**9)
+    assert got == dcr_report(syn, real)
+    assert got == dcr_report(syn, real, distances=(dcr(syn, real)[0], dcr_loo(real)[0]))

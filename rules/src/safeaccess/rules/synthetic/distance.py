@@ -102,15 +102,19 @@ def dcr(syn: ArrayLike, real: ArrayLike) -> tuple[FloatArray, IntArray]:
 def _nearest_exact(s: FloatArray, r: FloatArray) -> IntArray:
     """`_nearest_kdtree(s, r)` (same indices), by the cell search where that is faster."""
     prep = _real_tree(r)
+    index = _by_cells(s, prep)
+    return _nearest_kdtree(s, prep) if index is None else index
+
+
+def _by_cells(s: FloatArray, prep: _RealTree) -> IntArray | None:
+    """`_nearest_kdtree(s, prep)` by the cell search, or None where the tree is faster."""
     if (
         s.shape[1] >= CELLS_MIN_DIM
         and s.shape[0] * prep.uniq.shape[0] >= CELLS_MIN_PAIRS
         and prep.uniq.shape[0] > 1
     ):
-        index = nearest_by_cells(s, prep.uniq, prep.first, prep.tree, _workers())
-        if index is not None:
-            return index
-    return _nearest_kdtree(s, prep)
+        return nearest_by_cells(s, prep.uniq, prep.first, prep.tree, _workers())
+    return None
 
 
 def dcr_loo(real: ArrayLike, rows: ArrayLike | None = None) -> tuple[FloatArray, IntArray]:
@@ -244,6 +248,11 @@ def _dcr_smallest(
 ) -> FloatArray:
     """`dcr(s, r)[0]` exactly for the smallest distances (see `_smallest_exactly`), inf above."""
     prep = _real_tree(r)
+    index = _by_cells(s, prep)
+    if index is not None:
+        # every distance, exactly, in less time than the bounded tree search (d = 10,
+        # uniform: 1.8 s against 5 s CPU)
+        return _norms(s - r[index])
 
     def measure(points: FloatArray, bound: float = math.inf) -> FloatArray:
         index = _nearest_kdtree(points, prep, bound)

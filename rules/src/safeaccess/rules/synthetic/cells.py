@@ -41,7 +41,7 @@ MAX_SHARE = 0.08
 # nearest; 2 costs a sixteenth of an exact query and keeps the bound within 2 % on average.
 APPROX_EPS = 2.0
 _TIE_RTOL = 1e-12
-_QUERY_CHUNK = 4096
+_QUERY_CHUNK = 2048
 _SAMPLE = 2_000
 # One BLAS thread for the products: each is small (a cell's rows by its queries) and a
 # multi-threaded BLAS spends more on waking and syncing threads than on the product (some 4x
@@ -91,13 +91,23 @@ def _nearest(
     order = np.argsort(code, kind="stable")
     cells, starts, counts = np.unique(code[order], return_index=True, return_counts=True)
     high = ((cells[:, None] >> np.arange(d)) & 1).astype(np.float64)  # cell x column
+    # Products and bounds are in float32 (half the time of float64; their rounding is bounded
+    # and every row near the smallest is measured again exactly). Coordinates are centred on
+    # the real rows and scaled by a power of two (exact) to magnitude at most 1, so nothing
+    # overflows; beyond float64's comfortable range the tree answers.
+    centre = (uniq.min(axis=0) + uniq.max(axis=0)) / 2.0
+    extent = max(float(np.abs(s - centre).max()), float(np.abs(uniq - centre).max()))
+    if extent > 2.0**400 or 0.0 < extent < 2.0**-400:
+        return None
+    scale = 2.0 ** -math.ceil(math.log2(extent)) if extent > 0.0 else 1.0
     limit = max_share * uniq.shape[0]
     if n > 4 * _SAMPLE:
         # a spread sample tells cheaply whether the cells prune enough (data spanned by few
         # directions crowd into few cells); only the speed depends on this estimate
         pick = s[np.linspace(0, n - 1, _SAMPLE).astype(np.int64)]
         approx, u2 = _approximate(pick, uniq, tree, workers)
-        if _measured(_visits(pick, cut, high, u2, workers), counts) > limit * _SAMPLE:
+        visits = _visits(pick, cut, high, u2, scale * scale, workers)
+        if _measured(visits, counts) > limit * _SAMPLE:
             return None
 
     # Queries in the leaf order of a k-d tree over themselves: neighbouring queries visit the
@@ -105,20 +115,13 @@ def _nearest(
     walk = cKDTree(s).indices if n > 1 else np.zeros(n, dtype=np.int64)
     sq = s[walk]
     approx, u2 = _approximate(sq, uniq, tree, workers)
-    visits = _visits(sq, cut, high, u2, workers)
+    visits = _visits(sq, cut, high, u2, scale * scale, workers)
     if _measured(visits, counts) > limit * n:
         return None
 
-    # The products are in float32 (half the time of float64; their rounding is bounded below
-    # and every row near the smallest is measured again exactly). Coordinates are centred on
-    # the real rows and scaled by a power of two (exact) to magnitude at most 1, so nothing
-    # overflows; [-2 q, 1] . [p, |p|^2] is |q - p|^2 - |q|^2, enough to rank the rows for q.
+    # [-2 q, 1] . [p, |p|^2] is |q - p|^2 - |q|^2, enough to rank the rows for q
     rows = uniq[order]
-    centre = (rows.min(axis=0) + rows.max(axis=0)) / 2.0
-    sc, rc = sq - centre, rows - centre
-    extent = max(float(np.abs(sc).max()), float(np.abs(rc).max()))
-    scale = 2.0 ** -math.ceil(math.log2(extent)) if extent > 0.0 else 1.0
-    sc, rc = sc * scale, rc * scale
+    sc, rc = (sq - centre) * scale, (rows - centre) * scale
     q_aug = np.ascontiguousarray(np.c_[-2.0 * sc, np.ones(n)].T, dtype=np.float32)
     r_aug = np.ascontiguousarray(np.c_[rc, np.einsum("ij,ij->i", rc, rc)], dtype=np.float32)
     q_norm2 = np.einsum("ij,ij->i", sc, sc)
@@ -204,25 +207,40 @@ def _threads(workers: int) -> int:
 
 
 def _visits(
-    s: FloatArray, cut: FloatArray, high: FloatArray, u2: FloatArray, workers: int
+    s: FloatArray,
+    cut: FloatArray,
+    high: FloatArray,
+    u2: FloatArray,
+    scale2: float,
+    workers: int,
 ) -> list[IntArray]:
-    """For each cell, the queries (ascending) whose approximate neighbour is not nearer than the
-    cell's lower bound.
+    """For each cell, the queries (ascending) whose approximate neighbour (at squared distance
+    `u2`) is not nearer than the cell's lower bound.
 
     The squared distance from query q to a row of cell c is at least the sum, over the columns
     where c lies on the other side of the median, of (q_j - cut_j)^2: a product of the cells'
-    side bits with per-query weights. Rounding is allowed for by a relative 1e-9 on q's bound
-    and an absolute multiple of eps. Queries go in chunks, so the cells x queries bounds stay
-    small."""
+    side bits with per-query weights. The sides and weights are taken in the caller's
+    coordinates (a side must match the cells' own test), the weights times `scale2` (a power of
+    two, exact) so the float32 product cannot overflow. A query visits a cell unless the
+    computed bound exceeds its limit by more than the product's rounding can account for
+    (4 (d + 2) float32 unit roundoffs of the weights' sum and the limit, plus underflow; the
+    limit itself is the scaled u2 with a relative 1e-9). Queries go in chunks, so the
+    cells x queries bounds stay small."""
     n, d = s.shape
+    high32 = high.astype(np.float32)
 
     def chunk(start: int) -> tuple[IntArray, IntArray]:
         q = s[start : start + _QUERY_CHUNK]
-        side = (q >= cut).astype(np.float64)
-        w = (q - cut) ** 2
-        bound = high @ np.ascontiguousarray((w * (1.0 - 2.0 * side)).T)
-        limit = u2[start : start + q.shape[0]] * (1.0 + 1e-9) + 8.0 * (d + 1) * _EPS * w.sum(1)
-        cell, query = np.nonzero(bound <= (limit - np.einsum("ij,ij->i", w, side))[None, :])
+        side = q >= cut
+        w = (q - cut) ** 2 * scale2
+        weights = np.ascontiguousarray(np.where(side, -w, w).T, dtype=np.float32)
+        limit = u2[start : start + q.shape[0]] * scale2 * (1.0 + 1e-9)
+        slack = 4.0 * (d + 2) * (_EPS32 * (w.sum(axis=1) + limit) + _TINY32)
+        rhs = limit - np.where(side, w, 0.0).sum(axis=1) + slack
+        bound = high32 @ weights
+        # (flat indices and a division: 2-D nonzero takes 3x longer)
+        flat = np.flatnonzero(bound <= rhs.astype(np.float32)[None, :])
+        cell, query = np.divmod(flat, q.shape[0])
         return cell, query + start
 
     with ThreadPoolExecutor(_threads(workers)) as pool:

@@ -7,8 +7,10 @@ median they lie on (2^d cells at most); a lower bound on the distance from every
 cell is one matrix product, because the bound is a sum over the columns where the cell lies on
 the other side of the median; only the cells within the distance of an approximate neighbour
 (a cheap `eps` k-d tree query) are measured, cell by cell, with one matrix product per cell.
-Products are rounded, so every row within a rigorous error bound of the smallest is measured
-again exactly (`_norms`, as `dcr` reports), and ties resolve to the lowest index as in `dcr`.
+Bounds and products are float32 with their rounding bounded: no cell that could hold the
+nearest row is skipped, and every row within the products' error bound of the smallest is
+measured again exactly in float64 (as `dcr` reports distances), so the answer, ties to the
+lowest index included, is the k-d tree's (tested against it and brute force, with Hypothesis).
 
 No library offers this (an exact, tie-aware blocked search with a pruning bound that is itself a
 matrix product): scipy and sklearn have trees only, and faiss's exact search is brute force in
@@ -47,7 +49,6 @@ _SAMPLE = 2_000
 # multi-threaded BLAS spends more on waking and syncing threads than on the product (some 4x
 # more CPU at d = 10); see also safeaccess.rules.qss.admit.
 _BLAS = ThreadpoolController()
-_EPS = float(np.finfo(np.float64).eps)
 _EPS32 = float(np.finfo(np.float32).eps) / 2.0  # unit roundoff
 _TINY32 = float(np.finfo(np.float32).tiny) * 64.0
 # candidate rows per query for the exact re-check, on average, above which the tree answers

@@ -175,8 +175,8 @@ def test_cell_search_far_from_a_tight_cluster_is_exact_or_declines():
 
 
 def test_dcr_report_with_the_cell_search_equals_the_tree_only_report(monkeypatch):
-    # the report's DCR comes from the cell search (every distance exact) where it applies; the
-    # figures must be bit for bit those of the previous, tree-only code
+    # the report's DCR and LOO distances come from the cell search (every distance exact) where
+    # it applies; the figures must be bit for bit those of the previous, tree-only code
     rng = np.random.default_rng(21)
     real = np.r_[rng.random((9000, 9)), rng.integers(0, 3, size=(3000, 9)) / 2.0]
     syn = np.r_[rng.random((9000, 9)), real[:1000]]
@@ -191,7 +191,40 @@ def test_dcr_report_with_the_cell_search_equals_the_tree_only_report(monkeypatch
 
     monkeypatch.setattr(distance_mod, "nearest_by_cells", spy)
     got = dcr_report(syn, real)
-    assert calls == [True]
+    assert calls == [True, True]  # the LOO reference and the DCR
     monkeypatch.setattr(distance_mod, "CELLS_MIN_DIM", 10**9)
     assert got == dcr_report(syn, real)
     assert got == dcr_report(syn, real, distances=(dcr(syn, real)[0], dcr_loo(real)[0]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(dcr_cases(), st.sampled_from([1, 2]), st.sampled_from([1.0, 1e-30, 1e30]))
+def test_cell_search_excluding_each_row_itself_equals_brute_force_loo(case, workers, scale):
+    # the leave-one-out search: each distinct real row's nearest *other* distinct row
+    _, real = case
+    real = real * scale
+    uniq, first = np.unique(real, axis=0, return_index=True)
+    if uniq.shape[0] < 2:
+        return
+    tree = distance_mod.cKDTree(uniq)
+    own = np.arange(uniq.shape[0])
+    got = nearest_by_cells(uniq, uniq, first, tree, workers, math.inf, exclude=own)
+    assert got is not None
+    full = np.sqrt(((uniq[:, None, :] - uniq[None]) ** 2).sum(axis=2))
+    np.fill_diagonal(full, np.inf)
+    want = [int(first[np.flatnonzero(row <= row.min() * (1 + 1e-12))].min()) for row in full]
+    assert got.tolist() == want
+    assert all(not np.array_equal(real[j], uniq[i]) for i, j in enumerate(got))
+
+
+def test_report_loo_reference_by_cells_equals_dcr_loo(monkeypatch):
+    # at scale the report's LOO distances come from the cell search with each row excluded:
+    # rows with a twin at 0, every other one exactly as dcr_loo (brute force checked above)
+    rng = np.random.default_rng(31)
+    real = np.r_[rng.random((10_500, 9)), rng.integers(0, 3, size=(1500, 9)) / 2.0]
+    real[11_900:] = real[:100]
+    monkeypatch.setattr(cells_mod, "MAX_SHARE", 1.0)
+    loo = distance_mod._loo_by_cells(real)
+    assert loo is not None
+    assert np.array_equal(loo, dcr_loo(real)[0])
+    assert np.all(loo[:100] == 0.0)

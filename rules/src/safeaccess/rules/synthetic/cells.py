@@ -62,18 +62,20 @@ def nearest_by_cells(
     tree: cKDTree,
     workers: int,
     max_share: float | None = None,
+    exclude: IntArray | None = None,
 ) -> IntArray | None:
     """For each row of `s`, `first[j]` of its nearest row j of `uniq` (distinct rows; `first`
     their lowest indices in the caller's data, so ties between equally close rows resolve to
-    the lowest index), or None when the cells would measure more than `max_share` (by
-    default MAX_SHARE) of the rows of `uniq` per query on average (the caller's k-d tree is then faster). `tree` is a k-d tree over
-    `uniq`; `workers` its query threads, as scipy counts them."""
+    the lowest index), or None when the cells would measure more than `max_share` (by default
+    MAX_SHARE) of the rows of `uniq` per query on average (the caller's k-d tree is then
+    faster). `tree` is a k-d tree over `uniq`; `workers` its query threads, as scipy counts
+    them. `exclude[i]`, if given, is the row of `uniq` query i may not take (itself, for the
+    leave-one-out distance; `uniq` then needs two rows or more)."""
     # (the limit is process-wide: other threads' products run single-threaded meanwhile, which
     # changes their speed, never their result)
     with _BLAS.limit(limits=1, user_api="blas"):
-        return _nearest(
-            s, uniq, first, tree, workers, MAX_SHARE if max_share is None else max_share
-        )
+        share = MAX_SHARE if max_share is None else max_share
+        return _nearest(s, uniq, first, tree, workers, share, exclude)
 
 
 def _nearest(
@@ -83,6 +85,7 @@ def _nearest(
     tree: cKDTree,
     workers: int,
     max_share: float,
+    exclude: IntArray | None,
 ) -> IntArray | None:
     n, d = s.shape
     if n == 0:
@@ -105,8 +108,10 @@ def _nearest(
     if n > 4 * _SAMPLE:
         # a spread sample tells cheaply whether the cells prune enough (data spanned by few
         # directions crowd into few cells); only the speed depends on this estimate
-        pick = s[np.linspace(0, n - 1, _SAMPLE).astype(np.int64)]
-        approx, u2 = _approximate(pick, uniq, tree, workers)
+        rows_picked = np.linspace(0, n - 1, _SAMPLE).astype(np.int64)
+        pick = s[rows_picked]
+        own = None if exclude is None else exclude[rows_picked]
+        approx, u2 = _approximate(pick, uniq, tree, workers, own)
         visits = _visits(pick, cut, high, u2, scale * scale, workers)
         if _measured(visits, counts) > limit * _SAMPLE:
             return None
@@ -115,7 +120,8 @@ def _nearest(
     # same tree nodes and the same cells, so both stay in cache.
     walk = cKDTree(s).indices if n > 1 else np.zeros(n, dtype=np.int64)
     sq = s[walk]
-    approx, u2 = _approximate(sq, uniq, tree, workers)
+    own = None if exclude is None else exclude[walk]
+    approx, u2 = _approximate(sq, uniq, tree, workers, own)
     visits = _visits(sq, cut, high, u2, scale * scale, workers)
     if _measured(visits, counts) > limit * n:
         return None
@@ -132,14 +138,23 @@ def _nearest(
     p_max = math.sqrt(float(np.einsum("ij,ij->i", rc, rc).max()))
     err = 2.0 * (d + 5) * _EPS32 * (np.sqrt(q_norm2) + p_max) ** 2 + _TINY32
 
+    # each excluded row's position among the cell-ordered rows
+    own_pos = None if own is None else np.argsort(order)[own]
+
+    def products(c: int, queries: IntArray) -> Float32Array:
+        block = _products(r_aug, starts[c], counts[c], q_aug, queries)
+        if own_pos is not None:
+            at = own_pos[queries] - starts[c]
+            mine = (at >= 0) & (at < counts[c])
+            block[at[mine], np.flatnonzero(mine)] = np.inf
+        return block
+
     def smallest(part: range) -> tuple[FloatArray, list[Float32Array]]:
         # each thread its own running minimum: queries are shared between cells
         best = np.full(n, np.inf)
         lows = []
         for c in part:
-            low = _products(r_aug, starts[c], counts[c], q_aug, visits[c]).min(
-                axis=0, initial=np.inf
-            )
+            low = products(c, visits[c]).min(axis=0, initial=np.inf)
             best[visits[c]] = np.minimum(best[visits[c]], low)
             lows.append(low)
         return best, lows
@@ -165,7 +180,7 @@ def _nearest(
         again = queries[cell_min[c] <= cut_off[queries]]
         if again.size == 0:
             continue
-        block = _products(r_aug, starts[c], counts[c], q_aug, again)
+        block = products(c, again)
         hit_r, hit_q = np.nonzero(block <= cut_off[again])
         pairs += hit_q.size
         if pairs > _MAX_CANDIDATES * n:
@@ -175,6 +190,9 @@ def _nearest(
         pair_q.append(again[hit_q])
         pair_r.append(order[starts[c] + hit_r])
     qs, rs = np.concatenate(pair_q), np.concatenate(pair_r)
+    if own is not None:
+        keep = rs != own[qs]
+        qs, rs = qs[keep], rs[keep]
     exact = sq[qs] - uniq[rs]
     dist = np.sqrt(np.einsum("ij,ij->i", exact, exact))
     nearest = np.full(n, np.inf)
@@ -188,12 +206,18 @@ def _nearest(
 
 
 def _approximate(
-    s: FloatArray, uniq: FloatArray, tree: cKDTree, workers: int
+    s: FloatArray, uniq: FloatArray, tree: cKDTree, workers: int, own: IntArray | None
 ) -> tuple[IntArray, FloatArray]:
-    """An approximate neighbour of each query (at most 1 + APPROX_EPS times farther than the
-    nearest) and its squared distance, an upper bound on the nearest one's."""
-    _, idx = tree.query(s, k=1, eps=APPROX_EPS, workers=workers)
-    approx = np.asarray(idx, dtype=np.int64).reshape(s.shape[0])
+    """An approximate neighbour of each query other than its `own` row (at most 1 + APPROX_EPS
+    times farther than the nearest) and its squared distance, an upper bound on the nearest
+    one's."""
+    if own is None:
+        _, idx = tree.query(s, k=1, eps=APPROX_EPS, workers=workers)
+        approx = np.asarray(idx, dtype=np.int64).reshape(s.shape[0])
+    else:
+        _, idx2 = tree.query(s, k=2, eps=APPROX_EPS, workers=workers)
+        pair = np.asarray(idx2, dtype=np.int64).reshape(s.shape[0], 2)
+        approx = np.where(pair[:, 0] != own, pair[:, 0], pair[:, 1])
     diff = s - uniq[approx]
     return approx, np.einsum("ij,ij->i", diff, diff)
 

@@ -274,6 +274,9 @@ def _dcr_smallest(
 
 def _loo_smallest(r: FloatArray, fraction: float, seed: int) -> FloatArray:
     """`dcr_loo(r)[0]` exactly for the smallest distances (see `_smallest_exactly`), inf above."""
+    by_cells = _loo_by_cells(r)
+    if by_cells is not None:
+        return by_cells  # every distance, exactly (d = 10, uniform: 1.7 s against 2.7 s CPU)
     tree = cKDTree(r, leafsize=KD_LEAFSIZE)
 
     def measure(own: IntArray, bound: float = math.inf) -> FloatArray:
@@ -295,6 +298,30 @@ def _loo_smallest(r: FloatArray, fraction: float, seed: int) -> FloatArray:
         below=lambda bound: _kept_below(measure(every, bound), bound),
         full=lambda: measure(every),
     )
+
+
+def _loo_by_cells(r: FloatArray) -> FloatArray | None:
+    """`dcr_loo(r)[0]` by the cell search (every distance exact), or None where the k-d tree is
+    faster: a row with a twin is at distance 0, every other row's nearest other distinct row
+    is searched with the row itself excluded."""
+    if r.shape[1] < CELLS_MIN_DIM or r.shape[0] * r.shape[0] < CELLS_MIN_PAIRS:
+        return None
+    uniq, first, inverse, counts = np.unique(
+        r, axis=0, return_index=True, return_inverse=True, return_counts=True
+    )
+    if uniq.shape[0] < 2:
+        return None
+    own = inverse.reshape(-1).astype(np.int64)
+    single = counts[own] == 1
+    tree = cKDTree(uniq, leafsize=KD_LEAFSIZE)
+    index = nearest_by_cells(
+        r[single], uniq, first.astype(np.int64), tree, _workers(), exclude=own[single]
+    )
+    if index is None:
+        return None
+    out = np.zeros(r.shape[0])
+    out[single] = _norms(r[single] - r[index])
+    return out
 
 
 @dataclass(frozen=True)

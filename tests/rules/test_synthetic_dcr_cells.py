@@ -158,6 +158,9 @@ def test_dcr_falls_back_to_the_kd_tree_on_data_of_few_latent_dimensions(monkeypa
     _, idx = dcr(syn, real)
     assert calls == [False]
     assert idx.tolist() == brute_nearest(syn, real)[1]
+    # the leave-one-out search declines before building anything, on the cells' counts alone
+    assert cells_mod.crowded(real) and not cells_mod.crowded(rng.random((12_000, 8)))
+    assert distance_mod._loo_by_cells(real) is None
 
 
 def test_cell_search_far_from_a_tight_cluster_is_exact_or_declines():

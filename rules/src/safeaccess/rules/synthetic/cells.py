@@ -90,10 +90,11 @@ def _nearest(
     n, d = s.shape
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    cut = np.median(uniq, axis=0)
-    code = (uniq >= cut) @ (np.int64(1) << np.arange(d, dtype=np.int64))
+    cut, code = _cell_codes(uniq)
     order = np.argsort(code, kind="stable")
     cells, starts, counts = np.unique(code[order], return_index=True, return_counts=True)
+    if _own_cell_share(counts) > max_share:
+        return None
     high = ((cells[:, None] >> np.arange(d)) & 1).astype(np.float64)  # cell x column
     # Products and bounds are in float32 (half the time of float64; their rounding is bounded
     # and every row near the smallest is measured again exactly). Coordinates are centred on
@@ -203,6 +204,30 @@ def _nearest(
     out = np.empty(n, dtype=np.int64)
     out[walk] = index
     return out
+
+
+def crowded(rows: FloatArray, max_share: float | None = None) -> bool:
+    """Whether the cells of `rows` are so uneven that a query distributed like them would
+    measure more than `max_share` (by default MAX_SHARE) of them in its own cell alone: the
+    cell search would then decline (a cheap test before building anything for it)."""
+    _, code = _cell_codes(rows)
+    counts = np.unique(code, return_counts=True)[1]
+    return _own_cell_share(counts) > (MAX_SHARE if max_share is None else max_share)
+
+
+def _cell_codes(rows: FloatArray) -> tuple[FloatArray, IntArray]:
+    """Each column's median, and each row's cell: bit j set where the row is at or above the
+    median of column j."""
+    cut = np.median(rows, axis=0)
+    code = (rows >= cut) @ (np.int64(1) << np.arange(rows.shape[1], dtype=np.int64))
+    return cut, np.asarray(code, dtype=np.int64)
+
+
+def _own_cell_share(counts: IntArray) -> float:
+    # a query always measures its own cell's rows: with queries spread as the rows are, that
+    # alone is sum(count^2) / rows^2 of them (data spanned by few directions: over 10 %)
+    total = float(counts.sum())
+    return float((counts.astype(np.float64) ** 2).sum()) / (total * total)
 
 
 def _approximate(

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.spatial import cKDTree
 from scipy.spatial.distance import cdist
 
-from safeaccess.rules.synthetic.cells import nearest_by_cells
+from safeaccess.rules.synthetic.cells import crowded, nearest_by_cells
 from safeaccess.rules.synthetic.coding import row_ids
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 from safeaccess.rules.synthetic.gcap import gcap, gcap_loo
@@ -304,7 +304,7 @@ def _loo_by_cells(r: FloatArray) -> FloatArray | None:
     """`dcr_loo(r)[0]` by the cell search (every distance exact), or None where the k-d tree is
     faster: a row with a twin is at distance 0, every other row's nearest other distinct row
     is searched with the row itself excluded."""
-    if r.shape[1] < CELLS_MIN_DIM or r.shape[0] * r.shape[0] < CELLS_MIN_PAIRS:
+    if r.shape[1] < CELLS_MIN_DIM or r.shape[0] * r.shape[0] < CELLS_MIN_PAIRS or crowded(r):
         return None
     uniq, first, inverse, counts = np.unique(
         r, axis=0, return_index=True, return_inverse=True, return_counts=True

@@ -4,9 +4,9 @@ Prints seconds for: exact GCAP (Hittmeir Alg. 3.1, ties kept) and its leave-one-
 100 000 real x 100 000 synthetic records with 6 keys (target <= 2 s each), next to a naive pass
 over the unique keys extrapolated from a sample; the full default attack check (3 targets, key
 sets of lengths 2, 3 and 6, LOO and a 200-resample bootstrap each; target <= 30 s); DCR with a
-k-d tree at dimension 5 and 10 (target <= 2 s), before and after
-its speed-up (`--only-dcr` runs only that); and scipy's Hungarian matching at m = 1 000 to
-5 000 (the cap of the (y,p)-coverage check). With --synthesis (needs the server's `synth`
+k-d tree or the cell search at dimension 5, 8 and 10 (target <= 2 s), before and after the
+cell search (`--only-dcr` runs only that); and scipy's Hungarian matching at m = 1 000 to 5 000
+(the cap of the (y,p)-coverage check). With --synthesis (needs the server's `synth`
 extra): MST-G end to end on 100 000 x 8 (exact tables, OpenDP noise, tree, Private-PGM fit with
 1 000 iterations, sampling; target <= 60 s) and the mean two-way TVD of the sample to the data;
 --synthesis-large runs only that, on 1 000 000 x 30 (target <= 5 min).
@@ -121,30 +121,32 @@ def bench_attack(n: int) -> None:
 
 
 def bench_dcr(n: int) -> None:
-    """`dcr` and `dcr_report` before and after their speed-up, timed in turn on the same data
-    (wall and CPU seconds: the shared machine's wall time depends on its load). "Before" is the
-    previous code: scipy's default leaf size of 16 and, for the report, both searches in full
-    (which is what `dcr_report` did); the results must be identical."""
+    """`dcr` and `dcr_report` before and after the cell search, timed in turn on the same data
+    (wall and CPU seconds: the shared machine's wall time depends on its load; run with
+    OMP_NUM_THREADS=1 for the sandbox's single thread). "Before" is the previous code: the k-d
+    tree alone (`CELLS_MIN_DIM` out of reach); the results must be identical, and the report
+    equal to the one every DCR and LOO distance give."""
     from safeaccess.rules.synthetic import dcr_loo, dcr_report, distance
 
     rng = np.random.default_rng(2)
     cases = {
         "d = 5, uniform": (rng.random((n, 5)), rng.random((n, 5))),
+        "d = 8, uniform": (rng.random((n, 8)), rng.random((n, 8))),
         "d = 10, uniform (worst case for a k-d tree)": (rng.random((n, 10)), rng.random((n, 10))),
     }
     mix = rng.random((3, 10))  # 10 features spanned by 3 latent ones, as correlated data are
     cases["d = 10, 3 latent dimensions"] = tuple(  # type: ignore[assignment]
         rng.random((n, 3)) @ mix + 0.01 * rng.random((n, 10)) for _ in range(2)
     )
-    leafsize = distance.KD_LEAFSIZE
+    min_dim = distance.CELLS_MIN_DIM
 
     def both(old_run: Callable[[], Any], new_run: Callable[[], Any]) -> tuple[str, Any, Any]:
         w0, c0 = time.perf_counter(), time.process_time()
-        distance.KD_LEAFSIZE = 16  # the previous code's (scipy's default) leaf size
+        distance.CELLS_MIN_DIM = 10**9  # the previous code: the k-d tree for every dimension
         try:
             old = old_run()
         finally:
-            distance.KD_LEAFSIZE = leafsize
+            distance.CELLS_MIN_DIM = min_dim
         w1, c1 = time.perf_counter(), time.process_time()
         new = new_run()
         w2, c2 = time.perf_counter(), time.process_time()
@@ -152,7 +154,7 @@ def bench_dcr(n: int) -> None:
         return text, old, new
 
     def full_report(syn: np.ndarray, real: np.ndarray) -> Any:
-        # what dcr_report did before: every DCR and every LOO distance
+        # every DCR and every LOO distance (what dcr_report's bounded searches must equal)
         return dcr_report(syn, real, distances=(dcr(syn, real)[0], dcr_loo(real)[0]))
 
     print(f"DCR, {n} x {n}, before -> after, wall (CPU) seconds; target <= 2 s")
@@ -161,11 +163,12 @@ def bench_dcr(n: int) -> None:
         text, old, new = both(run, run)
         same = np.array_equal(old[0], new[0]) and np.array_equal(old[1], new[1])
         print(f"  dcr, {name}: {text}; identical: {same}")
-        text, old, new = both(
-            lambda: full_report(syn, real),  # noqa: B023
-            lambda: dcr_report(syn, real),  # noqa: B023
+        run_report = lambda: dcr_report(syn, real)  # noqa: B023, E731
+        text, old, new = both(run_report, run_report)
+        print(
+            f"  dcr_report (DCR + LOO reference), {name}: {text}; identical: {old == new}; "
+            f"equal to the full searches': {new == full_report(syn, real)}"
         )
-        print(f"  dcr_report (DCR + LOO reference), {name}: {text}; identical: {old == new}")
 
 
 def bench_hungarian() -> None:

@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.spatial import cKDTree
 from scipy.spatial.distance import cdist
 
+from safeaccess.rules.synthetic.cells import crowded, nearest_by_cells
 from safeaccess.rules.synthetic.coding import row_ids
 from safeaccess.rules.synthetic.errors import SyntheticCheckError
 from safeaccess.rules.synthetic.gcap import gcap, gcap_loo
@@ -40,6 +41,12 @@ KD_LEAFSIZE = 32
 # exact for every record it finds and far cheaper (see `_smallest_exactly`).
 _PILOT = 2_000
 _BOUND_SLACK = 1e-9
+# From this dimension and this many query x distinct real rows on, `dcr` first tries the cell
+# search (`cells.nearest_by_cells`), which is exact and some 3x faster than the k-d tree at
+# d = 10 on spread-out data; it declines (and the tree answers) when its bounds prune too little.
+# Below dimension 8 the k-d tree is fast and the cells (2^d of them) prune badly.
+CELLS_MIN_DIM = 8
+CELLS_MIN_PAIRS = 10**8
 
 
 def distance_features(data: ArrayLike, columns: Sequence[tuple[float, float] | int]) -> FloatArray:
@@ -86,10 +93,28 @@ def dcr(syn: ArrayLike, real: ArrayLike) -> tuple[FloatArray, IntArray]:
     if r.shape[0] == 0:
         raise SyntheticCheckError("real has no records: DCR needs at least one")
     if s.shape[1] <= KD_TREE_MAX_DIM:
-        index = _nearest_kdtree(s, r)
+        index = _nearest_exact(s, r)
     else:
         index = _nearest_brute(s, r, exclude=None)
     return _norms(s - r[index]), index
+
+
+def _nearest_exact(s: FloatArray, r: FloatArray) -> IntArray:
+    """`_nearest_kdtree(s, r)` (same indices), by the cell search where that is faster."""
+    prep = _real_tree(r)
+    index = _by_cells(s, prep)
+    return _nearest_kdtree(s, prep) if index is None else index
+
+
+def _by_cells(s: FloatArray, prep: _RealTree) -> IntArray | None:
+    """`_nearest_kdtree(s, prep)` by the cell search, or None where the tree is faster."""
+    if (
+        s.shape[1] >= CELLS_MIN_DIM
+        and s.shape[0] * prep.uniq.shape[0] >= CELLS_MIN_PAIRS
+        and prep.uniq.shape[0] > 1
+    ):
+        return nearest_by_cells(s, prep.uniq, prep.first, prep.tree, _workers())
+    return None
 
 
 def dcr_loo(real: ArrayLike, rows: ArrayLike | None = None) -> tuple[FloatArray, IntArray]:
@@ -223,6 +248,11 @@ def _dcr_smallest(
 ) -> FloatArray:
     """`dcr(s, r)[0]` exactly for the smallest distances (see `_smallest_exactly`), inf above."""
     prep = _real_tree(r)
+    index = _by_cells(s, prep)
+    if index is not None:
+        # every distance, exactly, in less time than the bounded tree search (d = 10,
+        # uniform: 1.8 s against 5 s CPU)
+        return _norms(s - r[index])
 
     def measure(points: FloatArray, bound: float = math.inf) -> FloatArray:
         index = _nearest_kdtree(points, prep, bound)
@@ -244,6 +274,9 @@ def _dcr_smallest(
 
 def _loo_smallest(r: FloatArray, fraction: float, seed: int) -> FloatArray:
     """`dcr_loo(r)[0]` exactly for the smallest distances (see `_smallest_exactly`), inf above."""
+    by_cells = _loo_by_cells(r)
+    if by_cells is not None:
+        return by_cells  # every distance, exactly (d = 10, uniform: 1.7 s against 2.7 s CPU)
     tree = cKDTree(r, leafsize=KD_LEAFSIZE)
 
     def measure(own: IntArray, bound: float = math.inf) -> FloatArray:
@@ -265,6 +298,30 @@ def _loo_smallest(r: FloatArray, fraction: float, seed: int) -> FloatArray:
         below=lambda bound: _kept_below(measure(every, bound), bound),
         full=lambda: measure(every),
     )
+
+
+def _loo_by_cells(r: FloatArray) -> FloatArray | None:
+    """`dcr_loo(r)[0]` by the cell search (every distance exact), or None where the k-d tree is
+    faster: a row with a twin is at distance 0, every other row's nearest other distinct row
+    is searched with the row itself excluded."""
+    if r.shape[1] < CELLS_MIN_DIM or r.shape[0] * r.shape[0] < CELLS_MIN_PAIRS or crowded(r):
+        return None
+    uniq, first, inverse, counts = np.unique(
+        r, axis=0, return_index=True, return_inverse=True, return_counts=True
+    )
+    if uniq.shape[0] < 2:
+        return None
+    own = inverse.reshape(-1).astype(np.int64)
+    single = counts[own] == 1
+    tree = cKDTree(uniq, leafsize=KD_LEAFSIZE)
+    index = nearest_by_cells(
+        r[single], uniq, first.astype(np.int64), tree, _workers(), exclude=own[single]
+    )
+    if index is None:
+        return None
+    out = np.zeros(r.shape[0])
+    out[single] = _norms(r[single] - r[index])
+    return out
 
 
 @dataclass(frozen=True)

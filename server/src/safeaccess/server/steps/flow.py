@@ -585,6 +585,9 @@ class Flow:
             dataset = self.store.get_dataset(seq.dataset_id)
             if check is not None:
                 check(dataset)
+            # The rows just read are those the settle moves on: it need not read them again
+            # (its UPDATE is guarded by the sequence's version, as for a step begun here).
+            self.store.running.remember(seq, step)
             revealed = Revealed.stored(step.body, last=step.last)
             self._compute_here(seq, step, dataset, revealed, self.ruleset_for(dataset))
             return True

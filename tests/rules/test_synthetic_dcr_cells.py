@@ -49,6 +49,21 @@ def records(seed: int, n: int, spec: list[tuple[float, float] | int], lattice: b
     return np.stack(cols, axis=1) if cols else np.zeros((n, 0))
 
 
+def cell_search_answers(monkeypatch) -> list[bool]:
+    """Watch `dcr`'s calls of the cell search: one entry per call, True when it answered
+    (False when it declined and the k-d tree did)."""
+    calls: list[bool] = []
+    real_cells = distance_mod.nearest_by_cells
+
+    def spy(*args, **kwargs):
+        out = real_cells(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(distance_mod, "nearest_by_cells", spy)
+    return calls
+
+
 @st.composite
 def dcr_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     """Feature matrices of dimension 1 to 10: numeric and one-hot categorical columns, lattice
@@ -122,15 +137,7 @@ def test_dcr_takes_the_cell_search_at_scale_and_matches_brute_force(dim, threads
     real[11_000:11_100] = real[100:200]
     syn = np.r_[rng.random((8000, dim)), rng.integers(0, 3, size=(1900, dim)) / 2.0]
     syn = np.r_[syn, real[11_000:11_100]]
-    calls = []
-    real_cells = distance_mod.nearest_by_cells
-
-    def spy(*args, **kwargs):
-        out = real_cells(*args, **kwargs)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(distance_mod, "nearest_by_cells", spy)
+    calls = cell_search_answers(monkeypatch)
     dist, idx = dcr(syn, real)
     assert calls == [True]  # the cell search answered
     want_dist, want_index = brute_nearest(syn, real)
@@ -146,15 +153,7 @@ def test_dcr_falls_back_to_the_kd_tree_on_data_of_few_latent_dimensions(monkeypa
     rng = np.random.default_rng(8)
     mix = rng.random((2, 8))
     real, syn = rng.random((12_000, 2)) @ mix, rng.random((9000, 2)) @ mix
-    calls = []
-    real_cells = distance_mod.nearest_by_cells
-
-    def spy(*args, **kwargs):
-        out = real_cells(*args, **kwargs)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(distance_mod, "nearest_by_cells", spy)
+    calls = cell_search_answers(monkeypatch)
     _, idx = dcr(syn, real)
     assert calls == [False]
     assert idx.tolist() == brute_nearest(syn, real)[1]
@@ -184,15 +183,7 @@ def test_dcr_report_with_the_cell_search_equals_the_tree_only_report(monkeypatch
     real = np.r_[rng.random((9000, 9)), rng.integers(0, 3, size=(3000, 9)) / 2.0]
     syn = np.r_[rng.random((9000, 9)), real[:1000]]
     monkeypatch.setattr(cells_mod, "MAX_SHARE", 1.0)
-    calls = []
-    real_cells = distance_mod.nearest_by_cells
-
-    def spy(*args, **kwargs):
-        out = real_cells(*args, **kwargs)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(distance_mod, "nearest_by_cells", spy)
+    calls = cell_search_answers(monkeypatch)
     got = dcr_report(syn, real)
     assert calls == [True, True]  # the LOO reference and the DCR
     monkeypatch.setattr(distance_mod, "CELLS_MIN_DIM", 10**9)

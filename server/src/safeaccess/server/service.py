@@ -190,19 +190,6 @@ class Service:
         before its signature is checked."""
         check_rate(self.auth_limiter, key, address, who)
 
-    def authenticate(
-        self,
-        method: str,
-        path: str,
-        query: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        address: str | None = None,
-    ) -> str:
-        """The researcher who signed this request, or raise Unauthenticated (TooManyFailures
-        past the rate limit of failures per key id and per address)."""
-        return self.researchers.authenticate(method, path, query, headers, body, address)
-
     def authenticate_key(
         self,
         method: str,
@@ -212,7 +199,9 @@ class Service:
         body: bytes,
         address: str | None = None,
     ) -> tuple[str, Ed25519PublicKey]:
-        """`authenticate`, with the researcher's key the signature was checked against."""
+        """The researcher who signed this request and the key the signature was checked
+        against, or raise Unauthenticated (TooManyFailures past the rate limit of failures per
+        key id and per address)."""
         return self.researchers.authenticate_key(method, path, query, headers, body, address)
 
     # -- catalogue (datasets.py) ----------------------------------------------------------------

@@ -124,7 +124,7 @@ class Store:
     def one_statement(self) -> Iterator[Session]:
         """A session for a read of one statement, in autocommit: no BEGIN and COMMIT around it
         (on PostgreSQL two round trips of four), and one statement sees one snapshot anyway.
-        For the reads on the queue's path (`sequences.get_sequence_step`)."""
+        For the reads on a step's path (`sequences.get_sequence_step`)."""
         with self._one_statement() as session:
             yield session
 

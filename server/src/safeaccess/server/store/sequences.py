@@ -165,8 +165,8 @@ def get_step(store: Store, sequence_id: str, index: int) -> StepRow | None:
 def get_sequence_step(
     store: Store, sequence_id: str, index: int
 ) -> tuple[SequenceRow | None, StepRow | None]:
-    """A sequence and its step `index`, read in one statement (a queued step's worker and the
-    replica waiting for it each need both, on the path whose latency the queue adds)."""
+    """A sequence and its step `index`, read in one statement: a reveal, a queued step's
+    worker and the replica waiting for it each need both, on a researcher's waiting path."""
     query = (
         select(SequenceRow, StepRow)
         .outerjoin(StepRow, (StepRow.sequence_id == SequenceRow.id) & (StepRow.index == index))

@@ -78,6 +78,15 @@ class QueueConfig(BaseModel):
         description="Finished jobs (the queue's working rows, not the record of a step: that is "
         "the audit log) are deleted by the workers this many hours after they finished.",
     )
+    affinity_seconds: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="A worker claims a waiting step on a dataset it holds warm (its sandbox "
+        "templates loaded) before an older step on another dataset of the same priority, unless "
+        "that one has waited this long. Fairness between researchers comes first. 0: oldest "
+        "first, as procrastinate.",
+    )
     pools: dict[str, str] = Field(
         default_factory=dict,
         description="Dataset name -> pool: the dataset's steps go to queue 'steps.<pool>', served "

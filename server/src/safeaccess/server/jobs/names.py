@@ -35,5 +35,6 @@ def step_job(
         sequence_id=sequence_id,
         index=index,
         researcher=researcher,
+        dataset=dataset,
         lanes=config.max_jobs_per_researcher,
     )

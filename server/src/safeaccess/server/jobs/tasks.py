@@ -63,7 +63,10 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     )
 
     @app.task(name=TABLE_TASK, pass_context=True, retry=retry)
-    def run_step(context: JobContext, sequence_id: str, index: int, researcher: str) -> None:
+    def run_step(
+        context: JobContext, sequence_id: str, index: int, researcher: str, dataset: str = ""
+    ) -> None:
+        # (`dataset` is for the claim's affinity, `store/affinity.py`; the step names its own.)
         ran = _service(context).flow.run_job(sequence_id, index, check=_check(context).verify)
         log.info(
             "job %s step %d for %s: %s",
@@ -74,7 +77,9 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
         )
 
     @app.task(name=SCRIPT_TASK, pass_context=True, retry=retry)
-    def run_script(context: JobContext, sequence_id: str, index: int, researcher: str) -> None:
+    def run_script(
+        context: JobContext, sequence_id: str, index: int, researcher: str, dataset: str = ""
+    ) -> None:
         service = _service(context)
         seq = service.store.get_sequence(sequence_id)
         if seq is None:

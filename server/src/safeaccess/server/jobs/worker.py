@@ -29,6 +29,7 @@ from safeaccess.sandbox.config import BackendName
 from safeaccess.sandbox.factory import make_backend
 from safeaccess.server.config import DataDir, QueueConfig
 from safeaccess.server.errors import ConfigError
+from safeaccess.server.jobs.affinity import AffinityJobManager, WarmDatasets
 from safeaccess.server.jobs.datasets import DatasetCheck
 from safeaccess.server.jobs.leases import settle_stalled
 from safeaccess.server.jobs.names import SCRIPTS, STEPS
@@ -116,6 +117,8 @@ def run_worker(root: Path, options: WorkerOptions) -> None:
 async def _serve(service: Service, options: WorkerOptions, queue: QueueConfig, url: str) -> None:
     lease = queue.lease_seconds
     app = make_app(conninfo(url), queue.max_attempts)
+    # Claims prefer the datasets this worker holds warm (fairness first; `store/affinity.py`).
+    app.job_manager = AffinityJobManager(app.connector, WarmDatasets(), queue.affinity_seconds)
     name = options.name or f"{socket.gethostname()}"
     context = {"service": service, "datasets": DatasetCheck(service.data.root)}
     step_queues = [q for q in options.queues if q != SCRIPTS]

@@ -21,7 +21,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
-from safeaccess.server.store import queue
+from safeaccess.server.store import affinity, queue
 from safeaccess.server.store.schema import Base
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -82,6 +82,7 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
                 if before is None:
                     Base.metadata.create_all(connection)
                     queue.install_schema(connection)  # what migration 0004 adds, on PostgreSQL
+                    affinity.install_claim(connection)  # and 0005
                     command.stamp(config, "head")
                 else:
                     if MigrationContext.configure(connection).get_current_revision() is None:

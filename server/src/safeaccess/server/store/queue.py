@@ -40,6 +40,8 @@ class QueuedJob(BaseModel):
     sequence_id: str
     index: int = Field(ge=1)
     researcher: str
+    #: The step's dataset: a worker prefers the datasets it holds warm (`store/affinity.py`).
+    dataset: str = ""
     #: The researcher's lanes (procrastinate locks): at most this many of her jobs run at once.
     lanes: int = Field(ge=1)
 
@@ -49,7 +51,12 @@ class QueuedJob(BaseModel):
         return f"step:{self.sequence_id}:{self.index}"
 
     def args(self) -> dict[str, object]:
-        return {"sequence_id": self.sequence_id, "index": self.index, "researcher": self.researcher}
+        return {
+            "sequence_id": self.sequence_id,
+            "index": self.index,
+            "researcher": self.researcher,
+            "dataset": self.dataset,
+        }
 
 
 def uses_queue(session: Session) -> bool:

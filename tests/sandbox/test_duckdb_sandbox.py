@@ -97,11 +97,21 @@ def test_duckdb_jobs_in_the_sandbox_equal_the_in_memory_jobs(
         assert families == {"tables", "duckdb"}
 
 
-def test_an_unsupported_kind_is_refused_in_the_sandbox(
+def test_other_kinds_read_their_columns_in_the_sandbox_and_scripts_are_refused(
     backend: ProcessBackend, dataset: Path
 ) -> None:
+    summary = {
+        "kind": "summary",
+        "variables": ["income"],
+        "by": ["sex"],
+        "statistics": ["count", "mean", "sd", "median"],
+        "where": "region != 2",
+    }
+    memory = _run(backend, dataset, summary, "memory")
+    duck = _run(backend, dataset, summary, "duckdb")
+    assert duck.output.model_dump_json() == memory.output.model_dump_json()
     with pytest.raises(AnalysisFailed) as raised:
-        _run(backend, dataset, {"kind": "summary", "variables": ["income"]}, "duckdb")
+        _run(backend, dataset, {"kind": "script", "code": "result = 1"}, "duckdb")
     assert raised.value.runner_code == "storage_unsupported"
 
 

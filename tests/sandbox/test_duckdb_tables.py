@@ -182,8 +182,8 @@ def test_open_file_and_descriptor_give_the_same_reply(tmp_path: Path) -> None:
         ({"kind": "magnitude_table", "rows": ["a"], "value": "v", "agg": "sum"}, True),
     ],
 )
-def test_other_kinds_are_refused_from_the_analysis_and_metadata(
-    tmp_path: Path, analysis: dict[str, Any], contributor: bool
+def test_what_duckdb_does_not_compute_is_known_from_the_analysis_and_metadata(
+    analysis: dict[str, Any], contributor: bool
 ) -> None:
     from safeaccess.client.analyses import parse_analysis
 
@@ -196,10 +196,61 @@ def test_other_kinds_are_refused_from_the_analysis_and_metadata(
     metadata = DatasetMetadata(name="firms", storage="duckdb", columns=columns)
     refused = refusal(parse_analysis(analysis), metadata)
     assert refused is not None and refused.code == STORAGE_UNSUPPORTED
-    # The runner refuses before reading anything: here there is no dataset file at all.
+
+
+#: Kinds DuckDB does not compute: they read only their columns and give the in-memory reply.
+COLUMN_READS: list[dict[str, Any]] = [
+    {
+        "kind": "summary",
+        "variables": ["v", "w"],
+        "by": ["b"],
+        "statistics": ["count", "mean", "sd", "median", "min", "max"],
+    },
+    {"kind": "summary", "variables": ["v"], "where": "w < 6"},
+    {"kind": "regression", "formula": "v ~ w", "where": "b = 'x'"},
+    {"kind": "correlation", "variables": ["v", "w"]},
+    {"kind": "magnitude_table", "rows": ["a"], "value": "v", "agg": "std"},
+    {"kind": "summary", "variables": ["v"], "where": "w <"},  # a filter that does not parse
+    {"kind": "summary", "variables": ["v"], "where": "nobody = 1"},  # an unknown column
+]
+
+
+GOOD_FILTERS = ("w < 6", "b = 'x'")
+
+
+@pytest.mark.parametrize("analysis", COLUMN_READS)
+def test_other_kinds_read_only_their_columns_and_equal_the_in_memory_reply(
+    tmp_path: Path, analysis: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "data.parquet"
+    _frame(5, 3000).to_parquet(path, index=False, row_group_size=301)
+    memory = _reply(analysis, path, "memory")
+    reply = decode_reply(memory)
+    assert reply is not None
+    # Answers, except the last two (the filter's own errors, which must be the same too).
+    assert reply.response.ok == ("where" not in analysis or analysis["where"] in GOOD_FILTERS)
+    read: list[list[str] | None] = []
+    real = pd.read_parquet
+
+    def spy(source: Any, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        read.append(kwargs.get("columns"))
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(pd, "read_parquet", spy)
+    duck = _reply(analysis, path, "duckdb")
+    assert duck == memory, (analysis, decode_reply(memory), decode_reply(duck))
+    # Never the whole file: one read, of a strict subset of its columns.
+    assert len(read) == 1 and read[0] is not None
+    assert set(read[0]) < set(pq.read_schema(path).names), read
+
+
+def test_a_script_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    analysis = {"kind": "script", "code": "result = 1"}
     request = RunnerRequest(
         analysis=analysis,
-        metadata=metadata.model_dump(mode="json"),
+        metadata=_metadata("duckdb").model_dump(mode="json"),
         dataset_path=str(tmp_path / "absent.parquet"),
     )
     response = run_request(request, str(tmp_path / "absent.parquet"))

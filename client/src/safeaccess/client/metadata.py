@@ -124,8 +124,9 @@ class DatasetMetadata(BaseModel):
         default="memory",
         description="How the sandbox reads the dataset: 'memory' loads it once per version "
         "(every analysis kind); 'duckdb' queries its Parquet file out of memory inside each job, "
-        "for datasets larger than a job's memory (frequency tables, histograms, magnitude tables "
-        "of sum or mean; other kinds are refused with 'storage_unsupported').",
+        "for datasets larger than a job's memory: DuckDB computes frequency tables, histograms and "
+        "magnitude tables of sum or mean over the file; other kinds read only the columns they "
+        "use; scripts are refused with 'storage_unsupported').",
     )
 
     @model_validator(mode="after")

@@ -176,9 +176,9 @@ class DatasetView(BaseModel):
     )
     storage: Literal["memory", "duckdb"] = Field(
         default="memory",
-        description="'duckdb': the dataset is queried out of memory, which offers frequency "
-        "tables, histograms and magnitude tables of sum or mean (other kinds are refused with "
-        "'storage_unsupported').",
+        description="'duckdb': the dataset is queried out of memory: DuckDB computes frequency "
+        "tables, histograms and magnitude tables of sum or mean over the file, other kinds read "
+        "only the columns they use, scripts are refused with 'storage_unsupported'.",
     )
     reply_deadline_seconds: float | None = Field(
         default=None,

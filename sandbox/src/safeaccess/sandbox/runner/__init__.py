@@ -141,17 +141,26 @@ DatasetSource: TypeAlias = IO[bytes] | str | int | pd.DataFrame | LoadedDataset
 
 
 def _read_dataset(
-    dataset: DatasetSource, analysis: Analysis, metadata: DatasetMetadata
+    dataset: DatasetSource,
+    analysis: Analysis,
+    metadata: DatasetMetadata,
+    *,
+    never_whole: bool = False,
 ) -> pd.DataFrame:
     """The dataset's columns the analysis needs (those the sandbox copy holds), in stored order.
 
     A frame a fork server template loaded is used as it is, or narrowed to those columns
-    (`execute` never modifies its input)."""
+    (`execute` never modifies its input). With `never_whole` (a dataset larger than memory), an
+    analysis whose columns are not known before it runs (a filter or formula that does not
+    parse: it reports its own error first) gets the first declared column only, so that the
+    error is the in-memory path's without reading the whole file."""
     import pyarrow.parquet as pq
 
     from safeaccess.sandbox.runner.columns import needed_columns
 
     wanted = needed_columns(analysis, metadata)
+    if wanted is None and never_whole:
+        wanted = [metadata.columns[0].name]
     if isinstance(dataset, int):  # a descriptor shared with other jobs: read at our own offset
         from safeaccess.sandbox.runner.duckdb_source import PreadFile
 
@@ -177,16 +186,41 @@ def _read_dataset(
 
 def _out_of_memory(
     analysis: Analysis, dataset: DatasetSource, metadata: DatasetMetadata
-) -> Callable[[], Output]:
-    """The computation of `analysis` on a storage "duckdb" dataset (never a loaded frame)."""
+) -> Callable[[], Output] | RunnerResponse:
+    """The computation of `analysis` on a storage "duckdb" dataset (never a loaded frame), or
+    the response that refuses it.
 
-    def compute() -> Output:
-        from safeaccess.sandbox.runner.duckdb_tables import execute_out_of_memory
+    Tables DuckDB computes itself over the file (`duckdb_tables`). Every other kind but scripts
+    reads only the columns it uses (a summary of one variable by one group: two columns of the
+    file) and runs the in-memory code on them, so its output is the loaded dataset's, exactly;
+    it needs those columns in the job's memory (`limit_memory` otherwise, which follows from the
+    dataset's size and the analysis, not from the records selected). A script may read any
+    column: it is refused."""
+    from safeaccess.sandbox.runner.duckdb_tables import (
+        STORAGE_UNSUPPORTED,
+        execute_out_of_memory,
+        refusal,
+    )
 
-        assert not isinstance(dataset, pd.DataFrame | LoadedDataset)
-        return execute_out_of_memory(analysis, dataset, metadata)
-
-    return compute
+    assert not isinstance(dataset, pd.DataFrame | LoadedDataset)
+    if refusal(analysis, metadata) is None:
+        return lambda: execute_out_of_memory(analysis, dataset, metadata)
+    if analysis.kind == "script":
+        return _error(
+            STORAGE_UNSUPPORTED,
+            f"scripts are not available on dataset {metadata.name}: it is queried out of memory "
+            "(storage 'duckdb') and a script may read every column; use the analysis kinds",
+        )
+    try:
+        frame = _read_dataset(dataset, analysis, metadata, never_whole=True)
+    except MemoryError:
+        return _error(
+            "limit_memory",
+            "the columns this analysis uses do not fit in the sandbox's memory limit",
+        )
+    except Exception:
+        return _error("dataset_unreadable", "the dataset could not be read as Parquet")
+    return lambda: execute(analysis, frame, metadata)
 
 
 def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerResponse:
@@ -204,7 +238,10 @@ def run_request(request: RunnerRequest, dataset: DatasetSource) -> RunnerRespons
     # handed in (the server's QSS grid: a few records in memory) takes the in-memory path, whose
     # outputs are the same.
     if metadata.storage == "duckdb" and not isinstance(dataset, pd.DataFrame | LoadedDataset):
-        compute = _out_of_memory(analysis, dataset, metadata)
+        planned = _out_of_memory(analysis, dataset, metadata)
+        if isinstance(planned, RunnerResponse):
+            return planned
+        compute = planned
     else:
         try:
             frame = _read_dataset(dataset, analysis, metadata)

@@ -14,8 +14,10 @@ random datasets. The steps:
    stored order, as `np.bincount` does in memory: the same float, not an approximation);
 4. one streaming pass gives every stored record its cell (or -1): the query set.
 
-Kinds and options this path does not compute are refused with `STORAGE_UNSUPPORTED`, decided
-from the analysis and the published metadata alone (`refusal`), before any record is read.
+Kinds and options this path does not compute are known from the analysis and the published
+metadata alone (`refusal`), before any record is read: the runner reads only their columns
+instead and computes in memory (`runner._out_of_memory`); a script is refused with
+`STORAGE_UNSUPPORTED`.
 """
 
 # S608 flags f-string SQL: here the text holds only declared column names (checked against the
@@ -61,7 +63,8 @@ TOP_N = 3
 
 
 def refusal(analysis: Analysis, metadata: DatasetMetadata) -> AnalysisError | None:
-    """Why this analysis cannot run on a storage "duckdb" dataset (None: it can).
+    """Why DuckDB cannot compute this analysis over the file (None: it can); the runner then
+    reads the analysis's columns instead (`runner._out_of_memory`).
 
     Depends only on the analysis and the published metadata, never on the data."""
     what = (

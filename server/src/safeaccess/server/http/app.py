@@ -8,6 +8,7 @@ is a JSON body {"error": {"code", "message"}}.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from fastapi import Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -180,6 +182,21 @@ def create_app(service: Service) -> FastAPI:
         if isinstance(exc, TooManyFailures):
             headers = {"Retry-After": str(math.ceil(exc.retry_after))}
         return JSONResponse(error_body(exc.code, exc.message), exc.status, headers=headers)
+
+    @app.exception_handler(DBAPIError)
+    async def _database_error(_request: Request, exc: DBAPIError) -> JSONResponse:
+        # A lost connection (PostgreSQL restarting, a failover) is the centre's passing
+        # failure: 503 with Retry-After, which the clients retry. Every call they retry is
+        # idempotent and every write is one transaction, so a retry finds what committed.
+        if isinstance(exc, OperationalError) or exc.connection_invalidated:
+            logging.getLogger("safeaccess.server").warning(
+                "database unavailable during a request: %s", str(exc.orig or exc).strip()
+            )
+            unavailable = Unavailable("the centre's database is unavailable for a moment; retry")
+            return JSONResponse(
+                error_body(unavailable.code, unavailable.message), 503, headers={"Retry-After": "1"}
+            )
+        raise exc
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

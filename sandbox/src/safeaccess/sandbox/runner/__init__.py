@@ -193,8 +193,8 @@ def _out_of_memory(
     Tables DuckDB computes itself over the file (`duckdb_tables`). Every other kind but scripts
     reads only the columns it uses (a summary of one variable by one group: two columns of the
     file) and runs the in-memory code on them, so its output is the loaded dataset's, exactly;
-    it needs those columns in the job's memory (`limit_memory` otherwise, which follows from the
-    dataset's size and the analysis, not from the records selected). A script may read any
+    it needs those columns and its working memory within the job's limit (`limit_memory`
+    otherwise, which the server withholds as any limit). A script may read any
     column: it is refused."""
     from safeaccess.sandbox.runner.duckdb_tables import (
         STORAGE_UNSUPPORTED,

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
+from safeaccess.server.store.queue import run_script
+
 #: The function's SQL: procrastinate 3.x's `procrastinate_fetch_job_v2`, plus the warm key.
 CLAIM_SQL = """
 CREATE OR REPLACE FUNCTION safeaccess_fetch_job_v1(
@@ -106,13 +108,7 @@ def install_claim(connection: Connection) -> bool:
     """Create (or replace) the claim function (PostgreSQL, after procrastinate's schema)."""
     if connection.dialect.name != "postgresql":
         return False
-    # A dollar-quoted body: straight to the driver's cursor, without parameters (so nothing is
-    # read as a placeholder), in the caller's transaction.
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(CLAIM_SQL)
-    finally:
-        cursor.close()
+    run_script(connection, CLAIM_SQL)
     return True
 
 

@@ -135,16 +135,19 @@ def install_schema(connection: Connection) -> bool:
         return False
     if "procrastinate_jobs" in inspect(connection).get_table_names():
         return False
-    schema = resources.files("procrastinate.sql").joinpath("schema.sql").read_text()
-    # Several statements with dollar-quoted bodies and '%' in them: straight to the driver's
-    # cursor, without parameters (so nothing is read as a placeholder), as one script, in the
-    # caller's transaction.
+    run_script(connection, resources.files("procrastinate.sql").joinpath("schema.sql").read_text())
+    return True
+
+
+def run_script(connection: Connection, script: str) -> None:
+    """Run SQL statements with dollar-quoted bodies (and '%' in them) in the caller's
+    transaction: straight to the driver's cursor, without parameters, so nothing is read as a
+    placeholder."""
     cursor = connection.connection.cursor()
     try:
-        cursor.execute(schema)
+        cursor.execute(script)
     finally:
         cursor.close()
-    return True
 
 
 def uninstall_schema(connection: Connection) -> bool:

@@ -12,7 +12,9 @@ import logging
 from typing import TYPE_CHECKING
 
 import procrastinate
+import psycopg
 from procrastinate import JobContext, RetryStrategy
+from sqlalchemy.exc import OperationalError
 
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.jobs.datasets import DatasetCheck
@@ -48,15 +50,16 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
             conninfo=conninfo, kwargs={"options": "-c synchronous_commit=off"}
         )
     )
-    # Tried again only when the centre failed (the sandbox unavailable), never on the
-    # analysis's own failures: those are outcomes, recorded by the flow.
+    # Tried again only when the centre failed (the sandbox unavailable, the database away:
+    # PostgreSQL restarting), never on the analysis's own failures: those are outcomes, recorded
+    # by the flow. A run again records once: the settle is guarded by the sequence's version.
     # (procrastinate's max_attempts counts the runs before the last: 2 gives 3 runs in all;
     # 0 would mean "without end", hence no retry at all for a single run.)
     retry: RetryStrategy | bool = (
         RetryStrategy(
             max_attempts=max_attempts - 1,
             wait=RETRY_WAIT_SECONDS,
-            retry_exceptions={Unavailable},
+            retry_exceptions={Unavailable, OperationalError, psycopg.OperationalError},
         )
         if max_attempts > 1
         else False

@@ -10,9 +10,10 @@ directory; researchers, a checker and an auditor use the real clients over HTTPS
   every receipt verifies and the audit log verifies.
 - A replica SIGKILLed between steps: HAProxy's health check takes it out, the client's next
   steps succeed on the other, receipts and the audit log verify; restarted, it is back in.
-- A replica killed *during* a step: the client's retry on the other replica gets the result;
-  with the job queue, the step is released even if the client never asks again (the replicas
-  running steps themselves re-run it only when the reveal comes again: strict xfail).
+- A replica killed *during* a step: the client's retry on the other replica gets the result,
+  and the step is released even if the client never asks again (with the job queue, a worker
+  runs the step's job; replicas running steps themselves run again the steps of a replica whose
+  sequence leases ended with it, `steps/orphans.py`).
 
 Every test runs on both executions (the `balanced` fixture's parameter): "local" (each replica
 runs its steps) and "queue" (two `safeaccess-server worker` hosts run them from PostgreSQL's job
@@ -496,18 +497,8 @@ def test_the_clients_retry_after_its_replica_died_mid_step_gets_the_result(
 
 
 def test_a_step_whose_replica_died_mid_step_is_rerun_without_the_client(
-    balanced: Balanced, request: pytest.FixtureRequest
+    balanced: Balanced,
 ) -> None:
-    if balanced.execution == "local":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="a replica that runs its steps itself re-runs a step whose replica died "
-                "only when the client sends the reveal again; with execution = 'queue' the "
-                "step's job is in the queue and a worker runs it",
-            )
-        )
     try:
         killed = kill_mid_step(balanced, "bob", through_haproxy=False)
         if not isinstance(killed.error, Unreachable):

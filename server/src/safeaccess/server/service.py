@@ -32,6 +32,7 @@ from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.errors import ConfigError, NotFound, Unavailable
 from safeaccess.server.jobs.names import step_job
+from safeaccess.server.qss.scope import LOCK_TIMEOUT_SECONDS
 from safeaccess.server.ratelimit import DatabaseFailureLimiter, FailureLimiter
 from safeaccess.server.review import decisions as review
 from safeaccess.server.schemas import (
@@ -43,8 +44,10 @@ from safeaccess.server.schemas import (
 )
 from safeaccess.server.states import StepState
 from safeaccess.server.steps.flow import Flow
+from safeaccess.server.steps.orphans import OrphanSweeper
 from safeaccess.server.steps.scheduler import FairScheduler
 from safeaccess.server.steps.scripts import RunContext, ScriptRuns
+from safeaccess.server.steps.sequence_leases import SequenceLeases
 from safeaccess.server.steps.views import AWAITING_APPROVAL as AWAITING_APPROVAL
 from safeaccess.server.steps.views import Views
 from safeaccess.server.store import Store
@@ -94,6 +97,9 @@ class Service:
         )
         self.rulesets = datasets.Rulesets(self.store, self.data.root)
         queued = self.config.execution == "queue"
+        replicas_run_steps = (
+            not queued and role == "api" and self.store.engine.dialect.name == "postgresql"
+        )
         self.scripts = ScriptRuns(
             RunContext(
                 store=self.store,
@@ -121,7 +127,14 @@ class Service:
                 if queued and role == "api"
                 else None
             ),
+            leases=(
+                SequenceLeases(self.data.database_url(self.config), LOCK_TIMEOUT_SECONDS)
+                if replicas_run_steps
+                else None
+            ),
         )
+        # Replicas running steps themselves on PostgreSQL run again the steps of one that died.
+        self.orphans = OrphanSweeper(self.flow) if replicas_run_steps else None
         self.audit = AuditService(self.store, self.config, self.signing_key, self.auth_limiter)
         if role == "api":
             resumed = self.scripts.resume()
@@ -146,6 +159,10 @@ class Service:
         )
 
     def close(self) -> None:
+        if self.orphans is not None:
+            self.orphans.close()
+        if self.flow.leases is not None:
+            self.flow.leases.close()
         if self.flow.listener is not None:
             self.flow.listener.close()
         self.scripts.close()

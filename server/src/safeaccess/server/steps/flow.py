@@ -61,6 +61,7 @@ from safeaccess.server.steps.pipeline import StepContext, lost_outcome, run_step
 from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.steps.scheduler import FairScheduler
 from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
+from safeaccess.server.steps.sequence_leases import SequenceLeases
 from safeaccess.server.steps.timing import hold_until_padded
 from safeaccess.server.steps.views import Views
 from safeaccess.server.steps.withhold_budget import opening_needs_approval
@@ -125,6 +126,7 @@ class Flow:
         ruleset_for: Callable[[DatasetRow], RuleSet],
         views: Views,
         listener: SettledListener | None = None,
+        leases: SequenceLeases | None = None,
     ):
         self.data = data
         self.config = config
@@ -138,6 +140,9 @@ class Flow:
         # execution = "queue": steps are jobs run by worker hosts; this replica waits for them.
         self.queued = config.execution == "queue"
         self.listener = listener
+        # Replicas running steps themselves on PostgreSQL: which sequences this one works on,
+        # seen by the others (`sequence_leases.py`, `orphans.py`).
+        self.leases = leases
         # Interactive steps and background scripts queue separately, each fair across
         # researchers: a researcher's own scripts never delay her answers (their run time is not
         # hers to observe), and nobody's jobs fill every slot.
@@ -168,9 +173,45 @@ class Flow:
         """The audit-log fields of a settled step (`audit_records.settle_data`)."""
         return audit_records.settle_data(outcome, ruleset, self.run_data())
 
-    def lock(self, sequence_id: str) -> threading.Lock:
+    def local_lock(self, sequence_id: str) -> threading.Lock:
+        """This process's lock of a sequence."""
         with self._locks_guard:
             return self._locks.setdefault(sequence_id, threading.Lock())
+
+    @contextlib.contextmanager
+    def lock(self, sequence_id: str) -> Iterator[None]:
+        """Work on a sequence alone: this process's lock, then (replicas running steps
+        themselves on PostgreSQL) the sequence's lease, which other replicas see."""
+        with self.local_lock(sequence_id):
+            if self.leases is None:
+                yield
+                return
+            with self.leases.hold(sequence_id):
+                yield
+
+    def resume_orphan(self, sequence_id: str, index: int) -> bool:
+        """Run again a step left `running` by a server that died mid-step, as a re-sent reveal
+        would; the caller holds the sequence's lock and lease. False if it is running no more."""
+        with settings_scope(self.store):
+            seq, step = self.store.get_sequence_step(sequence_id, index)
+            if (
+                seq is None
+                or step is None
+                or step.state != StepState.RUNNING
+                or seq.state != SequenceState.RUNNING
+                or seq.current_index != index
+            ):
+                return False
+            log.info(
+                "sequence %s step %d: its server stopped mid-step; running it here", seq.id, index
+            )
+            self._compute(
+                seq,
+                step,
+                self.store.get_dataset(seq.dataset_id),
+                Revealed.stored(step.body, last=step.last),
+            )
+            return True
 
     def _record_ids(self, dataset: DatasetRow) -> Any:
         """The dataset version's positions -> stable record ids (read once per version)."""

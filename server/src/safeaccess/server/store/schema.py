@@ -88,7 +88,7 @@ class SequenceRow(Base):
     nonce: Mapped[str] = mapped_column(String(128))
     signature: Mapped[bytes] = mapped_column(LargeBinary)
     endorsements: Mapped[list[Any]] = mapped_column(JSON)
-    state: Mapped[str] = mapped_column(String(32), doc="`states.SequenceState`")
+    state: Mapped[str] = mapped_column(String(32), index=True, doc="`states.SequenceState`")
     current_index: Mapped[int] = mapped_column(Integer, default=0)
     verifier_state: Mapped[dict[str, Any]] = mapped_column(JSON)
     version: Mapped[int] = mapped_column(Integer, default=0)

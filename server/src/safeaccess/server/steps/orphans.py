@@ -1,0 +1,66 @@
+"""Steps whose server died mid-step, run again by another replica without waiting for the
+client (execution = "local" on PostgreSQL; with the job queue, the job's lease does this).
+
+Every few seconds each API replica lists the steps recorded `running` and tries each one's
+sequence lease (`sequence_leases.py`). A replica computing a step holds its sequence's lease from
+before the step is recorded until it is settled, so a lease it can take belongs to a step nobody
+computes: its server died (its session, and the lease, ended with it). The replica then runs the
+step as a re-sent reveal would: the same stored body, the same checks, recorded once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from safeaccess.server.steps.flow import Flow
+from safeaccess.server.store.running_steps import running_steps
+
+log = logging.getLogger("safeaccess.server")
+
+#: Seconds between two looks for orphaned steps.
+SWEEP_SECONDS = 2.0
+
+
+def sweep(flow: Flow) -> int:
+    """Run every orphaned step once; the number run."""
+    leases = flow.leases
+    assert leases is not None, "orphans are found by the sequence leases (PostgreSQL, local)"
+    resumed = 0
+    for sequence_id, index in running_steps(flow.store):
+        local = flow.local_lock(sequence_id)
+        if not local.acquire(blocking=False):
+            continue  # this process works on it
+        try:
+            if not leases.try_take(sequence_id):
+                continue  # another live replica works on it
+            try:
+                if flow.resume_orphan(sequence_id, index):
+                    resumed += 1
+            finally:
+                leases.give_back(sequence_id)
+        finally:
+            local.release()
+    return resumed
+
+
+class OrphanSweeper:
+    """A thread that sweeps every `interval` seconds until `close`."""
+
+    def __init__(self, flow: Flow, interval: float = SWEEP_SECONDS):
+        self.flow = flow
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="orphan-steps", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                sweep(self.flow)
+            except Exception as exc:  # the database away, a step's own error: next round
+                log.warning("looking for steps left by a stopped server failed: %s", exc)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)

@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from safeaccess.server.audit import frontier
 from safeaccess.server.audit import log as auditlog
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 
@@ -87,7 +88,13 @@ class Store:
         except migrate.SchemaBehind:
             self.engine.dispose()
             raise
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Every session shares the audit log's frontier, published only once its transaction
+        # committed (`audit/frontier.py`): an append then reads no stored nodes.
+        self._sessions = sessionmaker(
+            self.engine, expire_on_commit=False, info={frontier.SHARED: frontier.Frontier()}
+        )
+        event.listen(self._sessions, "after_commit", frontier.publish_pending)
+        event.listen(self._sessions, "after_soft_rollback", frontier.drop_pending)
         # Same pool; its connections in autocommit while lent out (reset on return).
         self._one_statement = sessionmaker(
             self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False

@@ -294,6 +294,17 @@ def _statements(store: Store) -> list[str]:
 
 
 def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Store) -> None:
+    # Version 2 registered first: the versions' ids are not in the order of their versions.
+    store.add_dataset(
+        name="e",
+        version=2,
+        project="p",
+        path="e2.parquet",
+        sha256="0" * 64,
+        rows=10,
+        metadata={"name": "e"},
+        rules_path=None,
+    )
     store.add_dataset(
         name="e",
         version=1,
@@ -305,7 +316,7 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
         rules_path=None,
         qss=QssSettings(mode="atoms", scope="dataset", atom_cap=7),
     )
-    row = store.find_dataset("e")
+    row = store.find_dataset("e", 1)
     assert row is not None
     store.set_dp_config("e", {"scope": "project", "epsilon": 1.0})
     claim_gate.require_claim(store, "e", "crosstab", "ethics")
@@ -320,8 +331,10 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
         store.get_dp_config("e"),
         claim_gate.requirements(store, "e"),
         claim_gate.requirements_of(store, row.id),
+        store.version_ids("e"),
     )
     assert single[0] == "datasets/e/v1.rules.yaml"
+    assert len(single[5]) == 2 and single[5][0] == row.id
     assert single[3] == {"crosstab": frozenset({"ethics", "training"}), "regression": {"ethics"}}
     sent = _statements(store)
     with settings_scope(store):
@@ -331,6 +344,7 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
             store.get_dp_config("e"),
             claim_gate.requirements(store, "e"),
             claim_gate.requirements_of(store, row.id),
+            store.version_ids("e"),
         )
         again = (current_rules_path(store, row.id), store.get_dp_config("e"))
     assert scoped == single

@@ -45,6 +45,7 @@ from safeaccess.server.store import (
     review,
     scripts,
     sequences,
+    step_settings,
 )
 from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.review import OPENING_REJECTED as OPENING_REJECTED
@@ -268,7 +269,11 @@ class Store:
         return catalogue.dataset_versions(self, name)
 
     def version_ids(self, name: str) -> list[int]:
-        """The ids of every registered version of dataset `name`, oldest first."""
+        """The ids of every registered version of dataset `name`, oldest first (as the open
+        settings scope read them with the dataset's settings, if it did: `step_settings.py`)."""
+        scoped = step_settings.scoped_by_name(self, name)
+        if scoped is not None:
+            return list(scoped.version_ids)
         return catalogue.version_ids(self, name)
 
     def all_datasets(self) -> list[DatasetRow]:

@@ -2,8 +2,10 @@
 
 A step needs its dataset's rule-set path (when it decides and again when it builds the view),
 its auditor settings, its DP configuration (for the ledger's lock and again for the context)
-and the claims each kind requires: each was one read of its own, six statements per reveal.
-`StepSettings.read` fetches them together (the dataset row joined to the three settings tables),
+and the claims each kind requires, and the ids of every version of its name (the query-set
+auditor's populations): each was one read of its own, seven statements per reveal.
+`StepSettings.read` fetches them together (the dataset row joined to the three settings tables
+and to its name's versions),
 and `settings_scope` keeps what it read for the rest of one request, so every later lookup of
 the same dataset in that request is answered from memory.
 
@@ -49,6 +51,8 @@ class StepSettings:
     qss: QssSettings
     dp_config: dict[str, Any] | None
     requirements: dict[str, frozenset[str]]
+    #: The ids of every registered version of the dataset's name, oldest first.
+    version_ids: tuple[int, ...] = ()
 
     @classmethod
     def read(cls, store: Store, dataset_id: int) -> StepSettings | None:
@@ -65,9 +69,11 @@ class StepSettings:
             else QssSettings(mode=first.mode, scope=first.scope, atom_cap=first.atom_cap)
         )
         found: dict[str, set[str]] = {}
+        versions: dict[int, int] = {}
         for row in rows:
             if row.kind is not None:
                 found.setdefault(str(row.kind), set()).add(str(row.claim))
+            versions[int(row.version_id)] = int(row.version)
         return cls(
             dataset_id=dataset_id,
             name=str(first.name),
@@ -75,6 +81,7 @@ class StepSettings:
             qss=qss,
             dp_config=None if first.config is None else dict(first.config),
             requirements={kind: frozenset(claims) for kind, claims in found.items()},
+            version_ids=tuple(sorted(versions, key=versions.__getitem__)),
         )
 
 
@@ -137,8 +144,10 @@ _DATASETS: Table = DatasetRow.__table__  # type: ignore[assignment]
 _QSS: Table = QssSettingsRow.__table__  # type: ignore[assignment]
 _DP: Table = DPConfigRow.__table__  # type: ignore[assignment]
 _CLAIMS: Table = ClaimRequirementRow.__table__  # type: ignore[assignment]
-# Built once. One row per required claim (or one row with NULL kind and claim if none): the
-# dataset's columns repeat on each, which costs less than a statement per table.
+_VERSIONS = _DATASETS.alias("versions")
+# Built once. One row per required claim and version of the name (at least one: the version
+# itself; NULL kind and claim if none are required): the dataset's columns repeat on each, which
+# costs less than a statement per table.
 _SETTINGS = (
     select(
         _DATASETS.c.name,
@@ -149,11 +158,14 @@ _SETTINGS = (
         _DP.c.config,
         _CLAIMS.c.kind,
         _CLAIMS.c.claim,
+        _VERSIONS.c.id.label("version_id"),
+        _VERSIONS.c.version,
     )
     .select_from(
         _DATASETS.outerjoin(_QSS, _QSS.c.dataset == _DATASETS.c.name)
         .outerjoin(_DP, _DP.c.dataset == _DATASETS.c.name)
         .outerjoin(_CLAIMS, _CLAIMS.c.dataset == _DATASETS.c.name)
+        .join(_VERSIONS, _VERSIONS.c.name == _DATASETS.c.name)
     )
     .where(_DATASETS.c.id == bindparam("dataset_id"))
 )

@@ -367,6 +367,39 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
     assert settings_of(store, 999) is None
 
 
+def test_a_requests_first_read_of_a_sequence_brings_its_datasets_settings(store: Store) -> None:
+    seq, _ = _open(store)
+    claim_gate.require_claim(store, "d", "crosstab", "ethics")
+    claim_gate.require_claim(store, "d", "regression", "ethics")
+    # What the reads on their own give: the sequence and step, and the dataset's settings.
+    plain_seq, plain_step = store.get_sequence_step(seq.id, 1)
+    plain_settings = settings_of(store, seq.dataset_id)
+    assert plain_seq is not None and plain_step is not None and plain_settings is not None
+    sent = _statements(store)
+    with settings_scope(store):
+        got_seq, got_step = store.get_sequence_step(seq.id, 1)
+        settings = settings_of(store, seq.dataset_id)
+        versions = store.version_ids("d")
+        # A later read in the same request (a waiting replica's) reads the rows alone.
+        store.get_sequence_step(seq.id, 1)
+    assert len(sent) == 2, sent
+    assert got_seq is not None and got_step is not None
+    assert (got_seq.id, got_seq.version, got_step.id, got_step.state) == (
+        plain_seq.id,
+        plain_seq.version,
+        plain_step.id,
+        plain_step.state,
+    )
+    assert settings == plain_settings
+    assert versions == list(plain_settings.version_ids)
+    # A step not revealed yet, and a sequence that does not exist, read as before.
+    with settings_scope(store):
+        assert store.get_sequence_step(seq.id, 2)[1] is None
+        assert settings_of(store, seq.dataset_id) == plain_settings
+    with settings_scope(store):
+        assert store.get_sequence_step("f" * 32, 1) == (None, None)
+
+
 def test_settle_of_a_step_begun_here_reads_neither_row(store: Store) -> None:
     seq, _ = _open(store)
     seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})

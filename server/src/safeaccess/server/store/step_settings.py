@@ -22,12 +22,12 @@ thread inside the `with`, and a store other than the one that read it never sees
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import ColumnElement, FromClause, Join, Table, bindparam, select
 
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 from safeaccess.server.store.schema import (
@@ -60,6 +60,12 @@ class StepSettings:
         version)."""
         with store.reading() as conn:
             rows = conn.execute(_SETTINGS, {"dataset_id": dataset_id}).all()
+        return cls.of_rows(dataset_id, rows)
+
+    @classmethod
+    def of_rows(cls, dataset_id: int, rows: Sequence[Any]) -> StepSettings | None:
+        """The settings from the rows of `_SETTINGS` (or of a statement that joins its
+        `COLUMNS` the same way, `joined`); None when there are none."""
         if not rows:
             return None
         first = rows[0]
@@ -110,6 +116,20 @@ def settings_scope(store: Store) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+def prime(store: Store, settings: StepSettings) -> None:
+    """Hand the open scope (if any, over `store`) settings read by another statement."""
+    scope = _CURRENT.get()
+    if scope is not None and scope.store is store:
+        scope.by_id[settings.dataset_id] = settings
+        scope.by_name[settings.name] = settings
+
+
+def scope_is_empty(store: Store) -> bool:
+    """Whether a scope over `store` is open here and has read nothing yet."""
+    scope = _CURRENT.get()
+    return scope is not None and scope.store is store and not scope.by_id
+
+
 def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
     """The settings of version `dataset_id`: from the open scope if it read them, else read
     now (and kept by the scope, if one is open)."""
@@ -119,9 +139,8 @@ def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
         if cached is not None:
             return cached
     settings = StepSettings.read(store, dataset_id)
-    if settings is not None and scope is not None and scope.store is store:
-        scope.by_id[dataset_id] = settings
-        scope.by_name[settings.name] = settings
+    if settings is not None:
+        prime(store, settings)
     return settings
 
 
@@ -148,19 +167,35 @@ _VERSIONS = _DATASETS.alias("versions")
 # Built once. One row per required claim and version of the name (at least one: the version
 # itself; NULL kind and claim if none are required): the dataset's columns repeat on each, which
 # costs less than a statement per table.
-_SETTINGS = (
-    select(
-        _DATASETS.c.name,
-        _DATASETS.c.rules_path,
-        _QSS.c.mode,
-        _QSS.c.scope,
-        _QSS.c.atom_cap,
-        _DP.c.config,
-        _CLAIMS.c.kind,
-        _CLAIMS.c.claim,
-        _VERSIONS.c.id.label("version_id"),
-        _VERSIONS.c.version,
+#: The columns `StepSettings.of_rows` reads.
+COLUMNS = (
+    _DATASETS.c.name,
+    _DATASETS.c.rules_path,
+    _QSS.c.mode,
+    _QSS.c.scope,
+    _QSS.c.atom_cap,
+    _DP.c.config,
+    _CLAIMS.c.kind,
+    _CLAIMS.c.claim,
+    _VERSIONS.c.id.label("version_id"),
+    _VERSIONS.c.version,
+)
+
+
+def joined(left: FromClause, dataset_id: ColumnElement[Any]) -> Join:
+    """`left` joined to the dataset version `dataset_id` (a column of `left`) and to the
+    tables `COLUMNS` come from."""
+    return (
+        left.join(_DATASETS, _DATASETS.c.id == dataset_id)
+        .outerjoin(_QSS, _QSS.c.dataset == _DATASETS.c.name)
+        .outerjoin(_DP, _DP.c.dataset == _DATASETS.c.name)
+        .outerjoin(_CLAIMS, _CLAIMS.c.dataset == _DATASETS.c.name)
+        .join(_VERSIONS, _VERSIONS.c.name == _DATASETS.c.name)
     )
+
+
+_SETTINGS = (
+    select(*COLUMNS)
     .select_from(
         _DATASETS.outerjoin(_QSS, _QSS.c.dataset == _DATASETS.c.name)
         .outerjoin(_DP, _DP.c.dataset == _DATASETS.c.name)

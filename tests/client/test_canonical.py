@@ -120,5 +120,17 @@ def test_fixed_notation_floats_take_the_fast_path() -> None:
     # encoder (equal to the library: the property tests above); the rest go to the library.
     for value in [0.5, -0.1, 123.456, 1e-4, 0.30000000000000004, 1234567890123.5]:
         assert canonical._plain({"x": [value]}), value
-    for value in [2.0, 0.0, -0.0, 1e-5, 1e16, 1e21, float("nan"), float("inf")]:
+    for value in [1e-5, 1e16, 2.0**53, 1e21, float("nan"), float("inf")]:
         assert not canonical._plain({"x": [value]}), value
+
+
+def test_integer_valued_floats_take_the_fast_path_as_ints() -> None:
+    # issue 25: an output's counts (12.0) are written as the integer's digits by the library;
+    # below 2^53 the fast path encodes them from a copy with ints, byte for byte the same.
+    edge = [2.0, 0.0, -0.0, -7.0, 12.0, 2.0**53 - 1, -(2.0**53 - 1), 1e15]
+    for value in edge:
+        assert canonical._plain({"x": [value]}) == canonical.AS_INTS, value
+        assert canonical.dumps({"x": [value], "y": 0.5}) == rfc8785.dumps({"x": [value], "y": 0.5})
+    table = {"cells": [[1.0, 2.5], [3.0, None]], "n": 6.0, "label": "x", "exact": 4}
+    assert canonical.dumps(table) == rfc8785.dumps(table)
+    assert table["n"] == 6.0 and type(table["n"]) is float  # the caller's value is not changed

@@ -294,6 +294,17 @@ def _statements(store: Store) -> list[str]:
 
 
 def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Store) -> None:
+    # Version 2 registered first: the versions' ids are not in the order of their versions.
+    store.add_dataset(
+        name="e",
+        version=2,
+        project="p",
+        path="e2.parquet",
+        sha256="0" * 64,
+        rows=10,
+        metadata={"name": "e"},
+        rules_path=None,
+    )
     store.add_dataset(
         name="e",
         version=1,
@@ -305,7 +316,7 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
         rules_path=None,
         qss=QssSettings(mode="atoms", scope="dataset", atom_cap=7),
     )
-    row = store.find_dataset("e")
+    row = store.find_dataset("e", 1)
     assert row is not None
     store.set_dp_config("e", {"scope": "project", "epsilon": 1.0})
     claim_gate.require_claim(store, "e", "crosstab", "ethics")
@@ -320,8 +331,10 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
         store.get_dp_config("e"),
         claim_gate.requirements(store, "e"),
         claim_gate.requirements_of(store, row.id),
+        store.version_ids("e"),
     )
     assert single[0] == "datasets/e/v1.rules.yaml"
+    assert len(single[5]) == 2 and single[5][0] == row.id
     assert single[3] == {"crosstab": frozenset({"ethics", "training"}), "regression": {"ethics"}}
     sent = _statements(store)
     with settings_scope(store):
@@ -331,6 +344,7 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
             store.get_dp_config("e"),
             claim_gate.requirements(store, "e"),
             claim_gate.requirements_of(store, row.id),
+            store.version_ids("e"),
         )
         again = (current_rules_path(store, row.id), store.get_dp_config("e"))
     assert scoped == single
@@ -351,6 +365,39 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
             {},
         )
     assert settings_of(store, 999) is None
+
+
+def test_a_requests_first_read_of_a_sequence_brings_its_datasets_settings(store: Store) -> None:
+    seq, _ = _open(store)
+    claim_gate.require_claim(store, "d", "crosstab", "ethics")
+    claim_gate.require_claim(store, "d", "regression", "ethics")
+    # What the reads on their own give: the sequence and step, and the dataset's settings.
+    plain_seq, plain_step = store.get_sequence_step(seq.id, 1)
+    plain_settings = settings_of(store, seq.dataset_id)
+    assert plain_seq is not None and plain_step is not None and plain_settings is not None
+    sent = _statements(store)
+    with settings_scope(store):
+        got_seq, got_step = store.get_sequence_step(seq.id, 1)
+        settings = settings_of(store, seq.dataset_id)
+        versions = store.version_ids("d")
+        # A later read in the same request (a waiting replica's) reads the rows alone.
+        store.get_sequence_step(seq.id, 1)
+    assert len(sent) == 2, sent
+    assert got_seq is not None and got_step is not None
+    assert (got_seq.id, got_seq.version, got_step.id, got_step.state) == (
+        plain_seq.id,
+        plain_seq.version,
+        plain_step.id,
+        plain_step.state,
+    )
+    assert settings == plain_settings
+    assert versions == list(plain_settings.version_ids)
+    # A step not revealed yet, and a sequence that does not exist, read as before.
+    with settings_scope(store):
+        assert store.get_sequence_step(seq.id, 2)[1] is None
+        assert settings_of(store, seq.dataset_id) == plain_settings
+    with settings_scope(store):
+        assert store.get_sequence_step("f" * 32, 1) == (None, None)
 
 
 def test_settle_of_a_step_begun_here_reads_neither_row(store: Store) -> None:

@@ -12,8 +12,12 @@ escaping, produces the very same bytes:
 - integers: both write the decimal digits (RFC 8785 accepts only |n| <= 2^53 - 1);
 - floats: the reference writes `repr(x)` re-formatted the ECMAScript way; when `repr(x)` has no
   exponent (about 1e-4 <= |x| < 1e16) and does not end in ".0" (x not integer-valued), that
-  re-formatting leaves it unchanged, and `repr(x)` is what the C encoder writes. Other floats
-  (exponents, integer values, zero, NaN, infinities) take the reference path;
+  re-formatting leaves it unchanged, and `repr(x)` is what the C encoder writes. An
+  integer-valued float below 2^53 in magnitude (counts in an output: 12.0; zero, negative zero)
+  is written by the reference as the integer's digits (every integer there is a double of its
+  own, so the shortest digits that round-trip are the integer's), which is what the C encoder
+  writes for `int(x)`: such values are encoded from a copy with those floats made ints. Other
+  floats (exponents, larger integer values, NaN, infinities) take the reference path;
 - object keys: RFC 8785 sorts by UTF-16 code units, Python by code points. The two orders agree
   unless a key holds a character beyond U+FFFF (a surrogate pair, 0xD800-0xDBFF, sorts below
   U+E000-U+FFFF in UTF-16 but above them by code point), so such keys take the reference path.
@@ -42,30 +46,43 @@ _ENCODER = json.JSONEncoder(
 )
 
 
-def _plain(value: Any) -> bool:
-    """Whether `value` is made only of the types the fast path is proved equal on.
+#: `_plain`'s answers: not for the fast path; for it as is; for it once `_as_ints` made its
+#: integer-valued floats ints.
+NO, YES, AS_INTS = 0, 1, 2
+
+
+def _plain(value: Any) -> int:
+    """Whether `value` is made only of the types the fast path is proved equal on (`YES`, or
+    `AS_INTS` when it holds integer-valued floats that `_as_ints` must turn into ints first),
+    else `NO`.
 
     Written as loops with the leaves checked inline: a function call per leaf would cost more
     than the encoding it saves. Recursion is bounded like the reference's (a RecursionError,
     for a cycle or deep nesting, sends the value to the reference, which raises it too)."""
     kind = type(value)
+    found = YES
     if kind is dict:
         for key, item in value.items():
             # Code-point and UTF-16 order agree unless a key holds a character beyond U+FFFF.
             if type(key) is not str or not (key.isascii() or max(key) <= "\uffff"):
-                return False
+                return NO
             kind = type(item)
             if kind is str or kind is bool or item is None:
                 continue
             if kind is int:
                 if not -_INT_MAX <= item <= _INT_MAX:
-                    return False
+                    return NO
             elif kind is float:
                 if not _fixed_float(item):
-                    return False
-            elif not _plain(item):
-                return False
-        return True
+                    if not _integral(item):
+                        return NO
+                    found = AS_INTS
+            else:
+                inner = _plain(item)
+                if inner == NO:
+                    return NO
+                found = max(found, inner)
+        return found
     if kind is list:
         for item in value:
             kind = type(item)
@@ -73,20 +90,43 @@ def _plain(value: Any) -> bool:
                 continue
             if kind is int:
                 if not -_INT_MAX <= item <= _INT_MAX:
-                    return False
+                    return NO
             elif kind is float:
                 if not _fixed_float(item):
-                    return False
-            elif not _plain(item):
-                return False
-        return True
+                    if not _integral(item):
+                        return NO
+                    found = AS_INTS
+            else:
+                inner = _plain(item)
+                if inner == NO:
+                    return NO
+                found = max(found, inner)
+        return found
     if kind is str or kind is bool or value is None:
-        return True
+        return YES
     if kind is int:
-        return -_INT_MAX <= value <= _INT_MAX
+        return YES if -_INT_MAX <= value <= _INT_MAX else NO
     if kind is float:
-        return _fixed_float(value)
-    return False
+        return YES if _fixed_float(value) else AS_INTS if _integral(value) else NO
+    return NO
+
+
+def _integral(value: float) -> bool:
+    """Whether the reference writes `value` as the digits of `int(value)`: an integer-valued
+    float of magnitude at most 2^53 - 1 (NaN and infinities are not integer-valued)."""
+    return value.is_integer() and -_INT_MAX <= value <= _INT_MAX
+
+
+def _as_ints(value: Any) -> Any:
+    """A copy of a value `_plain` answered `AS_INTS` for, its integer-valued floats made ints."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _as_ints(item) for key, item in value.items()}
+    if kind is list:
+        return [_as_ints(item) for item in value]
+    if kind is float and value.is_integer():
+        return int(value)
+    return value
 
 
 def _fixed_float(value: float) -> bool:
@@ -103,9 +143,11 @@ def dumps(value: Any) -> bytes:
     try:
         plain = _plain(value)
     except RecursionError:
-        plain = False  # the reference decides (and raises) for values nested this deep
-    if plain:
+        plain = NO  # the reference decides (and raises) for values nested this deep
+    if plain != NO:
         try:
+            if plain == AS_INTS:
+                value = _as_ints(value)
             return _ENCODER.encode(value).encode("utf-8")
         except (UnicodeEncodeError, RecursionError):
             pass  # a lone surrogate: the reference raises its own error

@@ -26,12 +26,12 @@ from safeaccess.client.audit.merkle import (
     node_hash,
 )
 from safeaccess.client.audit.records import LOG_FORMAT, LOG_VERSION, encode_record
+from safeaccess.server.audit import frontier
 from safeaccess.server.errors import InvalidRequest
 from safeaccess.server.store import log as log_rows
 from safeaccess.server.store.log import ensure_head, entries, leaf_hashes, logged, size
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
 
@@ -73,15 +73,17 @@ def append(
 def append_many(session: Session, items: list[Entry]) -> list[int]:
     """Append records in order, in the caller's transaction; their indexes.
 
-    Four statements whatever the number of records: reserve the indexes (the head row's update
-    also serialises appenders), fetch the stored left siblings the new leaves complete, insert
-    the records, insert the new nodes."""
+    Three statements whatever the number of records: reserve the indexes (the head row's update
+    also serialises appenders), insert the records, insert the new nodes; a fourth reads the
+    stored left siblings the new leaves complete only when this process does not hold the
+    log's frontier at that size (`frontier.py`: its first append, or another replica appended
+    since)."""
     if not items:
         return []
     # Core statements on the transaction's connection: the ORM's bookkeeping would cost more
     # than the SQL itself on this per-step path.
     conn = session.connection()
-    first = log_rows.reserve(conn, len(items))
+    first, previous = log_rows.reserve(conn, len(items))
     now = datetime.now(UTC)
     stamp = _timestamp(now)
     records = [
@@ -100,7 +102,7 @@ def append_many(session: Session, items: list[Entry]) -> list[int]:
         )
         for n, item in enumerate(items)
     ]
-    nodes = _new_nodes(conn, first, [leaf_hash(r) for r in records])
+    nodes = _new_nodes(session, first, previous, [leaf_hash(r) for r in records])
     log_rows.insert_rows(
         conn,
         [
@@ -121,8 +123,16 @@ def append_many(session: Session, items: list[Entry]) -> list[int]:
     return [first + n for n in range(len(items))]
 
 
-def _new_nodes(conn: Connection, first: int, leaves: list[bytes]) -> dict[tuple[int, int], bytes]:
-    """The leaf and the perfect subtrees completed by appending `leaves` at index `first`."""
+def _new_nodes(
+    session: Session, first: int, previous: bytes | None, leaves: list[bytes]
+) -> dict[tuple[int, int], bytes]:
+    """The leaf and the perfect subtrees completed by appending `leaves` at index `first`.
+
+    The stored left siblings they need are all in the frontier of the log of `first` entries
+    (`frontier.py`): taken from the one this process last committed (or this transaction's
+    earlier append) when it is of that size and ends with the leaf `previous` the reserve read
+    (the stored leaf of entry `first - 1`), else read (with the rest of that frontier, in the
+    same statement, so the next append need not read)."""
     needed: list[tuple[int, int]] = []
     for n in range(len(leaves)):
         level, idx = 0, first + n
@@ -130,20 +140,27 @@ def _new_nodes(conn: Connection, first: int, leaves: list[bytes]) -> dict[tuple[
             if (idx << level) <= first:  # the left sibling ends before this batch: stored
                 needed.append((level, idx - 1))
             level, idx = level + 1, idx >> 1
-    known: dict[tuple[int, int], bytes] = {}
-    if needed:
-        known = log_rows.fetch_nodes(conn, needed)
+    known = frontier.known(session, first, previous)
+    if known is None and needed:
+        known = log_rows.fetch_nodes(session.connection(), frontier.keys(first))
     new: dict[tuple[int, int], bytes] = {}
     for n, leaf in enumerate(leaves):
         level, idx, current = 0, first + n, leaf
         new[(0, idx)] = current
         while idx & 1:
-            left = new.get((level, idx - 1)) or known.get((level, idx - 1))
+            left = new.get((level, idx - 1)) or (known or {}).get((level, idx - 1))
             if left is None:
                 raise RuntimeError(f"audit node ({level}, {idx - 1}) is missing")
             current = node_hash(left, current)
             level, idx = level + 1, idx >> 1
             new[(level, idx)] = current
+    # Every subtree of the new frontier is new or was in the old one (see `frontier.py`); kept
+    # when all are at hand (the old one was, or the new leaves cover it: an empty log's), with
+    # the last leaf, which the next append's reserve reads back.
+    end = first + len(leaves)
+    edge = {key: new.get(key) or (known or {}).get(key) for key in frontier.keys(end)}
+    if all(edge.values()):
+        frontier.remember(session, end, {**edge, (0, end - 1): new[(0, end - 1)]})  # type: ignore[dict-item]
     return new
 
 

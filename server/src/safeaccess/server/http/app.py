@@ -164,6 +164,16 @@ async def authed(request: Request) -> Authed:
 Auth = Annotated[Authed, Depends(authed)]
 
 
+def json_reply(view: BaseModel, status: int = 200) -> Response:
+    """A view as its JSON reply, serialised once by pydantic's own encoder.
+
+    Returned as a `Response`, FastAPI sends it as is: for a returned model it would validate
+    the model again against `response_model`, dump it to Python values and encode those with
+    `json.dumps`, three passes over a view the service built and validated already. The
+    route's `response_model` still documents the reply."""
+    return Response(view.model_dump_json(), status_code=status, media_type="application/json")
+
+
 def create_app(service: Service) -> FastAPI:
     """The FastAPI application for one service."""
     app = FastAPI(
@@ -265,32 +275,34 @@ def create_app(service: Service) -> FastAPI:
         return SequenceList(sequences=service.sequences(auth.researcher))
 
     @app.post("/v1/sequences", response_model=StepView, status_code=201, tags=["sequences"])
-    def open_sequence(auth: Auth) -> StepView:
+    def open_sequence(auth: Auth) -> Response:
         """Open a sequence: signed header, endorsements, T_1 and body 1. Runs step 1."""
-        return service.open_sequence(
+        view = service.open_sequence(
             auth.researcher, parse_body(OpenRequest, auth.body), key=auth.key
         )
+        return json_reply(view, 201)
 
     @app.get("/v1/sequences/{sequence_id}", response_model=SequenceView, tags=["sequences"])
-    def get_sequence(sequence_id: SequenceId, auth: Auth) -> SequenceView:
-        return service.sequence(auth.researcher, sequence_id)
+    def get_sequence(sequence_id: SequenceId, auth: Auth) -> Response:
+        return json_reply(service.sequence(auth.researcher, sequence_id))
 
     @app.get(
         "/v1/sequences/{sequence_id}/steps/{index}", response_model=StepView, tags=["sequences"]
     )
-    def get_step(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> StepView:
+    def get_step(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> Response:
         """A step's state; its released output once released, the reasons if withheld."""
-        return service.step(auth.researcher, sequence_id, index)
+        return json_reply(service.step(auth.researcher, sequence_id, index))
 
     @app.post(
         "/v1/sequences/{sequence_id}/steps/{index}", response_model=StepView, tags=["sequences"]
     )
-    def reveal_step(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> StepView:
+    def reveal_step(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> Response:
         """Reveal step `index` (T_j, body j) after step j-1 was released. Repeating the accepted
         reveal returns the same answer without running it twice."""
-        return service.reveal(
+        view = service.reveal(
             auth.researcher, sequence_id, index, parse_body(RevealRequest, auth.body), key=auth.key
         )
+        return json_reply(view)
 
     @app.get("/v1/sequences/{sequence_id}/steps/{index}/proof", tags=["sequences"])
     def step_proof(sequence_id: SequenceId, index: StepIndex, auth: Auth) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from safeaccess.server.audit import frontier
 from safeaccess.server.audit import log as auditlog
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 
@@ -44,6 +45,7 @@ from safeaccess.server.store import (
     review,
     scripts,
     sequences,
+    step_settings,
 )
 from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.review import OPENING_REJECTED as OPENING_REJECTED
@@ -87,7 +89,13 @@ class Store:
         except migrate.SchemaBehind:
             self.engine.dispose()
             raise
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Every session shares the audit log's frontier, published only once its transaction
+        # committed (`audit/frontier.py`): an append then reads no stored nodes.
+        self._sessions = sessionmaker(
+            self.engine, expire_on_commit=False, info={frontier.SHARED: frontier.Frontier()}
+        )
+        event.listen(self._sessions, "after_commit", frontier.publish_pending)
+        event.listen(self._sessions, "after_soft_rollback", frontier.drop_pending)
         # Same pool; its connections in autocommit while lent out (reset on return).
         self._one_statement = sessionmaker(
             self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
@@ -261,7 +269,11 @@ class Store:
         return catalogue.dataset_versions(self, name)
 
     def version_ids(self, name: str) -> list[int]:
-        """The ids of every registered version of dataset `name`, oldest first."""
+        """The ids of every registered version of dataset `name`, oldest first (as the open
+        settings scope read them with the dataset's settings, if it did: `step_settings.py`)."""
+        scoped = step_settings.scoped_by_name(self, name)
+        if scoped is not None:
+            return list(scoped.version_ids)
         return catalogue.version_ids(self, name)
 
     def all_datasets(self) -> list[DatasetRow]:

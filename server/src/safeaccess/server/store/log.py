@@ -30,11 +30,19 @@ _HEAD: Table = AuditHeadRow.__table__  # type: ignore[assignment]
 _NODES: Table = AuditNodeRow.__table__  # type: ignore[assignment]
 _EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
 # Built once: statement construction costs more than executing them on the append path.
+# The reserve also returns the leaf hash of the entry before the reserved ones (NULL when there
+# is none, or when the database's snapshot of this statement does not show it yet): what an
+# appender's kept frontier is checked against (`audit/frontier.py`).
+_PREVIOUS_LEAF = (
+    select(_NODES.c.hash)
+    .where(_NODES.c.level == 0, _NODES.c.idx == _HEAD.c.size - bindparam("n") - 1)
+    .scalar_subquery()
+)
 _RESERVE = (
     update(_HEAD)
     .where(_HEAD.c.id == HEAD_ID)
     .values(size=_HEAD.c.size + bindparam("n"))
-    .returning(_HEAD.c.size)
+    .returning(_HEAD.c.size, _PREVIOUS_LEAF)
 )
 _INSERT_EVENTS = insert(_EVENTS)
 _INSERT_NODES = insert(_NODES)
@@ -52,13 +60,14 @@ def ensure_head(session: Session) -> None:
             pass
 
 
-def reserve(conn: Connection, n: int) -> int:
-    """Grow the log by `n` entries; the first index reserved. The head row's update also
-    serialises appenders until the caller's transaction ends."""
-    reserved = conn.execute(_RESERVE, {"n": n}).scalar_one_or_none()
-    if reserved is None:
+def reserve(conn: Connection, n: int) -> tuple[int, bytes | None]:
+    """Grow the log by `n` entries; the first index reserved and the stored leaf hash of the
+    entry before it (None: the log was empty, or this statement's snapshot does not show it).
+    The head row's update also serialises appenders until the caller's transaction ends."""
+    row = conn.execute(_RESERVE, {"n": n}).first()
+    if row is None:
         raise RuntimeError("the audit log has no head row; the store did not initialise it")
-    return int(reserved) - n
+    return int(row[0]) - n, None if row[1] is None else bytes(row[1])
 
 
 def insert_rows(

@@ -27,7 +27,7 @@ from safeaccess.server.states import (
     check_step_transition,
     sequence_state_after_step,
 )
-from safeaccess.server.store import ledgers, queue
+from safeaccess.server.store import ledgers, queue, step_settings
 from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.schema import SequenceRow, StepRow, utcnow
 
@@ -166,17 +166,24 @@ def get_sequence_step(
     store: Store, sequence_id: str, index: int
 ) -> tuple[SequenceRow | None, StepRow | None]:
     """A sequence and its step `index`, read in one statement: a reveal, a queued step's
-    worker and the replica waiting for it each need both, on a researcher's waiting path."""
-    query = (
-        select(SequenceRow, StepRow)
-        .outerjoin(StepRow, (StepRow.sequence_id == SequenceRow.id) & (StepRow.index == index))
-        .where(SequenceRow.id == sequence_id)
-    )
+    worker and the replica waiting for it each need both, on a researcher's waiting path.
+
+    In a request's settings scope that has read nothing yet (`step_settings.py`), the same
+    statement reads the settings of the sequence's dataset for the scope: the request needs
+    them next, and this saves their statement."""
+    with_settings = step_settings.scope_is_empty(store)
     with store.one_statement() as s:
-        row = s.execute(query).first()
-    if row is None:
+        if not with_settings:
+            row = s.execute(_SEQUENCE_STEP, {"seq_id": sequence_id, "index": index}).first()
+            return (None, None) if row is None else (row[0], row[1])
+        rows = s.execute(_SEQUENCE_STEP_SETTINGS, {"seq_id": sequence_id, "index": index}).all()
+    if not rows:
         return None, None
-    return row[0], row[1]
+    seq, step = rows[0][0], rows[0][1]
+    settings = step_settings.StepSettings.of_rows(seq.dataset_id, rows)
+    if settings is not None:
+        step_settings.prime(store, settings)
+    return seq, step
 
 
 def update_sequence(s: Session, seq: SequenceRow, target: SequenceState, **values: Any) -> None:
@@ -287,6 +294,27 @@ def _sequence_of(row: Row[Any]) -> SequenceRow:
 
 _SEQUENCES: Table = SequenceRow.__table__  # type: ignore[assignment]
 _STEPS: Table = StepRow.__table__  # type: ignore[assignment]
+_SEQUENCE_STEP = (
+    select(SequenceRow, StepRow)
+    .outerjoin(
+        StepRow, (StepRow.sequence_id == SequenceRow.id) & (StepRow.index == bindparam("index"))
+    )
+    .where(SequenceRow.id == bindparam("seq_id"))
+)
+# One row per row of the settings' statement (the sequence and step repeat on each).
+_SEQUENCE_STEP_SETTINGS = (
+    select(SequenceRow, StepRow, *step_settings.COLUMNS)
+    .select_from(
+        step_settings.joined(
+            _SEQUENCES.outerjoin(
+                _STEPS,
+                (_STEPS.c.sequence_id == _SEQUENCES.c.id) & (_STEPS.c.index == bindparam("index")),
+            ),
+            _SEQUENCES.c.dataset_id,
+        )
+    )
+    .where(_SEQUENCES.c.id == bindparam("seq_id"))
+)
 # Built once: statement construction costs more than executing them on the step's path.
 _BEGIN = (
     update(_SEQUENCES)

@@ -2,8 +2,10 @@
 
 A step needs its dataset's rule-set path (when it decides and again when it builds the view),
 its auditor settings, its DP configuration (for the ledger's lock and again for the context)
-and the claims each kind requires: each was one read of its own, six statements per reveal.
-`StepSettings.read` fetches them together (the dataset row joined to the three settings tables),
+and the claims each kind requires, and the ids of every version of its name (the query-set
+auditor's populations): each was one read of its own, seven statements per reveal.
+`StepSettings.read` fetches them together (the dataset row joined to the three settings tables
+and to its name's versions),
 and `settings_scope` keeps what it read for the rest of one request, so every later lookup of
 the same dataset in that request is answered from memory.
 
@@ -20,12 +22,12 @@ thread inside the `with`, and a store other than the one that read it never sees
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import ColumnElement, FromClause, Join, Table, bindparam, select
 
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 from safeaccess.server.store.schema import (
@@ -49,6 +51,8 @@ class StepSettings:
     qss: QssSettings
     dp_config: dict[str, Any] | None
     requirements: dict[str, frozenset[str]]
+    #: The ids of every registered version of the dataset's name, oldest first.
+    version_ids: tuple[int, ...] = ()
 
     @classmethod
     def read(cls, store: Store, dataset_id: int) -> StepSettings | None:
@@ -56,6 +60,12 @@ class StepSettings:
         version)."""
         with store.reading() as conn:
             rows = conn.execute(_SETTINGS, {"dataset_id": dataset_id}).all()
+        return cls.of_rows(dataset_id, rows)
+
+    @classmethod
+    def of_rows(cls, dataset_id: int, rows: Sequence[Any]) -> StepSettings | None:
+        """The settings from the rows of `_SETTINGS` (or of a statement that joins its
+        `COLUMNS` the same way, `joined`); None when there are none."""
         if not rows:
             return None
         first = rows[0]
@@ -65,9 +75,11 @@ class StepSettings:
             else QssSettings(mode=first.mode, scope=first.scope, atom_cap=first.atom_cap)
         )
         found: dict[str, set[str]] = {}
+        versions: dict[int, int] = {}
         for row in rows:
             if row.kind is not None:
                 found.setdefault(str(row.kind), set()).add(str(row.claim))
+            versions[int(row.version_id)] = int(row.version)
         return cls(
             dataset_id=dataset_id,
             name=str(first.name),
@@ -75,6 +87,7 @@ class StepSettings:
             qss=qss,
             dp_config=None if first.config is None else dict(first.config),
             requirements={kind: frozenset(claims) for kind, claims in found.items()},
+            version_ids=tuple(sorted(versions, key=versions.__getitem__)),
         )
 
 
@@ -103,6 +116,20 @@ def settings_scope(store: Store) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+def prime(store: Store, settings: StepSettings) -> None:
+    """Hand the open scope (if any, over `store`) settings read by another statement."""
+    scope = _CURRENT.get()
+    if scope is not None and scope.store is store:
+        scope.by_id[settings.dataset_id] = settings
+        scope.by_name[settings.name] = settings
+
+
+def scope_is_empty(store: Store) -> bool:
+    """Whether a scope over `store` is open here and has read nothing yet."""
+    scope = _CURRENT.get()
+    return scope is not None and scope.store is store and not scope.by_id
+
+
 def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
     """The settings of version `dataset_id`: from the open scope if it read them, else read
     now (and kept by the scope, if one is open)."""
@@ -112,9 +139,8 @@ def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
         if cached is not None:
             return cached
     settings = StepSettings.read(store, dataset_id)
-    if settings is not None and scope is not None and scope.store is store:
-        scope.by_id[dataset_id] = settings
-        scope.by_name[settings.name] = settings
+    if settings is not None:
+        prime(store, settings)
     return settings
 
 
@@ -137,23 +163,44 @@ _DATASETS: Table = DatasetRow.__table__  # type: ignore[assignment]
 _QSS: Table = QssSettingsRow.__table__  # type: ignore[assignment]
 _DP: Table = DPConfigRow.__table__  # type: ignore[assignment]
 _CLAIMS: Table = ClaimRequirementRow.__table__  # type: ignore[assignment]
-# Built once. One row per required claim (or one row with NULL kind and claim if none): the
-# dataset's columns repeat on each, which costs less than a statement per table.
-_SETTINGS = (
-    select(
-        _DATASETS.c.name,
-        _DATASETS.c.rules_path,
-        _QSS.c.mode,
-        _QSS.c.scope,
-        _QSS.c.atom_cap,
-        _DP.c.config,
-        _CLAIMS.c.kind,
-        _CLAIMS.c.claim,
+_VERSIONS = _DATASETS.alias("versions")
+# Built once. One row per required claim and version of the name (at least one: the version
+# itself; NULL kind and claim if none are required): the dataset's columns repeat on each, which
+# costs less than a statement per table.
+#: The columns `StepSettings.of_rows` reads.
+COLUMNS = (
+    _DATASETS.c.name,
+    _DATASETS.c.rules_path,
+    _QSS.c.mode,
+    _QSS.c.scope,
+    _QSS.c.atom_cap,
+    _DP.c.config,
+    _CLAIMS.c.kind,
+    _CLAIMS.c.claim,
+    _VERSIONS.c.id.label("version_id"),
+    _VERSIONS.c.version,
+)
+
+
+def joined(left: FromClause, dataset_id: ColumnElement[Any]) -> Join:
+    """`left` joined to the dataset version `dataset_id` (a column of `left`) and to the
+    tables `COLUMNS` come from."""
+    return (
+        left.join(_DATASETS, _DATASETS.c.id == dataset_id)
+        .outerjoin(_QSS, _QSS.c.dataset == _DATASETS.c.name)
+        .outerjoin(_DP, _DP.c.dataset == _DATASETS.c.name)
+        .outerjoin(_CLAIMS, _CLAIMS.c.dataset == _DATASETS.c.name)
+        .join(_VERSIONS, _VERSIONS.c.name == _DATASETS.c.name)
     )
+
+
+_SETTINGS = (
+    select(*COLUMNS)
     .select_from(
         _DATASETS.outerjoin(_QSS, _QSS.c.dataset == _DATASETS.c.name)
         .outerjoin(_DP, _DP.c.dataset == _DATASETS.c.name)
         .outerjoin(_CLAIMS, _CLAIMS.c.dataset == _DATASETS.c.name)
+        .join(_VERSIONS, _VERSIONS.c.name == _DATASETS.c.name)
     )
     .where(_DATASETS.c.id == bindparam("dataset_id"))
 )

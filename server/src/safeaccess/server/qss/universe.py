@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, StateFormatError, admit
 from safeaccess.rules.qss.delta import Grow, Refine, Step, apply_deltas, encode_delta
+from safeaccess.rules.qss.encoding import decode_fields
 from safeaccess.rules.qss.encoding import encode_parts as encode_state_parts
 from safeaccess.server.qss.grid import Origin, origin_of
 
@@ -96,6 +97,23 @@ class ScopeState:
     def refined(self, state: AuditState, arrays: Sequence[npt.NDArray[Any]]) -> ScopeState:
         """`state`, the result of admitting `arrays` into this scope's state."""
         return replace(self, state=state, steps=(*self.steps, *(Refine(a) for a in arrays)))
+
+
+#: The parent a scope's first state file names: the state over no record ids and no query
+#: set (`AuditState.empty(0)`), which needs no file. So the first admitted step of a scope
+#: writes a delta (its grow and arrays) like every other, not a full state.
+EMPTY = "empty"
+
+
+def empty_scope(n_records: int) -> ScopeState:
+    """A scope with nothing admitted yet, over `n_records` record ids, as a delta of `EMPTY`."""
+    steps: tuple[Step, ...] = (Grow(n_records),) if n_records else ()
+    return ScopeState(AuditState.empty(n_records), {}, base=EMPTY, steps=steps)
+
+
+def empty_base() -> ScopeState:
+    """The state `EMPTY` names: the base of a scope's first delta."""
+    return ScopeState(AuditState.empty(0), {})
 
 
 class _Header(BaseModel):
@@ -193,15 +211,22 @@ def _read_header(raw: bytes) -> tuple[_Header, int]:
     return header, start + length
 
 
-def decode(raw: bytes, parent: Callable[[str], ScopeState] | None = None) -> ScopeState:
+def decode(
+    raw: bytes,
+    parent: Callable[[str], ScopeState] | None = None,
+    *,
+    verified: bool = False,
+) -> ScopeState:
     """A state file's contents; a bare `AuditState` (an older file) has no population decided.
-    A delta (format 3) is replayed on its parent, which `parent(digest)` gives. Raises
-    StateFormatError for anything else."""
+    A delta (format 3) is replayed on its parent, which `parent(digest)` gives. `verified`:
+    the caller checked `raw` against its content address (the SHA-256 of the whole file), so
+    the state's own checksum is not computed again. Raises StateFormatError for anything else."""
     if not raw.startswith(MAGIC):
-        return ScopeState(AuditState.from_bytes(raw), {})
+        return ScopeState(AuditState(*decode_fields(raw, verified=verified)), {})
     header, start = _read_header(raw)
     if header.parent is None:
-        state = AuditState.from_bytes(raw[start:])
+        # a view, not a copy of the 40 MB a full state holds at 10 M records
+        state = AuditState(*decode_fields(memoryview(raw)[start:], verified=verified))
         return ScopeState(state, dict(header.populations), dict(header.origins))
     if parent is None:
         raise StateFormatError("the scope state is a delta and its parent is not at hand")

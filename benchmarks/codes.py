@@ -17,8 +17,9 @@ of a dataset version starts its fork server template: loading the version, not a
 Beside each end-to-end series it prints where the server's query-set auditor spent the steps
 (wall and this thread's CPU, medians over the timed runs): the whole admission, the check
 (`qss.gate`: the stable query set, `admit`, the domain grid), writing the state file
-(`commit_for`: encoding, hashing, write, fsync), loading it, and the size of the sandbox's
-reply (the query set travels in it). The timers wrap those functions from outside, so the same
+(`commit_for`: encoding, hashing, write, fsync), loading it, the full state written in the
+background after the step is recorded (where the tree has one: `StateFiles.write_full`), and
+the size of the sandbox's reply (the query set travels in it). The timers wrap those functions from outside, so the same
 file measures an older checkout too.
 
     python benchmarks/codes.py [--rows 10000000] [--repeat 3] [--strings]
@@ -72,6 +73,8 @@ class AuditorTimes:
         self._wrap(admission, "gate", "  check (qss.gate: query set, admit, grid)")
         self._wrap(admission, "commit_for", "  state write (encode, hash, write, fsync)")
         self._wrap(StateFiles, "load", "  state load")
+        if hasattr(StateFiles, "write_full"):  # the full state, written after the step's record
+            self._wrap(StateFiles, "write_full", "  (background) full state write, off the path")
         self._wrap(admission, "admit_populations", "  populations")
         decode = process_backend.decode_reply
 

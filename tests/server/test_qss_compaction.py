@@ -3,15 +3,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from safeaccess.client.analyses import FrequencyTable, to_body
+from safeaccess.client.keys import fingerprint, public_key_text
+from safeaccess.client.protocol import seal
+from safeaccess.client.results import StepResult
+from safeaccess.client.session import connect
 from safeaccess.rules.qss import AuditPolicy, admit
-from safeaccess.server.config import scope_folder
+from safeaccess.server.config import DataDir, initialise, scope_folder, scope_key
+from safeaccess.server.datasets import register_dataset
+from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.outcome import QssPointer
 from safeaccess.server.qss.compaction import Compactor
 from safeaccess.server.qss.gate import FULL_EVERY, FULL_SUFFIX, StateFiles
@@ -23,6 +35,8 @@ from safeaccess.server.qss.universe import (
     encode,
     parent_of,
 )
+from safeaccess.server.service import Service
+from safeaccess.server.store import Store
 
 POLICY = AuditPolicy(k=5)
 SCOPE = "d/project/p"
@@ -266,3 +280,100 @@ def test_the_worker_survives_a_failing_write() -> None:
     compactor.submit("a", fail)
     compactor.submit("b", lambda: done.append(1))
     assert compactor.wait(10) and done == [1]
+
+
+# -- two services (replicas) on one PostgreSQL database and one data directory ------------------
+
+
+@pytest.mark.slow
+def test_two_replicas_admitting_in_one_scope_leave_a_state_every_process_loads(
+    postgres_database: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "data"
+    initialise(root, server_id="pair", database_url=postgres_database)
+    data = DataDir(root)
+    key = Ed25519PrivateKey.generate()
+    store = Store(postgres_database)
+    try:
+        store.add_project("p1")
+        store.add_researcher(
+            "ada", public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
+        )
+        register_dataset(
+            data,
+            store,
+            name="census",
+            frame=generate_census(2000, seed=3),
+            metadata=census_metadata("census"),
+            project="p1",
+        )
+        scope = scope_key(
+            "census", store.qss_settings("census").scope, researcher="ada", project="p1"
+        )
+    finally:
+        store.close()
+    tables = [
+        FrequencyTable(rows=["region"], cols=["sex"]),
+        FrequencyTable(rows=["region"]),
+        FrequencyTable(rows=["sex"]),
+        FrequencyTable(rows=["sex"], cols=["region"]),
+    ]
+    with contextlib.ExitStack() as stack:
+        services = [stack.enter_context(Service(root)) for _ in range(2)]
+        # as separate processes, each replica has its own background writer
+        compactors = [Compactor(), Compactor()]
+        for service, compactor in zip(services, compactors, strict=True):
+            service.flow.auditor.files._compactor = compactor
+        urls = [stack.enter_context(EmbeddedServer(create_app(s))).url for s in services]
+        results: list[StepResult] = []
+        errors: list[BaseException] = []
+
+        def run(replica: int, analysis: FrequencyTable) -> None:
+            sealed = seal(
+                [to_body(analysis)],
+                key,
+                researcher="ada",
+                project="p1",
+                dataset="census",
+                server="pair",
+            )
+            try:
+                with connect(urls[replica], key, "ada") as session:
+                    results.append(session.open(sealed))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=run, args=(i % 2, tables[i % len(tables)])) for i in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        assert not errors, errors
+        assert len(results) == 8 and all(r.released for r in results)
+        assert all(c.wait(60) for c in compactors)
+        store = Store(postgres_database)
+        try:
+            pointer = store.qss_pointer(scope)
+        finally:
+            store.close()
+        assert pointer is not None and pointer.admitted == 8  # each admitted once
+        folder = root / "qss" / scope_folder(scope)
+        # every full file on disk is whole and named by its bytes; no temporary file is left
+        fulls = sorted(folder.glob(f"*{FULL_SUFFIX}"))
+        assert fulls and not list(folder.glob(".*.tmp"))
+        for full in fulls:
+            assert full.name.split(".")[1] == hashlib.sha256(full.read_bytes()).hexdigest()
+        # the pointer's state has its full file, and a new process loads it from that alone
+        assert len(_fulls_of(folder, pointer.digest)) == 1
+        cold = Reads(root)
+        loaded = cold.load(scope, pointer, pointer.n_records)
+        assert cold.fulls == [pointer.digest] and cold.deltas == []
+        warm = services[0].flow.auditor.files.load(scope, pointer, pointer.n_records)
+        assert loaded.state.to_bytes() == warm.state.to_bytes()
+        assert loaded.state.n_query_sets == warm.state.n_query_sets
+
+
+def _fulls_of(folder: Path, digest: str) -> list[Path]:
+    return sorted(folder.glob(f"{digest}.*{FULL_SUFFIX}"))

@@ -233,7 +233,11 @@ class StateFiles:
         self._remember(digest, stored)
         if delta:
             with self._guard:
+                self._unfull.pop(scope, None)
                 self._unfull[scope] = (digest, stored)
+                # a step whose record failed never calls `compact`: bound what waits for it
+                while len(self._unfull) > self._cache_size:
+                    self._unfull.pop(next(iter(self._unfull)))
         return digest
 
     def compact(self, scope: str, digest: str) -> None:

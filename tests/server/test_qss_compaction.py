@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +26,17 @@ from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.outcome import QssPointer
 from safeaccess.server.qss.compaction import Compactor
-from safeaccess.server.qss.gate import FULL_EVERY, FULL_SUFFIX, StateFiles
+from safeaccess.server.qss.gate import COMPACT_EVERY, FULL_EVERY, FULL_SUFFIX, StateFiles
 from safeaccess.server.qss.universe import (
     Population,
     ScopeState,
     admit_populations,
     decode,
+    decode_sealed,
     encode,
+    encode_file,
     parent_of,
+    sealed_name,
 )
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
@@ -126,12 +129,21 @@ def test_every_step_writes_a_delta_and_its_full_state_follows_in_the_background(
     # no step wrote a full state on its path: each file is a delta of the one before
     assert all(parent_of(raw) == prev for raw, prev in zip(raws[1:], digests, strict=False))
     assert all(len(raw) < 4 * N for raw in raws)  # no int32 atom array in any
-    for digest in digests:
+    for i, digest in enumerate(digests):
+        # every COMPACT_EVERY-th step, counted from a full file (the empty state first)
+        if (i + 1) % COMPACT_EVERY:
+            assert _fulls(tmp_path, digest) == []
+            continue
         (full,) = _fulls(tmp_path, digest)
         raw = full.read_bytes()
-        assert full.name == f"{digest}.{hashlib.sha256(raw).hexdigest()}{FULL_SUFFIX}"
-        assert parent_of(raw) is None and len(raw) > 4 * N  # a full state
-        assert decode(raw).state.to_bytes() == _state_bytes(files, digest)
+        warm = files.load(SCOPE, QssPointer(digest, N, 1), N)
+        parts = encode_file(replace(warm, base=None, depth=0, steps=()), delta=False)
+        assert raw == b"".join(parts)  # the full state, named by its head and checksum
+        assert full.name == f"{digest}.{sealed_name(parts[0], parts[-1])}{FULL_SUFFIX}"
+        assert parent_of(raw) is None and len(raw) > 4 * N
+        assert decode_sealed(raw, full.name.split(".")[1]).state.to_bytes() == _state_bytes(
+            files, digest
+        )
 
 
 def test_a_cold_load_reads_the_full_file_and_no_delta(tmp_path: Path) -> None:
@@ -178,15 +190,33 @@ def test_a_half_written_or_damaged_full_file_is_never_read(tmp_path: Path) -> No
     assert cold.load(SCOPE, QssPointer(digests[-1], N, 1), N).state.to_bytes() == expected
     assert cold.fulls == []
     # a full file whose bytes do not match its name (damaged on disk) is ignored: the deltas
-    # give the state
-    # (a change that still decodes: one population's decision, in the header)
-    damaged = full_bytes.replace(b'"admitted"', b'"refused" ', 1)
-    assert damaged != full_bytes and decode(damaged).populations == {1: "refused"}
-    good_name = hashlib.sha256(full_bytes).hexdigest()
-    (folder / f"{digests[-1]}.{good_name}{FULL_SUFFIX}").write_bytes(damaged)
+    # give the state. In its head (a change that still decodes: a population's decision) or in
+    # its per-record atoms (the state's own checksum no longer matches)
+    parts = encode_file(
+        replace(files.load(SCOPE, QssPointer(digests[-1], N, 1), N), base=None, steps=()),
+        delta=False,
+    )
+    assert b"".join(parts) == full_bytes
+    name = folder / f"{digests[-1]}.{sealed_name(parts[0], parts[-1])}{FULL_SUFFIX}"
+    head = full_bytes.replace(b'"admitted"', b'"refused" ', 1)
+    assert head != full_bytes and decode(head).populations == {1: "refused"}
+    # two records of different atoms swapped: every count still checks, only the checksum not
+    at = next(k for k, part in enumerate(parts) if len(part) == 4 * N)
+    start = sum(len(part) for part in parts[:at])
+    atom_of = np.frombuffer(parts[at], dtype="<i4")
+    i, j = 0, int(np.flatnonzero(atom_of != atom_of[0])[0])
+    atoms = bytearray(full_bytes)
+    atoms[start + 4 * i : start + 4 * i + 4] = atom_of[j].tobytes()
+    atoms[start + 4 * j : start + 4 * j + 4] = atom_of[i].tobytes()
+    for damaged in (head, bytes(atoms)):
+        name.write_bytes(damaged)
+        cold = Reads(tmp_path)
+        assert cold.load(SCOPE, QssPointer(digests[-1], N, 1), N).state.to_bytes() == expected
+        assert cold.fulls == [] and digests[0] in cold.deltas
+    name.write_bytes(full_bytes)  # the control: the same file undamaged is read
     cold = Reads(tmp_path)
     assert cold.load(SCOPE, QssPointer(digests[-1], N, 1), N).state.to_bytes() == expected
-    assert cold.fulls == [] and digests[0] in cold.deltas
+    assert cold.fulls == [digests[-1]]
 
 
 def test_without_background_writes_the_chain_stays_bounded(tmp_path: Path) -> None:
@@ -228,7 +258,8 @@ def test_pruning_keeps_what_the_current_state_needs_and_drops_what_a_full_file_r
     states = {p.stem for p in folder.glob("*.state")}
     assert states == set(digests[-3:])  # the newest three; the older ones have a full file after
     fulls = {p.name.split(".", 1)[0] for p in folder.glob(f"*{FULL_SUFFIX}")}
-    assert fulls == set(digests[-3:])  # a full file goes with its state file
+    # a full file goes with its state file (the states 2, 4, ... have one)
+    assert COMPACT_EVERY == 2 and fulls == {digests[5], digests[7]}
     cold = StateFiles(tmp_path).load(SCOPE, QssPointer(digests[-1], N, 1), N)
     assert cold.state.to_bytes() == _state_bytes(files, digests[-1])
     # a crash before the newest delta's full write: its parent chain is needed and kept
@@ -364,16 +395,11 @@ def test_two_replicas_admitting_in_one_scope_leave_a_state_every_process_loads(
         fulls = sorted(folder.glob(f"*{FULL_SUFFIX}"))
         assert fulls and not list(folder.glob(".*.tmp"))
         for full in fulls:
-            assert full.name.split(".")[1] == hashlib.sha256(full.read_bytes()).hexdigest()
-        # the pointer's state has its full file, and a new process loads it from that alone
-        assert len(_fulls_of(folder, pointer.digest)) == 1
+            assert decode_sealed(full.read_bytes(), full.name.split(".")[1]).state.n_records
+        # a new process loads the pointer's state from a full file and a short chain
         cold = Reads(root)
         loaded = cold.load(scope, pointer, pointer.n_records)
-        assert cold.fulls == [pointer.digest] and cold.deltas == []
+        assert len(cold.fulls) == 1 and len(set(cold.deltas)) < FULL_EVERY
         warm = services[0].flow.auditor.files.load(scope, pointer, pointer.n_records)
         assert loaded.state.to_bytes() == warm.state.to_bytes()
         assert loaded.state.n_query_sets == warm.state.n_query_sets
-
-
-def _fulls_of(folder: Path, digest: str) -> list[Path]:
-    return sorted(folder.glob(f"{digest}.*{FULL_SUFFIX}"))

@@ -59,10 +59,12 @@ from safeaccess.server.qss.universe import (
     ScopeState,
     decode,
     decode_chain,
+    decode_sealed,
     empty_base,
     empty_scope,
     encode_file,
     parent_of,
+    sealed_name,
 )
 
 CHECK = "query_set"
@@ -85,6 +87,11 @@ def policy_for(settings: QssSettings, threshold: int) -> AuditPolicy:
 #: when those writes have not completed (a crash, a failing disk); the bound keeps a cold
 #: load's chain short whatever happens.
 FULL_EVERY = 8
+#: A delta this many deltas from a full file has its full state written in the background once
+#: its step is recorded: a cold load then replays at most `COMPACT_EVERY - 1` deltas (two,
+#: should the newest full write not have completed), and the background work is one full
+#: write per `COMPACT_EVERY` steps of a scope (40 MB and one SHA-256 pass at 10 M records).
+COMPACT_EVERY = 2
 #: Temporary files older than this are left-overs of a killed writer, removed when pruning (a
 #: live write takes well under a second).
 STALE_TMP_SECONDS = 3600.0
@@ -99,15 +106,16 @@ class StateFiles:
     """The scopes' auditor states on disk, with the most recent few kept decoded in memory.
 
     An admitted step writes a delta of the state file it was admitted from
-    (`universe.encode_file`): its query-set arrays and the small rest, not the per-record atom
-    array, so it writes about n_records bytes for a table of up to 127 cells (10 MB at 10 M
-    records) instead of 4 bytes per record, and hashes it once. Once the step is recorded,
-    `compact` writes the same state in full in the background, as `<digest>.<sha256>.full`
-    beside the delta `<digest>.state` (temporary file, fsync, rename: a reader never sees a
-    partial one). A load walks back from the pointer's file and stops at the first state it
-    has decoded in memory or that has a full file; so a cold load usually reads one full file
-    and no delta. A scope's first file is full, and so is a step's whose base is
-    `FULL_EVERY - 1` deltas from a full file (background writes that never completed)."""
+    (`universe.encode_file`; a scope's first, of the empty state): its query-set arrays and the
+    small rest, not the per-record atom array, so it writes about n_records bytes for a table of
+    up to 127 cells (10 MB at 10 M records) instead of 4 bytes per record, and hashes it once.
+    Once a step `COMPACT_EVERY` deltas from a full file is recorded, `compact` writes its state
+    in full in the background, as `<digest>.<name>.full` beside the delta `<digest>.state`
+    (`universe.sealed_name`; temporary file, fsync, rename: a reader never sees a partial one).
+    A load walks back from the pointer's file and stops at the first state it has decoded in
+    memory or that has a full file: a cold load reads one full file and at most
+    `COMPACT_EVERY - 1` deltas (more only when background writes did not complete). A step
+    whose base is `FULL_EVERY - 1` deltas from a full file writes a full state itself."""
 
     def __init__(self, root: Path, cache_size: int = 4, compactor: Compactor = COMPACTOR):
         self.root = root / "qss"
@@ -147,18 +155,11 @@ class StateFiles:
         for path in self._fulls(scope, digest):
             expected = path.name[len(digest) + 1 : -len(FULL_SUFFIX)]
             try:
-                raw = path.read_bytes()
+                return decode_sealed(path.read_bytes(), expected)
             except FileNotFoundError:
                 continue  # pruned meanwhile
-            if hashlib.sha256(raw).hexdigest() != expected:
-                log.warning("scope %s: ignoring the damaged full state file %s", scope, path.name)
-                continue
-            try:
-                full = decode(raw, verified=True)
             except StateFormatError as exc:
                 log.warning("scope %s: ignoring the full state file %s: %s", scope, path.name, exc)
-                continue
-            return full
         return None
 
     def _decoded(self, scope: str, digest: str) -> ScopeState:
@@ -219,9 +220,9 @@ class StateFiles:
 
     def save(self, scope: str, state: ScopeState) -> str:
         """Write a state durably (tmp file, fsync, rename): a delta of `state.base` by
-        `state.steps`, or a full state for a new scope and when the base is `FULL_EVERY - 1`
-        deltas from a full file. Returns its digest (the SHA-256 of the file). Once the step is
-        recorded, `compact` writes a delta's full state in the background."""
+        `state.steps`, or a full state when the base is `FULL_EVERY - 1` deltas from a full
+        file. Returns its digest (the SHA-256 of the file). Once the step is recorded,
+        `compact` writes the full state of a delta `COMPACT_EVERY` deep in the background."""
         delta = state.base is not None and state.depth + 1 < FULL_EVERY
         parts = encode_file(state, delta=delta)
         digest = _digest_of(parts)
@@ -231,7 +232,7 @@ class StateFiles:
         depth = state.depth + 1 if delta else 0
         stored = replace(state, base=None, depth=depth, steps=())
         self._remember(digest, stored)
-        if delta:
+        if delta and depth >= COMPACT_EVERY:
             with self._guard:
                 self._unfull.pop(scope, None)
                 self._unfull[scope] = (digest, stored)
@@ -242,7 +243,8 @@ class StateFiles:
 
     def compact(self, scope: str, digest: str) -> None:
         """Write the full state of the delta `digest` (this scope's newest, just recorded) in
-        the background; nothing when it was written full or is no longer the newest saved."""
+        the background; nothing when it is less than `COMPACT_EVERY` deltas from a full file,
+        was written full, or is no longer the newest saved."""
         with self._guard:
             found = self._unfull.get(scope)
             if found is None or found[0] != digest:
@@ -259,7 +261,8 @@ class StateFiles:
         if not self._path(scope, digest).exists() or self._fulls(scope, digest):
             return None  # pruned already, or written by another process
         parts = encode_file(replace(state, base=None, depth=0, steps=()), delta=False)
-        full = self.root / scope_folder(scope) / f"{digest}.{_digest_of(parts)}{FULL_SUFFIX}"
+        name = sealed_name(parts[0], parts[-1])
+        full = self.root / scope_folder(scope) / f"{digest}.{name}{FULL_SUFFIX}"
         _write(full, parts, mkdir=False)
         with self._guard:
             cached = self._cache.get(digest)

@@ -28,6 +28,7 @@ an earlier "everyone but one" release already conflicts with: that scope keeps t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import threading
@@ -47,6 +48,7 @@ from safeaccess.rules.qss.encoding import encode_parts as encode_state_parts
 from safeaccess.server.qss.grid import Origin, origin_of
 
 MAGIC = b"SASCOPE\0"
+_DIGEST = 32  # the state's own SHA-256, at the end of an encoded state
 _LENGTH = struct.Struct(">I")
 
 Outcome = Literal["admitted", "refused"]
@@ -187,6 +189,30 @@ def encode_file(scope_state: ScopeState, *, delta: bool) -> list[bytes | memoryv
         header = _header(scope_state, None, 0)
         body = encode_state_parts(scope_state.state.fields())
     return [MAGIC + _LENGTH.pack(len(header)) + header, *body]
+
+
+def sealed_name(head: bytes | memoryview, state_digest: bytes | memoryview) -> str:
+    """The name of a full state file written in the background (`encode_file`'s parts: the
+    envelope `head` first, the state's own SHA-256 last): the SHA-256 of the head and of that
+    checksum, which covers the rest of the file. So the writer hashes the per-record array once
+    (the state's checksum), not a second time for the file's name."""
+    hasher = hashlib.sha256(head)
+    hasher.update(state_digest)
+    return hasher.hexdigest()
+
+
+def decode_sealed(raw: bytes, name: str) -> ScopeState:
+    """A full state file named by `sealed_name`: its head and state checksum checked against
+    `name`, and the state against its checksum. Raises StateFormatError otherwise."""
+    if not raw.startswith(MAGIC):
+        raise StateFormatError("a full state file without the scope envelope")
+    header, start = _read_header(raw)
+    if header.parent is not None:
+        raise StateFormatError("a full state file holds a delta")
+    if len(raw) < start + _DIGEST or sealed_name(raw[:start], raw[-_DIGEST:]) != name:
+        raise StateFormatError("the full state file does not match its name")
+    state = AuditState(*decode_fields(memoryview(raw)[start:]))  # checks the state's SHA-256
+    return ScopeState(state, dict(header.populations), dict(header.origins))
 
 
 def parent_of(raw: bytes) -> str | None:

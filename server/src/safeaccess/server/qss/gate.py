@@ -309,8 +309,11 @@ class StateFiles:
                 self._parents.pop(stem, None)
         left = {p.stem for p in files} - gone
         for full in folder.glob(f"*{FULL_SUFFIX}"):
-            if full.name.split(".", 1)[0] not in left:
-                full.unlink(missing_ok=True)  # its state file is gone: nothing reads it
+            stem = full.name.split(".", 1)[0]
+            # its state file is gone: nothing reads it (one written since the listing above,
+            # by another admission and its background write, stays)
+            if stem not in left and not (folder / f"{stem}.state").exists():
+                full.unlink(missing_ok=True)
         now = time.time()
         for tmp in folder.glob(".*.tmp"):
             if now - _mtime(tmp) > STALE_TMP_SECONDS:

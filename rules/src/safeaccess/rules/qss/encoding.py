@@ -127,11 +127,14 @@ class _Reader:
         return out
 
     def view(self, dtype: str, count: int, what: str) -> npt.NDArray[np.generic]:
-        """Like `take`, without the copy: a read-only view of the (immutable) bytes."""
+        """Like `take`, without the copy: a read-only view of the (immutable) bytes (a copy
+        only when the view would not be aligned to its item size)."""
         width = np.dtype(dtype).itemsize * count
         if self.pos + width > len(self.data):
             raise StateFormatError(f"state is truncated in {what}")
         out = np.frombuffer(self.data[self.pos : self.pos + width], dtype=dtype)
+        if not out.flags.aligned:  # after a header of any length: numpy's fast paths want it
+            out = out.copy()
         out.setflags(write=False)
         self.pos += width
         return out

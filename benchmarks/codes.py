@@ -17,8 +17,9 @@ of a dataset version starts its fork server template: loading the version, not a
 Beside each end-to-end series it prints where the server's query-set auditor spent the steps
 (wall and this thread's CPU, medians over the timed runs): the whole admission, the check
 (`qss.gate`: the stable query set, `admit`, the domain grid), writing the state file
-(`commit_for`: encoding, hashing, write, fsync), loading it, and the size of the sandbox's
-reply (the query set travels in it). The timers wrap those functions from outside, so the same
+(`commit_for`: encoding, hashing, write, fsync), loading it, the full state written in the
+background after the step is recorded (where the tree has one: `StateFiles.write_full`), and
+the size of the sandbox's reply (the query set travels in it). The timers wrap those functions from outside, so the same
 file measures an older checkout too.
 
     python benchmarks/codes.py [--rows 10000000] [--repeat 3] [--strings]
@@ -72,6 +73,8 @@ class AuditorTimes:
         self._wrap(admission, "gate", "  check (qss.gate: query set, admit, grid)")
         self._wrap(admission, "commit_for", "  state write (encode, hash, write, fsync)")
         self._wrap(StateFiles, "load", "  state load")
+        if hasattr(StateFiles, "write_full"):  # the full state, written after the step's record
+            self._wrap(StateFiles, "write_full", "  (background) full state write, off the path")
         self._wrap(admission, "admit_populations", "  populations")
         decode = process_backend.decode_reply
 
@@ -111,15 +114,34 @@ class AuditorTimes:
             print(f"    sandbox reply: {statistics.median(self.replies[skip:]) / 2**20:.2f} MiB")
 
 
-def timed(label: str, fn: Callable[[], object], repeat: int) -> list[float]:
-    """Seconds of one warm-up call (first) and `repeat` timed calls; printed as they come."""
+def timed(
+    label: str, fn: Callable[[], object], repeat: int, cpu: list[float] | None = None
+) -> list[float]:
+    """Seconds of one warm-up call (first) and `repeat` timed calls; printed as they come.
+    `cpu` (when given) receives this process's CPU seconds (all its threads) per call."""
     times = []
     for _ in range(repeat + 1):
-        start = time.perf_counter()
+        start, used = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - start)
+        if cpu is not None:
+            cpu.append(time.process_time() - used)
     print(line(label, times), flush=True)
     return times
+
+
+def slowest(times: list[float], cpu: list[float], auditor: AuditorTimes) -> None:
+    """Where the slowest timed run went: its wall time, this process's CPU in it (the server,
+    the HTTP client, the background full write; not the sandbox's forked job), the admission's
+    wall and CPU, and the machine's load: a tail whose wall time is far above its CPU waited."""
+    at = max(range(1, len(times)), key=lambda i: times[i])
+    whole = auditor.rows.get("admission, whole", [])
+    admission = whole[at] if at < len(whole) else (0.0, 0.0)
+    print(
+        f"    slowest run: {times[at]:.3f} s wall, this process's CPU {cpu[at]:.3f} s (median "
+        f"{statistics.median(cpu[1:]):.3f} s), admission {admission[0] * 1000:.0f} ms wall / "
+        f"{admission[1] * 1000:.0f} ms CPU; load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 def line(label: str, times: list[float]) -> str:
@@ -174,12 +196,15 @@ def main() -> None:
             url, sid = server.url, service.server_id
             for name in ("census", "plain"):
                 auditor.reset()
+                cpu: list[float] = []
                 results[f"end to end, {name}"] = timed(
                     f"end to end, {name}",
                     lambda n=name: bench.sequence(url, sid, n, [TABLE]),
                     args.repeat,
+                    cpu,
                 )
                 auditor.report(skip=1)
+                slowest(results[f"end to end, {name}"], cpu, auditor)
                 path = stored if name == "census" else plain
                 job = Job(
                     job_id="bench",

@@ -17,7 +17,8 @@ and p95, the encoded state's growth per release and the size of a release's delt
 the server writes for an admitted step between full states: its arrays and the small rest).
 
 `statefiles` (not run by default) admits the marginals at `--big-records` into one scope through
-the server's state files and prints each save's time (deltas and full states) and a cold load's.
+the server's state files and prints each save's time (what a step waits for), the background
+full writes' and cold loads' (from a full file, with one delta, and the deepest chain).
 
 Run: python benchmarks/qss.py [--workloads marginals,corpus,cost,statefiles]
      [--big-records 10000000] [--sets 1000] [--state-steps 16] [--verbose]
@@ -269,24 +270,37 @@ def run(name: str, data: dict[str, np.ndarray], outputs: Iterator[Output], verbo
 
 def state_files(data: dict[str, np.ndarray], steps: int) -> None:
     """`steps` admissions of the marginals' tables into one scope through the server's
-    `StateFiles`, as a step does (load from the pointer, admit the population, admit, save):
-    the time of each save (a delta, or a full state every `FULL_EVERY`-th), and of a cold load
-    (a new `StateFiles`, nothing cached) of the last state and of the deepest delta."""
+    `StateFiles`, as a step does (load from the pointer, admit the population, admit, save,
+    then queue the full state once the step is recorded: `compact`): the time of each save (what
+    the step waits for), of each background full write, and of cold loads (a new `StateFiles`,
+    nothing cached): of the last state (its full file), of a state whose full write never
+    happened (a crash after its delta: the parent's full file and one delta), and of the
+    deepest chain a scope can have (`FULL_EVERY - 1` deltas, when no full write completes)."""
     import tempfile
     from pathlib import Path
 
     from safeaccess.server.outcome import QssPointer
-    from safeaccess.server.qss.gate import FULL_EVERY, StateFiles
-    from safeaccess.server.qss.universe import Population, admit_populations
+    from safeaccess.server.qss.compaction import COMPACTOR
+    from safeaccess.server.qss.gate import COMPACT_EVERY, FULL_EVERY, FULL_SUFFIX, StateFiles
+    from safeaccess.server.qss.universe import Population, ScopeState, admit_populations
 
     n = next(iter(data.values())).shape[0]
     policy, scope = AuditPolicy(k=K), "bench/project/p"
     tables = [out.arrays[0] for out in marginals(data)]
-    with tempfile.TemporaryDirectory() as tmp:
-        files = StateFiles(Path(tmp))
+    fulls: list[float] = []
+
+    class Timed(StateFiles):
+        def write_full(self, scope: str, digest: str, state: ScopeState) -> Path | None:
+            start = time.perf_counter()
+            try:
+                return super().write_full(scope, digest, state)
+            finally:
+                fulls.append((time.perf_counter() - start) * 1000)
+
+    def chain(files: StateFiles, count: int, compact: bool) -> tuple[list[float], list[str]]:
         pointer: QssPointer | None = None
-        saves, pointers = [], []
-        for step in range(steps):
+        saves, digests = [], []
+        for step in range(count):
             loaded = files.load(scope, pointer, n)
             prepared, _ = admit_populations(loaded, [Population.of(1, np.arange(n))], policy)
             cells = tables[step % len(tables)]
@@ -295,22 +309,55 @@ def state_files(data: dict[str, np.ndarray], steps: int) -> None:
             start = time.perf_counter()
             digest = files.save(scope, prepared.refined(result.state, [cells]))
             saves.append((time.perf_counter() - start) * 1000)
+            if compact:
+                files.compact(scope, digest)  # as `Admission.release` does once recorded
             pointer = QssPointer(digest, n, 1)
-            pointers.append(pointer)
-        full = [s for i, s in enumerate(saves) if i % FULL_EVERY == 0]
-        delta = [s for i, s in enumerate(saves) if i % FULL_EVERY]
+            digests.append(digest)
+        COMPACTOR.wait()
+        return saves, digests
+
+    def cold(root: Path, digest: str) -> str:
+        """Three cold loads (a new `StateFiles` each): the fastest and the slowest."""
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            StateFiles(root).load(scope, QssPointer(digest, n, 1), n)
+            times.append(time.perf_counter() - start)
+        return f"{min(times):.2f}-{max(times):.2f}"
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "compacted"
+        saves, digests = chain(Timed(root), steps, compact=True)
         print(
-            f"state files at {n:,} records, {steps} admitted steps: save median "
-            f"{np.median(saves):.1f} ms, mean {np.mean(saves):.1f} ms; deltas median "
-            f"{np.median(delta) if delta else 0:.1f} ms, full states {np.round(full, 1).tolist()} ms"
+            f"state files at {n:,} records, {steps} admitted steps: save (what a step waits for) "
+            f"median {np.median(saves):.1f} ms, mean {np.mean(saves):.1f} ms, max "
+            f"{max(saves):.1f} ms (the first, a new scope's: {saves[0]:.1f} ms)"
         )
-        for label, at in (("last", len(pointers) - 1), ("deepest delta", FULL_EVERY - 1)):
-            if at < len(pointers):
-                start = time.perf_counter()
-                StateFiles(Path(tmp)).load(scope, pointers[at], n)
-                print(f"    cold load of the {label} state: {time.perf_counter() - start:.2f} s")
-        sizes = sorted(p.stat().st_size / 2**20 for p in Path(tmp).rglob("*.state"))
-        print(f"    files on disk: {np.round(sizes, 2).tolist()} MiB")
+        if fulls:
+            print(
+                f"    background full writes: {len(fulls)}, median {np.median(fulls):.1f} ms, "
+                f"max {max(fulls):.1f} ms"
+            )
+        last = (
+            "its full file" if (steps % COMPACT_EVERY == 0) else "the parent's full file + 1 delta"
+        )
+        print(f"    cold load of the last state ({last}): {cold(root, digests[-1])} s")
+        folder = next(root.rglob(f"{digests[-1]}.state")).parent
+        for full in folder.glob(f"{digests[-1]}.*{FULL_SUFFIX}"):
+            full.unlink()  # as if the process died between the delta and its full write
+        print(
+            f"    cold load of the last state with its full file gone (as after a crash before "
+            f"its background write): {cold(root, digests[-1])} s"
+        )
+        sizes = sorted(p.stat().st_size / 2**20 for p in folder.iterdir())
+        print(f"    files on disk (no pruning): {np.round(sizes, 2).tolist()} MiB")
+        bare = Path(tmp) / "deltas"
+        saves, digests = chain(StateFiles(bare), FULL_EVERY, compact=False)
+        print(
+            f"    no background writes at all: saves {np.round(saves, 1).tolist()} ms (the last "
+            f"written full on the path: the bound); cold load of the deepest delta "
+            f"({FULL_EVERY - 1} deep, from the empty state): {cold(bare, digests[-2])} s"
+        )
 
 
 def main() -> None:

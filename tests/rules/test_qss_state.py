@@ -147,3 +147,32 @@ def test_policy_is_frozen_and_strict() -> None:
     )
     with pytest.raises(ValueError):
         policy.k = 3  # type: ignore[misc]
+
+
+def test_decoding_bytes_checked_by_the_caller_skips_the_checksum_and_copies_no_atoms() -> None:
+    from safeaccess.rules.qss.encoding import decode_fields
+
+    rng = np.random.default_rng(4)
+    state = AuditState.empty(4_000)
+    admission = admit(state, [rng.integers(0, 3, 4_000).astype(np.int8)], AuditPolicy(k=2))
+    assert admission.state is not None
+    raw = admission.state.to_bytes()
+    # the checksum is the last 32 bytes: a wrong one is refused unless the caller verified
+    wrong = raw[:-1] + bytes([raw[-1] ^ 1])
+    with pytest.raises(StateFormatError, match="checksum"):
+        decode_fields(wrong)
+    fields = decode_fields(wrong, verified=True)
+    assert np.array_equal(fields.atom_of, admission.state.atom_of)
+    # the atoms are a read-only view of the bytes wherever they sit aligned, else a copy
+    views = 0
+    for pad in range(4):
+        atoms = decode_fields(memoryview(b"\0" * pad + raw)[pad:], verified=True).atom_of
+        assert atoms.flags.aligned and not atoms.flags.writeable
+        assert np.array_equal(atoms, admission.state.atom_of)
+        views += not atoms.flags.owndata
+    assert views == 1
+    # a mutable buffer is copied first: changing it afterwards changes nothing decoded
+    buffer = bytearray(raw)
+    decoded = decode_fields(buffer)
+    buffer[:] = bytes(len(buffer))
+    assert np.array_equal(decoded.atom_of, admission.state.atom_of)

@@ -12,7 +12,7 @@ from safeaccess.rules.qss import AuditPolicy, admit
 from safeaccess.server.config import scope_folder
 from safeaccess.server.outcome import QssPointer
 from safeaccess.server.qss.gate import FULL_EVERY, AuditUnavailable, StateFiles
-from safeaccess.server.qss.universe import Population, admit_populations, parent_of
+from safeaccess.server.qss.universe import EMPTY, Population, admit_populations, parent_of
 
 POLICY = AuditPolicy(k=5)
 SCOPE = "d/project/p"
@@ -48,15 +48,18 @@ def test_a_scope_writes_deltas_between_full_states_and_reads_them_back_cold(
     raws = [(folder / f"{d}.state").read_bytes() for d in digests]
     assert all(hashlib.sha256(raw).hexdigest() == d for raw, d in zip(raws, digests, strict=True))
     parents = [parent_of(raw) for raw in raws]
-    # the first file is full, then deltas of the file before, and a full one every FULL_EVERY
-    assert parents[0] is None and parents[FULL_EVERY] is None
-    for i in [*range(1, FULL_EVERY), FULL_EVERY + 1, FULL_EVERY + 2]:
+    # the first file is a delta of the empty state; with no full file written in the background
+    # (nothing calls `compact` here), the file FULL_EVERY - 1 deltas on is written full
+    full = FULL_EVERY - 1
+    assert parents[0] == EMPTY and parents[full] is None
+    for i in [*range(1, full), full + 1, full + 2, full + 3]:
         assert parents[i] == digests[i - 1]
     # a delta holds one byte per record (the int8 table), not the 4-byte atom ids
-    assert all(len(raws[i]) < 2 * n for i in (1, 2, FULL_EVERY + 1))
-    assert len(raws[FULL_EVERY]) > 4 * n
+    assert all(len(raws[i]) < 2 * n for i in (1, 2, full + 1))
+    assert len(raws[0]) < 3 * n  # the first holds the population's array and the table's
+    assert len(raws[full]) > 4 * n
     last = files.load(SCOPE, QssPointer(digests[-1], n, 1), n)
-    for at in (FULL_EVERY - 1, len(digests) - 1):
+    for at in (0, full - 1, len(digests) - 1):
         cold = StateFiles(tmp_path).load(SCOPE, QssPointer(digests[at], n, 1), n)
         warm = files.load(SCOPE, QssPointer(digests[at], n, 1), n)
         assert cold.state.to_bytes() == warm.state.to_bytes()
@@ -67,7 +70,7 @@ def test_a_scope_writes_deltas_between_full_states_and_reads_them_back_cold(
 def test_pruning_keeps_every_file_the_current_state_needs(tmp_path: Path) -> None:
     n = 2_000
     files = StateFiles(tmp_path)
-    digests = _admit_chain(files, n, FULL_EVERY - 1)
+    digests = _admit_chain(files, n, FULL_EVERY - 2)
     current = digests[-1]
     files.prune(SCOPE, current, digests[-2])
     folder = tmp_path / "qss" / scope_folder(SCOPE)

@@ -95,6 +95,7 @@ class Admission:
         self._lock = auditor.lock(self.scope)
         self._held = False
         self._checked: tuple[Output, Decision] | None = None
+        self._recorded = False
 
     def __enter__(self) -> Admission:
         return self
@@ -157,7 +158,9 @@ class Admission:
         recorded value and the outcome as recorded."""
         for attempt in range(SETTLE_ATTEMPTS):
             try:
-                return record(outcome, self.commit, self.facts), outcome
+                recorded = record(outcome, self.commit, self.facts)
+                self._recorded = True
+                return recorded, outcome
             except Conflict as exc:
                 if exc.code != "qss_state_changed" or attempt == SETTLE_ATTEMPTS - 1:
                     raise
@@ -170,9 +173,15 @@ class Admission:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def release(self) -> None:
-        """Give up the scope's lock (after the step is recorded, or on failure)."""
+        """Give up the scope's lock (after the step is recorded, or on failure); once the step
+        is recorded, queue its state's full file (`StateFiles.compact`) and prune old files."""
         if self._held:
             self._held = False
             self._lock.release()
         if self.commit is not None:
-            self.auditor.files.prune(self.scope, self.commit.digest, self.commit.base)
+            files = self.auditor.files
+            if self._recorded:
+                # the full state of the recorded delta, written after the step (a thread):
+                # the step never waits for it, and a cold load then reads it, not a chain
+                files.compact(self.scope, self.commit.digest)
+            files.prune(self.scope, self.commit.digest, self.commit.base)

@@ -18,6 +18,7 @@ unreferenced file, the old pointer and a re-runnable step. The last few files of
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -51,13 +52,19 @@ from safeaccess.rules.qss import (
 )
 from safeaccess.server.config import QssSettings, scope_folder
 from safeaccess.server.outcome import QssCommit, QssPointer
+from safeaccess.server.qss.compaction import COMPACTOR, Compactor
 from safeaccess.server.qss.grid import Origin, data_revealed, origin_of, output_labels
 from safeaccess.server.qss.universe import (
+    EMPTY,
     ScopeState,
     decode,
     decode_chain,
+    decode_sealed,
+    empty_base,
+    empty_scope,
     encode_file,
     parent_of,
+    sealed_name,
 )
 
 CHECK = "query_set"
@@ -74,49 +81,104 @@ def policy_for(settings: QssSettings, threshold: int) -> AuditPolicy:
     return AuditPolicy(mode=mode, k=threshold, atom_cap=settings.atom_cap)
 
 
-#: A scope writes a full state file after this many deltas (and for its first state): a cold
-#: load replays at most this many deltas' arrays, and a delta's chain on disk stays short.
-#: The choice depends on the number of admissions in the scope, never on the records.
+#: At most this many deltas separate a state file from a full one on disk: a step whose base
+#: is `FULL_EVERY - 1` deltas from a full state writes a full one itself. Full states are
+#: written in the background after each recorded step (`compact`), so a step only gets here
+#: when those writes have not completed (a crash, a failing disk); the bound keeps a cold
+#: load's chain short whatever happens.
 FULL_EVERY = 8
+#: A delta this many deltas from a full file has its full state written in the background once
+#: its step is recorded: a cold load then replays at most `COMPACT_EVERY - 1` deltas (two,
+#: should the newest full write not have completed), and the background work is one full
+#: write per `COMPACT_EVERY` steps of a scope (40 MB and one SHA-256 pass at 10 M records).
+COMPACT_EVERY = 2
+#: Temporary files older than this are left-overs of a killed writer, removed when pruning (a
+#: live write takes well under a second).
+STALE_TMP_SECONDS = 3600.0
+#: A full state written in the background for the state file `<digest>.state`:
+#: `<digest>.<sha256 of this file>.full`.
+FULL_SUFFIX = ".full"
+
+log = logging.getLogger("safeaccess.server")
 
 
 class StateFiles:
     """The scopes' auditor states on disk, with the most recent few kept decoded in memory.
 
-    A state file is either a full state or a delta of the state file it was admitted from
-    (`universe.encode_file`): a delta holds the admitted query-set arrays and the small rest,
-    not the per-record atom array, so an admitted step writes about n_records bytes for a table
-    of up to 127 cells (10 MB at 10 M records) instead of 4 bytes per record, and hashes it
-    once. Every `FULL_EVERY`-th file of a chain is written full."""
+    An admitted step writes a delta of the state file it was admitted from
+    (`universe.encode_file`; a scope's first, of the empty state): its query-set arrays and the
+    small rest, not the per-record atom array, so it writes about n_records bytes for a table of
+    up to 127 cells (10 MB at 10 M records) instead of 4 bytes per record, and hashes it once.
+    Once a step `COMPACT_EVERY` deltas from a full file is recorded, `compact` writes its state
+    in full in the background, as `<digest>.<name>.full` beside the delta `<digest>.state`
+    (`universe.sealed_name`; temporary file, fsync, rename: a reader never sees a partial one).
+    A load walks back from the pointer's file and stops at the first state it has decoded in
+    memory or that has a full file: a cold load reads one full file and at most
+    `COMPACT_EVERY - 1` deltas (more only when background writes did not complete). A step
+    whose base is `FULL_EVERY - 1` deltas from a full file writes a full state itself."""
 
-    def __init__(self, root: Path, cache_size: int = 4):
+    def __init__(self, root: Path, cache_size: int = 4, compactor: Compactor = COMPACTOR):
         self.root = root / "qss"
         self._cache: OrderedDict[str, ScopeState] = OrderedDict()
         self._cache_size = cache_size
         self._guard = threading.Lock()
         self._parents: dict[str, str | None] = {}  # digest -> the digest it is a delta of
+        #: per scope, the newest delta written and its state, until `compact` takes it
+        self._unfull: dict[str, tuple[str, ScopeState]] = {}
+        self._compactor = compactor
 
     def _path(self, scope: str, digest: str) -> Path:
         return self.root / scope_folder(scope) / f"{digest}.state"
 
+    def _fulls(self, scope: str, digest: str) -> list[Path]:
+        """The full files written for state file `digest` (normally none or one)."""
+        return sorted((self.root / scope_folder(scope)).glob(f"{digest}.*{FULL_SUFFIX}"))
+
     def load(self, scope: str, pointer: QssPointer | None, n_records: int) -> ScopeState:
         """The scope's current state, grown to at least `n_records` record ids."""
         if pointer is None:
-            return ScopeState(AuditState.empty(n_records), {})
-        loaded = self._decoded(scope, pointer.digest)
+            return empty_scope(n_records)
+        try:
+            loaded = self._decoded(scope, pointer.digest)
+        except _Vanished:
+            # a file of the chain was pruned while we walked it, after another process wrote
+            # a full file that makes it unneeded: walk again, which finds that full file
+            try:
+                loaded = self._decoded(scope, pointer.digest)
+            except _Vanished as exc:
+                raise AuditUnavailable(f"the audit state of scope {scope!r} is missing") from exc
         return replace(loaded, base=pointer.digest, steps=()).grown(n_records)
 
+    def _read_full(self, scope: str, digest: str) -> ScopeState | None:
+        """The state of file `digest` from its full file, or None when there is none (or none
+        that checks against its name: it is ignored, and the deltas are read instead)."""
+        for path in self._fulls(scope, digest):
+            expected = path.name[len(digest) + 1 : -len(FULL_SUFFIX)]
+            try:
+                return decode_sealed(path.read_bytes(), expected)
+            except FileNotFoundError:
+                continue  # pruned meanwhile
+            except StateFormatError as exc:
+                log.warning("scope %s: ignoring the full state file %s: %s", scope, path.name, exc)
+        return None
+
     def _decoded(self, scope: str, digest: str) -> ScopeState:
-        """The state in file `digest`: from the cache, else read with the files it is a delta
-        of (back to a cached or full state, each checked against its digest) and replayed in
-        one pass (`universe.decode_chain`). Only the state asked for is kept in the cache: the
-        parents of a cold load would push out live scopes."""
+        """The state in file `digest`: from the cache, else from its full file, else read with
+        the files it is a delta of (back to a cached state or one with a full file, each checked
+        against its digest) and replayed in one pass (`universe.decode_chain`). Only the state
+        asked for is kept in the cache: the parents of a cold load would push out live scopes."""
         chain: list[bytes] = []  # from `digest` back towards a full state
         base: ScopeState | None = None
         current: str | None = digest
         while current is not None:
+            if current == EMPTY:  # a scope's first file: a delta of the empty state
+                base = empty_base()
+                break
             with self._guard:
                 base = self._cache.get(current)
+            if base is not None:
+                break
+            base = self._read_full(scope, current)
             if base is not None:
                 break
             if len(chain) > FULL_EVERY:
@@ -124,6 +186,8 @@ class StateFiles:
             try:
                 raw = self._path(scope, current).read_bytes()
             except FileNotFoundError as exc:
+                if chain:  # a parent: maybe pruned after a full file made it unneeded
+                    raise _Vanished(current) from exc
                 raise AuditUnavailable(f"the audit state of scope {scope!r} is missing") from exc
             if hashlib.sha256(raw).hexdigest() != current:
                 raise AuditUnavailable(f"the audit state of scope {scope!r} is corrupt")
@@ -137,10 +201,13 @@ class StateFiles:
             current = parent
         try:
             if base is None:
-                base = decode(chain.pop())  # the full state the chain starts from
+                # the full state the chain starts from, checked against its digest above
+                base = decode(chain.pop(), verified=True)
             decoded = decode_chain(base, chain[::-1])
         except StateFormatError as exc:
             raise AuditUnavailable(f"the audit state of scope {scope!r}: {exc}") from exc
+        # the deltas now between this state and a full one on disk (bounds the next chain)
+        decoded = replace(decoded, depth=base.depth + len(chain) if chain else base.depth)
         self._remember(digest, decoded)
         return decoded
 
@@ -153,36 +220,67 @@ class StateFiles:
 
     def save(self, scope: str, state: ScopeState) -> str:
         """Write a state durably (tmp file, fsync, rename): a delta of `state.base` by
-        `state.steps`, or a full state for a new scope and every `FULL_EVERY`-th file.
-        Returns its digest (the SHA-256 of the file)."""
+        `state.steps`, or a full state when the base is `FULL_EVERY - 1` deltas from a full
+        file. Returns its digest (the SHA-256 of the file). Once the step is recorded,
+        `compact` writes the full state of a delta `COMPACT_EVERY` deep in the background."""
         delta = state.base is not None and state.depth + 1 < FULL_EVERY
         parts = encode_file(state, delta=delta)
-        hasher = hashlib.sha256()
-        for part in parts:
-            hasher.update(part)
-        digest = hasher.hexdigest()
-        target = self._path(scope, digest)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists():
-            tmp = target.with_name(f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp")
-            with tmp.open("wb") as fh:
-                for part in parts:
-                    fh.write(part)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
+        digest = _digest_of(parts)
+        _write(self._path(scope, digest), parts, mkdir=True)
         with self._guard:
             self._parents[digest] = state.base if delta else None
         depth = state.depth + 1 if delta else 0
-        self._remember(digest, replace(state, base=None, depth=depth, steps=()))
+        stored = replace(state, base=None, depth=depth, steps=())
+        self._remember(digest, stored)
+        if delta and depth >= COMPACT_EVERY:
+            with self._guard:
+                self._unfull.pop(scope, None)
+                self._unfull[scope] = (digest, stored)
+                # a step whose record failed never calls `compact`: bound what waits for it
+                while len(self._unfull) > self._cache_size:
+                    self._unfull.pop(next(iter(self._unfull)))
         return digest
 
+    def compact(self, scope: str, digest: str) -> None:
+        """Write the full state of the delta `digest` (this scope's newest, just recorded) in
+        the background; nothing when it is less than `COMPACT_EVERY` deltas from a full file,
+        was written full, or is no longer the newest saved."""
+        with self._guard:
+            found = self._unfull.get(scope)
+            if found is None or found[0] != digest:
+                return
+            del self._unfull[scope]
+        state = found[1]
+        self._compactor.submit(
+            (str(self.root), scope), lambda: self.write_full(scope, digest, state)
+        )
+
+    def write_full(self, scope: str, digest: str, state: ScopeState) -> Path | None:
+        """Write `state`, the state of file `digest`, as its full file (what the background
+        job does; None when one is there already). A crash leaves at most a temporary file."""
+        if not self._path(scope, digest).exists() or self._fulls(scope, digest):
+            return None  # pruned already, or written by another process
+        parts = encode_file(replace(state, base=None, depth=0, steps=()), delta=False)
+        name = sealed_name(parts[0], parts[-1])
+        full = self.root / scope_folder(scope) / f"{digest}.{name}{FULL_SUFFIX}"
+        _write(full, parts, mkdir=False)
+        with self._guard:
+            cached = self._cache.get(digest)
+            if cached is not None:  # the next delta of this state starts a new chain
+                self._cache[digest] = replace(cached, depth=0)
+        return full
+
     def _chain(self, scope: str, digest: str) -> set[str]:
-        """`digest` and every state file it needs (the parents of a delta, back to a full one)."""
+        """`digest` and every state file it needs: the parents of a delta, back to a full one
+        or to one with a full file."""
         chain: set[str] = set()
         current: str | None = digest
-        while current is not None and current not in chain and len(chain) <= FULL_EVERY:
+        while current is not None and current != EMPTY and current not in chain:
+            if len(chain) > FULL_EVERY:
+                break
             chain.add(current)
+            if self._fulls(scope, current):
+                break
             with self._guard:
                 known = current in self._parents
                 parent = self._parents.get(current)
@@ -199,15 +297,64 @@ class StateFiles:
 
     def prune(self, scope: str, current: str, base: str | None = None) -> None:
         """Remove all but the newest few state files of a scope, never one that the `current`
-        state (or its `base`, when the step's record failed) needs."""
+        state (or its `base`, when the step's record failed) needs; a full file goes with its
+        state file, and left-over temporary files of killed writers go too."""
         keep = self._chain(scope, current) | (set() if base is None else self._chain(scope, base))
         folder = self.root / scope_folder(scope)
-        files = sorted(folder.glob("*.state"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for path in files[KEEP_FILES:]:
-            if path.stem not in keep:
-                path.unlink(missing_ok=True)
-                with self._guard:
-                    self._parents.pop(path.stem, None)
+        files = sorted(folder.glob("*.state"), key=_mtime, reverse=True)
+        gone = {p.stem for p in files[KEEP_FILES:] if p.stem not in keep}
+        for stem in gone:
+            (folder / f"{stem}.state").unlink(missing_ok=True)
+            with self._guard:
+                self._parents.pop(stem, None)
+        left = {p.stem for p in files} - gone
+        for full in folder.glob(f"*{FULL_SUFFIX}"):
+            stem = full.name.split(".", 1)[0]
+            # its state file is gone: nothing reads it (one written since the listing above,
+            # by another admission and its background write, stays)
+            if stem not in left and not (folder / f"{stem}.state").exists():
+                full.unlink(missing_ok=True)
+        now = time.time()
+        for tmp in folder.glob(".*.tmp"):
+            if now - _mtime(tmp) > STALE_TMP_SECONDS:
+                tmp.unlink(missing_ok=True)
+
+
+class _Vanished(Exception):
+    """A parent state file disappeared while a load walked the chain."""
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _digest_of(parts: list[bytes | memoryview]) -> str:
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(part)
+    return hasher.hexdigest()
+
+
+def _write(target: Path, parts: list[bytes | memoryview], *, mkdir: bool) -> None:
+    """Write `parts` durably as `target` (named by its digest, so an existing file is the same
+    bytes): a temporary file, fsync, then an atomic rename."""
+    if mkdir:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with tmp.open("wb") as fh:
+                for part in parts:
+                    fh.write(part)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def _released_cells(output: Output, n_cells: int) -> np.ndarray | None:

@@ -28,6 +28,7 @@ an earlier "everyone but one" release already conflicts with: that scope keeps t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import threading
@@ -42,10 +43,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, StateFormatError, admit
 from safeaccess.rules.qss.delta import Grow, Refine, Step, apply_deltas, encode_delta
+from safeaccess.rules.qss.encoding import decode_fields
 from safeaccess.rules.qss.encoding import encode_parts as encode_state_parts
 from safeaccess.server.qss.grid import Origin, origin_of
 
 MAGIC = b"SASCOPE\0"
+_DIGEST = 32  # the state's own SHA-256, at the end of an encoded state
 _LENGTH = struct.Struct(">I")
 
 Outcome = Literal["admitted", "refused"]
@@ -96,6 +99,23 @@ class ScopeState:
     def refined(self, state: AuditState, arrays: Sequence[npt.NDArray[Any]]) -> ScopeState:
         """`state`, the result of admitting `arrays` into this scope's state."""
         return replace(self, state=state, steps=(*self.steps, *(Refine(a) for a in arrays)))
+
+
+#: The parent a scope's first state file names: the state over no record ids and no query
+#: set (`AuditState.empty(0)`), which needs no file. So the first admitted step of a scope
+#: writes a delta (its grow and arrays) like every other, not a full state.
+EMPTY = "empty"
+
+
+def empty_scope(n_records: int) -> ScopeState:
+    """A scope with nothing admitted yet, over `n_records` record ids, as a delta of `EMPTY`."""
+    steps: tuple[Step, ...] = (Grow(n_records),) if n_records else ()
+    return ScopeState(AuditState.empty(n_records), {}, base=EMPTY, steps=steps)
+
+
+def empty_base() -> ScopeState:
+    """The state `EMPTY` names: the base of a scope's first delta."""
+    return ScopeState(AuditState.empty(0), {})
 
 
 class _Header(BaseModel):
@@ -171,6 +191,30 @@ def encode_file(scope_state: ScopeState, *, delta: bool) -> list[bytes | memoryv
     return [MAGIC + _LENGTH.pack(len(header)) + header, *body]
 
 
+def sealed_name(head: bytes | memoryview, state_digest: bytes | memoryview) -> str:
+    """The name of a full state file written in the background (`encode_file`'s parts: the
+    envelope `head` first, the state's own SHA-256 last): the SHA-256 of the head and of that
+    checksum, which covers the rest of the file. So the writer hashes the per-record array once
+    (the state's checksum), not a second time for the file's name."""
+    hasher = hashlib.sha256(head)
+    hasher.update(state_digest)
+    return hasher.hexdigest()
+
+
+def decode_sealed(raw: bytes, name: str) -> ScopeState:
+    """A full state file named by `sealed_name`: its head and state checksum checked against
+    `name`, and the state against its checksum. Raises StateFormatError otherwise."""
+    if not raw.startswith(MAGIC):
+        raise StateFormatError("a full state file without the scope envelope")
+    header, start = _read_header(raw)
+    if header.parent is not None:
+        raise StateFormatError("a full state file holds a delta")
+    if len(raw) < start + _DIGEST or sealed_name(raw[:start], raw[-_DIGEST:]) != name:
+        raise StateFormatError("the full state file does not match its name")
+    state = AuditState(*decode_fields(memoryview(raw)[start:]))  # checks the state's SHA-256
+    return ScopeState(state, dict(header.populations), dict(header.origins))
+
+
 def parent_of(raw: bytes) -> str | None:
     """The digest of the state file a state file is a delta of (None for a full state), from
     its header alone; raise StateFormatError when the header cannot be read."""
@@ -193,15 +237,22 @@ def _read_header(raw: bytes) -> tuple[_Header, int]:
     return header, start + length
 
 
-def decode(raw: bytes, parent: Callable[[str], ScopeState] | None = None) -> ScopeState:
+def decode(
+    raw: bytes,
+    parent: Callable[[str], ScopeState] | None = None,
+    *,
+    verified: bool = False,
+) -> ScopeState:
     """A state file's contents; a bare `AuditState` (an older file) has no population decided.
-    A delta (format 3) is replayed on its parent, which `parent(digest)` gives. Raises
-    StateFormatError for anything else."""
+    A delta (format 3) is replayed on its parent, which `parent(digest)` gives. `verified`:
+    the caller checked `raw` against its content address (the SHA-256 of the whole file), so
+    the state's own checksum is not computed again. Raises StateFormatError for anything else."""
     if not raw.startswith(MAGIC):
-        return ScopeState(AuditState.from_bytes(raw), {})
+        return ScopeState(AuditState(*decode_fields(raw, verified=verified)), {})
     header, start = _read_header(raw)
     if header.parent is None:
-        state = AuditState.from_bytes(raw[start:])
+        # a view, not a copy of the 40 MB a full state holds at 10 M records
+        state = AuditState(*decode_fields(memoryview(raw)[start:], verified=verified))
         return ScopeState(state, dict(header.populations), dict(header.origins))
     if parent is None:
         raise StateFormatError("the scope state is a delta and its parent is not at hand")

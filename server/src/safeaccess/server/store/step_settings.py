@@ -20,12 +20,12 @@ thread inside the `with`, and a store other than the one that read it never sees
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import Row, Table, bindparam, select
 
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 from safeaccess.server.store.schema import (
@@ -56,6 +56,13 @@ class StepSettings:
         version)."""
         with store.reading() as conn:
             rows = conn.execute(_SETTINGS, {"dataset_id": dataset_id}).all()
+        return cls.of_rows(dataset_id, rows)
+
+    @classmethod
+    def of_rows(cls, dataset_id: int, rows: Sequence[Row[*tuple[Any, ...]]]) -> StepSettings | None:
+        """The settings from rows of `SETTINGS_COLUMNS` joined as in `SETTINGS_JOIN`, one per
+        required claim (None: no rows, no such version). A caller may read them as part of
+        a larger statement (the worker's read of a queued step, `queue.read_job_step`)."""
         if not rows:
             return None
         first = rows[0]
@@ -118,6 +125,15 @@ def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
     return settings
 
 
+def keep(store: Store, settings: StepSettings) -> None:
+    """Keep `settings`, read by the caller as part of another statement, in the open scope (if
+    any), as `settings_of` keeps what it reads."""
+    scope = _CURRENT.get()
+    if scope is not None and scope.store is store:
+        scope.by_id[settings.dataset_id] = settings
+        scope.by_name[settings.name] = settings
+
+
 def in_scope(store: Store) -> bool:
     """Whether a scope over `store` is open here."""
     scope = _CURRENT.get()
@@ -139,21 +155,24 @@ _DP: Table = DPConfigRow.__table__  # type: ignore[assignment]
 _CLAIMS: Table = ClaimRequirementRow.__table__  # type: ignore[assignment]
 # Built once. One row per required claim (or one row with NULL kind and claim if none): the
 # dataset's columns repeat on each, which costs less than a statement per table.
+SETTINGS_COLUMNS = (
+    _DATASETS.c.name,
+    _DATASETS.c.rules_path,
+    _QSS.c.mode,
+    _QSS.c.scope,
+    _QSS.c.atom_cap,
+    _DP.c.config,
+    _CLAIMS.c.kind,
+    _CLAIMS.c.claim,
+)
+#: The dataset's row joined to its settings (select from it, with `datasets.id` to match).
+SETTINGS_JOIN = (
+    _DATASETS.outerjoin(_QSS, _QSS.c.dataset == _DATASETS.c.name)
+    .outerjoin(_DP, _DP.c.dataset == _DATASETS.c.name)
+    .outerjoin(_CLAIMS, _CLAIMS.c.dataset == _DATASETS.c.name)
+)
 _SETTINGS = (
-    select(
-        _DATASETS.c.name,
-        _DATASETS.c.rules_path,
-        _QSS.c.mode,
-        _QSS.c.scope,
-        _QSS.c.atom_cap,
-        _DP.c.config,
-        _CLAIMS.c.kind,
-        _CLAIMS.c.claim,
-    )
-    .select_from(
-        _DATASETS.outerjoin(_QSS, _QSS.c.dataset == _DATASETS.c.name)
-        .outerjoin(_DP, _DP.c.dataset == _DATASETS.c.name)
-        .outerjoin(_CLAIMS, _CLAIMS.c.dataset == _DATASETS.c.name)
-    )
+    select(*SETTINGS_COLUMNS)
+    .select_from(SETTINGS_JOIN)
     .where(_DATASETS.c.id == bindparam("dataset_id"))
 )

@@ -214,8 +214,8 @@ def test_released_withheld_and_failed_steps_are_answered_from_the_announcement(
 def test_a_view_too_large_for_a_notify_is_read_and_answered_the_same(
     queued: Queued, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Every view too large (a census table's is about 1 kB; the limit's own edge is tested
-    # below, without a database).
+    # Every view too large (a region-by-sex table's is about 1.1 kB; the limit's own edge is
+    # tested below, without a database).
     monkeypatch.setattr(job_queue, "NOTIFY_LIMIT", 100)
     view = queued.open(queued.seal([SAFE]))
     assert view.state == "released" and view.output is not None
@@ -308,6 +308,10 @@ def test_the_announcement_carries_only_what_a_view_reads_and_fits_the_limit() ->
     assert len(job_queue.announcement(seq.id, 1, (seq, step))) == job_queue.NOTIFY_LIMIT - 1
     seq, step = _rows({"values": [[1.5, 2.0]], "label": "x" * (room + 1)})
     assert job_queue.announcement(seq.id, 1, (seq, step)) == f"{seq.id}:1"
+    # A value JSON cannot carry exactly: no fields (the settle goes on, the waiter reads).
+    for odd in (float("nan"), float("inf")):
+        seq, step = _rows({"values": [[odd]]})
+        assert job_queue.announcement(seq.id, 1, (seq, step)) == f"{seq.id}:1"
     # Fields that do not parse (another release's payload) send the waiter to the row.
     assert job_queue.settled_rows('{"state": 1}', seq, step) is None
 

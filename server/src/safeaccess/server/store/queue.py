@@ -150,8 +150,14 @@ class SettledFields(BaseModel):
     not the full output with its facts, nor the run's backend or wall time. The payload reaches
     only the centre's own database sessions that LISTEN, the same trust as the rows."""
 
+    # NaN and infinities stay floats when dumped, so that `announcement` refuses them rather
+    # than carrying null for them (pydantic's default).
     model_config = ConfigDict(
-        frozen=True, extra="forbid", ser_json_bytes="hex", val_json_bytes="hex"
+        frozen=True,
+        extra="forbid",
+        ser_json_bytes="hex",
+        val_json_bytes="hex",
+        ser_json_inf_nan="constants",
     )
 
     sequence_state: str
@@ -211,10 +217,18 @@ def announcement(sequence_id: str, index: int, settled: tuple[SequenceRow, StepR
     key = f"{sequence_id}:{index}"
     if settled is None:
         return key
-    # ASCII only (non-ASCII escaped): the limit counts bytes in the database's encoding.
-    fields = json.dumps(
-        SettledFields.of(*settled).model_dump(mode="json"), separators=(",", ":"), ensure_ascii=True
-    )
+    try:
+        # ASCII only (non-ASCII escaped): the limit counts bytes in the database's encoding.
+        fields = json.dumps(
+            SettledFields.of(*settled).model_dump(mode="json"),
+            separators=(",", ":"),
+            ensure_ascii=True,
+            allow_nan=False,
+        )
+    except (ValueError, TypeError):
+        # A value JSON cannot carry exactly: the waiter reads the row. Carrying the view only
+        # saves a read, so it never fails the settle it is part of.
+        return key
     payload = f"{key} {fields}"
     return payload if len(payload) < NOTIFY_LIMIT else key
 

@@ -119,9 +119,8 @@ def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
         if cached is not None:
             return cached
     settings = StepSettings.read(store, dataset_id)
-    if settings is not None and scope is not None and scope.store is store:
-        scope.by_id[dataset_id] = settings
-        scope.by_name[settings.name] = settings
+    if settings is not None:
+        keep(store, settings)
     return settings
 
 

@@ -4,7 +4,9 @@ processes ("queue"), all in one run on one machine, so machine noise cancels.
 
 1. latency of a table step, one researcher revealing one step at a time (median of
    `--sequential` steps): local against queue; the difference is what the queue adds per step
-   (defer in the step's transaction, a worker's claim, the settle's NOTIFY; target <= 5 ms);
+   (defer in the step's transaction, a worker's claim and its read of the step, the settle's
+   NOTIFY, which carries the step's view to the waiting replica; target <= 5 ms). The machine's
+   load average is printed before and after: on a shared machine the figure moves with it;
 2. throughput, `--researchers` researchers x `--steps-each` steps at once, with 1 and 2 workers
    (`--slots` each) and local; the ratio 2 workers / 1 worker (on one 2-core machine the
    workers share the cores with the replica and the clients: the ratio shows the queue does not
@@ -260,7 +262,8 @@ def main() -> None:
                     f"one step at a time, {args.sequential} steps, taking turns: local median "
                     f"{median['local']:.1f} ms, queue median {median['queue']:.1f} ms: the queue "
                     f"adds {median['queue'] - median['local']:+.1f} ms per step; median of the "
-                    f"paired differences {paired:+.1f} ms (target <= 5)"
+                    f"paired differences {paired:+.1f} ms (target <= 5); load average now "
+                    f"{os.getloadavg()[0]:.1f}"
                 )
                 if args.latency_only:
                     return

@@ -67,7 +67,7 @@ from safeaccess.server.steps.views import Views
 from safeaccess.server.steps.withhold_budget import opening_needs_approval
 from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
-from safeaccess.server.store.queue import QueuedJob
+from safeaccess.server.store.queue import QueuedJob, settled_rows
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.store.settled import SettledListener
 from safeaccess.server.store.step_settings import settings_of, settings_scope
@@ -566,6 +566,15 @@ class Flow:
             )
         current: dict[str, Any] = {}
 
+        def announced(fields: str) -> bool:
+            # The settle's own rows, as its NOTIFY carried them (`queue.SettledFields`): the
+            # view built from them is the one a read of the rows would give, with no read.
+            rows = settled_rows(fields, seq, step)
+            if rows is None or rows[1].state == StepState.RUNNING:
+                return False
+            current["seq"], current["step"] = rows
+            return True
+
         def settled() -> bool:
             # The sequence with the step, in one read: the view needs both.
             latest, row = self.store.get_sequence_step(seq.id, step.index)
@@ -590,6 +599,7 @@ class Flow:
             settled_or_failed,
             # A step queued by this request is running: its first look is when it is announced.
             look_first=ensure_job,
+            announced=announced,
         )
         if job_failed.get("failed") and not settled():
             raise Unavailable(
@@ -614,6 +624,8 @@ class Flow:
         dataset's row before anything runs on it (the worker's SHA-256 check)."""
         # The dataset's settings are read once for the whole job, as for a request.
         with self.lock(sequence_id), settings_scope(self.store):
+            # With the dataset's settings, in one statement: the scope starts empty, so
+            # `get_sequence_step` reads them for it (the reveal's replica read them too).
             seq, step = self.store.get_sequence_step(sequence_id, index)
             if (
                 seq is None

@@ -7,22 +7,30 @@ as running* — not through procrastinate's connector, which has its own connect
 not share that transaction. A step is therefore never running without its job, nor a job
 queued for a step that was not recorded (no outbox to drain: the queue is in the same database).
 
-A settled step is announced with `NOTIFY safeaccess_settled, '<sequence>:<index>'` in the
-transaction that settles it (PostgreSQL delivers it at commit), so the API replica waiting for
-the step answers at once instead of polling.
+A settled step is announced with `NOTIFY safeaccess_settled, '<sequence>:<index> <fields>'` in
+the transaction that settles it (PostgreSQL delivers it at commit), so the API replica waiting
+for the step answers at once instead of polling, and from the fields the settle wrote (what the
+step's view reads) instead of reading the rows again; fields too large for a NOTIFY are left
+out, and the replica reads the rows.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection, inspect, text
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import Connection, Table, inspect, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+
+from safeaccess.server.store.schema import SequenceRow, StepRow
+
+if TYPE_CHECKING:
+    pass
 
 #: The channel a settled step is announced on.
 SETTLED_CHANNEL = "safeaccess_settled"
@@ -120,13 +128,132 @@ def job_status(session: Session, key: str) -> str | None:
     ).scalar_one_or_none()
 
 
-def notify_settled(session: Session, sequence_id: str, index: int) -> None:
-    """Announce a settled step to the replicas waiting for it (delivered at commit)."""
+def notify_settled(
+    session: Session,
+    sequence_id: str,
+    index: int,
+    *,
+    settled: tuple[SequenceRow, StepRow] | None = None,
+) -> None:
+    """Announce a settled step to the replicas waiting for it (delivered at commit). With
+    `settled` (the rows as this transaction writes them), the announcement carries the view's
+    fields when they fit (`announcement`), so the waiting replica answers without a read."""
     if uses_queue(session):
         session.execute(
             text("SELECT pg_notify(:channel, :payload)"),
-            {"channel": SETTLED_CHANNEL, "payload": f"{sequence_id}:{index}"},
+            {"channel": SETTLED_CHANNEL, "payload": announcement(sequence_id, index, settled)},
         )
+
+
+#: PostgreSQL refuses a NOTIFY payload of this many bytes or more (its NOTIFY_PAYLOAD_MAX_LENGTH).
+NOTIFY_LIMIT = 8000
+
+
+class SettledFields(BaseModel):
+    """What a step's view reads of the rows its settle writes, as the NOTIFY carries it.
+
+    Only columns of the step's own rows, and only those `Views.step` (and the receipt) read:
+    not the full output with its facts, nor the run's backend or wall time. The payload reaches
+    only the centre's own database sessions that LISTEN, the same trust as the rows."""
+
+    # NaN and infinities stay floats when dumped, so that `announcement` refuses them rather
+    # than carrying null for them (pydantic's default).
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        ser_json_bytes="hex",
+        val_json_bytes="hex",
+        ser_json_inf_nan="constants",
+    )
+
+    sequence_state: str
+    sequence_index: int
+    sequence_version: int
+    sequence_updated_at: datetime
+    state: str
+    kind: str | None
+    public_output: dict[str, Any] | None
+    decision: dict[str, Any] | None
+    ruleset_hash: str | None
+    error_code: str | None
+    error_message: str | None
+    output_salt: bytes | None
+    log_index: int | None
+    reviewer: str | None
+    review_note: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, seq: SequenceRow, step: StepRow) -> SettledFields:
+        """The fields of the rows a settle wrote."""
+        return cls(
+            sequence_state=seq.state,
+            sequence_index=seq.current_index,
+            sequence_version=seq.version,
+            sequence_updated_at=seq.updated_at,
+            **{name: getattr(step, name) for name in _STEP_FIELDS},
+        )
+
+    def rows(self, seq: SequenceRow, step: StepRow) -> tuple[SequenceRow, StepRow]:
+        """New detached rows: `seq` and `step` (as the waiter holds them, running) with what the
+        settle wrote. For the step's view only: the columns left out above keep their running
+        values (a read gives them, when anything but a view needs them)."""
+        latest = SequenceRow(**{c.key: getattr(seq, c.key) for c in _SEQUENCES.c})
+        latest.state, latest.current_index = self.sequence_state, self.sequence_index
+        latest.version, latest.updated_at = self.sequence_version, self.sequence_updated_at
+        row = StepRow(**{c.key: getattr(step, c.key) for c in _STEPS.c})
+        for name in _STEP_FIELDS:
+            setattr(row, name, getattr(self, name))
+        return latest, row
+
+
+_SEQUENCES: Table = SequenceRow.__table__  # type: ignore[assignment]
+_STEPS: Table = StepRow.__table__  # type: ignore[assignment]
+#: The step's columns that `SettledFields` carries.
+_STEP_FIELDS = tuple(
+    name for name in SettledFields.model_fields if not name.startswith("sequence_")
+)
+
+
+def announcement(sequence_id: str, index: int, settled: tuple[SequenceRow, StepRow] | None) -> str:
+    """The NOTIFY payload: `<sequence>:<index>`, then a space and the view's fields as JSON
+    when there are rows and they fit PostgreSQL's limit; the key alone tells the waiter to read
+    the row (a large output, or no rows given)."""
+    key = f"{sequence_id}:{index}"
+    if settled is None:
+        return key
+    try:
+        # ASCII only (non-ASCII escaped): the limit counts bytes in the database's encoding.
+        fields = json.dumps(
+            SettledFields.of(*settled).model_dump(mode="json"),
+            separators=(",", ":"),
+            ensure_ascii=True,
+            allow_nan=False,
+        )
+    except (ValueError, TypeError):
+        # A value JSON cannot carry exactly: the waiter reads the row. Carrying the view only
+        # saves a read, so it never fails the settle it is part of.
+        return key
+    payload = f"{key} {fields}"
+    return payload if len(payload) < NOTIFY_LIMIT else key
+
+
+def parse_announcement(payload: str) -> tuple[str, str | None]:
+    """(the step's key, the view's fields as JSON or None: read the row) of a NOTIFY payload."""
+    key, _, fields = payload.partition(" ")
+    return key, fields or None
+
+
+def settled_rows(
+    fields: str, seq: SequenceRow, step: StepRow
+) -> tuple[SequenceRow, StepRow] | None:
+    """The rows of the announced settle for a step's view (`SettledFields.rows`), or None if the
+    fields do not parse (a payload of another release: the caller reads the row instead)."""
+    try:
+        return SettledFields.model_validate_json(fields).rows(seq, step)
+    except ValidationError:
+        return None
 
 
 def install_schema(connection: Connection) -> bool:

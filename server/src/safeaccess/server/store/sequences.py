@@ -475,7 +475,7 @@ def _settle_step(
         )
         if job is not None:
             queue.defer(s, job)
-        queue.notify_settled(s, sequence_id, index)
+        queue.notify_settled(s, sequence_id, index, settled=(seq, step))
     if ruleset is not None:
         store.logged_rulesets.add(ruleset)  # committed now: the next step need not look it up
     return seq, step

@@ -110,6 +110,16 @@ def _holding(lock: SharedLock, what: str) -> Iterator[None]:
         lock.release()
 
 
+def _still_running(seq: SequenceRow, step: StepRow, index: int) -> bool:
+    """Whether step `index` is recorded running as its running sequence's current step (so a
+    job or a resumed step still has to compute it)."""
+    return (
+        step.state == StepState.RUNNING
+        and seq.state == SequenceState.RUNNING
+        and seq.current_index == index
+    )
+
+
 class Flow:
     """Opens sequences and runs their steps, over the service's store, sandbox and locks."""
 
@@ -194,13 +204,7 @@ class Flow:
         would; the caller holds the sequence's lock and lease. False if it is running no more."""
         with settings_scope(self.store):
             seq, step = self.store.get_sequence_step(sequence_id, index)
-            if (
-                seq is None
-                or step is None
-                or step.state != StepState.RUNNING
-                or seq.state != SequenceState.RUNNING
-                or seq.current_index != index
-            ):
+            if seq is None or step is None or not _still_running(seq, step, index):
                 return False
             log.info(
                 "sequence %s step %d: its server stopped mid-step; running it here", seq.id, index
@@ -627,13 +631,7 @@ class Flow:
             # With the dataset's settings, in one statement: the scope starts empty, so
             # `get_sequence_step` reads them for it (the reveal's replica read them too).
             seq, step = self.store.get_sequence_step(sequence_id, index)
-            if (
-                seq is None
-                or step is None
-                or step.state != StepState.RUNNING
-                or seq.state != SequenceState.RUNNING
-                or seq.current_index != index
-            ):
+            if seq is None or step is None or not _still_running(seq, step, index):
                 return False
             dataset = self.store.get_dataset(seq.dataset_id)
             if check is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -311,6 +312,24 @@ def test_the_worker_survives_a_failing_write() -> None:
     compactor.submit("a", fail)
     compactor.submit("b", lambda: done.append(1))
     assert compactor.wait(10) and done == [1]
+
+
+def test_closing_a_service_waits_for_its_background_writes(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    initialise(root, server_id="closing")
+    service = Service(root)
+    compactor = Compactor()
+    service.flow.auditor.files._compactor = compactor
+    written: list[bool] = []
+
+    def slow_write() -> None:
+        time.sleep(0.5)
+        written.append(True)
+
+    compactor.submit("scope", slow_write)
+    service.close()
+    # Its data directory may be removed now: nothing writes into it any more.
+    assert written == [True]
 
 
 # -- two services (replicas) on one PostgreSQL database and one data directory ------------------

@@ -61,6 +61,10 @@ log = logging.getLogger("safeaccess.server")
 Role = Literal["api", "worker"]
 
 
+#: How long closing a service waits for the auditor's background writes.
+COMPACTION_WAIT_SECONDS = 60.0
+
+
 class Service:
     """Everything the API does, over one data directory."""
 
@@ -161,6 +165,9 @@ class Service:
     def close(self) -> None:
         if self.orphans is not None:
             self.orphans.close()
+        # The auditor's full states being written in the background are written before the
+        # service lets go of its data directory (a caller may remove it next).
+        self.flow.auditor.files.flush(timeout=COMPACTION_WAIT_SECONDS)
         if self.flow.leases is not None:
             self.flow.leases.close()
         if self.flow.listener is not None:

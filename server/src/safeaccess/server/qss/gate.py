@@ -127,6 +127,10 @@ class StateFiles:
         self._unfull: dict[str, tuple[str, ScopeState]] = {}
         self._compactor = compactor
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for the full states being written in the background; False after `timeout`."""
+        return self._compactor.wait(timeout)
+
     def _path(self, scope: str, digest: str) -> Path:
         return self.root / scope_folder(scope) / f"{digest}.state"
 

@@ -8,18 +8,23 @@ in this process, and its answer is compared with the view built from a fresh rea
   once and answers the same;
 - a lost NOTIFY: the replica still answers (its one-second look at the row);
 - the announcement itself: only the fields a view reads, and under PostgreSQL's limit;
-- the worker's one read of a queued step brings its dataset's settings too.
+- the worker's one read of a queued step brings its dataset's settings too;
+- a job carries what that read returns: its first attempt reads nothing of the step, a later
+  attempt (or a job carrying nothing) reads it, and a first attempt from stale rows records
+  nothing.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,6 +37,8 @@ from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.jobs.names import TABLE_TASK
+from safeaccess.server.jobs.tasks import make_app
 from safeaccess.server.schemas import OpenRequest, RevealRequest, StepView
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
@@ -42,6 +49,10 @@ from safeaccess.server.store.step_settings import StepSettings, settings_of, set
 SAFE = FrequencyTable(rows=["region"], cols=["sex"])
 UNSAFE = FrequencyTable(rows=["ethnicity"], cols=["region"])  # "Traveller" cells are tiny
 BROKEN = FrequencyTable(rows=["no_such_column"])  # a valid analysis that fails when run
+
+
+#: Runs a job on the worker, given its args as queued.
+Runner = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -70,21 +81,27 @@ class Queued:
             server=self.server_id,
         )
 
-    def _answered(self, ask: Callable[[], StepView], index: int) -> StepView:
-        """`ask` on the replica (it waits for the step) while the worker runs the step's job."""
+    def _answered(
+        self, ask: Callable[[], StepView], index: int, run: Runner | None = None
+    ) -> StepView:
+        """`ask` on the replica (it waits for the step) while the worker runs the step's job
+        (`run` given the job's args; default: the worker's flow, reading the rows)."""
         answers: list[StepView] = []
         errors: list[BaseException] = []
 
-        def run() -> None:
+        def asking_replica() -> None:
             try:
                 answers.append(ask())
             except BaseException as exc:  # reported below, on the test's thread
                 errors.append(exc)
 
-        asking = threading.Thread(target=run)
+        asking = threading.Thread(target=asking_replica)
         asking.start()
-        job_id, sequence_id = self._job(index)
-        assert self.worker.flow.run_job(sequence_id, index)
+        job_id, sequence_id, args = self._job(index)
+        if run is None:
+            assert self.worker.flow.run_job(sequence_id, index)
+        else:
+            run(args)
         with self.api.store.transaction() as s:  # done with (as a worker's finish would)
             s.execute(text("DELETE FROM procrastinate_jobs WHERE id = :id"), {"id": job_id})
         asking.join(timeout=30)
@@ -92,25 +109,25 @@ class Queued:
         assert answers, "the replica did not answer"
         return answers[0]
 
-    def _job(self, index: int) -> tuple[int, str]:
-        """The id and sequence of the waiting job for step `index`, once it is queued."""
+    def _job(self, index: int) -> tuple[int, str, dict[str, Any]]:
+        """The id, sequence and args of the waiting job for step `index`, once it is queued."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with self.api.store.transaction() as s:
                 found = s.execute(
                     text(
-                        "SELECT id, args->>'sequence_id' FROM procrastinate_jobs "
+                        "SELECT id, args->>'sequence_id', args FROM procrastinate_jobs "
                         "WHERE status = 'todo' AND (args->>'index')::int = :index "
                         "ORDER BY id DESC LIMIT 1"
                     ),
                     {"index": index},
                 ).first()
             if found is not None:
-                return int(found[0]), str(found[1])
+                return int(found[0]), str(found[1]), dict(found[2])
             time.sleep(0.02)
         raise AssertionError("no job was queued")
 
-    def open(self, sealed: SealedSequence) -> StepView:
+    def open(self, sealed: SealedSequence, run: Runner | None = None) -> StepView:
         trace, body = sealed.reveal_for(1)
         request = OpenRequest.model_validate(
             {
@@ -120,15 +137,17 @@ class Queued:
                 "body": base64.b64encode(body).decode(),
             }
         )
-        return self._answered(lambda: self.api.flow.open_sequence("ada", request), 1)
+        return self._answered(lambda: self.api.flow.open_sequence("ada", request), 1, run)
 
-    def reveal(self, sequence_id: str, sealed: SealedSequence, index: int) -> StepView:
+    def reveal(
+        self, sequence_id: str, sealed: SealedSequence, index: int, run: Runner | None = None
+    ) -> StepView:
         trace, body = sealed.reveal_for(index)
         request = RevealRequest.model_validate(
             {"trace": trace.hex(), "body": base64.b64encode(body).decode()}
         )
         return self._answered(
-            lambda: self.api.flow.reveal("ada", sequence_id, index, request), index
+            lambda: self.api.flow.reveal("ada", sequence_id, index, request), index, run
         )
 
     def read_answer(self, sequence_id: str, index: int) -> StepView:
@@ -355,3 +374,126 @@ def test_the_workers_one_read_brings_the_step_and_its_datasets_settings(
     # No such sequence, or no such step yet: as `get_sequence_step` answers.
     assert store.get_sequence_step("0" * 32, 1) == (None, None)
     assert store.get_sequence_step(view.sequence_id, 2)[1] is None
+
+
+# -- the job carries what the worker's read returns (`queue.Carried`) ---------------------------
+
+
+def _reads_of_the_step(statements: list[str]) -> list[str]:
+    """The statements that read a sequence, a step or a dataset's settings (the worker's read)."""
+    return [
+        sql
+        for sql in statements
+        if sql.lstrip().upper().startswith("SELECT")
+        and any(table in sql for table in ("sequences", "steps", "qss_settings", "dp_config"))
+    ]
+
+
+@contextlib.contextmanager
+def _statements(store: Store) -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def record(*args: Any) -> None:
+        statements.append(args[2])
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+
+
+def _task(queued: Queued, attempts: int) -> Runner:
+    """The worker's task (`jobs/tasks.py`) run as procrastinate would, as attempt `attempts`."""
+    app = make_app("dbname=unused", 1)
+    task = app.tasks[TABLE_TASK]
+    context = SimpleNamespace(
+        job=SimpleNamespace(attempts=attempts),
+        additional_context={
+            "service": queued.worker,
+            "datasets": SimpleNamespace(verify=lambda dataset: None),
+        },
+    )
+    return lambda args: task.func(context, **args)
+
+
+def test_a_jobs_first_attempt_computes_and_settles_reading_nothing_of_the_step(
+    queued: Queued,
+) -> None:
+    sealed = queued.seal([SAFE, UNSAFE])
+    # Warm the worker (its dataset row, the rule set's log entry) with a first sequence.
+    queued.open(queued.seal([SAFE]))
+    carried: list[dict[str, Any]] = []
+
+    def first_attempt(args: dict[str, Any]) -> None:
+        carried.append(args["carried"])
+        with _statements(queued.worker.store) as statements:
+            _task(queued, attempts=0)(args)
+        assert _reads_of_the_step(statements) == []
+
+    first = queued.open(sealed, run=first_attempt)
+    assert first.state == "released"
+    assert first.model_dump_json() == queued.read_answer(first.sequence_id, 1).model_dump_json()
+    second = queued.reveal(first.sequence_id, sealed, 2, run=first_attempt)
+    assert second.state == "withheld"
+    assert second.model_dump_json() == queued.read_answer(first.sequence_id, 2).model_dump_json()
+    # The carried sequence was the row as the reveal left it: the settle moved it one on.
+    seq, _ = Store.get_sequence_step(queued.api.store, first.sequence_id, 2)
+    assert seq is not None and [c["version"] for c in carried] == [seq.version - 3, seq.version - 1]
+    # With the settings the reveal read, not read again.
+    assert carried[1]["settings"]["dataset_id"] == seq.dataset_id
+
+
+def test_a_later_attempt_and_a_job_carrying_nothing_read_the_step(queued: Queued) -> None:
+    found: dict[str, list[str]] = {}
+
+    def attempt(name: str, attempts: int, strip: bool) -> Runner:
+        def run(args: dict[str, Any]) -> None:
+            assert "carried" in args
+            if strip:  # as queued by an older release, or by a re-sent reveal's `ensure`
+                args = {k: v for k, v in args.items() if k != "carried"}
+            with _statements(queued.worker.store) as statements:
+                _task(queued, attempts)(args)
+            found[name] = _reads_of_the_step(statements)
+
+        return run
+
+    sealed = queued.seal([SAFE, SAFE])
+    first = queued.open(sealed, run=attempt("second attempt", 1, strip=False))
+    assert first.state == "released"
+    second = queued.reveal(first.sequence_id, sealed, 2, run=attempt("no fields", 0, strip=True))
+    assert second.state == "released"
+    assert found["second attempt"] and found["no fields"]
+    # Fields of another release, or of another step, are not used: the worker reads.
+    assert job_queue.carried_rows({"version": 1}, first.sequence_id, 2) is None
+    assert job_queue.carried_rows(None, first.sequence_id, 2) is None
+
+
+def test_a_first_attempt_from_stale_rows_records_nothing(queued: Queued) -> None:
+    sealed = queued.seal([SAFE])
+    kept: dict[str, Any] = {}
+
+    def settled_elsewhere(args: dict[str, Any]) -> None:
+        kept.update(args)
+        assert queued.worker.flow.run_job(args["sequence_id"], args["index"])  # reads
+
+    view = queued.open(sealed, run=settled_elsewhere)
+    assert view.state == "released"
+    store = queued.api.store
+    before = Store.get_sequence_step(store, view.sequence_id, 1)
+    with store.transaction() as s:
+        log_size = s.execute(text("SELECT count(*) FROM events")).scalar_one()
+    # The job run again as a first attempt, carrying the rows as they were when it was queued:
+    # the settle is guarded by the carried version, so it records nothing.
+    assert not queued.worker.flow.run_job(view.sequence_id, 1, carried=kept["carried"])
+    after = Store.get_sequence_step(store, view.sequence_id, 1)
+    assert before[0] is not None and after[0] is not None
+    assert before[1] is not None and after[1] is not None
+    assert (after[0].version, after[0].state) == (before[0].version, before[0].state)
+    assert (after[1].state, after[1].log_index, after[1].updated_at) == (
+        before[1].state,
+        before[1].log_index,
+        before[1].updated_at,
+    )
+    with store.transaction() as s:
+        assert s.execute(text("SELECT count(*) FROM events")).scalar_one() == log_size

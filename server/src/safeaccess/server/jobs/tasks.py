@@ -9,7 +9,7 @@ computes and is recorded the same way wherever it runs.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import procrastinate
 import psycopg
@@ -67,10 +67,22 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
 
     @app.task(name=TABLE_TASK, pass_context=True, retry=retry)
     def run_step(
-        context: JobContext, sequence_id: str, index: int, researcher: str, dataset: str = ""
+        context: JobContext,
+        sequence_id: str,
+        index: int,
+        researcher: str,
+        dataset: str = "",
+        carried: dict[str, Any] | None = None,
     ) -> None:
         # (`dataset` is for the claim's affinity, `store/affinity.py`; the step names its own.)
-        ran = _service(context).flow.run_job(sequence_id, index, check=_check(context).verify)
+        # `carried`: the rows as the step was queued (`queue.Carried`), used on the job's first
+        # attempt only; any later one (its worker died, or a retry) reads them afresh.
+        ran = _service(context).flow.run_job(
+            sequence_id,
+            index,
+            check=_check(context).verify,
+            carried=carried if context.job.attempts == 0 else None,
+        )
         log.info(
             "job %s step %d for %s: %s",
             sequence_id,
@@ -81,8 +93,14 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
 
     @app.task(name=SCRIPT_TASK, pass_context=True, retry=retry)
     def run_script(
-        context: JobContext, sequence_id: str, index: int, researcher: str, dataset: str = ""
+        context: JobContext,
+        sequence_id: str,
+        index: int,
+        researcher: str,
+        dataset: str = "",
+        carried: dict[str, Any] | None = None,
     ) -> None:
+        # (`carried`: accepted for symmetry with `run_step`; a script's job carries nothing.)
         service = _service(context)
         seq = service.store.get_sequence(sequence_id)
         if seq is None:

@@ -20,7 +20,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -67,10 +67,10 @@ from safeaccess.server.steps.views import Views
 from safeaccess.server.steps.withhold_budget import opening_needs_approval
 from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
-from safeaccess.server.store.queue import QueuedJob, settled_rows
+from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.store.settled import SettledListener
-from safeaccess.server.store.step_settings import settings_of, settings_scope
+from safeaccess.server.store.step_settings import prime, settings_of, settings_scope
 from safeaccess.server.synth.mock import public_spent
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 
@@ -622,25 +622,51 @@ class Flow:
         sequence_id: str,
         index: int,
         check: Callable[[DatasetRow], None] | None = None,
+        *,
+        carried: Mapping[str, Any] | None = None,
     ) -> bool:
         """Compute a queued step (on a worker host); False if it was settled already (a job
         run again after its worker was presumed dead records nothing twice). `check` sees the
-        dataset's row before anything runs on it (the worker's SHA-256 check)."""
+        dataset's row before anything runs on it (the worker's SHA-256 check). `carried`: the
+        rows the job carries (`queue.Carried`), given on its first attempt only; without them
+        (a later attempt, a job queued by an older release or by `ensure`) the rows are read."""
         # The dataset's settings are read once for the whole job, as for a request.
         with self.lock(sequence_id), settings_scope(self.store):
-            # With the dataset's settings, in one statement: the scope starts empty, so
-            # `get_sequence_step` reads them for it (the reveal's replica read them too).
-            seq, step = self.store.get_sequence_step(sequence_id, index)
-            if seq is None or step is None or not _still_running(seq, step, index):
-                return False
+            rows = carried_rows(carried, sequence_id, index)
+            if rows is not None:
+                # The rows as the reveal's transaction wrote them, with the settings it read:
+                # nothing is read before the computation. Possibly stale (the step settled
+                # meanwhile): the settle below is guarded by the carried version, and is then
+                # refused, recording nothing.
+                seq, step, settings = rows
+                if settings is not None:
+                    prime(self.store, settings)
+            else:
+                # With the dataset's settings, in one statement: the scope starts empty, so
+                # `get_sequence_step` reads them for it (the reveal's replica read them too).
+                read_seq, read_step = self.store.get_sequence_step(sequence_id, index)
+                if (
+                    read_seq is None
+                    or read_step is None
+                    or not _still_running(read_seq, read_step, index)
+                ):
+                    return False
+                seq, step = read_seq, read_step
             dataset = self.store.get_dataset(seq.dataset_id)
             if check is not None:
                 check(dataset)
-            # The rows just read are those the settle moves on: it need not read them again
+            # The rows in hand are those the settle moves on: it need not read them again
             # (its UPDATE is guarded by the sequence's version, as for a step begun here).
             self.store.running.remember(seq, step)
             revealed = Revealed.stored(step.body, last=step.last)
-            self._compute_here(seq, step, dataset, revealed, self.ruleset_for(dataset))
+            try:
+                self._compute_here(seq, step, dataset, revealed, self.ruleset_for(dataset))
+            except Conflict as exc:
+                if rows is None or exc.code != "concurrent_update":
+                    raise
+                # Carried rows of a step settled meanwhile: the guarded settle recorded nothing.
+                log.info("job %s step %d: settled already; nothing recorded", sequence_id, index)
+                return False
             return True
 
     def record_lost(self, sequence_id: str, index: int, attempts: int) -> bool:

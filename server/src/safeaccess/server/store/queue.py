@@ -16,6 +16,8 @@ out, and the replica reads the rows.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping
 from datetime import datetime
@@ -27,6 +29,7 @@ from sqlalchemy import Connection, Table, inspect, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from safeaccess.server.store import step_settings
 from safeaccess.server.store.schema import SequenceRow, StepRow
 
 if TYPE_CHECKING:
@@ -52,6 +55,16 @@ class QueuedJob(BaseModel):
     dataset: str = ""
     #: The researcher's lanes (procrastinate locks): at most this many of her jobs run at once.
     lanes: int = Field(ge=1)
+    #: What the worker's first run would read (`Carried`), or None: the worker reads it.
+    carried: dict[str, Any] | None = None
+
+    def carrying(
+        self, seq: SequenceRow, step: StepRow, settings: step_settings.StepSettings | None
+    ) -> QueuedJob:
+        """This job carrying the rows as the transaction queuing it writes them (`Carried`)."""
+        return self.model_copy(
+            update={"carried": Carried.of(seq, step, settings).model_dump(mode="json")}
+        )
 
     @property
     def key(self) -> str:
@@ -59,12 +72,130 @@ class QueuedJob(BaseModel):
         return f"step:{self.sequence_id}:{self.index}"
 
     def args(self) -> dict[str, object]:
-        return {
+        """The task's keyword arguments (`jobs/tasks.py`)."""
+        args: dict[str, object] = {
             "sequence_id": self.sequence_id,
             "index": self.index,
             "researcher": self.researcher,
             "dataset": self.dataset,
         }
+        if self.carried is not None:
+            args["carried"] = self.carried
+        return args
+
+
+class Carried(BaseModel):
+    """What a worker's run of a step reads before it computes, carried by the step's job: the
+    sequence row as the transaction that queued the job left it (its version guards the
+    settle), the running step, and its dataset's settings as the reveal read them.
+
+    So a job's first run computes without reading anything. Only the columns the computation
+    and its settle use are carried (not the header, signature, endorsements or verifier state):
+    the rows rebuilt from them are transient and never shown. Safe however late the job runs:
+    the settle is guarded by the sequence's version, so a run from stale rows (the step settled
+    meanwhile) records nothing (`Conflict`); a run after the first reads the rows anyway."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sequence_id: str
+    researcher: str
+    project: str
+    dataset_id: int
+    sequence_state: str
+    current_index: int
+    version: int
+    sequence_created_at: datetime
+    sequence_updated_at: datetime
+    step_id: int
+    index: int
+    trace_hash: str
+    #: The step's body, base64 (a table's body is a small JSON analysis).
+    body: str
+    body_hash: str
+    last: bool
+    state: str
+    created_at: datetime
+    updated_at: datetime
+    #: `step_settings.StepSettings.to_args`, or None (the worker reads them).
+    settings: dict[str, Any] | None = None
+
+    @classmethod
+    def of(
+        cls, seq: SequenceRow, step: StepRow, settings: step_settings.StepSettings | None
+    ) -> Carried:
+        """The fields of the rows just written (and of the settings the request read)."""
+        return cls(
+            sequence_id=seq.id,
+            researcher=seq.researcher,
+            project=seq.project,
+            dataset_id=seq.dataset_id,
+            sequence_state=seq.state,
+            current_index=seq.current_index,
+            version=seq.version,
+            sequence_created_at=seq.created_at,
+            sequence_updated_at=seq.updated_at,
+            step_id=step.id,
+            index=step.index,
+            trace_hash=step.trace_hash,
+            body=base64.b64encode(step.body).decode("ascii"),
+            body_hash=step.body_hash,
+            last=step.last,
+            state=step.state,
+            created_at=step.created_at,
+            updated_at=step.updated_at,
+            settings=None if settings is None else settings.to_args(),
+        )
+
+    def rows(self) -> tuple[SequenceRow, StepRow]:
+        """New transient rows with the carried fields (the others left unset)."""
+        seq = SequenceRow(
+            id=self.sequence_id,
+            researcher=self.researcher,
+            project=self.project,
+            dataset_id=self.dataset_id,
+            state=self.sequence_state,
+            current_index=self.current_index,
+            version=self.version,
+            created_at=self.sequence_created_at,
+            updated_at=self.sequence_updated_at,
+        )
+        step = StepRow(
+            id=self.step_id,
+            sequence_id=self.sequence_id,
+            index=self.index,
+            trace_hash=self.trace_hash,
+            body=base64.b64decode(self.body, validate=True),
+            body_hash=self.body_hash,
+            last=self.last,
+            state=self.state,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+        return seq, step
+
+
+def carried_rows(
+    carried: Mapping[str, Any] | None, sequence_id: str, index: int
+) -> tuple[SequenceRow, StepRow, step_settings.StepSettings | None] | None:
+    """The rows (and settings) a job carries for step `index` of `sequence_id`, or None when it
+    carries none, or fields of another release or of another step: the worker reads them."""
+    if not carried:
+        return None
+    try:
+        fields = Carried.model_validate(carried)
+        seq, step = fields.rows()
+        settings = (
+            None
+            if fields.settings is None
+            else step_settings.StepSettings.from_args(fields.settings)
+        )
+    except (ValidationError, ValueError, TypeError, KeyError, binascii.Error):
+        return None
+    if seq.id != sequence_id or step.index != index:
+        return None
+    if settings is not None and settings.dataset_id != seq.dataset_id:
+        settings = None
+    return seq, step, settings
 
 
 def uses_queue(session: Session) -> bool:

@@ -107,7 +107,7 @@ def create_sequence(
                 ],
             )
             if job is not None and not awaiting_approval:
-                queue.defer(s, job)
+                queue.defer(s, _carrying(store, job, seq, first_step))
         if step_state == StepState.RUNNING and job is None:
             store.running.remember(seq, first_step)
         return seq, first_step
@@ -254,11 +254,20 @@ def begin_step(
         ).scalar_one()
         auditlog.append_many(s, reveal_entries(researcher, event_data, sequence_id, step.index))
         if job is not None:
-            queue.defer(s, job)
+            # The job carries the rows as this transaction writes them (the sequence at the
+            # version the settle is guarded by) and the settings the request read: its first
+            # run reads nothing (`queue.Carried`).
+            queue.defer(s, _carrying(store, job, _sequence_of(moved), step))
     if job is None:
         # Settled by this process (not by a worker host): `settle_step` need not read them.
         store.running.remember(_sequence_of(moved), step)
     return step
+
+
+def _carrying(store: Store, job: QueuedJob, seq: SequenceRow, step: StepRow) -> QueuedJob:
+    """`job` carrying `seq` and `step` and the settings the open scope read for the sequence's
+    dataset (none if it read none: the worker reads them)."""
+    return job.carrying(seq, step, step_settings.scoped_by_id(store, seq.dataset_id))
 
 
 class RunningSteps:

@@ -62,6 +62,34 @@ class StepSettings:
             rows = conn.execute(_SETTINGS, {"dataset_id": dataset_id}).all()
         return cls.of_rows(dataset_id, rows)
 
+    def to_args(self) -> dict[str, Any]:
+        """These settings as JSON values (carried by a step's job: `queue.Carried`)."""
+        return {
+            "dataset_id": self.dataset_id,
+            "name": self.name,
+            "rules_path": self.rules_path,
+            "qss": self.qss.model_dump(mode="json"),
+            "dp_config": self.dp_config,
+            "requirements": {kind: sorted(claims) for kind, claims in self.requirements.items()},
+            "version_ids": list(self.version_ids),
+        }
+
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> StepSettings:
+        """The settings `to_args` gave (KeyError, TypeError or ValueError if they are not)."""
+        return cls(
+            dataset_id=int(args["dataset_id"]),
+            name=str(args["name"]),
+            rules_path=None if args["rules_path"] is None else str(args["rules_path"]),
+            qss=QssSettings.model_validate(args["qss"]),
+            dp_config=None if args["dp_config"] is None else dict(args["dp_config"]),
+            requirements={
+                str(kind): frozenset(str(c) for c in claims)
+                for kind, claims in dict(args["requirements"]).items()
+            },
+            version_ids=tuple(int(i) for i in args["version_ids"]),
+        )
+
     @classmethod
     def of_rows(cls, dataset_id: int, rows: Sequence[Any]) -> StepSettings | None:
         """The settings from the rows of `_SETTINGS` (or of a statement that joins its
@@ -142,6 +170,15 @@ def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
     if settings is not None:
         prime(store, settings)
     return settings
+
+
+def scoped_by_id(store: Store, dataset_id: int) -> StepSettings | None:
+    """The settings the open scope over `store` holds for version `dataset_id` (never read
+    here), or None."""
+    scope = _CURRENT.get()
+    if scope is None or scope.store is not store:
+        return None
+    return scope.by_id.get(dataset_id)
 
 
 def in_scope(store: Store) -> bool:

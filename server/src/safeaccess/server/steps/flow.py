@@ -557,6 +557,8 @@ class Flow:
         """Wait for a worker host to settle the step (execution = "queue"); after
         `queue.wait_seconds` answer with the step still running (the client asks again)."""
         if ensure_job:
+            # Queued again carrying no rows (rare: a re-sent reveal whose job was lost), so its
+            # worker reads them (`run_job`).
             dataset = self.store.get_dataset(seq.dataset_id)
             self.store.ensure_job(
                 step_job(

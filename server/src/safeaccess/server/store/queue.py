@@ -6,6 +6,8 @@ SQL function `procrastinate_defer_jobs_v1`, *inside the store's transaction that
 as running* — not through procrastinate's connector, which has its own connection and so could
 not share that transaction. A step is therefore never running without its job, nor a job
 queued for a step that was not recorded (no outbox to drain: the queue is in the same database).
+The job carries the rows that transaction writes (`Carried`), so a worker's first run of it
+computes without reading the step first.
 
 A settled step is announced with `NOTIFY safeaccess_settled, '<sequence>:<index> <fields>'` in
 the transaction that settles it (PostgreSQL delivers it at commit), so the API replica waiting

@@ -194,3 +194,37 @@ def test_rows_kept_across_steps_decide_as_a_fresh_evaluation(
     assert [v for v, _ in again][-1] == "withhold"  # the probe is still refused
     # kept rows serve the later steps of the first pass already, and all of the second
     assert 0 < first_runs < fresh_runs and again_runs < first_runs
+
+
+def test_weights_summed_per_row_object_decide_as_the_row_by_row_sum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`holds` adds the weights of one row object first (a repeated table's rows are one
+    object); on random rows, some shared and some equal but distinct, it decides as
+    new − Σ c·row computed row by row, mod p."""
+    from safeaccess.server.qss import grid
+
+    rng = np.random.default_rng(11)
+    evaluator = grid._GridEvaluator(METADATA, {})
+    monkeypatch.setattr(evaluator, "_origin_names", lambda origin: {"sex"})
+    monkeypatch.setattr(evaluator, "_grid", lambda names, analyses: True)
+    evaluator.origins = {o: grid.Origin(analysis=None, rows=[]) for o in range(6)}
+    decided = {True: 0, False: 0}
+    for _ in range(400):
+        p = int(rng.choice([2, 3, 7, 2_147_483_647]))
+        pool = [rng.integers(0, 2, 8).astype(bool) for _ in range(3)]
+        pool.append(pool[0].copy())  # equal to another, not the same object
+        picks = [int(i) for i in rng.integers(0, len(pool), int(rng.integers(2, 6)))]
+        coefficients = [int(c) for c in rng.integers(1, p, len(picks) - 1)]
+        if rng.random() < 0.5:  # a repeat: the new row and one earlier row, weights cancelling
+            picks, coefficients = [picks[0], picks[0]], [1]
+        sources = [grid._Source(origin=i, array=0, label=str(i)) for i in range(len(picks))]
+        rows = {src.origin: pool[pick] for src, pick in zip(sources, picks, strict=True)}
+        monkeypatch.setattr(evaluator, "_row", lambda names, src, rows=rows: rows[src.origin])
+        expected = np.asarray(pool[picks[0]], dtype=np.int64)
+        for c, pick in zip(coefficients, picks[1:], strict=True):
+            expected = (expected - c * np.asarray(pool[pick], dtype=np.int64)) % p
+        verdict = evaluator.holds(sources, coefficients, p)
+        assert verdict == (not expected.any())
+        decided[verdict] += 1
+    assert decided[True] > 50 and decided[False] > 50  # both answers were exercised

@@ -136,12 +136,17 @@ def data_revealed(
     this = int(admission.facts.get("origin", -1))
     known: dict[int, Origin] = {**origins, this: current}
 
+    starts: dict[int, int] = {}  # each origin's first row: a step's dependencies share a few
+
     def source(row: int) -> _Source | None:
         o = int(row_origin[row])
         entry = known.get(o)
         if o < 0 or entry is None:
             return None
-        index = row - int(np.searchsorted(row_origin, o, side="left"))
+        start = starts.get(o)
+        if start is None:
+            start = starts[o] = int(np.searchsorted(row_origin, o, side="left"))
+        index = row - start
         if not 0 <= index < len(entry.rows):
             return None
         array, label = entry.rows[index]
@@ -234,6 +239,8 @@ class _GridEvaluator:
         # dependencies over the same few admissions (parsing their filters each time was most
         # of this check's cost).
         self._names: dict[int, set[str]] = {}
+        # The grid's columns for each set of admissions a dependency involves.
+        self._names_of: dict[tuple[int, ...], tuple[str, ...]] = {}
 
     def holds(self, involved: Sequence[_Source | None], coefficients: list[int], p: int) -> bool:
         """Whether new − Σ coefficients · rows is zero on the grid (mod p); `involved[0]` is
@@ -241,15 +248,31 @@ class _GridEvaluator:
         if any(s is None for s in involved):
             return False  # a row of unknown definition: nothing can show the zero structural
         sources = [s for s in involved if s is not None]
+        origins = tuple(sorted({s.origin for s in sources}))
+        names = self._names_of.get(origins)
+        if names is None:
+            names = tuple(sorted(set().union(*(self._origin_names(o) for o in origins))))
+            self._names_of[origins] = names
         analyses = [self.origins[s.origin].analysis for s in sources]
-        names = tuple(sorted(set().union(*(self._origin_names(s.origin) for s in sources))))
         fits = self._grid(names, analyses)
         vectors = [self._row(names, s) for s in sources] if fits else None
         if vectors is None or any(v is None for v in vectors):
             return self._same_filters(sources)
-        total = np.asarray(vectors[0], dtype=np.int64)
-        for coef, vec in zip(coefficients, vectors[1:], strict=True):
-            total = (total - coef * np.asarray(vec, dtype=np.int64)) % p
+        # Σ weight · row, with the weights of one array summed first (mod p): rows read from
+        # one evaluation are one object (a repeated table's row and the earlier one it repeats,
+        # through `_EVALUATED`), and their weights usually cancel, which leaves nothing to add.
+        weights: dict[int, int] = {}
+        arrays: dict[int, BoolArray] = {}
+        for weight, vec in zip((1, *(-c for c in coefficients)), vectors, strict=True):
+            assert vec is not None
+            arrays[id(vec)] = vec
+            weights[id(vec)] = (weights.get(id(vec), 0) + weight) % p
+        live = [(w, arrays[k]) for k, w in weights.items() if w]
+        if not live:
+            return True
+        total = np.zeros(len(live[0][1]), dtype=np.int64)
+        for weight, vec in live:
+            total = (total + weight * np.asarray(vec, dtype=np.int64)) % p
         return not bool(np.any(total))
 
     def _same_filters(self, sources: Sequence[_Source]) -> bool:

@@ -274,16 +274,20 @@ class StateFiles:
                 self._cache[digest] = replace(cached, depth=0)
         return full
 
-    def _chain(self, scope: str, digest: str) -> set[str]:
+    def _chain(self, scope: str, digest: str, with_full: set[str] | None = None) -> set[str]:
         """`digest` and every state file it needs: the parents of a delta, back to a full one
-        or to one with a full file."""
+        or to one with a full file (`with_full`: the digests that have one, from a listing of
+        the folder; None: look for each)."""
         chain: set[str] = set()
         current: str | None = digest
         while current is not None and current != EMPTY and current not in chain:
             if len(chain) > FULL_EVERY:
                 break
             chain.add(current)
-            if self._fulls(scope, current):
+            has_full = (
+                current in with_full if with_full is not None else self._fulls(scope, current)
+            )
+            if has_full:
                 break
             with self._guard:
                 known = current in self._parents
@@ -302,35 +306,57 @@ class StateFiles:
     def prune(self, scope: str, current: str, base: str | None = None) -> None:
         """Remove all but the newest few state files of a scope, never one that the `current`
         state (or its `base`, when the step's record failed) needs; a full file goes with its
-        state file, and left-over temporary files of killed writers go too."""
-        keep = self._chain(scope, current) | (set() if base is None else self._chain(scope, base))
+        state file, and left-over temporary files of killed writers go too.
+
+        Everything is decided from one listing of the folder (it runs after every admitted
+        step): a file written after it is not in it and stays, and a full file written after
+        it only makes the chains kept here longer than needed, until the next prune."""
         folder = self.root / scope_folder(scope)
-        files = sorted(folder.glob("*.state"), key=_mtime, reverse=True)
-        gone = {p.stem for p in files[KEEP_FILES:] if p.stem not in keep}
+        states: list[os.DirEntry[str]] = []
+        fulls: list[os.DirEntry[str]] = []
+        temporary: list[os.DirEntry[str]] = []
+        try:
+            with os.scandir(folder) as listing:
+                for entry in listing:
+                    if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                        temporary.append(entry)
+                    elif entry.name.endswith(".state"):
+                        states.append(entry)
+                    elif entry.name.endswith(FULL_SUFFIX):
+                        fulls.append(entry)
+        except FileNotFoundError:
+            return
+        with_full = {entry.name.split(".", 1)[0] for entry in fulls}
+        keep = self._chain(scope, current, with_full)
+        if base is not None:
+            keep |= self._chain(scope, base, with_full)
+        states.sort(key=_entry_mtime, reverse=True)
+        stems = [entry.name[: -len(".state")] for entry in states]
+        gone = {stem for stem in stems[KEEP_FILES:] if stem not in keep}
         for stem in gone:
             (folder / f"{stem}.state").unlink(missing_ok=True)
             with self._guard:
                 self._parents.pop(stem, None)
-        left = {p.stem for p in files} - gone
-        for full in folder.glob(f"*{FULL_SUFFIX}"):
-            stem = full.name.split(".", 1)[0]
-            # its state file is gone: nothing reads it (one written since the listing above,
-            # by another admission and its background write, stays)
+        left = set(stems) - gone
+        for entry in fulls:
+            stem = entry.name.split(".", 1)[0]
+            # its state file is gone: nothing reads it (one written since the listing, by
+            # another admission and its background write, stays)
             if stem not in left and not (folder / f"{stem}.state").exists():
-                full.unlink(missing_ok=True)
+                Path(entry.path).unlink(missing_ok=True)
         now = time.time()
-        for tmp in folder.glob(".*.tmp"):
-            if now - _mtime(tmp) > STALE_TMP_SECONDS:
-                tmp.unlink(missing_ok=True)
+        for entry in temporary:
+            if now - _entry_mtime(entry) > STALE_TMP_SECONDS:
+                Path(entry.path).unlink(missing_ok=True)
 
 
 class _Vanished(Exception):
     """A parent state file disappeared while a load walked the chain."""
 
 
-def _mtime(path: Path) -> float:
+def _entry_mtime(entry: os.DirEntry[str]) -> float:
     try:
-        return path.stat().st_mtime
+        return entry.stat().st_mtime
     except FileNotFoundError:
         return 0.0
 

@@ -37,6 +37,7 @@ from census_centre import ANALYSIS, percentile, prepare
 from safeaccess.client.analyses import to_body
 from safeaccess.client.protocol import seal
 from safeaccess.server.demo.data import generate_census
+from safeaccess.server.heap import freeze_startup_objects
 from safeaccess.server.schemas import OpenRequest, RevealRequest
 from safeaccess.server.service import Service
 
@@ -69,6 +70,7 @@ def main() -> None:
         root = Path(tmp) / "data"
         keys = prepare(root, frame, args.researchers)
         with Service(root) as service:
+            freeze_startup_objects()  # as `safeaccess-server serve` does
             counter = [0]
 
             def count(*_args: Any) -> None:

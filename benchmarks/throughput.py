@@ -43,6 +43,7 @@ from safeaccess.sandbox.process.backend import Mode, ProcessBackend
 from safeaccess.sandbox.runner import run_request
 from safeaccess.server.config import DataDir
 from safeaccess.server.demo.data import census_metadata, generate_census
+from safeaccess.server.heap import freeze_startup_objects
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
@@ -121,7 +122,9 @@ def _serve(root: Path, mode: Mode, ready: Path) -> None:
     backend = ProcessBackend(limits=config.sandbox.limits, mode=mode)
     backend.check_available()
     service = Service(root, backend=backend)
-    with service, EmbeddedServer(create_app(service)) as server:
+    app = create_app(service)
+    freeze_startup_objects()  # as `safeaccess-server serve` does
+    with service, EmbeddedServer(app) as server:
         partial = ready.with_suffix(".partial")
         partial.write_text(server.url)
         partial.rename(ready)  # appears whole

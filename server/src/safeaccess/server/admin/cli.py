@@ -620,6 +620,7 @@ def _log_to_stderr() -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from safeaccess.server.heap import freeze_startup_objects
     from safeaccess.server.http.app import create_app
     from safeaccess.server.service import Service
 
@@ -631,7 +632,9 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        uvicorn.run(create_app(service), host=args.host, port=args.port, log_level="info")
+        app = create_app(service)
+        freeze_startup_objects()
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     finally:
         service.close()
     return EXIT_OK

@@ -84,6 +84,7 @@ def run_worker(root: Path, options: WorkerOptions) -> None:
     """Run until SIGTERM or SIGINT: claim jobs, run them, settle those of dead workers. On the
     signal it claims nothing more and exits once the jobs it runs are recorded."""
     _log_procrastinate()
+    from safeaccess.server.heap import freeze_startup_objects
     from safeaccess.server.service import Service
 
     data = DataDir(root)
@@ -101,6 +102,7 @@ def run_worker(root: Path, options: WorkerOptions) -> None:
     except SandboxError as exc:
         raise ConfigError(f"the sandbox backend is unusable on this worker: {exc}") from exc
     service = Service(root, backend=backend, role="worker")
+    freeze_startup_objects()
     try:
         asyncio.run(
             _serve(

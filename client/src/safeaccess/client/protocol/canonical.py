@@ -60,55 +60,41 @@ def _plain(value: Any) -> int:
     than the encoding it saves. Recursion is bounded like the reference's (a RecursionError,
     for a cycle or deep nesting, sends the value to the reference, which raises it too)."""
     kind = type(value)
-    found = YES
     if kind is dict:
-        for key, item in value.items():
+        for key in value:
             # Code-point and UTF-16 order agree unless a key holds a character beyond U+FFFF.
             if type(key) is not str or not (key.isascii() or max(key) <= "\uffff"):
                 return NO
-            kind = type(item)
-            if kind is str or kind is bool or item is None:
-                continue
-            if kind is int:
-                if not -_INT_MAX <= item <= _INT_MAX:
-                    return NO
-            elif kind is float:
-                if not _fixed_float(item):
-                    if not _integral(item):
-                        return NO
-                    found = AS_INTS
-            else:
-                inner = _plain(item)
-                if inner == NO:
-                    return NO
-                found = max(found, inner)
-        return found
-    if kind is list:
-        for item in value:
-            kind = type(item)
-            if kind is str or kind is bool or item is None:
-                continue
-            if kind is int:
-                if not -_INT_MAX <= item <= _INT_MAX:
-                    return NO
-            elif kind is float:
-                if not _fixed_float(item):
-                    if not _integral(item):
-                        return NO
-                    found = AS_INTS
-            else:
-                inner = _plain(item)
-                if inner == NO:
-                    return NO
-                found = max(found, inner)
-        return found
-    if kind is str or kind is bool or value is None:
+        items: Any = value.values()
+    elif kind is list:
+        items = value
+    elif kind is str or kind is bool or value is None:
         return YES
-    if kind is int:
+    elif kind is int:
         return YES if -_INT_MAX <= value <= _INT_MAX else NO
-    if kind is float:
+    elif kind is float:
         return YES if _fixed_float(value) else AS_INTS if _integral(value) else NO
-    return NO
+    else:
+        return NO
+    found = YES
+    for item in items:
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if not -_INT_MAX <= item <= _INT_MAX:
+                return NO
+        elif kind is float:
+            if not _fixed_float(item):
+                if not _integral(item):
+                    return NO
+                found = AS_INTS
+        else:
+            inner = _plain(item)
+            if inner == NO:
+                return NO
+            found = max(found, inner)
+    return found
 
 
 def _integral(value: float) -> bool:

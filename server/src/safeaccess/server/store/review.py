@@ -58,6 +58,11 @@ def withholds_since(
     return int(counts[0] or 0), int(counts[1] or 0)
 
 
+_OPEN_STATES = [
+    s.value for s in SequenceState if s not in (SequenceState.FINISHED, SequenceState.ABORTED)
+]
+
+
 def _withholds_since() -> Select[Any]:
     """The statement of `withholds_since` (built once: it runs for every step's view)."""
     mine = (SequenceRow.researcher == bindparam("researcher")) & SequenceRow.dataset_id.in_(
@@ -82,7 +87,9 @@ def _withholds_since() -> Select[Any]:
         .select_from(SequenceRow)
         .where(
             mine,
-            SequenceRow.state.not_in((SequenceState.FINISHED.value, SequenceState.ABORTED.value)),
+            # Every state but the two ends, written as IN so that the (researcher, state)
+            # index finds them instead of reading all her sequences.
+            SequenceRow.state.in_(_OPEN_STATES),
         )
         .scalar_subquery()
     )

@@ -77,7 +77,11 @@ class DatasetRow(Base):
 
 class SequenceRow(Base):
     __tablename__ = "sequences"
-    __table_args__ = (UniqueConstraint("researcher", "nonce"),)
+    __table_args__ = (
+        UniqueConstraint("researcher", "nonce"),
+        # A researcher's open sequences (the withhold budget, on every step's view).
+        Index("ix_sequences_researcher_state", "researcher", "state"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     researcher: Mapped[str] = mapped_column(ForeignKey("researchers.name"), index=True)
@@ -98,7 +102,11 @@ class SequenceRow(Base):
 
 class StepRow(Base):
     __tablename__ = "steps"
-    __table_args__ = (UniqueConstraint("sequence_id", "index"),)
+    __table_args__ = (
+        UniqueConstraint("sequence_id", "index"),
+        # The withheld steps of a window (the withhold budget, on every step's view).
+        Index("ix_steps_state_updated_at", "state", "updated_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sequence_id: Mapped[str] = mapped_column(ForeignKey("sequences.id"), index=True)

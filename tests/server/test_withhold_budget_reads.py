@@ -1,0 +1,136 @@
+"""The withhold budget is read on every step's view, so its statement must not grow with a
+researcher's history: on SQLite it finds the window's withheld steps and her open sequences by
+index (migration 0007), and it still counts exactly the withholds and the open sequences."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, insert
+
+from safeaccess.server.states import SequenceState
+from safeaccess.server.store import Store
+from safeaccess.server.store.review import OPENING_REJECTED
+from safeaccess.server.store.schema import SequenceRow, StepRow
+
+NOW = datetime(2026, 11, 28, 12, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    s.add_project("p")
+    for name in ("ada", "bob"):
+        s.add_researcher(name, "PEM", f"fp-{name}", ["p"])
+    for name in ("d", "e"):
+        s.add_dataset(
+            name=name,
+            version=1,
+            project="p",
+            path=f"{name}.parquet",
+            sha256="0" * 64,
+            rows=10,
+            metadata={"name": name},
+            rules_path=None,
+        )
+    yield s
+    s.close()
+
+
+def _sequence(store: Store, n: int, researcher: str, dataset_id: int, state: str) -> str:
+    seq_id = f"{researcher[0]}{n:031d}"
+    with store.engine.begin() as conn:
+        conn.execute(
+            insert(SequenceRow).values(
+                id=seq_id,
+                researcher=researcher,
+                project="p",
+                dataset_id=dataset_id,
+                header=b"h",
+                header_hash=f"{seq_id}{'0' * 32}",
+                nonce=seq_id,
+                signature=b"s",
+                endorsements=[],
+                state=state,
+                current_index=1,
+                verifier_state={},
+                version=1,
+                created_at=NOW,
+                updated_at=NOW,
+            )
+        )
+    return seq_id
+
+
+def _step(
+    store: Store, seq_id: str, state: str, at: datetime, error_code: str | None = None
+) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(
+            insert(StepRow).values(
+                sequence_id=seq_id,
+                index=1,
+                trace_hash="t",
+                body=b"b",
+                body_hash="bh",
+                last=True,
+                state=state,
+                error_code=error_code,
+                created_at=at,
+                updated_at=at,
+            )
+        )
+
+
+def test_the_budget_counts_exactly_her_withholds_in_the_window_and_her_open_sequences(
+    store: Store,
+) -> None:
+    since = NOW - timedelta(days=30)
+    n = 0
+    expected_open = 0
+    for state in SequenceState:  # one sequence of hers on d in every state
+        n += 1
+        seq = _sequence(store, n, "ada", 1, state.value)
+        expected_open += state not in (SequenceState.FINISHED, SequenceState.ABORTED)
+        _step(store, seq, "withheld", NOW - timedelta(days=1))  # counted: 7
+    for state, at, code in (
+        ("withheld", NOW - timedelta(days=31), None),  # before the window
+        ("withheld", NOW - timedelta(days=2), OPENING_REJECTED),  # not a withhold of data
+        ("released", NOW - timedelta(days=2), None),
+    ):
+        n += 1
+        _step(store, _sequence(store, n, "ada", 1, "finished"), state, at, code)
+    n += 1  # another dataset, and another researcher: neither counts
+    _step(store, _sequence(store, n, "ada", 2, "opened"), "withheld", NOW)
+    n += 1
+    _step(store, _sequence(store, n, "bob", 1, "opened"), "withheld", NOW)
+    assert store.withholds_since("ada", "d", since) == (len(SequenceState), expected_open)
+    assert expected_open == len(SequenceState) - 2
+
+
+def test_the_budget_is_read_by_index_not_by_her_history(store: Store) -> None:
+    # The statement and parameters exactly as the driver receives them.
+    sent: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", capture)
+    try:
+        store.withholds_since("ada", "d", NOW - timedelta(days=30))
+    finally:
+        event.remove(store.engine, "before_cursor_execute", capture)
+    (statement, parameters), *_ = [s for s in sent if "count(*)" in s[0]]
+    with store.engine.connect() as conn:
+        plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).fetchall()
+    details = [str(row[-1]) for row in plan]
+    assert any("ix_steps_state_updated_at (state=? AND updated_at>?)" in d for d in details), (
+        details
+    )
+    assert any("ix_sequences_researcher_state (researcher=? AND state=?)" in d for d in details), (
+        details
+    )

@@ -1,6 +1,7 @@
 """The withhold budget is read on every step's view, so its statement must not grow with a
-researcher's history: on SQLite it finds the window's withheld steps and her open sequences by
-index (migration 0007), and it still counts exactly the withholds and the open sequences."""
+researcher's whole history nor depend on anyone else's: on SQLite it finds her aborted and open
+sequences by index (migration 0007), and it still counts exactly the withholds and the open
+sequences."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, insert
 
-from safeaccess.server.states import SequenceState
+from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState
 from safeaccess.server.store import Store
 from safeaccess.server.store.review import OPENING_REJECTED
 from safeaccess.server.store.schema import SequenceRow, StepRow
@@ -89,26 +90,30 @@ def _step(
 def test_the_budget_counts_exactly_her_withholds_in_the_window_and_her_open_sequences(
     store: Store,
 ) -> None:
+    # Rows as the flow leaves them: a withhold aborts its sequence in the same transaction.
     since = NOW - timedelta(days=30)
     n = 0
     expected_open = 0
     for state in SequenceState:  # one sequence of hers on d in every state
         n += 1
         seq = _sequence(store, n, "ada", 1, state.value)
-        expected_open += state not in (SequenceState.FINISHED, SequenceState.ABORTED)
-        _step(store, seq, "withheld", NOW - timedelta(days=1))  # counted: 7
+        expected_open += state not in TERMINAL_SEQUENCE_STATES
+        _step(store, seq, "withheld" if state == SequenceState.ABORTED else "released", NOW)
+    for at in (NOW - timedelta(days=1), NOW - timedelta(days=29)):  # in the window: counted
+        n += 1
+        _step(store, _sequence(store, n, "ada", 1, "aborted"), "withheld", at)
     for state, at, code in (
         ("withheld", NOW - timedelta(days=31), None),  # before the window
         ("withheld", NOW - timedelta(days=2), OPENING_REJECTED),  # not a withhold of data
-        ("released", NOW - timedelta(days=2), None),
+        ("failed", NOW - timedelta(days=2), None),  # aborted, not withheld
     ):
         n += 1
-        _step(store, _sequence(store, n, "ada", 1, "finished"), state, at, code)
+        _step(store, _sequence(store, n, "ada", 1, "aborted"), state, at, code)
     n += 1  # another dataset, and another researcher: neither counts
-    _step(store, _sequence(store, n, "ada", 2, "opened"), "withheld", NOW)
+    _step(store, _sequence(store, n, "ada", 2, "aborted"), "withheld", NOW)
     n += 1
-    _step(store, _sequence(store, n, "bob", 1, "opened"), "withheld", NOW)
-    assert store.withholds_since("ada", "d", since) == (len(SequenceState), expected_open)
+    _step(store, _sequence(store, n, "bob", 1, "aborted"), "withheld", NOW)
+    assert store.withholds_since("ada", "d", since) == (3, expected_open)
     assert expected_open == len(SequenceState) - 2
 
 
@@ -128,9 +133,14 @@ def test_the_budget_is_read_by_index_not_by_her_history(store: Store) -> None:
     with store.engine.connect() as conn:
         plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).fetchall()
     details = [str(row[-1]) for row in plan]
-    assert any("ix_steps_state_updated_at (state=? AND updated_at>?)" in d for d in details), (
-        details
-    )
-    assert any("ix_sequences_researcher_state (researcher=? AND state=?)" in d for d in details), (
+    # Both counts start from her sequences by (researcher, state): her aborted ones for the
+    # withholds, her open ones for the rest. Nothing scans the steps of every researcher, so
+    # the read's time tells her nothing about anyone else's withholds.
+    by_state = [
+        d for d in details if "ix_sequences_researcher_state (researcher=? AND state=?)" in d
+    ]
+    assert len(by_state) == 2, details
+    assert not any(d.startswith("SCAN steps") for d in details), details
+    assert any("steps USING INDEX ix_steps_sequence_id (sequence_id=?)" in d for d in details), (
         details
     )

@@ -79,7 +79,8 @@ class SequenceRow(Base):
     __tablename__ = "sequences"
     __table_args__ = (
         UniqueConstraint("researcher", "nonce"),
-        # A researcher's open sequences (the withhold budget, on every step's view).
+        # A researcher's open and aborted sequences (the withhold budget, on every step's
+        # view): found by index, not by reading all of hers.
         Index("ix_sequences_researcher_state", "researcher", "state"),
     )
 
@@ -102,11 +103,7 @@ class SequenceRow(Base):
 
 class StepRow(Base):
     __tablename__ = "steps"
-    __table_args__ = (
-        UniqueConstraint("sequence_id", "index"),
-        # The withheld steps of a window (the withhold budget, on every step's view).
-        Index("ix_steps_state_updated_at", "state", "updated_at"),
-    )
+    __table_args__ = (UniqueConstraint("sequence_id", "index"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sequence_id: Mapped[str] = mapped_column(ForeignKey("sequences.id"), index=True)

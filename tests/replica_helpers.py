@@ -1,6 +1,7 @@
 """Helpers shared by the tests that run several API replicas (tests/server/test_replicas.py,
-tests/cluster/): a small people dataset with one target for tracker attacks, a replica in a
-child process, and the review workspace's login by plain HTTP requests."""
+tests/cluster/, and the replica and queue tests beside them): a small people dataset with one
+target for tracker attacks, a data directory on a shared database with one researcher, a
+replica in a child process, and the review workspace's login by plain HTTP requests."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ import httpx
 import numpy as np
 import pandas as pd
 import pyotp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.analyses import MagnitudeTable
+from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.server.config import DataDir, ServerConfig, initialise
+from safeaccess.server.datasets import register_dataset
+from safeaccess.server.store import Store
 
 PASSWORD = "correct horse battery staple"
 N = 600
@@ -73,6 +79,35 @@ TRACKER = [
     ("bob", income("region == 'North'")),
     ("ada", income(f"region == 'North' and not ({TARGET})")),
 ]
+
+
+def one_researcher_centre(
+    root: Path,
+    database_url: str,
+    key: Ed25519PrivateKey,
+    *,
+    server_id: str,
+    dataset: str,
+    frame: pd.DataFrame,
+    metadata: DatasetMetadata,
+    execution: str = "local",
+) -> ServerConfig:
+    """A new data directory at `root` on `database_url`: project p1, researcher ada (`key`)
+    and one dataset; `execution` as in config.yaml."""
+    config = initialise(root, server_id=server_id, database_url=database_url)
+    data = DataDir(root)
+    if config.execution != execution:
+        config = config.model_copy(update={"execution": execution})
+        data.save_config(config)
+    store = Store(database_url)
+    try:
+        store.add_project("p1")
+        pub = key.public_key()
+        store.add_researcher("ada", public_key_text(pub), fingerprint(pub), ["p1"])
+        register_dataset(data, store, name=dataset, frame=frame, metadata=metadata, project="p1")
+    finally:
+        store.close()
+    return config
 
 
 def _free_port() -> int:

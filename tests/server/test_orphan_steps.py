@@ -17,15 +17,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import create_engine, make_url, text
 
-from replica_helpers import people, people_metadata
+from replica_helpers import one_researcher_centre, people, people_metadata
 from safeaccess.client.analyses import FrequencyTable, to_body
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.sandbox.backend import Backend, Job, JobCrashed, RunResult
-from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
@@ -67,24 +64,17 @@ def root(postgres_url: str, tmp_path: Path) -> Iterator[tuple[Path, str, Ed25519
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(postgres_url).set(database=name).render_as_string(False)
     root = tmp_path / "data"
-    initialise(root, server_id="replicated", database_url=url)
     # The process sandbox without a root server: one-shot sandboxes ("warm") are enough here.
     key = Ed25519PrivateKey.generate()
-    store = Store(url)
-    try:
-        store.add_project("p1")
-        pub = key.public_key()
-        store.add_researcher("ada", public_key_text(pub), fingerprint(pub), ["p1"])
-        register_dataset(
-            DataDir(root),
-            store,
-            name="people",
-            frame=people(),
-            metadata=people_metadata("people"),
-            project="p1",
-        )
-    finally:
-        store.close()
+    one_researcher_centre(
+        root,
+        url,
+        key,
+        server_id="replicated",
+        dataset="people",
+        frame=people(),
+        metadata=people_metadata("people"),
+    )
     try:
         yield root, url, key
     finally:

@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from replica_helpers import one_researcher_centre
 from safeaccess.client.analyses import FrequencyTable, to_body
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.rules.qss import AuditPolicy, admit
-from safeaccess.server.config import DataDir, initialise, scope_folder, scope_key
-from safeaccess.server.datasets import register_dataset
+from safeaccess.server.config import initialise, scope_folder, scope_key
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
@@ -340,23 +339,18 @@ def test_two_replicas_admitting_in_one_scope_leave_a_state_every_process_loads(
     postgres_database: str, tmp_path: Path
 ) -> None:
     root = tmp_path / "data"
-    initialise(root, server_id="pair", database_url=postgres_database)
-    data = DataDir(root)
     key = Ed25519PrivateKey.generate()
+    one_researcher_centre(
+        root,
+        postgres_database,
+        key,
+        server_id="pair",
+        dataset="census",
+        frame=generate_census(2000, seed=3),
+        metadata=census_metadata("census"),
+    )
     store = Store(postgres_database)
     try:
-        store.add_project("p1")
-        store.add_researcher(
-            "ada", public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
-        )
-        register_dataset(
-            data,
-            store,
-            name="census",
-            frame=generate_census(2000, seed=3),
-            metadata=census_metadata("census"),
-            project="p1",
-        )
         scope = scope_key(
             "census", store.qss_settings("census").scope, researcher="ada", project="p1"
         )

@@ -31,11 +31,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import event, text
 
+from replica_helpers import one_researcher_centre
 from safeaccess.client.analyses import Analysis, FrequencyTable, to_body
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import SealedSequence, seal
-from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.jobs.names import TABLE_TASK
 from safeaccess.server.jobs.tasks import make_app
@@ -157,35 +155,22 @@ class Queued:
         return self.api.views.step(seq, step)
 
 
-def _queue_centre(root: Path, url: str, key: Ed25519PrivateKey) -> str:
-    config = initialise(root, server_id="queued", database_url=url)
-    data = DataDir(root)
-    data.save_config(config.model_copy(update={"execution": "queue"}))
-    store = Store(url)
-    try:
-        store.add_project("p1")
-        pub = key.public_key()
-        store.add_researcher("ada", public_key_text(pub), fingerprint(pub), ["p1"])
-        register_dataset(
-            data,
-            store,
-            name="census",
-            frame=generate_census(2000, seed=5),
-            metadata=census_metadata("census"),
-            project="p1",
-        )
-    finally:
-        store.close()
-    return config.server_id
-
-
 @pytest.fixture
 def queued(
     postgres_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Queued]:
     key = Ed25519PrivateKey.generate()
     root = tmp_path / "data"
-    server_id = _queue_centre(root, postgres_database, key)
+    server_id = one_researcher_centre(
+        root,
+        postgres_database,
+        key,
+        server_id="queued",
+        dataset="census",
+        frame=generate_census(2000, seed=5),
+        metadata=census_metadata("census"),
+        execution="queue",
+    ).server_id
     worker = Service(root, role="worker")
     api = Service(root, backend=worker.backend)
     reads: list[tuple[str, int, str | None]] = []

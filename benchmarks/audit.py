@@ -15,8 +15,8 @@
   ten minutes to build) and reuses them on the next run.
 
 Peer figures (Trillian/Tessera, Rekor): an RFC 9162 proof at 10^6 leaves has 20 hashes (640
-bytes) in any implementation; Tessera reads it from at most ~3 tiles, we read it in at most ~20
-indexed rows fetched by one query per level.
+bytes) in any implementation; Tessera reads it from at most ~3 tiles, we read it from at most ~20
+entries' rows (each keeps the subtrees it completes) fetched by one indexed query.
 
     python benchmarks/audit.py [--steps 300] [--proof-entries 1000000]
         [--verify-entries 100000 [1000000]] [--verify-mode export|server|both] [--log-dir DIR]
@@ -57,7 +57,7 @@ from safeaccess.server.config import initialise
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.service import Service
 from safeaccess.server.states import StepState
-from safeaccess.server.store.schema import AuditHeadRow, AuditNodeRow, DatasetRow, EventRow, StepRow
+from safeaccess.server.store.schema import AuditHeadRow, DatasetRow, EventRow, StepRow
 
 REGIONS = ["North", "South", "East", "West", "Centre"]
 
@@ -327,7 +327,7 @@ def _bulk_fill(store: Any, total: int) -> None:
         s.execute(delete(AuditHeadRow))
         s.execute(insert(AuditHeadRow), [{"id": 1, "size": 0}])
     for start in range(0, total, batch):
-        events, nodes = [], []
+        events = []
         for index in range(start, min(total, start + batch)):
             # Plain sorted compact JSON is RFC 8785 for these integer-and-string records.
             record = json.dumps(
@@ -345,19 +345,27 @@ def _bulk_fill(store: Any, total: int) -> None:
                 sort_keys=True,
                 separators=(",", ":"),
             ).encode()
-            events.append({"log_index": index, "kind": "bench", "actor": "bench", "record": record})
+            # The entry keeps its leaf and every subtree it completes (`EventRow.merkle`).
             current = leaf_hash(record)
-            nodes.append({"level": 0, "idx": index, "hash": current})
-            level, idx = 0, index
+            kept = [current]
+            idx = index
             while idx & 1:
                 left = level_stacks.pop()
                 current = node_hash(left, current)
-                level, idx = level + 1, idx >> 1
-                nodes.append({"level": level, "idx": idx, "hash": current})
+                idx >>= 1
+                kept.append(current)
             level_stacks.append(current)
+            events.append(
+                {
+                    "log_index": index,
+                    "kind": "bench",
+                    "actor": "bench",
+                    "record": record,
+                    "merkle": b"".join(kept),
+                }
+            )
         with store.transaction() as s:
             s.execute(insert(EventRow), events)
-            s.execute(insert(AuditNodeRow), nodes)
             s.execute(update(AuditHeadRow).values(size=min(total, start + batch)))
 
 

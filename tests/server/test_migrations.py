@@ -102,13 +102,30 @@ def test_the_previous_release_upgrades_with_every_row_intact(
     assert (was, now) == (migrate.BASELINE, migrate.head())
     assert migrate.current(engine) == migrate.head()
     after = _rows(engine)
-    # every row, with every value it had; later migrations may only add columns beside them
+    # The Merkle nodes moved into the entries that complete them (migration 0008): each node
+    # is in its last leaf's entry, at its level, and nothing else is there.
+    nodes = before.pop("audit_nodes")
+    assert "audit_nodes" not in after and len(nodes) > len(before["events"])
+    merkle = {row["log_index"]: row["merkle"] for row in after["events"]}
+    for node in nodes:
+        level, keeper = node["level"], ((node["idx"] + 1) << node["level"]) - 1
+        assert merkle[keeper][32 * level : 32 * level + 32] == node["hash"], node
+    assert sum(len(m) for m in merkle.values()) == 32 * len(nodes)
+    # every other row, with every value it had; later migrations may only add columns beside
+    # them
     kept = {
         t: [{c: row[c] for c in old} for row, old in zip(after[t], rows, strict=True)]
         for t, rows in before.items()
     }
     assert kept == before
     assert _no_drift(engine) == []
+    # and back: the downgrade rebuilds the node table from the entries, row for row
+    with engine.begin() as connection:
+        command.downgrade(migrate._config(connection), "0007")
+    assert _rows(engine)["audit_nodes"] == nodes
+    with engine.begin() as connection:
+        command.upgrade(migrate._config(connection), "head")
+    assert _rows(engine)["events"] == after["events"]
     # the job queue (migration 0004) lives on PostgreSQL only
     queue_tables = {t for t in inspect(engine).get_table_names() if t.startswith("procrastinate_")}
     assert bool(queue_tables) == (database == "postgresql"), queue_tables

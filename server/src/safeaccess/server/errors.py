@@ -62,5 +62,18 @@ class Unavailable(ServiceError):
     code = "unavailable"
 
 
+class LogDamaged(ServiceError):
+    """The audit log's store lacks what a root or proof needs (a row deleted or altered under
+    the server): no checkpoint can be signed over it. The message names the entry first
+    (`entry N: ...`), so an auditor's verifier reports it like any other bad entry."""
+
+    status = 500
+    code = "audit_log_damaged"
+
+    def __init__(self, entry: int, message: str):
+        super().__init__(f"entry {entry}: {message}")
+        self.entry = entry
+
+
 class ConfigError(Exception):
     """The server configuration or data directory is unusable; the message says how to fix it."""

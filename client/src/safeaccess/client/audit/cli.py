@@ -24,7 +24,12 @@ def _progress(done: int, total: int) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from safeaccess.client.audit.remote import AuditHTTPError, ServerSource, SignedClient
+    from safeaccess.client.audit.remote import (
+        AuditHTTPError,
+        LogDamaged,
+        ServerSource,
+        SignedClient,
+    )
     from safeaccess.client.audit.verify import AuditFailure, ExportSource, LogSource, verify_log
 
     pinned = load_public_key(args.server_key) if args.server_key is not None else None
@@ -52,6 +57,9 @@ def _verify(args: argparse.Namespace) -> int:
         report = verify_log(source, trusted=args.trusted_checkpoint, progress=_progress)
     except AuditFailure as exc:
         print(f"FAILED: {exc}")
+        return EXIT_BAD_LOG
+    except LogDamaged as exc:
+        print(f"FAILED: entry {exc.entry}: {exc} (the server could not sign a checkpoint)")
         return EXIT_BAD_LOG
     except AuditHTTPError as exc:
         raise CommandError(str(exc)) from exc

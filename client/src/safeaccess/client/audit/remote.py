@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gc
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +22,19 @@ COLLECT_EVERY = 8  # pages
 
 class AuditHTTPError(Exception):
     """The server refused an audit request; the message carries its error."""
+
+
+class LogDamaged(AuditHTTPError):
+    """The server cannot compute its log's tree: an entry's row is missing or altered in its
+    store (`entry`), which is a bad log, not a failed request."""
+
+    def __init__(self, message: str, entry: int):
+        super().__init__(message)
+        self.entry = entry
+
+
+#: The server's message for a damaged log starts by naming the entry.
+_DAMAGED = re.compile(r"entry (\d+): (.*)", re.DOTALL)
 
 
 def _key(key: Ed25519PrivateKey | Path) -> Ed25519PrivateKey:
@@ -55,8 +69,15 @@ class SignedClient:
             try:
                 error = response.json()["error"]
                 message = f"{error['code']}: {error['message']}"
+                damaged = (
+                    _DAMAGED.fullmatch(str(error["message"]))
+                    if error["code"] == "audit_log_damaged"
+                    else None
+                )
             except (ValueError, KeyError, TypeError):
-                message = response.text[:300]
+                message, damaged = response.text[:300], None
+            if damaged is not None:
+                raise LogDamaged(damaged.group(2), int(damaged.group(1)))
             raise AuditHTTPError(f"{path}: HTTP {response.status_code} {message}")
         return response
 

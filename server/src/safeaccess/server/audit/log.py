@@ -2,9 +2,10 @@
 
 `append` runs inside the caller's transaction (the store's one transaction per state change), so
 a record exists exactly when the change it records committed; a server killed mid-append leaves
-neither. Appends are serialised by incrementing the single `audit_head` row first. Each append
-writes the record, its leaf hash and the perfect subtrees it completes (one more node on
-average), so roots and proofs are assembled from O(log n) stored nodes without rehashing.
+neither. Appends are serialised by incrementing the single `audit_head` row first. Each entry's
+row holds its record, its leaf hash and the perfect subtrees it completes (one more node on
+average: `EventRow.merkle`), so roots and proofs are assembled from O(log n) stored nodes
+without rehashing, and an append writes one row per entry.
 
 Proof generation follows RFC 9162 §2.1.3.1 (PATH) and §2.1.4.1 (SUBPROOF) over subtree hashes;
 verification is `safeaccess.client.audit.merkle`, the code auditors run. The rows themselves
@@ -27,9 +28,9 @@ from safeaccess.client.audit.merkle import (
 )
 from safeaccess.client.audit.records import LOG_FORMAT, LOG_VERSION, encode_record
 from safeaccess.server.audit import frontier
-from safeaccess.server.errors import InvalidRequest
+from safeaccess.server.errors import InvalidRequest, LogDamaged
 from safeaccess.server.store import log as log_rows
-from safeaccess.server.store.log import ensure_head, entries, leaf_hashes, logged, size
+from safeaccess.server.store.log import completed, ensure_head, entries, leaf_hashes, logged, size
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -73,11 +74,11 @@ def append(
 def append_many(session: Session, items: list[Entry]) -> list[int]:
     """Append records in order, in the caller's transaction; their indexes.
 
-    Three statements whatever the number of records: reserve the indexes (the head row's update
-    also serialises appenders), insert the records, insert the new nodes; a fourth reads the
-    stored left siblings the new leaves complete only when this process does not hold the
-    log's frontier at that size (`frontier.py`: its first append, or another replica appended
-    since)."""
+    Two statements whatever the number of records: reserve the indexes (the head row's update
+    also serialises appenders), insert the records, each with the Merkle nodes it completes; a
+    third reads the stored left siblings the new leaves complete only when this process does
+    not hold the log's frontier at that size (`frontier.py`: its first append, or another
+    replica appended since)."""
     if not items:
         return []
     # Core statements on the transaction's connection: the ORM's bookkeeping would cost more
@@ -115,12 +116,17 @@ def append_many(session: Session, items: list[Entry]) -> list[int]:
                 "step_index": item.step_index,
                 "subject": item.subject,
                 "record": record,
+                "merkle": _kept_by(first + n, nodes),
             }
             for n, (item, record) in enumerate(zip(items, records, strict=True))
         ],
-        nodes,
     )
     return [first + n for n in range(len(items))]
+
+
+def _kept_by(index: int, nodes: dict[tuple[int, int], bytes]) -> bytes:
+    """The `merkle` of entry `index`: its leaf, then each subtree it completes, from `nodes`."""
+    return b"".join(nodes[(level, index >> level)] for level in range(completed(index) + 1))
 
 
 def _new_nodes(
@@ -172,6 +178,7 @@ class _Nodes:
 
     def __init__(self, session: Session, ranges: list[tuple[int, int]]):
         wanted = {key for start, end in ranges for key in cover(start, end)}
+        self._session = session
         self._hashes = log_rows.fetch_nodes(session.connection(), wanted)
 
     def mth(self, start: int, end: int) -> bytes:
@@ -186,7 +193,16 @@ class _Nodes:
         try:
             return self._hashes[key]
         except KeyError:
-            raise RuntimeError(f"audit node {key} is missing: the node store is damaged") from None
+            # Name the first bad entry (as a verifier reading the entries would), not just the
+            # one that keeps this node.
+            keeper = log_rows.keeper(*key)
+            first = log_rows.first_damaged(self._session.connection(), keeper + 1)
+            entry, what = first or (keeper, "its row does not hold its Merkle hashes whole")
+            raise LogDamaged(
+                entry,
+                f"{what}; the log's tree cannot be computed over it (Merkle node {key}, kept "
+                f"by entry {keeper}, is not there whole)",
+            ) from None
 
 
 def _check_size(session: Session, tree_size: int) -> None:

@@ -1,4 +1,4 @@
-"""The audit log's rows: the head (its size), the records and the stored Merkle nodes.
+"""The audit log's rows: the head (its size) and the entries, each with the Merkle nodes it keeps.
 
 Only SQL lives here; what the rows mean (record encoding, which nodes a new leaf completes,
 roots and proofs) is `safeaccess.server.audit.log`. Every function runs in the caller's
@@ -7,35 +7,27 @@ transaction, so a record exists exactly when the change it records committed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Executable,
-    Table,
-    bindparam,
-    insert,
-    select,
-    union_all,
-    update,
-)
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from safeaccess.server.store.schema import AuditHeadRow, AuditNodeRow, EventRow
+from safeaccess.server.store.schema import AuditHeadRow, EventRow
 
 HEAD_ID = 1
+#: Bytes of one node hash (SHA-256) in an entry's `merkle`.
+HASH = 32
 _HEAD: Table = AuditHeadRow.__table__  # type: ignore[assignment]
-_NODES: Table = AuditNodeRow.__table__  # type: ignore[assignment]
 _EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
 # Built once: statement construction costs more than executing them on the append path.
-# The reserve also returns the leaf hash of the entry before the reserved ones (NULL when there
-# is none, or when the database's snapshot of this statement does not show it yet): what an
-# appender's kept frontier is checked against (`audit/frontier.py`).
+# The reserve also returns the hashes kept by the entry before the reserved ones, its leaf first
+# (NULL when there is none, or when the database's snapshot of this statement does not show it
+# yet): what an appender's kept frontier is checked against (`audit/frontier.py`).
 _PREVIOUS_LEAF = (
-    select(_NODES.c.hash)
-    .where(_NODES.c.level == 0, _NODES.c.idx == _HEAD.c.size - bindparam("n") - 1)
+    select(_EVENTS.c.merkle)
+    .where(_EVENTS.c.log_index == _HEAD.c.size - bindparam("n") - 1)
     .scalar_subquery()
 )
 _RESERVE = (
@@ -45,9 +37,51 @@ _RESERVE = (
     .returning(_HEAD.c.size, _PREVIOUS_LEAF)
 )
 _INSERT_EVENTS = insert(_EVENTS)
-_INSERT_NODES = insert(_NODES)
-#: Node keys per query: well under every database's bound-parameter limit.
+_MERKLE = select(_EVENTS.c.log_index, _EVENTS.c.merkle).where(
+    _EVENTS.c.log_index.in_(bindparam("rows", expanding=True))
+)
+#: Entries per query: well under every database's bound-parameter limit.
 _CHUNK = 500
+
+
+def keeper(level: int, idx: int) -> int:
+    """The index of the entry whose `merkle` keeps node (`level`, `idx`): its last leaf."""
+    return ((idx + 1) << level) - 1
+
+
+def completed(index: int) -> int:
+    """How many levels above its leaf the entry at `index` completes (its trailing 1 bits)."""
+    return ((index ^ (index + 1)).bit_length()) - 1
+
+
+def node_of(merkle: bytes | None, level: int) -> bytes | None:
+    """The node at `level` kept in an entry's `merkle` (None when it is not there whole)."""
+    if merkle is None:
+        return None
+    found = bytes(merkle[level * HASH : (level + 1) * HASH])
+    return found if len(found) == HASH else None
+
+
+def first_damaged(conn: Connection, size: int) -> tuple[int, str] | None:
+    """The first of entries 0..size-1 whose row is missing or keeps fewer nodes than an append
+    stores for it, and which (None: none). A pass over the log, made only once a root or proof
+    found a node missing, to name the first bad entry as an auditor's verifier would."""
+    query = (
+        select(_EVENTS.c.log_index, func.length(_EVENTS.c.merkle))
+        .where(_EVENTS.c.log_index >= 0, _EVENTS.c.log_index < size)
+        .order_by(_EVENTS.c.log_index)
+    )
+    expected = 0
+    for index, length in conn.execute(query):
+        if index != expected:
+            return expected, "missing from the server's store (its row was deleted or moved)"
+        if (length or 0) < HASH * (completed(index) + 1):
+            return index, (
+                "not written by the server: its row lacks the Merkle hashes every append "
+                "stores (a row inserted or edited under the server)"
+            )
+        expected += 1
+    return (expected, "missing from the server's store") if expected < size else None
 
 
 def ensure_head(session: Session) -> None:
@@ -67,74 +101,29 @@ def reserve(conn: Connection, n: int) -> tuple[int, bytes | None]:
     row = conn.execute(_RESERVE, {"n": n}).first()
     if row is None:
         raise RuntimeError("the audit log has no head row; the store did not initialise it")
-    return int(row[0]) - n, None if row[1] is None else bytes(row[1])
+    return int(row[0]) - n, node_of(row[1], 0)
 
 
-def insert_rows(
-    conn: Connection, events: list[dict[str, Any]], nodes: dict[tuple[int, int], bytes]
-) -> None:
-    """Insert the records (`events`: EventRow columns) and the new nodes by (level, idx)."""
+def insert_rows(conn: Connection, events: list[dict[str, Any]]) -> None:
+    """Insert the records (`events`: EventRow columns, `merkle` included): one statement."""
     conn.execute(_INSERT_EVENTS, events)
-    conn.execute(
-        _INSERT_NODES, [{"level": lv, "idx": i, "hash": h} for (lv, i), h in nodes.items()]
-    )
 
 
 def fetch_nodes(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-    """Stored node hashes by (level, idx): one statement, an indexed SELECT per level (and per
-    chunk) joined by UNION ALL."""
-    by_level: dict[int, list[int]] = {}
+    """Stored node hashes by (level, idx), read from the entries that keep them: one indexed
+    SELECT per `_CHUNK` entries (a proof or a frontier needs O(log n), so one)."""
+    wanted: dict[int, list[int]] = {}
     for level, idx in keys:
-        by_level.setdefault(level, []).append(idx)
-    parts = [
-        (level, idxs[chunk : chunk + _CHUNK])
-        for level, idxs in by_level.items()
-        for chunk in range(0, len(idxs), _CHUNK)
-    ]
+        wanted.setdefault(keeper(level, idx), []).append(level)
+    rows = sorted(wanted)
     found: dict[tuple[int, int], bytes] = {}
-    for batch in _batches(parts):
-        params: dict[str, object] = {}
-        for n, (level, idxs) in enumerate(batch):
-            params[f"level{n}"], params[f"idxs{n}"] = level, idxs
-        for level, idx, digest in conn.execute(_select_levels(len(batch)), params):
-            found[(int(level), int(idx))] = bytes(digest)
+    for chunk in range(0, len(rows), _CHUNK):
+        for index, merkle in conn.execute(_MERKLE, {"rows": rows[chunk : chunk + _CHUNK]}):
+            for level in wanted[int(index)]:
+                node = node_of(merkle, level)
+                if node is not None:
+                    found[(level, ((int(index) + 1) >> level) - 1)] = node
     return found
-
-
-def _batches(parts: list[tuple[int, list[int]]]) -> Iterator[list[tuple[int, list[int]]]]:
-    """The parts in groups of at most `_PARTS` parts and `_CHUNK` indexes in all: one statement
-    each, its bound parameters well under every database's limit."""
-    batch: list[tuple[int, list[int]]] = []
-    size = 0
-    for part in parts:
-        if batch and (len(batch) == _PARTS or size + len(part[1]) > _CHUNK):
-            yield batch
-            batch, size = [], 0
-        batch.append(part)
-        size += len(part[1])
-    if batch:
-        yield batch
-
-
-#: Parts (level, chunk of indexes) per statement of `fetch_nodes`.
-_PARTS = 8
-_SELECT_LEVELS: dict[int, Executable] = {}
-
-
-def _select_levels(n: int) -> Executable:
-    """The UNION ALL of `n` one-level SELECTs (built once per `n`)."""
-    statement = _SELECT_LEVELS.get(n)
-    if statement is None:
-        selects = [
-            select(_NODES.c.level, _NODES.c.idx, _NODES.c.hash).where(
-                _NODES.c.level == bindparam(f"level{i}"),
-                _NODES.c.idx.in_(bindparam(f"idxs{i}", expanding=True)),
-            )
-            for i in range(n)
-        ]
-        built: Executable = selects[0] if n == 1 else union_all(*selects)
-        statement = _SELECT_LEVELS[n] = built
-    return statement
 
 
 def size(session: Session) -> int:
@@ -160,13 +149,15 @@ def entries(session: Session, start: int, end: int) -> list[tuple[int, bytes]]:
 
 
 def leaf_hashes(session: Session, start: int, end: int) -> dict[int, bytes]:
-    """The stored leaf hashes of entries start..end-1, by index."""
+    """The stored leaf hashes of entries start..end-1, by index (an entry without a whole
+    one is left out, like a missing entry)."""
     rows = session.execute(
-        select(AuditNodeRow.idx, AuditNodeRow.hash).where(
-            AuditNodeRow.level == 0, AuditNodeRow.idx >= start, AuditNodeRow.idx < end
+        select(EventRow.log_index, EventRow.merkle).where(
+            EventRow.log_index >= start, EventRow.log_index < end
         )
     )
-    return {int(i): bytes(h) for i, h in rows}
+    found = {int(i): node_of(m, 0) for i, m in rows}
+    return {i: h for i, h in found.items() if h is not None}
 
 
 def events(session: Session, sequence_id: str | None = None) -> list[EventRow]:

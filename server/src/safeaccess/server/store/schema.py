@@ -169,25 +169,18 @@ class EventRow(Base):
         String(128), nullable=True, index=True, doc="e.g. the hash of a logged rule set"
     )
     record: Mapped[bytes] = mapped_column(LargeBinary)
+    #: The entry's leaf hash, then the hash of each perfect subtree of the log's Merkle tree that
+    #: this entry completes, level after level (32 bytes each): the node at level l over leaves
+    #: [idx * 2^l, (idx + 1) * 2^l) is kept by the entry (idx + 1) * 2^l - 1, its last leaf. Any
+    #: root or proof is a few of these, so proofs cost O(log n) reads at any size; kept in the
+    #: entry's own row, an append writes one row per entry and no other (`store/log.py`).
+    merkle: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
 
     @property
     def data(self) -> dict[str, Any]:
         """The record's `data` object (parsed from the logged bytes, never stored twice)."""
         parsed: dict[str, Any] = json.loads(self.record)["data"]
         return parsed
-
-
-class AuditNodeRow(Base):
-    """The hash of every complete perfect subtree of the log's Merkle tree: level 0 holds the leaf
-    hashes, level l the node over leaves [idx * 2^l, (idx + 1) * 2^l). Any root or proof is a few
-    of these, so proofs cost O(log n) reads at any size (the layout of tiled logs, one row per
-    node)."""
-
-    __tablename__ = "audit_nodes"
-
-    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    hash: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class AuditHeadRow(Base):

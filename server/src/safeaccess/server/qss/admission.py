@@ -29,7 +29,7 @@ from safeaccess.rules.decision import Decision
 from safeaccess.rules.outputs import Output
 from safeaccess.server.config import QssSettings, scope_key
 from safeaccess.server.errors import Conflict, Unavailable
-from safeaccess.server.outcome import VERDICT_STATE, QssCommit, StepOutcome
+from safeaccess.server.outcome import VERDICT_STATE, QssCommit, QssPointer, StepOutcome
 from safeaccess.server.qss.gate import AuditUnavailable, commit_for, gate, policy_for
 from safeaccess.server.qss.scope import ScopeAuditor
 from safeaccess.server.qss.universe import (
@@ -91,6 +91,7 @@ class Admission:
         self.analysis = analysis
         self.metadata = metadata
         self.commit: QssCommit | None = None
+        self._pointer: QssPointer | None = None  # the scope's pointer the admission started from
         self.facts: dict[str, Any] = {}
         self._lock = auditor.lock(self.scope)
         self._held = False
@@ -116,8 +117,8 @@ class Admission:
         """Admit the checked output against the scope's current state (lock held)."""
         assert self._checked is not None and self._held
         output, decision = self._checked
-        store, files = self.auditor.store, self.auditor.files
-        pointer = store.qss_pointer(self.scope)
+        files = self.auditor.files
+        pointer = self._pointer = self.auditor.pointer(self.scope)
         populations = self.populations()
         n_records = max(
             int(self.ids.max()) + 1 if len(self.ids) else 0,
@@ -159,10 +160,13 @@ class Admission:
         for attempt in range(SETTLE_ATTEMPTS):
             try:
                 recorded = record(outcome, self.commit, self.facts)
-                self._recorded = True
-                return recorded, outcome
-            except Conflict as exc:
-                if exc.code != "qss_state_changed" or attempt == SETTLE_ATTEMPTS - 1:
+            except BaseException as exc:
+                self.auditor.forget(self.scope)  # read the pointer again from now on
+                if (
+                    not isinstance(exc, Conflict)
+                    or exc.code != "qss_state_changed"
+                    or attempt == SETTLE_ATTEMPTS - 1
+                ):
                     raise
                 # Only when two processes admitted in one scope without a shared lock
                 # (PostgreSQL replicas take the scope's advisory lock, so they never get here).
@@ -170,6 +174,11 @@ class Admission:
                     "scope %s: the auditor state moved meanwhile; admitting again", self.scope
                 )
                 outcome = with_decision(outcome, self._gate())
+                continue
+            self._recorded = True
+            if self.commit is not None:
+                self.auditor.recorded(self.scope, self._pointer, self.commit)
+            return recorded, outcome
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def release(self) -> None:

@@ -8,9 +8,11 @@ recording the step, is `qss/admission.py`.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from safeaccess.server.errors import Unavailable
+from safeaccess.server.outcome import QssCommit, QssPointer
 from safeaccess.server.qss.gate import StateFiles
 from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
@@ -43,7 +45,8 @@ class ScopeLock:
 
 
 class ScopeAuditor:
-    """The locks and state files of every scope, shared by all steps of one service."""
+    """The locks, state files and (on SQLite) state pointers of every scope, shared by all steps
+    of one service."""
 
     def __init__(
         self, root: Path, store: Store, *, lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS
@@ -51,7 +54,37 @@ class ScopeAuditor:
         self.files = StateFiles(root)
         self.store = store
         self.locks = SharedLocks(store.engine, LOCK_KIND, lock_timeout_seconds)
+        # An SQLite file belongs to one server process, so the pointer this process last
+        # recorded for a scope is the stored one: the next admission (under the scope's lock)
+        # need not read it. Replicas sharing PostgreSQL read it, since another may have moved it.
+        # Either way the step's guarded UPDATE of the pointer is what decides.
+        self._pointers: dict[str, QssPointer] | None = None if self.locks.across_replicas else {}
+        self._guard = threading.Lock()
 
     def lock(self, scope: str) -> ScopeLock:
         """A new hold on the scope's lock (not yet acquired)."""
         return ScopeLock(self.locks.lock(scope))
+
+    def pointer(self, scope: str) -> QssPointer | None:
+        """Where the scope's state is (the caller holds its lock): kept when this process
+        recorded it last (SQLite), else read."""
+        if self._pointers is not None:
+            with self._guard:
+                kept = self._pointers.get(scope)
+            if kept is not None:
+                return kept
+        return self.store.qss_pointer(scope)
+
+    def recorded(self, scope: str, before: QssPointer | None, commit: QssCommit) -> None:
+        """The step that moved the scope's pointer from `before` by `commit` is recorded."""
+        if self._pointers is not None:
+            admitted = (before.admitted if before is not None else 0) + 1
+            moved = QssPointer(digest=commit.digest, n_records=commit.n_records, admitted=admitted)
+            with self._guard:
+                self._pointers[scope] = moved
+
+    def forget(self, scope: str) -> None:
+        """The kept pointer may be stale (a step's record failed): read it next time."""
+        if self._pointers is not None:
+            with self._guard:
+                self._pointers.pop(scope, None)

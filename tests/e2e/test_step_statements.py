@@ -23,8 +23,8 @@ from safeaccess.server.service import Service
 
 STEP = FrequencyTable(rows=["region"], cols=["sex"])
 
-#: A reveal, 14 today: authentication (both failure limits in one read, the key, the nonce's
-#: upsert: 3; expired nonces are deleted at most once a minute); the sequence with the step and,
+#: A reveal, 13 today: authentication (both failure limits and the claimed key in one read, the
+#: nonce's upsert: 2; expired nonces are deleted at most once a minute); the sequence with the step and,
 #: in the same statement, the dataset's settings (rule-set path, auditor settings, DP
 #: configuration, claims, the ids of its versions: `store/step_settings.py`); the step's start,
 #: one transaction (the sequence's guarded update returning its row, the step, the audit log's
@@ -33,13 +33,13 @@ STEP = FrequencyTable(rows=["region"], cols=["sex"])
 #: audit log's 2, the step: 5); the view (withhold counts: 1). An append reads no stored nodes
 #: (the process keeps the log's frontier from its own last append: `audit/frontier.py`), and
 #: on SQLite the admission reads no pointer (the process keeps the one it last recorded:
-#: `qss/scope.py`). 17 before migration 0008 and the kept pointer.
-MAX_REVEAL = 14
+#: `qss/scope.py`). 17 before migration 0008, the kept pointer and the one authentication read.
+MAX_REVEAL = 13
 #: The opening of a sequence with its step 1 (its header's checks: the memberships, the
 #: dataset; the first rule-set record of a fresh log; the sequence row, instead of the sequence's
-#: and step's reads; the expired nonces' delete, the first in a minute): 20 today, and one read
+#: and step's reads; the expired nonces' delete, the first in a minute): 19 today, and one read
 #: of stored nodes when the log's last append was another process's (the centre's set-up).
-MAX_OPEN = 21
+MAX_OPEN = 20
 
 
 def test_a_table_step_sends_a_pinned_number_of_statements(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -37,7 +37,11 @@ AUTHENTICATION_FAILED = (
 def check_rate(limiter: FailureLimiter, key: str | None, address: str | None, who: str) -> None:
     """Refuse (429) a key id or client address past its limit of authentication failures,
     before its signature is checked."""
-    wait = limiter.retry_after(key, address)
+    refuse_past_limit(limiter.retry_after(key, address), key, address, who)
+
+
+def refuse_past_limit(wait: float | None, key: str | None, address: str | None, who: str) -> None:
+    """Refuse (429) when the limiter said to `wait` (None: within the limits)."""
     if wait is not None:
         log.warning(
             "%s authentication refused: too many failures (key id %r, address %s)",
@@ -82,13 +86,35 @@ class Authenticator:
             if self.kind == "researcher"
             else self.store.get_auditor(name)
         )
-        if row is None:
-            return None
+        return None if row is None else self._loaded(name, row.public_key, row.fingerprint)
+
+    def _loaded(self, name: str, public_key: str, fingerprint: str) -> Ed25519PublicKey:
+        """The key registered as (`public_key`, `fingerprint`), parsed once per fingerprint."""
         cached = self._keys.get(name)
-        if cached is not None and cached[0] == row.fingerprint:
+        if cached is not None and cached[0] == fingerprint:
             return cached[1]
-        key = load_public_key(row.public_key.encode("ascii"))
-        self._keys[name] = (row.fingerprint, key)
+        key = load_public_key(public_key.encode("ascii"))
+        self._keys[name] = (fingerprint, key)
+        return key
+
+    def _rate_and_key(
+        self, claimed: str | None, address: str | None, named: str | None
+    ) -> Callable[[str], Ed25519PublicKey | None]:
+        """Refuse (429) a key id or address past its limit; the key lookup for the signature's
+        check. With the database's limiter and both subjects known, the claimed name's key is
+        read in the limits' statement (one read, not two, before every signed request)."""
+        both = getattr(self.limiter, "retry_after_and_key", None)
+        if both is None or claimed is None or address is None or named is None:
+            self.check_rate(claimed, address)
+            return self.key
+        wait, registered = both(claimed, address, self.kind, named)
+        refuse_past_limit(wait, claimed, address, self.kind)
+
+        def key(name: str) -> Ed25519PublicKey | None:
+            if name != named:
+                return self.key(name)
+            return None if registered is None else self._loaded(name, *registered)
+
         return key
 
     def check_rate(self, key: str | None, address: str | None) -> None:
@@ -124,16 +150,16 @@ class Authenticator:
         against: the request's later checks (a sequence header's signature) use that key
         instead of reading it again."""
         resolved: list[Ed25519PublicKey] = []
+        named = claimed_keyid(headers)
+        claimed = None if named is None else self._prefix + named
+        lookup = self._rate_and_key(claimed, address, named)
 
         def resolve(name: str) -> Ed25519PublicKey | None:
-            key = self.key(name)
+            key = lookup(name)
             if key is not None:
                 resolved.append(key)
             return key
 
-        named = claimed_keyid(headers)
-        claimed = None if named is None else self._prefix + named
-        self.check_rate(claimed, address)
         try:
             params = verify_request(
                 method,

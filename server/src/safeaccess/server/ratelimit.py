@@ -137,11 +137,29 @@ class DatabaseFailureLimiter:
 
     def retry_after(self, key: str | None, address: str | None) -> float | None:
         now = self._clock()
-        wait = 0.0
         subjects = self._subjects(key, address)
         if not subjects:
             return None
-        checks = [
+        with self.store.reading() as s:
+            # The failure that keeps a subject at its limit: its n-th newest in the window.
+            nths = rows.nth_newest(s, self._checks(subjects, now))
+        return self._wait(subjects, nths, now)
+
+    def retry_after_and_key(
+        self, key: str, address: str, role: str, name: str
+    ) -> tuple[float | None, tuple[str, str] | None]:
+        """`retry_after` of a key id and an address, and the (public key, fingerprint)
+        registered for `name` in `role`'s table (None: none), read in one statement."""
+        now = self._clock()
+        subjects = self._subjects(key, address)
+        with self.store.reading() as s:
+            nths, registered = rows.nth_newest_and_key(s, self._checks(subjects, now), role, name)
+        return self._wait(subjects, nths, now), registered
+
+    def _checks(
+        self, subjects: Sequence[tuple[str, str]], now: float
+    ) -> list[tuple[str, str, float, int]]:
+        return [
             (
                 self.NAMES[kind],
                 value,
@@ -150,9 +168,11 @@ class DatabaseFailureLimiter:
             )
             for kind, value in subjects
         ]
-        with self.store.reading() as s:
-            # The failure that keeps a subject at its limit: its n-th newest in the window.
-            nths = rows.nth_newest(s, checks)
+
+    def _wait(
+        self, subjects: Sequence[tuple[str, str]], nths: Sequence[float | None], now: float
+    ) -> float | None:
+        wait = 0.0
         for (kind, _), at in zip(subjects, nths, strict=True):
             if at is not None:
                 # Free again when the oldest failure that keeps it at the limit leaves.

@@ -1,4 +1,6 @@
-"""The SQL of the authentication-failure limiters (`auth_failures`), shared by every replica.
+"""The SQL of the authentication-failure limiters (`auth_failures`), shared by every replica,
+and the read a signed request starts with: its key id's and address's limits with the key
+registered under the name it claims (`nth_newest_and_key`).
 
 A limiter is a name (`limiter`) and a window; a subject is what it limits (a key id, an address,
 an account name), stored as the SHA-256 of the limiter's name and the subject so that the table
@@ -14,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, select
 from sqlalchemy.orm import Session
 
-from safeaccess.server.store.schema import AuthFailureRow
+from safeaccess.server.store.schema import AuditorRow, AuthFailureRow, ResearcherRow
 
 
 def subject_digest(limiter: str, subject: str) -> str:
@@ -103,6 +105,47 @@ def _nth(suffix: str) -> Any:
 # Built once: checked before every signed request, for its key id and its address at once.
 _NTH = _nth("1")
 _NTH_PAIR = select(_nth("1").scalar_subquery(), _nth("2").scalar_subquery())
+
+
+def _with_key(row: type[ResearcherRow] | type[AuditorRow]) -> Any:
+    """`_NTH_PAIR` and, in the same statement, the public key and fingerprint registered
+    under the name `key_name` in `row`'s table (NULL, NULL: none)."""
+    named = row.name == bindparam("key_name")
+    return select(
+        _nth("1").scalar_subquery(),
+        _nth("2").scalar_subquery(),
+        select(row.public_key).where(named).scalar_subquery(),
+        select(row.fingerprint).where(named).scalar_subquery(),
+    )
+
+
+_NTH_PAIR_KEY = {"researcher": _with_key(ResearcherRow), "auditor": _with_key(AuditorRow)}
+
+
+def nth_newest_and_key(
+    s: Session | Connection,
+    checks: list[tuple[str, str, float, int]],
+    role: str,
+    name: str,
+) -> tuple[list[float | None], tuple[str, str] | None]:
+    """`nth_newest` of two checks (a key id's and an address's) and the (public key,
+    fingerprint) registered for `name` in `role`'s table (None: none), in one statement: a
+    signed request needs both before its signature is checked."""
+    (l1, s1, since1, n1), (l2, s2, since2, n2) = checks
+    params = {
+        "l1": l1,
+        "s1": subject_digest(l1, s1),
+        "since1": since1,
+        "skip1": n1 - 1,
+        "l2": l2,
+        "s2": subject_digest(l2, s2),
+        "since2": since2,
+        "skip2": n2 - 1,
+        "key_name": name,
+    }
+    first, second, public_key, fingerprint = s.execute(_NTH_PAIR_KEY[role], params).one()
+    key = None if public_key is None else (str(public_key), str(fingerprint))
+    return [_seconds(first), _seconds(second)], key
 
 
 def add(s: Session, limiter: str, subject: str, at: float) -> None:

@@ -80,3 +80,26 @@ def test_both_refinement_paths_give_the_same_split(
         same_atom = by_atom.reshape(-1)[:, None] == by_atom.reshape(-1)[None, :]
         assert np.array_equal(same_pair, same_atom)
         assert np.array_equal(np.bincount(after, minlength=paired.sizes.shape[0]), paired.sizes)
+
+
+@pytest.mark.parametrize("everyone", [True, False])
+def test_an_array_that_splits_no_atom_keeps_every_id(everyone: bool) -> None:
+    # A repeated query set, or one coarser than the partition: each atom within one cell. No
+    # id changes, and the labels are a new array (the state's own is never written).
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        n = int(rng.integers(1, 500))
+        atom_of, sizes = _random_partition(rng, n)
+        m = int(sizes.shape[0])
+        of_atom = rng.integers(0 if everyone else -1, int(rng.integers(1, 6)), m)
+        cells = of_atom[atom_of].astype(np.int8)
+        before = atom_of.copy()
+        result = refine(atom_of, sizes, -1, cells)
+        inside = np.flatnonzero(cells >= 0)
+        assert result.parent.size == 0 and np.array_equal(result.sizes, sizes)
+        assert np.array_equal(result.labels, atom_of[inside])
+        assert not np.shares_memory(result.labels, atom_of)
+        touched = np.unique(atom_of[inside])
+        assert np.array_equal(result.cell[touched], of_atom[touched])
+        assert np.array_equal(atom_of, before)
+        assert np.array_equal(result.applied(atom_of, owned=False), before)

@@ -14,13 +14,15 @@ key):
 
 Every figure is the worst and the median of `--repeat` runs after one warm-up run (the first job
 of a dataset version starts its fork server template: loading the version, not a step's cost).
-Beside each end-to-end series it prints where the server's query-set auditor spent the steps
-(wall and this thread's CPU, medians over the timed runs): the whole admission, the check
-(`qss.gate`: the stable query set, `admit`, the domain grid), writing the state file
-(`commit_for`: encoding, hashing, write, fsync), loading it, the full state written in the
-background after the step is recorded (where the tree has one: `StateFiles.write_full`), and
-the size of the sandbox's reply (the query set travels in it). The timers wrap those functions from outside, so the same
-file measures an older checkout too.
+Beside each end-to-end series it prints where the server spent the steps (wall and this
+thread's CPU, medians over the timed runs): the step in the server (what is left of the end to
+end is the HTTP request, the client's signing and reading, and waiting for a core), its sandbox
+job, the output rules, the transactions that start and record it, and the query-set auditor's
+admission: the check (`qss.gate`: the stable query set, `admit`, the domain grid), writing the
+state file (`commit_for`: encoding, hashing, write, fsync), loading it, the full state written
+in the background after the step is recorded (where the tree has one: `StateFiles.write_full`);
+then the size of the sandbox's reply (the query set travels in it). The timers wrap those
+functions from outside, so the same file measures an older checkout too.
 
     python benchmarks/codes.py [--rows 10000000] [--repeat 3] [--strings]
 
@@ -68,14 +70,24 @@ class AuditorTimes:
         from safeaccess.sandbox.process import backend as process_backend
         from safeaccess.server.qss import admission
         from safeaccess.server.qss.gate import StateFiles
+        from safeaccess.server.service import Service
+        from safeaccess.server.steps import pipeline
+        from safeaccess.server.store import Store
 
-        self._wrap(admission.Admission, "_gate", "admission, whole")
-        self._wrap(admission, "gate", "  check (qss.gate: query set, admit, grid)")
-        self._wrap(admission, "commit_for", "  state write (encode, hash, write, fsync)")
-        self._wrap(StateFiles, "load", "  state load")
+        # The step in the server (what is left of the end-to-end time is the HTTP request, the
+        # client's signing and reading, and the wait for a core), then its parts.
+        self._wrap(Service, "open_sequence", "the step in the server (Service.open_sequence)")
+        self._wrap(process_backend.ProcessBackend, "run", "  sandbox job (backend.run)")
+        self._wrap(pipeline, "check", "  output rules (rules.engine.check)")
+        self._wrap(Store, "create_sequence", "  step started (one transaction)")
+        self._wrap(Store, "settle_step", "  step recorded (one transaction)")
+        self._wrap(admission.Admission, "_gate", "  admission, whole")
+        self._wrap(admission, "gate", "    check (qss.gate: query set, admit, grid)")
+        self._wrap(admission, "commit_for", "    state write (encode, hash, write, fsync)")
+        self._wrap(StateFiles, "load", "    state load")
         if hasattr(StateFiles, "write_full"):  # the full state, written after the step's record
-            self._wrap(StateFiles, "write_full", "  (background) full state write, off the path")
-        self._wrap(admission, "admit_populations", "  populations")
+            self._wrap(StateFiles, "write_full", "    (background) full state write, off the path")
+        self._wrap(admission, "admit_populations", "    populations")
         decode = process_backend.decode_reply
 
         def sized(data: Any) -> Any:
@@ -135,7 +147,7 @@ def slowest(times: list[float], cpu: list[float], auditor: AuditorTimes) -> None
     the HTTP client, the background full write; not the sandbox's forked job), the admission's
     wall and CPU, and the machine's load: a tail whose wall time is far above its CPU waited."""
     at = max(range(1, len(times)), key=lambda i: times[i])
-    whole = auditor.rows.get("admission, whole", [])
+    whole = auditor.rows.get("  admission, whole", [])
     admission = whole[at] if at < len(whole) else (0.0, 0.0)
     print(
         f"    slowest run: {times[at]:.3f} s wall, this process's CPU {cpu[at]:.3f} s (median "

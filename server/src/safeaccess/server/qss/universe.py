@@ -98,6 +98,11 @@ class ScopeState:
 
     def refined(self, state: AuditState, arrays: Sequence[npt.NDArray[Any]]) -> ScopeState:
         """`state`, the result of admitting `arrays` into this scope's state."""
+        if state.n_atoms == self.state.n_atoms and state.outside == self.state.outside:
+            # The arrays split no atom (a refinement only ever adds atoms, and keeps every id
+            # when it adds none): the atoms are as they were, so the delta needs no step to
+            # replay them, and the arrays (n_records bytes each) are neither hashed nor written.
+            return replace(self, state=state)
         return replace(self, state=state, steps=(*self.steps, *(Refine(a) for a in arrays)))
 
 

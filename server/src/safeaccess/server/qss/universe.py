@@ -102,6 +102,8 @@ class ScopeState:
             # The arrays split no atom (a refinement only ever adds atoms, and keeps every id
             # when it adds none): the atoms are as they were, so the delta needs no step to
             # replay them, and the arrays (n_records bytes each) are neither hashed nor written.
+            # Whether anything split depends on the records: like the auditor's other paths,
+            # the time it saves is hidden from researchers by reply padding (`steps/timing.py`).
             return replace(self, state=state)
         return replace(self, state=state, steps=(*self.steps, *(Refine(a) for a in arrays)))
 

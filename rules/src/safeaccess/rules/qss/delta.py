@@ -10,9 +10,12 @@ state (sizes aside, the constraints are small: R rows over the atoms); its reade
 steps on the parent's atoms and checks the result against the stored atom count, the outside
 atom and a SHA-256 of the atom sizes.
 
-What a delta costs depends on the number of records and the arrays' cell types, both fixed by
-the dataset version's published row count and the output's released cells: never on which
-records the arrays select.
+What a delta's steps cost depends on the number of records and the arrays' cell types, both
+fixed by the dataset version's published row count and the output's released cells: never on
+which records the arrays select. A writer may leave out an array that split no atom (the ids are
+then unchanged, so there is nothing to replay: the server does, `ScopeState.refined`); whether
+one split depends on the records, so that saving is data-dependent time, like the auditor's
+other paths.
 
 Layout (little-endian): magic b"SAQSD\\0", u16 version, u32 step count, then per step u8 kind
 (0: grow, 1: refine), u8 item size (grow: 0; refine: 1, 2 or 4, signed), u64 n (grow: the new

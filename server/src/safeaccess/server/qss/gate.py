@@ -151,7 +151,8 @@ class StateFiles:
                 loaded = self._decoded(scope, pointer.digest)
             except _Vanished as exc:
                 raise AuditUnavailable(f"the audit state of scope {scope!r} is missing") from exc
-        return replace(loaded, base=pointer.digest, steps=()).grown(n_records)
+        since = loaded.state.n_query_sets
+        return replace(loaded, base=pointer.digest, steps=(), since=since).grown(n_records)
 
     def _read_full(self, scope: str, digest: str) -> ScopeState | None:
         """The state of file `digest` from its full file, or None when there is none (or none

@@ -21,7 +21,9 @@ the encoded `AuditState`, or (format 3) a delta: the header names the `parent` s
 digest and the `depth` of deltas since the last full state, and the body is
 `safeaccess.rules.qss.delta`'s steps from the parent. `origins` holds, per admission, what its rows are (`qss_grid.Origin`:
 the analysis and each row's cell label), so a later admission can tell a repeated query set
-the definitions imply from one only the records imply; format 1 (no origins) is still read. A bare `AuditState` file (written before populations were admitted) decodes with
+the definitions imply from one only the records imply: a full state lists every admission's, a
+delta those of the admissions since its parent (older deltas listed them all, which reads the
+same); format 1 (no origins) is still read. A bare `AuditState` file (written before populations were admitted) decodes with
 no population admitted, so its scope admits them at its next admission (refusing a population
 an earlier "everyone but one" release already conflicts with: that scope keeps the old guard).
 """
@@ -89,6 +91,9 @@ class ScopeState:
     base: str | None = None
     depth: int = 0
     steps: tuple[Step, ...] = ()
+    #: The query-set count of the state `base` names: the admissions since are numbered from it
+    #: on, so a delta's header lists only their origins (None: unknown, it lists them all).
+    since: int | None = None
 
     def grown(self, n_records: int) -> ScopeState:
         """The same scope over at least `n_records` record ids (the new ids outside)."""
@@ -117,7 +122,7 @@ EMPTY = "empty"
 def empty_scope(n_records: int) -> ScopeState:
     """A scope with nothing admitted yet, over `n_records` record ids, as a delta of `EMPTY`."""
     steps: tuple[Step, ...] = (Grow(n_records),) if n_records else ()
-    return ScopeState(AuditState.empty(n_records), {}, base=EMPTY, steps=steps)
+    return ScopeState(AuditState.empty(n_records), {}, base=EMPTY, steps=steps, since=0)
 
 
 def empty_base() -> ScopeState:
@@ -165,16 +170,21 @@ _ORIGIN_TEXT = _OriginText()
 
 
 def _header(scope_state: ScopeState, parent: str | None, depth: int) -> bytes:
-    """The envelope's JSON header (no spaces; the origins last, their texts made once)."""
+    """The envelope's JSON header (no spaces; the origins last, their texts made once). A
+    delta's lists only the origins of the admissions since its parent (`ScopeState.since`):
+    its reader has the parent's (`decode_chain`), and listing them all made every step's file,
+    and its hashing, grow with the scope's history."""
     fields: dict[str, Any] = {
         "format": 2 if parent is None else 3,
         "populations": {str(v): o for v, o in sorted(scope_state.populations.items())},
     }
+    listed = scope_state.origins
     if parent is not None:
         fields.update(parent=parent, depth=depth)
-    origins = ",".join(
-        f'"{k}":{_ORIGIN_TEXT.text(o)}' for k, o in sorted(scope_state.origins.items())
-    )
+        since = scope_state.since
+        if since is not None:
+            listed = {k: o for k, o in listed.items() if k >= since or k < 0}
+    origins = ",".join(f'"{k}":{_ORIGIN_TEXT.text(o)}' for k, o in sorted(listed.items()))
     head = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return (head[:-1] + ',"origins":{' + origins + "}}").encode("utf-8")
 
@@ -273,17 +283,21 @@ def decode_chain(base: ScopeState, raws: Sequence[bytes]) -> ScopeState:
     and that each names the one before as its parent. Raises StateFormatError otherwise."""
     bodies = []
     header: _Header | None = None
+    # A delta lists the origins of its own admissions (one written before it listed them all:
+    # the same ones again), so the chain's are its base's and each delta's, in order.
+    origins = dict(base.origins)
     for raw in raws:
         if not raw.startswith(MAGIC):
             raise StateFormatError("a delta's parent chain holds a bare state after its start")
         header, start = _read_header(raw)
         if header.parent is None:
             raise StateFormatError("a full state in the middle of a delta chain")
+        origins.update(header.origins)
         bodies.append(memoryview(raw)[start:])
     if header is None:
         return base
     state = apply_deltas(base.state, bodies)
-    return ScopeState(state, dict(header.populations), dict(header.origins), depth=header.depth)
+    return ScopeState(state, dict(header.populations), origins, depth=header.depth)
 
 
 def records_needed(populations: Sequence[Population]) -> int:

@@ -56,18 +56,7 @@ def nth_newest(
     """For each (limiter, subject, since, n): the time of the subject's n-th newest failure
     after `since` (None: fewer than n), all in one statement."""
     if len(checks) == 2:
-        (l1, s1, since1, n1), (l2, s2, since2, n2) = checks
-        params = {
-            "l1": l1,
-            "s1": subject_digest(l1, s1),
-            "since1": since1,
-            "skip1": n1 - 1,
-            "l2": l2,
-            "s2": subject_digest(l2, s2),
-            "since2": since2,
-            "skip2": n2 - 1,
-        }
-        first, second = s.execute(_NTH_PAIR, params).one()
+        first, second = s.execute(_NTH_PAIR, _pair_params(checks)).one()
         return [_seconds(first), _seconds(second)]
     return [
         _seconds(s.execute(_NTH, _nth_params(limiter, subject, since, n)).scalar())
@@ -75,16 +64,23 @@ def nth_newest(
     ]
 
 
+def _pair_params(checks: list[tuple[str, str, float, int]]) -> dict[str, object]:
+    """The bound parameters of `_NTH_PAIR` (and `_NTH_PAIR_KEY`) for two checks."""
+    return {**_nth_params(*checks[0]), **_nth_params(*checks[1], suffix="2")}
+
+
 def _seconds(at: object) -> float | None:
     return None if at is None else float(at)  # type: ignore[arg-type]
 
 
-def _nth_params(limiter: str, subject: str, since: float, n: int) -> dict[str, object]:
+def _nth_params(
+    limiter: str, subject: str, since: float, n: int, suffix: str = "1"
+) -> dict[str, object]:
     return {
-        "l1": limiter,
-        "s1": subject_digest(limiter, subject),
-        "since1": since,
-        "skip1": n - 1,
+        f"l{suffix}": limiter,
+        f"s{suffix}": subject_digest(limiter, subject),
+        f"since{suffix}": since,
+        f"skip{suffix}": n - 1,
     }
 
 
@@ -131,18 +127,7 @@ def nth_newest_and_key(
     """`nth_newest` of two checks (a key id's and an address's) and the (public key,
     fingerprint) registered for `name` in `role`'s table (None: none), in one statement: a
     signed request needs both before its signature is checked."""
-    (l1, s1, since1, n1), (l2, s2, since2, n2) = checks
-    params = {
-        "l1": l1,
-        "s1": subject_digest(l1, s1),
-        "since1": since1,
-        "skip1": n1 - 1,
-        "l2": l2,
-        "s2": subject_digest(l2, s2),
-        "since2": since2,
-        "skip2": n2 - 1,
-        "key_name": name,
-    }
+    params = {**_pair_params(checks), "key_name": name}
     first, second, public_key, fingerprint = s.execute(_NTH_PAIR_KEY[role], params).one()
     key = None if public_key is None else (str(public_key), str(fingerprint))
     return [_seconds(first), _seconds(second)], key

@@ -60,9 +60,10 @@ from safeaccess.server.service import Service
 from scale import TABLE, Bench, census, metadata
 
 
-class AuditorTimes:
-    """Wall and thread-CPU seconds of the auditor's parts, and the sizes of the sandbox's
-    replies, recorded by wrapping the functions the server calls (benchmark-only)."""
+class StepTimes:
+    """Wall and thread-CPU seconds of the step's parts in the server (the sandbox job, the
+    rules, the transactions, the auditor's admission and its parts), and the sizes of the
+    sandbox's replies, recorded by wrapping the functions the server calls (benchmark-only)."""
 
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -142,12 +143,12 @@ def timed(
     return times
 
 
-def slowest(times: list[float], cpu: list[float], auditor: AuditorTimes) -> None:
+def slowest(times: list[float], cpu: list[float], parts: StepTimes) -> None:
     """Where the slowest timed run went: its wall time, this process's CPU in it (the server,
     the HTTP client, the background full write; not the sandbox's forked job), the admission's
     wall and CPU, and the machine's load: a tail whose wall time is far above its CPU waited."""
     at = max(range(1, len(times)), key=lambda i: times[i])
-    whole = auditor.rows.get("  admission, whole", [])
+    whole = parts.rows.get("  admission, whole", [])
     admission = whole[at] if at < len(whole) else (0.0, 0.0)
     print(
         f"    slowest run: {times[at]:.3f} s wall, this process's CPU {cpu[at]:.3f} s (median "
@@ -202,12 +203,12 @@ def main() -> None:
         print(f"\nchecked frequency table region x sex on {args.rows:,} rows")
         results: dict[str, list[float]] = {}
         service = Service(bench.root)
-        auditor = AuditorTimes()
+        parts = StepTimes()
         with service, EmbeddedServer(create_app(service)) as server:
             print(f"sandbox backend: {service.backend.name}")
             url, sid = server.url, service.server_id
             for name in ("census", "plain"):
-                auditor.reset()
+                parts.reset()
                 cpu: list[float] = []
                 results[f"end to end, {name}"] = timed(
                     f"end to end, {name}",
@@ -215,8 +216,8 @@ def main() -> None:
                     args.repeat,
                     cpu,
                 )
-                auditor.report(skip=1)
-                slowest(results[f"end to end, {name}"], cpu, auditor)
+                parts.report(skip=1)
+                slowest(results[f"end to end, {name}"], cpu, parts)
                 path = stored if name == "census" else plain
                 job = Job(
                     job_id="bench",

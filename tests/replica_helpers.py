@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from safeaccess.client.analyses import MagnitudeTable
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import Column, DatasetMetadata
-from safeaccess.server.config import DataDir, ServerConfig, initialise
+from safeaccess.server.config import DataDir, ServerConfig, initialise, scope_key
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.store import Store
 
@@ -108,6 +108,17 @@ def one_researcher_centre(
     finally:
         store.close()
     return config
+
+
+def researcher_scope(database_url: str, dataset: str) -> str:
+    """The query-set scope of ada's steps on `dataset` in project p1 (`one_researcher_centre`'s
+    researcher and project), under the dataset's auditor settings."""
+    store = Store(database_url)
+    try:
+        settings = store.qss_settings(dataset)
+    finally:
+        store.close()
+    return scope_key(dataset, settings.scope, researcher="ada", project="p1")
 
 
 def _free_port() -> int:

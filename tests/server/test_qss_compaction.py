@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from replica_helpers import one_researcher_centre
+from replica_helpers import one_researcher_centre, researcher_scope
 from safeaccess.client.analyses import FrequencyTable, to_body
 from safeaccess.client.protocol import seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.rules.qss import AuditPolicy, admit
-from safeaccess.server.config import initialise, scope_folder, scope_key
+from safeaccess.server.config import initialise, scope_folder
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
@@ -349,13 +349,7 @@ def test_two_replicas_admitting_in_one_scope_leave_a_state_every_process_loads(
         frame=generate_census(2000, seed=3),
         metadata=census_metadata("census"),
     )
-    store = Store(postgres_database)
-    try:
-        scope = scope_key(
-            "census", store.qss_settings("census").scope, researcher="ada", project="p1"
-        )
-    finally:
-        store.close()
+    scope = researcher_scope(postgres_database, "census")
     tables = [
         FrequencyTable(rows=["region"], cols=["sex"]),
         FrequencyTable(rows=["region"]),

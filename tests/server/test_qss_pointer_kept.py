@@ -12,16 +12,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import event
 
-from replica_helpers import one_researcher_centre
+from replica_helpers import one_researcher_centre, researcher_scope
 from safeaccess.client.analyses import FrequencyTable, to_body
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
-from safeaccess.server.config import scope_key
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 
 TABLES = [
     FrequencyTable(rows=["region"], cols=["sex"]),
@@ -43,14 +41,7 @@ def _centre(tmp_path: Path) -> tuple[Path, str, Ed25519PrivateKey, str]:
         frame=generate_census(2000, seed=5),
         metadata=census_metadata("census"),
     )
-    store = Store(url)
-    try:
-        scope = scope_key(
-            "census", store.qss_settings("census").scope, researcher="ada", project="p1"
-        )
-    finally:
-        store.close()
-    return root, url, key, scope
+    return root, url, key, researcher_scope(url, "census")
 
 
 def _open(service: Service, key: Ed25519PrivateKey, analysis: FrequencyTable) -> Any:

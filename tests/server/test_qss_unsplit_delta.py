@@ -45,7 +45,7 @@ def test_an_array_that_splits_nothing_is_not_written_and_the_state_reloads(
         split = admission.state.n_atoms != prepared.state.n_atoms
         assert (len(after.steps) > len(prepared.steps)) == split
         digest = files.save(SCOPE, after)
-        sizes.append((tmp_path / "qss").rglob(f"{digest}.state").__next__().stat().st_size)
+        sizes.append(next((tmp_path / "qss").rglob(f"{digest}.state")).stat().st_size)
         states.append(admission.state.to_bytes())
         pointer = QssPointer(digest, N, len(states))
     # the first carries its array (and the population's), the others none

@@ -119,6 +119,8 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: CellArra
         # the partition): no id changes, so the labels are the records' atoms as they are, and
         # the pass that looks each record's key up is not made (at 10 M records it was a third
         # of an admission). A copy when that is the caller's own array: labels get written to.
+        # Whether anything splits depends on the records, so this is data-dependent time (a
+        # server hides it with reply padding, like the rest of an admission's time).
         labels = member_atom.astype(np.int32, copy=inside is None)
     elif inverse is None:
         lut = np.empty(slots, dtype=np.int32)

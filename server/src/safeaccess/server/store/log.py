@@ -71,17 +71,18 @@ def first_damaged(conn: Connection, size: int) -> tuple[int, str] | None:
         .where(_EVENTS.c.log_index >= 0, _EVENTS.c.log_index < size)
         .order_by(_EVENTS.c.log_index)
     )
+    missing = "missing from the server's store (its row was deleted or moved)"
     expected = 0
     for index, length in conn.execute(query):
         if index != expected:
-            return expected, "missing from the server's store (its row was deleted or moved)"
+            return expected, missing
         if (length or 0) < HASH * (completed(index) + 1):
             return index, (
                 "not written by the server: its row lacks the Merkle hashes every append "
                 "stores (a row inserted or edited under the server)"
             )
         expected += 1
-    return (expected, "missing from the server's store") if expected < size else None
+    return (expected, missing) if expected < size else None
 
 
 def ensure_head(session: Session) -> None:

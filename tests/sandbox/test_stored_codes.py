@@ -32,7 +32,7 @@ from safeaccess.sandbox.codes import (
     sha256_file,
     write_codes,
 )
-from safeaccess.sandbox.runner import LoadedDataset, reply_bytes
+from safeaccess.sandbox.runner import LoadedDataset, reply_parts
 
 REGIONS = ["north", "south", "east", "west", "centre"]  # declared; "centre" may have no record
 META = DatasetMetadata(
@@ -100,7 +100,7 @@ def _reply(analysis: dict[str, Any], dataset: LoadedDataset) -> bytes:
     request = RunnerRequest(
         analysis=analysis, metadata=META.model_dump(mode="json"), dataset_path="unused"
     )
-    return reply_bytes(request, dataset)
+    return b"".join(reply_parts(request, dataset))
 
 
 def _analyses() -> st.SearchStrategy[dict[str, Any]]:
@@ -228,13 +228,15 @@ def test_no_codes_is_the_old_path(tmp_path: Path) -> None:
     assert load_codes(path) is None
     frame = pq.read_table(path).to_pandas()
     reply = _reply({"kind": "frequency_table", "rows": ["region"]}, LoadedDataset(frame))
-    assert reply == reply_bytes(
-        RunnerRequest(
-            analysis={"kind": "frequency_table", "rows": ["region"]},
-            metadata=META.model_dump(mode="json"),
-            dataset_path="unused",
-        ),
-        frame,
+    assert reply == b"".join(
+        reply_parts(
+            RunnerRequest(
+                analysis={"kind": "frequency_table", "rows": ["region"]},
+                metadata=META.model_dump(mode="json"),
+                dataset_path="unused",
+            ),
+            frame,
+        )
     )
 
 

@@ -32,7 +32,7 @@ variables, a last column.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,7 +40,14 @@ import numpy as np
 import pandas as pd
 
 from safeaccess.rules.facts import cell_spread_and_mode
-from safeaccess.rules.outputs import CellFacts, Label, QuerySet, TableFacts, TableOutput
+from safeaccess.rules.outputs import (
+    CellFacts,
+    Label,
+    QuerySet,
+    TableFacts,
+    TableOutput,
+    cell_dtype,
+)
 
 Statistic = Literal["count", "sum", "mean", "std", "mode"]
 Source = Literal["frequency_table", "magnitude_table", "histogram", "contingency"]
@@ -477,7 +484,7 @@ class _Placed:
 
     def __init__(self, raws: list[_Raw], n_row_keys: int, n: int, max_cells: int) -> None:
         self.n = n
-        self.joint: np.ndarray | None = None
+        self.joint: Callable[[], Iterator[tuple[slice, np.ndarray]]] | None = None
         self.hist: np.ndarray | None = None
         self.to_cell: np.ndarray | None = None
         self.cell_all: np.ndarray | None = None
@@ -486,18 +493,19 @@ class _Placed:
         if joint_size <= min(max(1 << 20, n), _JOINT_LIMIT):
             # the narrowest integer type that holds the joint codes: fewer bytes to pass over
             width = np.int16 if joint_size < 1 << 15 else np.int32
-            joint = np.add(raws[0].codes, 1, dtype=width)
-            for r in raws[1:]:
-                joint *= r.size + 1
-                joint += r.codes
-                joint += 1
-            hist = np.bincount(joint, minlength=joint_size)
+            # A slice's counts are a `joint_size` array: slices no smaller than a few of them
+            # (one slice when the joint is large).
+            step = max(_SLICE, 4 * joint_size)
+            self.joint = lambda: _joint_slices(raws, n, width, step)
+            hist = np.zeros(joint_size, dtype=np.int64)
+            for _, codes in self.joint():
+                hist += np.bincount(codes, minlength=joint_size)
             shaped = hist.reshape([r.size + 1 for r in raws])
             finished = []
             for i, r in enumerate(raws):
                 others = tuple(a for a in range(len(raws)) if a != i)
                 finished.append(r.finish(shaped.sum(axis=others)[1:] > 0))
-            self.joint, self.hist = joint, hist
+            self.hist = hist
         else:
             finished = [r.finish(_occurs(r.codes, r.size)) for r in raws]
         key_levels = [lv for _, lv in finished]
@@ -508,8 +516,10 @@ class _Placed:
         nc = len(self.col_labels)
         self.ncells = len(self.row_labels) * nc
         if self.hist is not None:
-            # int32: a query set's cell indexes are int32, so no record-sized conversion follows
-            self.to_cell = _joint_cells(raws, finished, n_row_keys, nc).astype(np.int32)
+            # in the query set's own cell type, so the per-record cells need no conversion
+            self.to_cell = _joint_cells(raws, finished, n_row_keys, nc).astype(
+                cell_dtype(self.ncells)
+            )
             return
         coded = [
             Coded(r.name, _apply(table, r.codes), lv)
@@ -534,17 +544,53 @@ class _Placed:
         if self.cell_all is None:
             assert self.to_cell is not None and self.joint is not None
             # int64: magnitudes combine cells with unit codes and must not overflow
-            cell = np.take(self.to_cell.astype(np.int64), self.joint)
+            cell = self._looked_up(self.to_cell.astype(np.int64))
             self.cell_all = cell
             self.valid = cell >= 0 if self.n and int(cell.min()) < 0 else None
         return self.cell_all, self.valid
 
+    def _looked_up(self, table: np.ndarray) -> np.ndarray:
+        """`table[joint code]` of every record, in `table`'s type."""
+        assert self.joint is not None
+        out = np.empty(self.n, dtype=table.dtype)
+        for part, codes in self.joint():
+            np.take(table, codes, out=out[part])
+        return out
+
     def record_cells(self) -> np.ndarray:
         """Per record, its body cell (-1: a key is missing)."""
         if self.to_cell is not None and self.joint is not None:
-            return np.take(self.to_cell, self.joint)
+            return self._looked_up(self.to_cell)
         cell_all, valid = self.per_record()
         return _masked_cells(cell_all, valid)()
+
+
+# Records per slice of the passes below. numpy's `bincount` and `take` turn narrow integer
+# codes into a record-sized int64 array before they count or look up; slice by slice that copy
+# stays in the cache and no record-sized temporary is allocated (page faults on fresh memory
+# cost a 10 M-record table more than its arithmetic does).
+_SLICE = 1 << 16
+
+
+def _slices(n: int, step: int) -> Iterator[slice]:
+    return (slice(start, min(start + step, n)) for start in range(0, n, step))
+
+
+def _joint_slices(
+    raws: list[_Raw], n: int, width: type[np.signedinteger[Any]], step: int
+) -> Iterator[tuple[slice, np.ndarray]]:
+    """Each slice of the records with its records' joint codes over the keys' value codes (0:
+    the first key is missing ...). The codes are made afresh for every pass, in one buffer
+    reused from slice to slice: cheaper than keeping a record-sized array of them."""
+    buffer = np.empty(min(step, n), dtype=width)
+    for part in _slices(n, step):
+        out = buffer[: part.stop - part.start]
+        np.add(raws[0].codes[part], 1, out=out, dtype=width)
+        for r in raws[1:]:
+            out *= r.size + 1
+            out += r.codes[part]
+            out += 1
+        yield part, out
 
 
 def _product(key_levels: list[list[Label]]) -> list[list[Label]]:

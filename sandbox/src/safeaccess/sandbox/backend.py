@@ -113,6 +113,15 @@ def encode_reply(response: RunnerResponse, arrays: list[np.ndarray] | tuple[()] 
 
     Without explicit `arrays`, the output's per-record query set (if any) becomes side array 0 and
     its JSON carries only the labels and that index."""
+    return b"".join(reply_parts(response, arrays))
+
+
+def reply_parts(
+    response: RunnerResponse, arrays: list[np.ndarray] | tuple[()] = ()
+) -> list[bytes | memoryview]:
+    """`encode_reply`'s bytes as consecutive parts, the arrays' own buffers among them: a job
+    writes them with one gathering write and never copies a 10 MB query set into a joined
+    reply (fresh memory is what a job pays most for: every page of it faults in once)."""
     if not arrays and response.output is not None:
         qs = query_set_of(response.output)
         if qs is not None and qs.attached:
@@ -130,9 +139,8 @@ def encode_reply(response: RunnerResponse, arrays: list[np.ndarray] | tuple[()] 
         wire = _wire(array)
         parts.append(_ITEM.pack(wire.dtype.itemsize))
         parts.append(_U64.pack(wire.nbytes))
-        # the array's own buffer: one copy (into the joined reply), not two
         parts.append(wire.data.cast("B") if wire.size else b"")
-    return b"".join(parts)
+    return parts
 
 
 def decode_reply(data: bytes | bytearray | memoryview) -> RunnerReply | None:

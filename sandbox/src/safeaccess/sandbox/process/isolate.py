@@ -19,7 +19,7 @@ data. In order:
 7. the seccomp allow-list (`safeaccess.sandbox.seccomp`).
 
 Only then is the request read from the job channel and the reply written back through the
-runner's `reply_bytes`, the function the one-shot runner uses.
+runner's `reply_parts`, the function the one-shot runner uses.
 """
 
 from __future__ import annotations
@@ -219,10 +219,15 @@ def _read_request(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _write_all(fd: int, payload: bytes) -> None:
-    view = memoryview(payload)
-    while view:
-        view = view[os.write(fd, view) :]
+def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
+    """Write `parts` one after the other, gathered (a reply has a handful of parts)."""
+    views = [memoryview(part).cast("B") for part in parts if len(part)]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views.pop(0))
+        if views:
+            views[0] = views[0][written:]
 
 
 def new_pid_namespace(own: int) -> None:
@@ -270,6 +275,6 @@ def run_isolated_job(
         os._exit(EXIT_SETUP_FAILED)
     raw = _read_request(JOB_FD)
     request = runner.parse_request(raw)
-    reply = request if isinstance(request, bytes) else runner.reply_bytes(request, dataset)
+    reply = [request] if isinstance(request, bytes) else runner.reply_parts(request, dataset)
     _write_all(JOB_FD, reply)
     os._exit(0)

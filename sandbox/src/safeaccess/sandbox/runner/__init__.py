@@ -31,7 +31,13 @@ from pydantic import ValidationError
 from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, Analysis, parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Output
-from safeaccess.sandbox.backend import RunnerError, RunnerRequest, RunnerResponse, encode_reply
+from safeaccess.sandbox.backend import (
+    RunnerError,
+    RunnerRequest,
+    RunnerResponse,
+    encode_reply,
+)
+from safeaccess.sandbox.backend import reply_parts as backend_reply_parts
 from safeaccess.sandbox.codes import CodeArrays
 from safeaccess.sandbox.runner.compute._common import AnalysisError
 from safeaccess.sandbox.runner.kinds import KINDS
@@ -322,13 +328,14 @@ def drop_privileges() -> None:
         raise PermissionError("could not switch to the sandbox user")
 
 
-def reply_bytes(request: RunnerRequest, dataset: DatasetSource) -> bytes:
-    """The framed reply for `request` on `dataset`: what every kind of job writes back.
+def reply_parts(request: RunnerRequest, dataset: DatasetSource) -> list[bytes | memoryview]:
+    """The framed reply for `request` on `dataset`, in parts to write one after the other:
+    what every kind of job writes back.
 
     The one-shot runner (`main`) and the fork server's jobs (`safeaccess.sandbox.process.template`) both
     answer through this function, so the reply is built in one place.
     """
-    return encode_reply(run_request(request, dataset))
+    return backend_reply_parts(run_request(request, dataset))
 
 
 def parse_request(raw: bytes) -> RunnerRequest | bytes:
@@ -341,14 +348,14 @@ def parse_request(raw: bytes) -> RunnerRequest | bytes:
         return encode_reply(_error("bad_request", "the runner request is not valid"))
 
 
-def _serve(raw: bytes) -> bytes:
+def _serve(raw: bytes) -> list[bytes | memoryview]:
     request = parse_request(raw)
     if isinstance(request, bytes):
-        return request
+        return [request]
     try:
         dataset = open(request.dataset_path, "rb")  # noqa: SIM115 - closed below
     except OSError:
-        return encode_reply(_error("dataset_unreadable", "the dataset file could not be opened"))
+        return [encode_reply(_error("dataset_unreadable", "the dataset file could not be opened"))]
     with dataset:
         try:
             drop_privileges()
@@ -357,10 +364,10 @@ def _serve(raw: bytes) -> bytes:
 
                 seccomp.install()
         except (OSError, ValueError, RuntimeError):
-            return encode_reply(
-                _error("sandbox_setup", "the sandbox could not drop its privileges")
-            )
-        return reply_bytes(request, dataset)
+            return [
+                encode_reply(_error("sandbox_setup", "the sandbox could not drop its privileges"))
+            ]
+        return reply_parts(request, dataset)
 
 
 def main() -> int:
@@ -382,5 +389,6 @@ def main() -> int:
     os.close(devnull)
     reply = _serve(raw)
     with os.fdopen(response_fd, "wb") as out:
-        out.write(reply)
+        for part in reply:
+            out.write(part)
     return 0

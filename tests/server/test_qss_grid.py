@@ -17,6 +17,7 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.qss import AuditMode, AuditPolicy, AuditState
 from safeaccess.sandbox.runner import execute
+from safeaccess.server.qss import grid
 from safeaccess.server.qss.gate import Gate, gate
 from safeaccess.server.qss.universe import Population, ScopeState, admit_populations, decode, encode
 
@@ -94,6 +95,23 @@ def test_repeats_margins_and_bins_are_structural(frame: pd.DataFrame) -> None:
     assert [r.decision.verdict for r in results] == ["release"] * len(asks)
     # the check really ran: the repeat and the margin were dependent on earlier rows
     assert results[1].facts["dependencies"] > 0 and results[2].facts["dependencies"] > 0
+
+
+def test_a_repeat_is_structural_on_a_grid_over_the_cap(
+    frame: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repeated table's cells are the earlier ones by definition, so the repeat is released
+    even where no grid can be evaluated (every grid over the cap): the rows cancel before any
+    grid is built. A different table on the same records still goes to the grid's fallback."""
+    monkeypatch.setattr(grid, "GRID_CAP", 0)
+    scope = Scope(frame)
+    table = FrequencyTable(rows=["region"], cols=["sex"], where="income < 50000")
+    first, again = scope.ask(table), scope.ask(table)
+    assert [first.decision.verdict, again.decision.verdict] == ["release", "release"]
+    assert again.facts["dependencies"] > 0
+    coarser = scope.ask(FrequencyTable(rows=["sex"], where="income < 50000"))
+    assert coarser.facts["dependencies"] > 0
+    assert coarser.decision.verdict != "release"  # a margin needs the grid, and it is over the cap
 
 
 @pytest.mark.parametrize("x", [80_000.0, 60_000.0])

@@ -241,6 +241,7 @@ class _GridEvaluator:
         self._names: dict[int, set[str]] = {}
         # The grid's columns for each set of admissions a dependency involves.
         self._names_of: dict[tuple[int, ...], tuple[str, ...]] = {}
+        self._definitions: dict[int, str | None] = {}
 
     def holds(self, involved: Sequence[_Source | None], coefficients: list[int], p: int) -> bool:
         """Whether new − Σ coefficients · rows is zero on the grid (mod p); `involved[0]` is
@@ -248,6 +249,8 @@ class _GridEvaluator:
         if any(s is None for s in involved):
             return False  # a row of unknown definition: nothing can show the zero structural
         sources = [s for s in involved if s is not None]
+        if self._cancels(sources, coefficients, p):
+            return True
         origins = tuple(sorted({s.origin for s in sources}))
         names = self._names_of.get(origins)
         if names is None:
@@ -274,6 +277,36 @@ class _GridEvaluator:
         for weight, vec in live:
             total = (total + weight * np.asarray(vec, dtype=np.int64)) % p
         return not bool(np.any(total))
+
+    def _cancels(self, sources: Sequence[_Source], coefficients: list[int], p: int) -> bool:
+        """Whether the combination is zero by definition alone: rows of one analysis, array
+        and cell are one query set on any data, so when the weights of each such row cancel
+        (a repeated table's cell against the same cell released before), nothing needs
+        evaluating. This holds on every grid, a grid over the cap included. A population
+        (no analysis) is never matched: two of them may be different versions' records."""
+        weights: dict[tuple[str, int, str], int] = {}
+        for weight, src in zip((1, *(-c for c in coefficients)), sources, strict=True):
+            definition = self._definition(src.origin)
+            if definition is None:
+                return False
+            key = (definition, src.array, src.label)
+            weights[key] = (weights.get(key, 0) + weight) % p
+        return not any(weights.values())
+
+    def _definition(self, origin: int) -> str | None:
+        """Admission `origin`'s analysis as canonical text (None: a population, or not
+        writable as JSON), computed once per evaluator."""
+        if origin not in self._definitions:
+            analysis = self.origins[origin].analysis
+            text: str | None = None
+            if analysis is not None:
+                try:
+                    # Sorted keys, and 1, 1.0 and true written apart: equal text, equal analysis.
+                    text = json.dumps(analysis, sort_keys=True, allow_nan=False)
+                except (TypeError, ValueError):
+                    text = None
+            self._definitions[origin] = text
+        return self._definitions[origin]
 
     def _same_filters(self, sources: Sequence[_Source]) -> bool:
         """The fallback: every involved output selects the same records on the filters' grid."""

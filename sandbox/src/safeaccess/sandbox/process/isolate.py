@@ -275,6 +275,8 @@ def run_isolated_job(
         os._exit(EXIT_SETUP_FAILED)
     raw = _read_request(JOB_FD)
     request = runner.parse_request(raw)
-    reply = [request] if isinstance(request, bytes) else runner.reply_parts(request, dataset)
+    reply: list[bytes | memoryview] = (
+        [request] if isinstance(request, bytes) else runner.reply_parts(request, dataset)
+    )
     _write_all(JOB_FD, reply)
     os._exit(0)

@@ -246,3 +246,26 @@ def test_weights_summed_per_row_object_decide_as_the_row_by_row_sum(
         assert verdict == (not expected.any())
         decided[verdict] += 1
     assert decided[True] > 50 and decided[False] > 50  # both answers were exercised
+
+
+def test_each_dependency_is_judged_on_a_grid_cut_at_its_own_constants() -> None:
+    """Two dependencies of one step over the same columns: the second is judged on points
+    that separate its own rows (here `income < 45000` from `income < 40000`), not on the grid
+    the first dependency needed, whichever comes first."""
+    wheres = {1: "income < 40000", 2: "not income >= 40000", 3: "income < 45000"}
+    origins = {
+        o: grid.Origin(
+            analysis=FrequencyTable(rows=["sex"], where=where).model_dump(mode="json"),
+            rows=[(0, "F"), (0, "M")],
+        )
+        for o, where in wheres.items()
+    }
+    evaluator = grid._GridEvaluator(METADATA, origins)
+
+    def holds(new: int, old: int) -> bool:
+        rows = [grid._Source(new, 0, "F"), grid._Source(old, 0, "F")]
+        return evaluator.holds(rows, [1], 2_147_483_647)
+
+    assert holds(1, 2)  # one set of records written two ways: structural, on the grid
+    assert not holds(1, 3)  # income in [40 000, 45 000) tells them apart
+    assert holds(1, 2)

@@ -26,6 +26,7 @@ population's own cells), and refused otherwise.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -170,8 +171,11 @@ def data_revealed(
 
 
 Rows = dict[tuple[int, str], BoolArray]
-#: What defines a grid frame: the metadata (as JSON), the column names and each axis's points.
-GridKey = tuple[str, tuple[str, ...], tuple[tuple[tuple[str, Any], ...], ...]]
+#: One grid: its column names and its axes' points written out (`repr`: exact, and 1, 1.0 and
+#: True written apart, since they are equal keys but not equal points).
+GridId = tuple[tuple[str, ...], str]
+#: What defines a grid frame across steps: the metadata (as JSON) and the grid.
+GridKey = tuple[str, GridId]
 
 
 class _EvaluatedRows:
@@ -228,12 +232,12 @@ class _GridEvaluator:
         self.metadata = metadata
         self.columns = {c.name: c for c in metadata.columns}
         self.origins = origins
-        self._rows: dict[tuple[tuple[str, ...], int], Rows | None] = {}
-        self._frames: dict[tuple[str, ...], pd.DataFrame | None] = {}
-        # The axes of each grid within GRID_CAP points (None: over it), by column names.
-        self._axes: dict[tuple[str, ...], list[list[Any]] | None] = {}
-        # The key of each small frame built here (None: not kept across steps).
-        self._frame_keys: dict[tuple[str, ...], GridKey | None] = {}
+        self._rows: dict[tuple[GridId, int], Rows | None] = {}
+        self._frames: dict[GridId, pd.DataFrame] = {}
+        # The grid of each set of columns cut at the constants of a set of admissions (None:
+        # over GRID_CAP points), and the axes of each grid.
+        self._grids: dict[tuple[tuple[str, ...], tuple[int, ...]], GridId | None] = {}
+        self._axes: dict[GridId, list[list[Any]]] = {}
         self._metadata_key: str | None = None
         # By admission number: an admission's analysis never changes, and a step checks many
         # dependencies over the same few admissions (parsing their filters each time was most
@@ -256,9 +260,8 @@ class _GridEvaluator:
         if names is None:
             names = tuple(sorted(set().union(*(self._origin_names(o) for o in origins))))
             self._names_of[origins] = names
-        analyses = [self.origins[s.origin].analysis for s in sources]
-        fits = self._grid(names, analyses)
-        vectors = [self._row(names, s) for s in sources] if fits else None
+        grid = self._grid(names, origins)
+        vectors = None if grid is None else [self._row(grid, s) for s in sources]
         if vectors is None or any(v is None for v in vectors):
             return self._same_filters(sources)
         # Σ weight · row, with the weights of one array summed first (mod p): rows read from
@@ -312,10 +315,10 @@ class _GridEvaluator:
         """The fallback: every involved output selects the same records on the filters' grid."""
         wheres = [_where(self.origins[s.origin].analysis) for s in sources]
         names = tuple(sorted(set().union(*(_filter_names(w) for w in wheres))))
-        analyses = [self.origins[s.origin].analysis for s in sources]
-        frame = self._frame(names, analyses) if self._grid(names, analyses) else None
-        if frame is None:
+        grid = self._grid(names, tuple(sorted({s.origin for s in sources})))
+        if grid is None:
             return False
+        frame = self._frame(grid)
         masks = []
         for where in wheres:
             try:
@@ -342,30 +345,31 @@ class _GridEvaluator:
             found |= _filter_names(text) | _formula_names(text)
         return found & set(self.columns)
 
-    def _grid(self, names: tuple[str, ...], analyses: Sequence[dict[str, Any] | None]) -> bool:
-        """Work out the grid of `names` (its axes and, when small, its key across steps) and
-        whether it is within `GRID_CAP` points. The frame itself is built only when an
-        analysis must run on it (`_frame`): a step whose rows another step evaluated on the
-        same grid reads them by key and never builds it."""
-        if names not in self._axes:
+    def _grid(self, names: tuple[str, ...], origins: tuple[int, ...]) -> GridId | None:
+        """The grid of `names` cut at the constants of admissions `origins` (every one of
+        them, so a dependency is judged on points that tell its own rows apart, whichever
+        dependency of the step came first), or None when it would exceed `GRID_CAP` points.
+        The frame itself is built only when an analysis must run on it (`_frame`): a step
+        whose rows another step evaluated on the same grid reads them by key."""
+        key = (names, origins)
+        if key not in self._grids:
+            analyses = _distinct([self.origins[o].analysis for o in origins])
             constants = _constants(analyses)
             numbers = _numbers(analyses)
             axes = [_points(self.columns[n], constants.get(n, set()), numbers) for n in names]
             size = math.prod(len(a) for a in axes) if axes else 1
-            self._axes[names] = axes if size <= GRID_CAP else None
-            self._frame_keys[names] = (
-                self._grid_key(names, axes) if size <= _EVALUATED.max_points else None
-            )
-        return self._axes[names] is not None
+            grid: GridId | None = None
+            if size <= GRID_CAP:
+                grid = (names, repr(axes))
+                self._axes.setdefault(grid, axes)
+            self._grids[key] = grid
+        return self._grids[key]
 
-    def _frame(
-        self, names: tuple[str, ...], analyses: Sequence[dict[str, Any] | None]
-    ) -> pd.DataFrame | None:
-        if names in self._frames:
-            return self._frames[names]
-        frame: pd.DataFrame | None = None
-        axes = self._axes[names] if self._grid(names, analyses) else None
-        if axes is not None:
+    def _frame(self, grid: GridId) -> pd.DataFrame:
+        """The frame of `grid`: one record per point, every other column a filler."""
+        frame = self._frames.get(grid)
+        if frame is None:
+            names, axes = grid[0], self._axes[grid]
             data: dict[str, Any] = {}
             combos = list(product(*axes)) if axes else [()]
             for i, name in enumerate(names):
@@ -374,52 +378,37 @@ class _GridEvaluator:
                 if col.name not in data:
                     data[col.name] = [_filler(col)] * len(combos)
             frame = pd.DataFrame({c.name: _typed(c, data[c.name]) for c in self.metadata.columns})
-        self._frames[names] = frame
+            self._frames[grid] = frame
         return frame
 
-    def _built(self, names: tuple[str, ...]) -> pd.DataFrame:
-        """The frame of a grid `_grid` found within the cap."""
-        frame = self._frame(names, [])
-        assert frame is not None  # `_grid` said it fits, and its axes are kept
-        return frame
-
-    def _grid_key(self, names: tuple[str, ...], axes: list[list[Any]]) -> GridKey | None:
-        """What defines the frame of `names` on `axes` (None: not hashable, so not kept)."""
-        if self._metadata_key is None:
-            self._metadata_key = self.metadata.model_dump_json()
-        # Each point with its type: 1, 1.0 and True are equal keys but not equal points.
-        points = tuple(tuple((type(v).__name__, v) for v in axis) for axis in axes)
-        key = (self._metadata_key, names, points)
-        try:
-            hash(key)
-        except TypeError:
-            return None
-        return key
-
-    def _row(self, names: tuple[str, ...], src: _Source) -> BoolArray | None:
-        cached = self._rows.get((names, src.origin), ...)
+    def _row(self, grid: GridId, src: _Source) -> BoolArray | None:
+        cached = self._rows.get((grid, src.origin), ...)
         if cached is ...:
-            cached = self._evaluated(names, self.origins[src.origin].analysis)
-            self._rows[(names, src.origin)] = cached
+            cached = self._evaluated(grid, self.origins[src.origin].analysis)
+            self._rows[(grid, src.origin)] = cached
         if cached is None:
             return None
         return cached.get((src.array, src.label))
 
-    def _evaluated(self, names: tuple[str, ...], analysis: dict[str, Any] | None) -> Rows | None:
-        """`_evaluate` on the grid of `names` (already worked out by `_grid`), read from
-        `_EVALUATED` when another step ran it on the same grid."""
-        grid = self._frame_keys.get(names)
-        if grid is None:
-            return self._evaluate(self._built(names), analysis)
+    def _evaluated(self, grid: GridId, analysis: dict[str, Any] | None) -> Rows | None:
+        """`_evaluate` on `grid`, read from `_EVALUATED` when another step ran it on the same
+        grid (small grids only)."""
+        if math.prod(len(a) for a in self._axes[grid]) > _EVALUATED.max_points:
+            return self._evaluate(self._frame(grid), analysis)
+        if self._metadata_key is None:
+            self._metadata_key = self.metadata.model_dump_json()
         try:
             # Sorted keys, and 1, 1.0 and true written apart: equal text, equal analysis.
-            key = (grid, json.dumps(analysis, sort_keys=True, allow_nan=False))
+            key = (
+                (self._metadata_key, grid),
+                json.dumps(analysis, sort_keys=True, allow_nan=False),
+            )
         except (TypeError, ValueError):
-            return self._evaluate(self._built(names), analysis)
+            return self._evaluate(self._frame(grid), analysis)
         found = _EVALUATED.get(key)
         if found is not ...:
             return found
-        rows = self._evaluate(self._built(names), analysis)
+        rows = self._evaluate(self._frame(grid), analysis)
         _EVALUATED.put(key, rows)
         return rows
 
@@ -490,7 +479,18 @@ def _numbers(analyses: Sequence[dict[str, Any] | None]) -> set[float]:
     return found
 
 
+def _distinct(analyses: Sequence[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
+    """`analyses` without repeats (a repeated table's admissions share one analysis)."""
+    seen: dict[str, dict[str, Any] | None] = {}
+    for analysis in analyses:
+        seen.setdefault(repr(analysis), analysis)
+    return list(seen.values())
+
+
+@functools.lru_cache(maxsize=4096)
 def _parsed(text: str | None) -> Filter | None:
+    """The parsed filter (None: none, or not one), kept: the same filters are parsed at every
+    step of a scope, and a parsed filter is never modified."""
     if text is None:
         return None
     try:

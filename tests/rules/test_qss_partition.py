@@ -102,4 +102,19 @@ def test_an_array_that_splits_no_atom_keeps_every_id(everyone: bool) -> None:
         touched = np.unique(atom_of[inside])
         assert np.array_equal(result.cell[touched], of_atom[touched])
         assert np.array_equal(atom_of, before)
-        assert np.array_equal(result.applied(atom_of, owned=False), before)
+        applied, owned = result.applied(atom_of, owned=False)
+        assert np.array_equal(applied, before)
+        assert owned  # a new array either way (labels of every record, or a copy)
+        # A state's array is read-only: handed on as it is, and never owned by the caller.
+        frozen = atom_of.copy()
+        frozen.setflags(write=False)
+        kept = refine(frozen, sizes, -1, cells)
+        if kept.inside is None:  # the array holds every record
+            assert kept.labels is frozen
+            applied, owned = kept.applied(frozen, owned=False)
+            assert applied is frozen and not owned
+        else:
+            assert not np.shares_memory(kept.labels, frozen)
+            applied, owned = kept.applied(frozen, owned=False)
+            assert owned and not np.shares_memory(applied, frozen)
+            assert np.array_equal(applied, before)

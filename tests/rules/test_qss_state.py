@@ -176,3 +176,24 @@ def test_decoding_bytes_checked_by_the_caller_skips_the_checksum_and_copies_no_a
     decoded = decode_fields(buffer)
     buffer[:] = bytes(len(buffer))
     assert np.array_equal(decoded.atom_of, admission.state.atom_of)
+
+
+def test_an_admission_that_splits_nothing_shares_the_read_only_atoms() -> None:
+    """A repeated query set leaves the atoms as they are: the new state holds the old state's
+    read-only atom array (no copy), and a later admission that first repeats and then splits
+    writes into a copy of its own, never into either state."""
+    from safeaccess.rules.qss import AuditMode, AuditPolicy, admit
+
+    policy = AuditPolicy(mode=AuditMode.SPAN, k=2)
+    rng = np.random.default_rng(3)
+    cells = rng.integers(0, 4, 400).astype(np.int8)
+    first = admit(AuditState.empty(400), [cells], policy)
+    assert first.state is not None
+    before = first.state.atom_of.copy()
+    again = admit(first.state, [cells], policy)
+    assert again.state is not None and again.state.atom_of is first.state.atom_of
+    finer = (cells * 2 + rng.integers(0, 2, 400)).astype(np.int8)
+    both = admit(again.state, [cells, finer], policy)
+    assert both.state is not None and both.state.n_atoms > first.state.n_atoms
+    assert np.array_equal(first.state.atom_of, before)
+    assert not np.shares_memory(both.state.atom_of, first.state.atom_of)

@@ -143,7 +143,7 @@ def _admit(
     refinements: list[Refinement] = []
     for i, array in enumerate(arrays):
         if i > 0:
-            atom_of, owned = refinements[-1].applied(atom_of, owned=owned), True
+            atom_of, owned = refinements[-1].applied(atom_of, owned=owned)
         ref = refine(atom_of, sizes, outside, array)
         sizes, outside = ref.sizes, ref.outside
         refinements.append(ref)
@@ -215,7 +215,8 @@ def _admit(
             reason = f"span mode applied the atoms rule ({_FALLBACK_WHY[fallback]}); {reason}"
         return refused(reason, isolated)
     if refinements:
-        atom_of = refinements[-1].applied(atom_of, owned=owned)
+        # the new state may share the old one's read-only array when nothing split
+        atom_of, owned = refinements[-1].applied(atom_of, owned=owned)
     elif not owned:
         atom_of = atom_of.copy()
     new_state = AuditState(

@@ -180,7 +180,7 @@ def _replay(
         if n and int(cells.min()) < -1:
             raise StateFormatError("a state delta's array has cell indices below -1")
         ref = refine(atom_of, sizes, outside, cells)
-        atom_of, owned = ref.applied(atom_of, owned=owned), True
+        atom_of, owned = ref.applied(atom_of, owned=owned)
         sizes, outside = ref.sizes, ref.outside
     return atom_of, sizes, outside, owned, pos
 

@@ -61,15 +61,16 @@ class Refinement:
         else:
             atom_of[self.inside] = self.labels
 
-    def applied(self, atom_of: Int32Array, *, owned: bool) -> Int32Array:
-        """The atom array after this refinement: when the array held every record, its labels
-        themselves (no copy); else `atom_of` with the new ids written in, copied first unless
-        the caller `owned` it."""
+    def applied(self, atom_of: Int32Array, *, owned: bool) -> tuple[Int32Array, bool]:
+        """The atom array after this refinement, and whether the caller owns it (may write to
+        it): when the array held every record, its labels themselves (no copy; a read-only
+        state's own array when nothing split, which the caller does not own); else `atom_of`
+        with the new ids written in, copied first unless the caller `owned` it."""
         if self.inside is None:
-            return self.labels
+            return self.labels, bool(self.labels.flags.writeable)
         out = atom_of if owned else atom_of.copy()
         out[self.inside] = self.labels
-        return out
+        return out, True
 
 
 def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: CellArray) -> Refinement:
@@ -120,8 +121,11 @@ def refine(atom_of: Int32Array, sizes: Int64Array, outside: int, cells: CellArra
         # the pass that looks each record's key up is not made (at 10 M records it was a third
         # of an admission). A copy when that is the caller's own array: labels get written to.
         # Whether anything splits depends on the records, so this is data-dependent time (a
-        # server hides it with reply padding, like the rest of an admission's time).
-        labels = member_atom.astype(np.int32, copy=inside is None)
+        # server hides it with reply padding, like the rest of an admission's time). A state's
+        # own array is read-only (`AuditState`), so it is handed on as it is: no 40 MB copy at
+        # 10 M records, and `applied` tells the caller it does not own it.
+        writable = bool(member_atom.flags.writeable)
+        labels = member_atom.astype(np.int32, copy=inside is None and writable)
     elif inverse is None:
         lut = np.empty(slots, dtype=np.int32)
         lut[present] = new_id

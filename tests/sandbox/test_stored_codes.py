@@ -32,7 +32,7 @@ from safeaccess.sandbox.codes import (
     sha256_file,
     write_codes,
 )
-from safeaccess.sandbox.runner import LoadedDataset, reply_parts
+from safeaccess.sandbox.runner import LoadedDataset, reply_for
 
 REGIONS = ["north", "south", "east", "west", "centre"]  # declared; "centre" may have no record
 META = DatasetMetadata(
@@ -100,7 +100,7 @@ def _reply(analysis: dict[str, Any], dataset: LoadedDataset) -> bytes:
     request = RunnerRequest(
         analysis=analysis, metadata=META.model_dump(mode="json"), dataset_path="unused"
     )
-    return b"".join(reply_parts(request, dataset))
+    return b"".join(reply_for(request, dataset))
 
 
 def _analyses() -> st.SearchStrategy[dict[str, Any]]:
@@ -229,7 +229,7 @@ def test_no_codes_is_the_old_path(tmp_path: Path) -> None:
     frame = pq.read_table(path).to_pandas()
     reply = _reply({"kind": "frequency_table", "rows": ["region"]}, LoadedDataset(frame))
     assert reply == b"".join(
-        reply_parts(
+        reply_for(
             RunnerRequest(
                 analysis={"kind": "frequency_table", "rows": ["region"]},
                 metadata=META.model_dump(mode="json"),

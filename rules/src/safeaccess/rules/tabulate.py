@@ -474,17 +474,18 @@ class _Placed:
     """Where the records fall: the table's labels, its body counts and, on demand, each record's
     body cell.
 
-    Usually every record gets one joint code over its variables' value codes (one pass), a
-    `bincount` of those gives the counts of every value combination, which variable values
-    occur is read off them, and the body counts follow on that small array: the records are
-    not touched again unless a per-record cell is needed (magnitudes, query sets). When the
+    Usually every record gets one joint code over its variables' value codes (one pass, slice
+    by slice), a `bincount` of those gives the counts of every value combination, which
+    variable values occur is read off them, and the body counts follow on that small array:
+    the records are passed over again (the joint codes made afresh) only when a per-record
+    cell is needed (magnitudes, query sets). When the
     product of distinct values is too large for that, each variable is coded to its levels
     first and the cells combined per record.
     """
 
     def __init__(self, raws: list[_Raw], n_row_keys: int, n: int, max_cells: int) -> None:
         self.n = n
-        self.joint: Callable[[], Iterator[tuple[slice, np.ndarray]]] | None = None
+        self.joint_slices: Callable[[], Iterator[tuple[slice, np.ndarray]]] | None = None
         self.hist: np.ndarray | None = None
         self.to_cell: np.ndarray | None = None
         self.cell_all: np.ndarray | None = None
@@ -496,9 +497,9 @@ class _Placed:
             # A slice's counts are a `joint_size` array: slices no smaller than a few of them
             # (one slice when the joint is large).
             step = max(_SLICE, 4 * joint_size)
-            self.joint = lambda: _joint_slices(raws, n, width, step)
+            self.joint_slices = lambda: _joint_slices(raws, n, width, step)
             hist = np.zeros(joint_size, dtype=np.int64)
-            for _, codes in self.joint():
+            for _, codes in self.joint_slices():
                 hist += np.bincount(codes, minlength=joint_size)
             shaped = hist.reshape([r.size + 1 for r in raws])
             finished = []
@@ -542,7 +543,7 @@ class _Placed:
     def per_record(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Each record's body cell by its keys, and which records have every key (None: all)."""
         if self.cell_all is None:
-            assert self.to_cell is not None and self.joint is not None
+            assert self.to_cell is not None and self.joint_slices is not None
             # int64: magnitudes combine cells with unit codes and must not overflow
             cell = self._looked_up(self.to_cell.astype(np.int64))
             self.cell_all = cell
@@ -551,15 +552,15 @@ class _Placed:
 
     def _looked_up(self, table: np.ndarray) -> np.ndarray:
         """`table[joint code]` of every record, in `table`'s type."""
-        assert self.joint is not None
+        assert self.joint_slices is not None
         out = np.empty(self.n, dtype=table.dtype)
-        for part, codes in self.joint():
+        for part, codes in self.joint_slices():
             np.take(table, codes, out=out[part])
         return out
 
     def record_cells(self) -> np.ndarray:
         """Per record, its body cell (-1: a key is missing)."""
-        if self.to_cell is not None and self.joint is not None:
+        if self.to_cell is not None and self.joint_slices is not None:
             return self._looked_up(self.to_cell)
         cell_all, valid = self.per_record()
         return _masked_cells(cell_all, valid)()

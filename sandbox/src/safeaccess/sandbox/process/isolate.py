@@ -19,7 +19,7 @@ data. In order:
 7. the seccomp allow-list (`safeaccess.sandbox.seccomp`).
 
 Only then is the request read from the job channel and the reply written back through the
-runner's `reply_parts`, the function the one-shot runner uses.
+runner's `reply_for`, the function the one-shot runner uses.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def run_isolated_job(
     raw = _read_request(JOB_FD)
     request = runner.parse_request(raw)
     reply: list[bytes | memoryview] = (
-        [request] if isinstance(request, bytes) else runner.reply_parts(request, dataset)
+        [request] if isinstance(request, bytes) else runner.reply_for(request, dataset)
     )
     _write_all(JOB_FD, reply)
     os._exit(0)

@@ -36,8 +36,8 @@ from safeaccess.sandbox.backend import (
     RunnerRequest,
     RunnerResponse,
     encode_reply,
+    reply_parts,
 )
-from safeaccess.sandbox.backend import reply_parts as backend_reply_parts
 from safeaccess.sandbox.codes import CodeArrays
 from safeaccess.sandbox.runner.compute._common import AnalysisError
 from safeaccess.sandbox.runner.kinds import KINDS
@@ -328,14 +328,14 @@ def drop_privileges() -> None:
         raise PermissionError("could not switch to the sandbox user")
 
 
-def reply_parts(request: RunnerRequest, dataset: DatasetSource) -> list[bytes | memoryview]:
+def reply_for(request: RunnerRequest, dataset: DatasetSource) -> list[bytes | memoryview]:
     """The framed reply for `request` on `dataset`, in parts to write one after the other:
     what every kind of job writes back.
 
     The one-shot runner (`main`) and the fork server's jobs (`safeaccess.sandbox.process.template`) both
     answer through this function, so the reply is built in one place.
     """
-    return backend_reply_parts(run_request(request, dataset))
+    return reply_parts(run_request(request, dataset))
 
 
 def parse_request(raw: bytes) -> RunnerRequest | bytes:
@@ -367,7 +367,7 @@ def _serve(raw: bytes) -> list[bytes | memoryview]:
             return [
                 encode_reply(_error("sandbox_setup", "the sandbox could not drop its privileges"))
             ]
-        return reply_parts(request, dataset)
+        return reply_for(request, dataset)
 
 
 def main() -> int:

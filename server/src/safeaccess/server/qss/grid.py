@@ -245,7 +245,7 @@ class _GridEvaluator:
         self._names: dict[int, set[str]] = {}
         # The grid's columns for each set of admissions a dependency involves.
         self._names_of: dict[tuple[int, ...], tuple[str, ...]] = {}
-        self._definitions: dict[int, str | None] = {}
+        self._texts: dict[int, str | None] = {}
 
     def holds(self, involved: Sequence[_Source | None], coefficients: list[int], p: int) -> bool:
         """Whether new − Σ coefficients · rows is zero on the grid (mod p); `involved[0]` is
@@ -289,27 +289,26 @@ class _GridEvaluator:
         (no analysis) is never matched: two of them may be different versions' records."""
         weights: dict[tuple[str, int, str], int] = {}
         for weight, src in zip((1, *(-c for c in coefficients)), sources, strict=True):
-            definition = self._definition(src.origin)
-            if definition is None:
+            definition = self._text(src.origin)
+            if definition is None or self.origins[src.origin].analysis is None:
                 return False
             key = (definition, src.array, src.label)
             weights[key] = (weights.get(key, 0) + weight) % p
         return not any(weights.values())
 
-    def _definition(self, origin: int) -> str | None:
-        """Admission `origin`'s analysis as canonical text (None: a population, or not
-        writable as JSON), computed once per evaluator."""
-        if origin not in self._definitions:
-            analysis = self.origins[origin].analysis
-            text: str | None = None
-            if analysis is not None:
-                try:
-                    # Sorted keys, and 1, 1.0 and true written apart: equal text, equal analysis.
-                    text = json.dumps(analysis, sort_keys=True, allow_nan=False)
-                except (TypeError, ValueError):
-                    text = None
-            self._definitions[origin] = text
-        return self._definitions[origin]
+    def _text(self, origin: int) -> str | None:
+        """Admission `origin`'s analysis as canonical text ("null" for a population; None when
+        it is not writable as JSON), computed once per evaluator: equal text, equal analysis."""
+        if origin not in self._texts:
+            try:
+                # Sorted keys, and 1, 1.0 and true written apart.
+                text: str | None = json.dumps(
+                    self.origins[origin].analysis, sort_keys=True, allow_nan=False
+                )
+            except (TypeError, ValueError):
+                text = None
+            self._texts[origin] = text
+        return self._texts[origin]
 
     def _same_filters(self, sources: Sequence[_Source]) -> bool:
         """The fallback: every involved output selects the same records on the filters' grid."""
@@ -353,7 +352,9 @@ class _GridEvaluator:
         whose rows another step evaluated on the same grid reads them by key."""
         key = (names, origins)
         if key not in self._grids:
-            analyses = _distinct([self.origins[o].analysis for o in origins])
+            # each distinct analysis once (a repeated table's admissions share one)
+            distinct = {self._text(o) or f"#{o}": self.origins[o].analysis for o in origins}
+            analyses = list(distinct.values())
             constants = _constants(analyses)
             numbers = _numbers(analyses)
             axes = [_points(self.columns[n], constants.get(n, set()), numbers) for n in names]
@@ -384,27 +385,21 @@ class _GridEvaluator:
     def _row(self, grid: GridId, src: _Source) -> BoolArray | None:
         cached = self._rows.get((grid, src.origin), ...)
         if cached is ...:
-            cached = self._evaluated(grid, self.origins[src.origin].analysis)
+            cached = self._evaluated(grid, src.origin)
             self._rows[(grid, src.origin)] = cached
         if cached is None:
             return None
         return cached.get((src.array, src.label))
 
-    def _evaluated(self, grid: GridId, analysis: dict[str, Any] | None) -> Rows | None:
-        """`_evaluate` on `grid`, read from `_EVALUATED` when another step ran it on the same
-        grid (small grids only)."""
-        if math.prod(len(a) for a in self._axes[grid]) > _EVALUATED.max_points:
+    def _evaluated(self, grid: GridId, origin: int) -> Rows | None:
+        """`_evaluate` of admission `origin`'s analysis on `grid`, read from `_EVALUATED` when
+        another step ran it on the same grid (small grids only)."""
+        analysis, text = self.origins[origin].analysis, self._text(origin)
+        if text is None or math.prod(len(a) for a in self._axes[grid]) > _EVALUATED.max_points:
             return self._evaluate(self._frame(grid), analysis)
         if self._metadata_key is None:
             self._metadata_key = self.metadata.model_dump_json()
-        try:
-            # Sorted keys, and 1, 1.0 and true written apart: equal text, equal analysis.
-            key = (
-                (self._metadata_key, grid),
-                json.dumps(analysis, sort_keys=True, allow_nan=False),
-            )
-        except (TypeError, ValueError):
-            return self._evaluate(self._frame(grid), analysis)
+        key = ((self._metadata_key, grid), text)
         found = _EVALUATED.get(key)
         if found is not ...:
             return found
@@ -477,14 +472,6 @@ def _numbers(analyses: Sequence[dict[str, Any] | None]) -> set[float]:
     for analysis in analyses:
         walk(analysis)
     return found
-
-
-def _distinct(analyses: Sequence[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
-    """`analyses` without repeats (a repeated table's admissions share one analysis)."""
-    seen: dict[str, dict[str, Any] | None] = {}
-    for analysis in analyses:
-        seen.setdefault(repr(analysis), analysis)
-    return list(seen.values())
 
 
 @functools.lru_cache(maxsize=4096)

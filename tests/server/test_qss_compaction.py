@@ -248,6 +248,35 @@ def test_a_newer_state_replaces_a_queued_full_write_of_its_scope(tmp_path: Path)
     assert ran == ["third"]
 
 
+def test_full_writes_are_queued_every_compact_every_steps_while_the_earlier_are_running(
+    tmp_path: Path,
+) -> None:
+    # Steps admitted while a full write runs in the background (the busy server's case): the
+    # cadence counts from the write queued, so the next is queued COMPACT_EVERY steps later,
+    # not at every step until the first completes.
+    held = Held()
+    files = StateFiles(tmp_path, compactor=held)
+    pointer: QssPointer | None = None
+    digests, queued_at = [], []
+    for step in range(1, FULL_EVERY):
+        digests.append(_step(files, pointer, step))
+        before = len(held.jobs)
+        files.compact(SCOPE, digests[-1])
+        if len(held.jobs) > before:
+            queued_at.append(step)
+        pointer = QssPointer(digests[-1], N, 1)
+    assert queued_at == list(range(COMPACT_EVERY, FULL_EVERY, COMPACT_EVERY))
+    assert all(parent_of((_folder(tmp_path) / f"{d}.state").read_bytes()) for d in digests[1:])
+    held.run_all()  # the queued writes complete: a cold load reads the newest full file
+    cold = Reads(tmp_path)
+    assert pointer is not None
+    loaded = cold.load(SCOPE, pointer, N)
+    newest_full = digests[queued_at[-1] - 1]
+    assert cold.fulls == [newest_full]
+    assert newest_full not in cold.deltas and set(cold.deltas) <= set(digests[queued_at[-1] :])
+    assert loaded.state.to_bytes() == _state_bytes(files, pointer.digest)
+
+
 def test_pruning_keeps_what_the_current_state_needs_and_drops_what_a_full_file_replaced(
     tmp_path: Path,
 ) -> None:

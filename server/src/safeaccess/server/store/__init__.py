@@ -97,9 +97,7 @@ class Store:
         event.listen(self._sessions, "after_commit", frontier.publish_pending)
         event.listen(self._sessions, "after_soft_rollback", frontier.drop_pending)
         # Same pool; its connections in autocommit while lent out (reset on return).
-        self._one_statement = sessionmaker(
-            self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
-        )
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         with self.transaction() as s:
             log.ensure_head(s)
         #: Rule-set hashes known to be in the log (only committed facts: the log only grows).
@@ -129,12 +127,12 @@ class Store:
             yield conn
 
     @contextmanager
-    def one_statement(self) -> Iterator[Session]:
-        """A session for a read of one statement, in autocommit: no BEGIN and COMMIT around it
-        (on PostgreSQL two round trips of four), and one statement sees one snapshot anyway.
-        For the reads on a step's path (`sequences.get_sequence_step`)."""
-        with self._one_statement() as session:
-            yield session
+    def one_statement(self) -> Iterator[Connection]:
+        """A Core connection for a read of one statement, in autocommit: no BEGIN and COMMIT
+        around it (on PostgreSQL two round trips of four), and one statement sees one snapshot
+        anyway. For the reads on a step's path (`sequences.get_sequence_step`)."""
+        with self._autocommit.connect() as conn:
+            yield conn
 
     # -- the audit log's rows -------------------------------------------------------------------
 

@@ -26,5 +26,5 @@ def running_steps(store: Store) -> list[tuple[str, int]]:
         .where(SequenceRow.state == SequenceState.RUNNING.value)
         .where(StepRow.state == StepState.RUNNING.value)
     )
-    with store.one_statement() as session:
-        return [(row[0], int(row[1])) for row in session.execute(query)]
+    with store.one_statement() as conn:
+        return [(row[0], int(row[1])) for row in conn.execute(query)]

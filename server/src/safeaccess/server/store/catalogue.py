@@ -240,14 +240,16 @@ def get_researcher(store: Store, name: str) -> ResearcherRow | None:
 
 
 def projects_of(store: Store, researcher: str) -> list[str]:
-    """The projects a researcher belongs to, sorted."""
-    with store.transaction() as s:
-        rows = s.scalars(
-            select(MembershipRow.project)
-            .where(MembershipRow.researcher == researcher)
-            .order_by(MembershipRow.project)
-        )
-        return list(rows)
+    """The projects a researcher belongs to, sorted (a Core read: every opening asks)."""
+    with store.reading() as conn:
+        return list(conn.scalars(_PROJECTS_OF, {"researcher": researcher}))
+
+
+_PROJECTS_OF = (
+    select(MembershipRow.project)
+    .where(MembershipRow.researcher == bindparam("researcher"))
+    .order_by(MembershipRow.project)
+)
 
 
 # -- datasets and their settings -----------------------------------------------------------------
@@ -357,15 +359,18 @@ def get_dataset(store: Store, dataset_id: int) -> DatasetRow:
 
 
 def find_dataset(store: Store, name: str, version: int | None = None) -> DatasetRow | None:
-    """A dataset by name: the given version, else the newest."""
-    with store.transaction() as s:
-        query = select(DatasetRow).where(DatasetRow.name == name)
-        if version is not None:
-            query = query.where(DatasetRow.version == version)
-        row = s.scalars(query.order_by(DatasetRow.version.desc()).limit(1)).first()
-    if row is not None:
-        # As in `get_dataset`: a version never changes, and the step that found it needs it again.
-        store.dataset_cache[row.id] = row
+    """A dataset by name: the given version, else the newest (a Core read, the row built from
+    it, as in `get_researcher`: every opening asks)."""
+    with store.reading() as conn:
+        if version is None:
+            found = conn.execute(_NEWEST_DATASET, {"name": name}).first()
+        else:
+            found = conn.execute(_DATASET_VERSION, {"name": name, "version": version}).first()
+    if found is None:
+        return None
+    row = DatasetRow(**found._mapping)
+    # As in `get_dataset`: a version never changes, and the step that found it needs it again.
+    store.dataset_cache[row.id] = row
     return row
 
 
@@ -414,6 +419,16 @@ def rules_path(conn: Connection, dataset_id: int) -> str | None:
 
 # Built once: the reads on every step's path (statement construction costs more than the read).
 _DATASETS: Table = DatasetRow.__table__  # type: ignore[assignment]
+_NEWEST_DATASET = (
+    select(_DATASETS)
+    .where(_DATASETS.c.name == bindparam("name"))
+    .order_by(_DATASETS.c.version.desc())
+    .limit(1)
+)
+_DATASET_VERSION = select(_DATASETS).where(
+    _DATASETS.c.name == bindparam("name"),
+    _DATASETS.c.version == bindparam("version"),
+)
 _VERSION_IDS = (
     select(_DATASETS.c.id)
     .where(_DATASETS.c.name == bindparam("name"))

@@ -11,7 +11,10 @@ In one run, on a generated census of `--rows` people and a frequency table (regi
 3. latency per step at `--many` concurrent researchers on the fork server (target: p95 < 2 s);
 4. server CPU per step: the server runs in a child process of the benchmark, so its CPU time
    (read from /proc, its own threads only) is the server's alone; the CPU of its sandboxes
-   (templates and the jobs they reaped) is printed beside it. Clients run in this process.
+   (templates and the jobs they reaped) is printed beside it, and the server's own split by
+   thread (the request workers, the event loop, the background full writes of the auditor's
+   state, other threads: those ended by the end of the run and those Python did not start). Clients run in this process. The
+   `--researchers` runs follow a warm-up round at their concurrency, not counted.
 
     python benchmarks/throughput.py [--rows 100000] [--researchers 8] [--steps-each 4] [--many 16]
 
@@ -24,10 +27,13 @@ import argparse
 import json
 import os
 import platform
+import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +42,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from census_centre import ANALYSIS, percentile, prepare, run_concurrently, run_sequence
+from census_centre import ANALYSIS, percentile, prepare, run_concurrently
 from safeaccess.client.analyses import to_body
 from safeaccess.sandbox.backend import Job, RunnerRequest
 from safeaccess.sandbox.process.backend import Mode, ProcessBackend
@@ -56,6 +62,22 @@ class _Centre:
     url: str
     server_id: str
     pid: int
+    names: Path  # where the server writes its threads' names and CPU times, when signalled
+
+    def threads(self) -> dict[int, tuple[str, float]]:
+        """The server's live Python threads: ident -> (name, numbers dropped: "qss-compact_0"
+        is "qss-compact"; CPU seconds, from each thread's own CPU clock: /proc counts in 10 ms
+        ticks, too coarse per thread over a few dozen steps). The server writes them when
+        signalled, so no thread of its own spends CPU on this."""
+        self.names.unlink(missing_ok=True)
+        os.kill(self.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while not self.names.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the benchmark's server did not report its threads")
+            time.sleep(0.01)
+        found = json.loads(self.names.read_text())
+        return {int(k): (re.sub(r"[_ ]?\d+$", "", name), cpu) for k, (name, cpu) in found.items()}
 
     def cpu(self) -> tuple[float, float]:
         """(the server process's CPU seconds, its sandboxes': templates and the jobs they reaped)."""
@@ -64,6 +86,9 @@ class _Centre:
         sandboxes = _proc_cpu(self.pid, children=True) - own
         sandboxes += sum(_proc_cpu(p, children=True) for p in _descendants(self.pid))
         return own, sandboxes
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _proc_cpu(pid: int, *, children: bool) -> float:
@@ -75,7 +100,7 @@ def _proc_cpu(pid: int, *, children: bool) -> float:
     ticks = int(fields[11]) + int(fields[12])
     if children:
         ticks += int(fields[13]) + int(fields[14])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return ticks / _TICKS
 
 
 def _descendants(pid: int) -> list[int]:
@@ -109,7 +134,8 @@ def _centre(root: Path, mode: Mode) -> Iterator[_Centre]:
                 raise RuntimeError("the benchmark's server did not start")
             time.sleep(0.05)
         server_id = DataDir(root).load_config().server_id
-        yield _Centre(url=ready.read_text(), server_id=server_id, pid=proc.pid)
+        names = ready.with_suffix(".threads")
+        yield _Centre(url=ready.read_text(), server_id=server_id, pid=proc.pid, names=names)
     finally:
         assert proc.stdin is not None
         proc.stdin.close()  # the server stops when its stdin closes
@@ -124,6 +150,8 @@ def _serve(root: Path, mode: Mode, ready: Path) -> None:
     service = Service(root, backend=backend)
     app = create_app(service)
     freeze_startup_objects()  # as `safeaccess-server serve` does
+    names = ready.with_suffix(".threads")
+    signal.signal(signal.SIGUSR1, lambda *_: _thread_times(names))
     with service, EmbeddedServer(app) as server:
         partial = ready.with_suffix(".partial")
         partial.write_text(server.url)
@@ -132,14 +160,40 @@ def _serve(root: Path, mode: Mode, ready: Path) -> None:
     backend.close()
 
 
+def _thread_times(path: Path) -> None:
+    """In the server, on SIGUSR1: write each live Python thread's name and CPU seconds to
+    `path` (for `_Centre.threads`)."""
+    found: dict[int, tuple[str, float]] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            cpu = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # it ended meanwhile
+            continue
+        found[thread.ident] = (thread.name, cpu)
+    partial = path.with_suffix(".partial-threads")
+    partial.write_text(json.dumps(found))
+    partial.rename(path)  # appears whole
+
+
 def _concurrent(
     centre: _Centre, keys: dict[str, Ed25519PrivateKey], steps: int
-) -> tuple[float, list[float], float, float]:
-    """(steps/s, per-step latencies, server CPU s, sandbox CPU s) for all `keys` at once."""
+) -> tuple[float, list[float], float, float, dict[str, float]]:
+    """(steps/s, per-step latencies, server CPU s, sandbox CPU s, the server's CPU s by
+    thread) for all `keys` at once."""
+    before = centre.threads()
     own, sandboxes = centre.cpu()
     latencies, wall = run_concurrently(centre.url, keys, steps, centre.server_id)
     own_after, sandboxes_after = centre.cpu()
-    return len(latencies) / wall, latencies, own_after - own, sandboxes_after - sandboxes
+    after = centre.threads()
+    # A thread started during the run counts whole; one that ended (the sandbox jobs' I/O
+    # threads, two a job) is in the total only, as are threads Python did not start.
+    split: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        split[name] = split.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+    split["other threads"] = (own_after - own) - sum(split.values())
+    return len(latencies) / wall, latencies, own_after - own, sandboxes_after - sandboxes, split
 
 
 def _job_overhead(dataset: Path, jobs: int) -> tuple[float, float]:
@@ -193,9 +247,12 @@ def main() -> None:
         figures: dict[str, float] = {}
         for mode in ("warm", "forkserver"):
             with _centre(root, mode) as centre:
-                # Warm-up (template or warm sandbox, page cache), not counted.
-                run_sequence(centre.url, "r0", keys["r0"], 1, centre.server_id)
-                rate, latencies, server_cpu, sandbox_cpu = _concurrent(
+                # Warm-up, not counted: the template or warm sandboxes, the page cache, and the
+                # server's pools at this concurrency (its worker threads, numpy's); the first
+                # concurrent round costs the server several ms of CPU per step more than the
+                # next (a server runs for days: the figures are of its steady state).
+                run_concurrently(centre.url, team, 1, centre.server_id)
+                rate, latencies, server_cpu, sandbox_cpu, split = _concurrent(
                     centre, team, args.steps_each
                 )
                 figures[mode] = rate
@@ -210,7 +267,13 @@ def main() -> None:
                 )
                 if mode == "forkserver":
                     figures["server_cpu"] = server_cpu / n
-                    rate_many, many, _, _ = _concurrent(centre, keys, args.steps_each)
+                    shares = ", ".join(
+                        f"{name} {cpu / n * 1000:.1f} ms"
+                        for name, cpu in sorted(split.items(), key=lambda kv: -kv[1])
+                        if abs(cpu) / n >= 0.00005
+                    )
+                    print(f"[forkserver] server CPU per step by thread: {shares}")
+                    rate_many, many, _, _, _ = _concurrent(centre, keys, args.steps_each)
                     print(
                         f"[forkserver] {args.many} researchers x {args.steps_each} steps: "
                         f"{rate_many:.2f} steps/s; per-step median "

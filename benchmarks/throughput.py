@@ -62,21 +62,21 @@ class _Centre:
     url: str
     server_id: str
     pid: int
-    names: Path  # where the server writes its threads' names and CPU times, when signalled
+    thread_times: Path  # where the server writes its threads' names and CPU times, when signalled
 
     def threads(self) -> dict[int, tuple[str, float]]:
         """The server's live Python threads: ident -> (name, numbers dropped: "qss-compact_0"
         is "qss-compact"; CPU seconds, from each thread's own CPU clock: /proc counts in 10 ms
         ticks, too coarse per thread over a few dozen steps). The server writes them when
         signalled, so no thread of its own spends CPU on this."""
-        self.names.unlink(missing_ok=True)
+        self.thread_times.unlink(missing_ok=True)
         os.kill(self.pid, signal.SIGUSR1)
         deadline = time.monotonic() + 10
-        while not self.names.exists():
+        while not self.thread_times.exists():
             if time.monotonic() > deadline:
                 raise RuntimeError("the benchmark's server did not report its threads")
             time.sleep(0.01)
-        found = json.loads(self.names.read_text())
+        found = json.loads(self.thread_times.read_text())
         return {int(k): (re.sub(r"[_ ]?\d+$", "", name), cpu) for k, (name, cpu) in found.items()}
 
     def cpu(self) -> tuple[float, float]:
@@ -134,8 +134,8 @@ def _centre(root: Path, mode: Mode) -> Iterator[_Centre]:
                 raise RuntimeError("the benchmark's server did not start")
             time.sleep(0.05)
         server_id = DataDir(root).load_config().server_id
-        names = ready.with_suffix(".threads")
-        yield _Centre(url=ready.read_text(), server_id=server_id, pid=proc.pid, names=names)
+        times = ready.with_suffix(".threads")
+        yield _Centre(url=ready.read_text(), server_id=server_id, pid=proc.pid, thread_times=times)
     finally:
         assert proc.stdin is not None
         proc.stdin.close()  # the server stops when its stdin closes
@@ -150,8 +150,8 @@ def _serve(root: Path, mode: Mode, ready: Path) -> None:
     service = Service(root, backend=backend)
     app = create_app(service)
     freeze_startup_objects()  # as `safeaccess-server serve` does
-    names = ready.with_suffix(".threads")
-    signal.signal(signal.SIGUSR1, lambda *_: _thread_times(names))
+    times = ready.with_suffix(".threads")
+    signal.signal(signal.SIGUSR1, lambda *_: _thread_times(times))
     with service, EmbeddedServer(app) as server:
         partial = ready.with_suffix(".partial")
         partial.write_text(server.url)

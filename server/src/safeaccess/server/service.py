@@ -17,6 +17,7 @@ from typing import Any, Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_raw
+from safeaccess.rules.qss.admit import pin_one_blas_thread
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
@@ -72,6 +73,8 @@ class Service:
         """`role`: "api" serves requests; "worker" (`safeaccess-server worker`) runs the
         queue's jobs through the same flow, and neither waits for steps nor logs the
         configuration (the API replicas do)."""
+        # Every admission would otherwise set and restore the limit (`pin_one_blas_thread`).
+        pin_one_blas_thread()
         self.data = DataDir(root)
         self.role = role
         self.config: ServerConfig = self.data.load_config()

@@ -115,6 +115,19 @@ def _atoms_rule(sizes: npt.NDArray[np.int64], k: int) -> Isolated | None:
 #: syncing threads than on the product, and on a loaded machine it is several times slower (a
 #: 50 × 400 by 400 × 100 product: 2 ms with two threads under load, 0.09 ms with one).
 _BLAS = ThreadpoolController()
+#: Set by `pin_one_blas_thread`: the process keeps one BLAS thread for good.
+_pinned = False
+
+
+def pin_one_blas_thread() -> None:
+    """Limit this process's BLAS to one thread for good, so that `admit` need not limit it at
+    each call: setting and restoring the limit queries every loaded BLAS library twice, about
+    0.1 ms per admission (measured). For the server: its jobs compute in the sandbox's
+    processes, and its own BLAS work (the auditor's, the synthesiser's nearest rows in
+    `synthetic/cells.py`) runs single-threaded anyway."""
+    global _pinned
+    _BLAS.limit(limits=1, user_api="blas")  # kept: never restored
+    _pinned = True
 
 
 def admit(
@@ -123,6 +136,8 @@ def admit(
     """Admit every query set behind one output, or none. `query_sets[i][r]` is the cell
     (aggregate) record id r is behind in array i, or -1; each distinct cell is one released
     query set. Raises QuerySetError for malformed arrays (the state is never changed)."""
+    if _pinned:
+        return _admit(state, query_sets, policy)
     # one BLAS thread while auditing (the limit is process-wide: another thread's products run
     # single-threaded meanwhile, which changes their speed, never their result)
     with _BLAS.limit(limits=1, user_api="blas"):

@@ -338,6 +338,32 @@ def test_signature_checks() -> None:
         SequenceVerifier(sealed.header, b"", PUB)
 
 
+def test_a_header_verified_once_is_verified_again_from_its_exact_bytes_only() -> None:
+    # The server resumes a verifier at every reveal, so the header's parse and signature
+    # verdict are kept; whatever differs in a byte (header, signature, key) is checked afresh.
+    sealed = make()
+    first = SequenceVerifier(sealed.header, sealed.signature, PUB)
+    hits = verify_module._signature_holds.cache_info().hits
+    again = SequenceVerifier(sealed.header, sealed.signature, PUB)
+    assert verify_module._signature_holds.cache_info().hits == hits + 1
+    assert again.header == first.header and parse_header(sealed.header) is first.header
+    other = Ed25519PrivateKey.generate()
+    with pytest.raises(SignatureError):
+        SequenceVerifier(sealed.header, sealed.signature, other.public_key())
+    flipped = bytes([sealed.signature[0] ^ 1]) + sealed.signature[1:]
+    with pytest.raises(SignatureError):
+        SequenceVerifier(sealed.header, flipped, PUB)
+    # Another header (its nonce), signed by the same key, is not the verified one.
+    forged = sealed.header.replace(sealed.header_fields.nonce.hex().encode(), b"00" * 16)
+    assert forged != sealed.header
+    with pytest.raises(SignatureError):
+        SequenceVerifier(forged, sealed.signature, PUB)
+    # A refusal is not kept: the malformed header is refused again, each time.
+    for _ in range(2):
+        with pytest.raises(MalformedError):
+            parse_header(sealed.header.replace(b",", b", ", 1))
+
+
 # --- endorsements -------------------------------------------------------------------------
 
 

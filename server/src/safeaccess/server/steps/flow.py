@@ -64,8 +64,8 @@ from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
 from safeaccess.server.steps.sequence_leases import SequenceLeases
 from safeaccess.server.steps.timing import hold_until_padded
 from safeaccess.server.steps.views import Views
-from safeaccess.server.steps.withhold_budget import opening_needs_approval
-from safeaccess.server.store import Store
+from safeaccess.server.steps.withhold_budget import opening_needs_approval, to_count
+from safeaccess.server.store import Store, WithholdCount
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
 from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
@@ -527,8 +527,10 @@ class Flow:
             return self._queue_script(seq, step, ruleset, revealed)
         if self.queued:
             return self._await(seq, step, revealed=revealed)
-        seq, step = self._compute_here(seq, step, dataset, revealed, ruleset)
-        return self.views.step(seq, step, revealed)
+        # The view's withhold budget, counted in the step's settle transaction (no read of its own).
+        withholds = to_count(ruleset, seq.researcher, dataset.name)
+        seq, step = self._compute_here(seq, step, dataset, revealed, ruleset, withholds)
+        return self.views.step(seq, step, revealed, withholds=withholds)
 
     def _job(
         self, sequence_id: str, index: int, researcher: str, dataset: str, revealed: Revealed
@@ -701,8 +703,10 @@ class Flow:
         dataset: DatasetRow,
         revealed: Revealed,
         ruleset: RuleSet,
+        withholds: WithholdCount | None = None,
     ) -> tuple[SequenceRow, StepRow]:
-        """Run a step in this process and record it: admission, DP ledger, sandbox, settle."""
+        """Run a step in this process and record it: admission, DP ledger, sandbox, settle
+        (which counts `withholds` if given)."""
         started = time.monotonic()  # reply padding counts from here (`timing.py`)
         metadata = DatasetMetadata.model_validate(dataset.dataset_metadata)
         admission = Admission(
@@ -749,7 +753,12 @@ class Flow:
                 # The moment a step is recorded is the first thing about it anyone can see.
                 hold_until_padded(self.config.timing, started, dataset.rows)
                 return self.store.settle_step(
-                    seq.id, step.index, outcome, event_data=event_data, qss=commit
+                    seq.id,
+                    step.index,
+                    outcome,
+                    event_data=event_data,
+                    qss=commit,
+                    withholds=withholds,
                 )
 
             (seq, step), outcome = admission.settle(outcome, record)

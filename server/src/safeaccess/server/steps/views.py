@@ -22,7 +22,7 @@ from safeaccess.server.steps.reasons import researcher_reasons, script_reasons
 from safeaccess.server.steps.receipts import sign_receipt
 from safeaccess.server.steps.revealed import SCRIPT_KIND, Revealed, shown_of
 from safeaccess.server.steps.withhold_budget import budget
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, WithholdCount
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 
 AWAITING_APPROVAL = Reason(
@@ -82,14 +82,22 @@ class Views:
         self.server_id = server_id
         self.ruleset_for = ruleset_for
 
-    def budget(self, seq: SequenceRow) -> BudgetView | None:
-        """The researcher's withhold budget on the sequence's dataset."""
+    def budget(self, seq: SequenceRow, used: int | None = None) -> BudgetView | None:
+        """The researcher's withhold budget on the sequence's dataset (`used`: as in `budget`)."""
         dataset = self.store.get_dataset(seq.dataset_id)
-        return budget(self.store, self.ruleset_for(dataset), seq.researcher, dataset.name)
+        return budget(self.store, self.ruleset_for(dataset), seq.researcher, dataset.name, used)
 
-    def step(self, seq: SequenceRow, step: StepRow, revealed: Revealed | None = None) -> StepView:
+    def step(
+        self,
+        seq: SequenceRow,
+        step: StepRow,
+        revealed: Revealed | None = None,
+        *,
+        withholds: WithholdCount | None = None,
+    ) -> StepView:
         """The researcher's view of a step; `revealed` is the step's parsed body when the step
-        was just revealed (a stored step's body is read here)."""
+        was just revealed (a stored step's body is read here); `withholds`, the budget's count
+        when the step's settle made it."""
         state = StepState(step.state)
         decision = Decision.model_validate(step.decision) if step.decision else None
         analysis = revealed.shown if revealed is not None else shown_of(step.body)
@@ -120,7 +128,7 @@ class Views:
             updated_at=shown_time(step),
             receipt=sign_receipt(self.signing_key, self.server_id, seq, step),
             review_note=step.review_note if step.reviewer else None,
-            withhold_budget=self.budget(seq),
+            withhold_budget=self.budget(seq, None if withholds is None else withholds.used),
         )
 
     def sequence(self, seq: SequenceRow) -> SequenceView:

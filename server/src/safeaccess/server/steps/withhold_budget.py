@@ -16,16 +16,20 @@ from datetime import timedelta
 
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.server.schemas import BudgetView
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, WithholdCount
 from safeaccess.server.store.schema import utcnow
 
 
-def budget(store: Store, ruleset: RuleSet, researcher: str, dataset: str) -> BudgetView | None:
-    """The budget's current state, or None when the rule set sets no budget."""
+def budget(
+    store: Store, ruleset: RuleSet, researcher: str, dataset: str, used: int | None = None
+) -> BudgetView | None:
+    """The budget's current state, or None when the rule set sets no budget; `used` is the
+    withholds counted already (`to_count`), else they are counted now."""
     rule = ruleset.withhold_budget
     if rule is None:
         return None
-    used, _ = store.withholds_since(researcher, dataset, utcnow() - timedelta(days=rule.days))
+    if used is None:
+        used, _ = store.withholds_since(researcher, dataset, utcnow() - timedelta(days=rule.days))
     return BudgetView(
         dataset=dataset,
         count=rule.count,
@@ -33,6 +37,15 @@ def budget(store: Store, ruleset: RuleSet, researcher: str, dataset: str) -> Bud
         used=used,
         remaining=max(0, rule.count - used),
     )
+
+
+def to_count(ruleset: RuleSet, researcher: str, dataset: str) -> WithholdCount | None:
+    """The count `budget` needs, for a step's settle to make in its transaction (None when the
+    rule set sets no budget)."""
+    rule = ruleset.withhold_budget
+    if rule is None:
+        return None
+    return WithholdCount(researcher, dataset, utcnow() - timedelta(days=rule.days))
 
 
 def opening_needs_approval(

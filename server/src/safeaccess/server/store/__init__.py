@@ -49,6 +49,7 @@ from safeaccess.server.store import (
 )
 from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.review import OPENING_REJECTED as OPENING_REJECTED
+from safeaccess.server.store.review import WithholdCount
 from safeaccess.server.store.schema import (
     AuditorRow,
     DatasetRow,
@@ -381,11 +382,13 @@ class Store:
         *,
         qss: QssCommit | None = None,
         job: QueuedJob | None = None,
+        withholds: WithholdCount | None = None,
     ) -> tuple[SequenceRow, StepRow]:
         """Record a computed step's outcome and move the sequence on, in one transaction; with
-        `qss`, point the scope at the auditor state that admitted this step in the same one."""
+        `qss`, point the scope at the auditor state that admitted this step in the same one
+        (`sequences.settle_step`, which says what `job` and `withholds` add)."""
         return sequences.settle_step(
-            self, sequence_id, index, outcome, event_data, qss=qss, job=job
+            self, sequence_id, index, outcome, event_data, qss=qss, job=job, withholds=withholds
         )
 
     def ensure_job(self, job: QueuedJob) -> bool:

@@ -7,10 +7,11 @@ and `safeaccess.server.review.rules`; this module holds only their rows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import Connection, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from safeaccess.server.audit import log as auditlog
@@ -52,11 +53,34 @@ def withholds_since(
     dataset: withholds updated at or after `since`; rejected openings are not withholds of
     data and do not count."""
     with store.reading() as conn:  # one round trip for both counts
-        counts = conn.execute(
-            _WITHHOLDS_SINCE,
-            {"researcher": researcher, "dataset_name": dataset_name, "since": since},
-        ).one()
+        return _counts(conn, researcher, dataset_name, since)
+
+
+def _counts(
+    conn: Connection, researcher: str, dataset_name: str, since: datetime
+) -> tuple[int, int]:
+    counts = conn.execute(
+        _WITHHOLDS_SINCE,
+        {"researcher": researcher, "dataset_name": dataset_name, "since": since},
+    ).one()
     return int(counts[0] or 0), int(counts[1] or 0)
+
+
+@dataclass
+class WithholdCount:
+    """A researcher's withholds on a dataset since `since` (`withholds_since`'s first count),
+    counted in a step's settle transaction (`Store.settle_step(withholds=...)`): it sees the
+    step's own withhold, and the step's view shows it without a read of its own."""
+
+    researcher: str
+    dataset_name: str
+    since: datetime
+    #: Set by the settle.
+    used: int | None = None
+
+    def count(self, conn: Connection) -> None:
+        """Count on `conn` (the settle's transaction)."""
+        self.used = _counts(conn, self.researcher, self.dataset_name, self.since)[0]
 
 
 #: Every sequence state but the two ends, written as IN so that the (researcher, state) index

@@ -33,6 +33,7 @@ from safeaccess.server.store.schema import SequenceRow, StepRow, utcnow
 
 if TYPE_CHECKING:
     from safeaccess.server.store import Store
+    from safeaccess.server.store.review import WithholdCount
 
 
 def reveal_entries(
@@ -428,12 +429,14 @@ def settle_step(
     *,
     qss: QssCommit | None = None,
     job: QueuedJob | None = None,
+    withholds: WithholdCount | None = None,
 ) -> tuple[SequenceRow, StepRow]:
     """Record a computed step's outcome and move the sequence on, in one transaction; with
     `qss`, point the scope at the auditor state that admitted this step in the same one; with
-    `job` (a script answered "in review"), queue the job that runs it in the same one too."""
+    `job` (a script answered "in review"), queue the job that runs it in the same one too; with
+    `withholds`, count them in the same one (for the step's view)."""
     try:
-        return _settle_step(store, sequence_id, index, outcome, event_data, qss, job)
+        return _settle_step(store, sequence_id, index, outcome, event_data, qss, job, withholds)
     except IntegrityError as exc:
         # Two replicas created the scope's first pointer at once: the later one re-admits.
         raise Conflict(
@@ -450,6 +453,7 @@ def _settle_step(
     event_data: dict[str, Any],
     qss: QssCommit | None,
     job: QueuedJob | None = None,
+    withholds: WithholdCount | None = None,
 ) -> tuple[SequenceRow, StepRow]:
     """Record a computed step's outcome and move the sequence on, in one transaction (with
     the DP ledger's charge when the step releases a DP answer: no answer without its charge,
@@ -495,6 +499,8 @@ def _settle_step(
         )
         if job is not None:
             queue.defer(s, job)
+        if withholds is not None:
+            withholds.count(conn)
         queue.notify_settled(s, sequence_id, index, settled=(seq, step))
     if ruleset is not None:
         store.logged_rulesets.add(ruleset)  # committed now: the next step need not look it up

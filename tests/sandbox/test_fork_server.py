@@ -17,7 +17,13 @@ import pandas as pd
 import pytest
 
 from safeaccess.rules.outputs import TableOutput
-from safeaccess.sandbox.backend import Job, LimitExceeded, Limits, SandboxUnavailable
+from safeaccess.sandbox.backend import (
+    AnalysisFailed,
+    Job,
+    LimitExceeded,
+    Limits,
+    SandboxUnavailable,
+)
 from safeaccess.sandbox.config import SandboxConfig
 from safeaccess.sandbox.factory import make_backend
 from safeaccess.sandbox.process import ProcessBackend
@@ -216,3 +222,44 @@ def test_the_template_maps_the_code_arrays(backend: ProcessBackend, tmp_path: Pa
         rows[path] = result.output.row_labels
     assert rows[coded] == [["a"], ["b"], ["z"]]
     assert rows[plain] == [["a"], ["b"]]
+
+
+def _script(path: Path, code: str, wall_seconds: float) -> Job:
+    return Job(
+        job_id="f",
+        analysis={"kind": "script", "code": code},
+        metadata=METADATA,
+        dataset=path,
+        limits=Limits(wall_seconds=wall_seconds),
+    )
+
+
+def test_a_job_that_floods_its_stderr_is_served_and_its_tail_kept(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
+    # 1 MB to stderr before the reply: a pipe holds 64 KB, so the host must read it while it
+    # waits for the reply, or the job blocks until its wall clock runs out. What the job wrote
+    # last (a memory error's marker, after the flood) must be in the tail the host keeps.
+    path = tmp_path / "d.parquet"
+    _write(path, ["a"])
+    code = "import os\nos.write(2, b'x' * 1_000_000)\nos.write(2, b'MemoryError')\nos._exit(1)\n"
+    started = time.monotonic()
+    with pytest.raises(LimitExceeded) as info:
+        backend.run(_script(path, code, wall_seconds=20))
+    assert info.value.limit == "memory"
+    assert time.monotonic() - started < 10
+
+
+def test_a_request_larger_than_the_sockets_buffer_reaches_the_job_whole(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
+    # The host writes the request as the job takes it, between reads of the reply: 4 MB is
+    # many times a socket's buffer. The job answers only once it has parsed the request
+    # whole: here, that its script is over the size cap, which only the whole request shows.
+    path = tmp_path / "d.parquet"
+    _write(path, ["a"])
+    started = time.monotonic()
+    with pytest.raises(AnalysisFailed) as info:
+        backend.run(_script(path, "result = 1\n" + "#" * 4_000_000 + "\n", wall_seconds=20))
+    assert "script.code" in str(info.value)
+    assert time.monotonic() - started < 10

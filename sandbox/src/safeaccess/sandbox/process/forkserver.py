@@ -35,7 +35,7 @@ from safeaccess.sandbox.backend import (
     SandboxUnavailable,
 )
 from safeaccess.sandbox.process.template import ENV_CODES, ENV_DATASET, ENV_FAMILY
-from safeaccess.sandbox.supervise import JobOutcome, StderrTail, feed, read_reply
+from safeaccess.sandbox.supervise import JobOutcome, StderrTail, drain, exchange
 
 log = logging.getLogger(__name__)
 
@@ -217,14 +217,16 @@ class TemplateProcess:
             finally:
                 child_channel.close()
                 os.close(err_write)
-            stderr = StderrTail(err_read, close=True)
+            stderr = StderrTail()
             deadline = time.monotonic() + limits.wall_seconds
-            feeder = feed(channel.sendall, request, lambda: channel.shutdown(socket.SHUT_WR))
-            fd = channel.fileno()
-            outcome.stdout, outcome.killed_for = read_reply(
-                fd, channel.recv, deadline, limits, lambda: self._kill(job)
-            )
-            feeder.join(timeout=1)
+            try:
+                outcome.stdout, outcome.killed_for = exchange(
+                    channel, request, err_read, stderr, deadline, limits, lambda: self._kill(job)
+                )
+                # Its end comes with the job's exit (the job's pid namespace dies with it).
+                drain(err_read, stderr, max(deadline, time.monotonic()) + EXIT_REPORT_SECONDS)
+            finally:
+                os.close(err_read)
             if not waiting.done.wait(max(deadline - time.monotonic(), 0) + EXIT_REPORT_SECONDS):
                 self._kill(job)
                 if not waiting.done.wait(EXIT_REPORT_SECONDS):
@@ -232,7 +234,7 @@ class TemplateProcess:
                     raise TemplateDamaged("the template did not report the end of a job")
             if waiting.status is None:
                 raise TemplateDamaged("the template ended while running the job")
-            outcome.stderr = stderr.finish()
+            outcome.stderr = stderr.value
             outcome.set_status(waiting.status, waiting.cpu)
             outcome.peak_rss_bytes = waiting.maxrss
             return outcome

@@ -30,7 +30,7 @@ def current_rules_path(store: Store, dataset_id: int) -> str | None:
         if settings is None:
             raise NotFound(f"dataset id {dataset_id} does not exist")
         return settings.rules_path
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         return catalogue.rules_path(conn, dataset_id)
 
 

@@ -140,7 +140,7 @@ class DatabaseFailureLimiter:
         subjects = self._subjects(key, address)
         if not subjects:
             return None
-        with self.store.reading() as s:
+        with self.store.one_statement() as s:
             # The failure that keeps a subject at its limit: its n-th newest in the window.
             nths = rows.nth_newest(s, self._checks(subjects, now))
         return self._wait(subjects, nths, now)
@@ -152,7 +152,7 @@ class DatabaseFailureLimiter:
         registered for `name` in `role`'s table (None: none), read in one statement."""
         now = self._clock()
         subjects = self._subjects(key, address)
-        with self.store.reading() as s:
+        with self.store.one_statement() as s:
             nths, registered = rows.nth_newest_and_key(s, self._checks(subjects, now), role, name)
         return self._wait(subjects, nths, now), registered
 

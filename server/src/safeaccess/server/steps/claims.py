@@ -48,7 +48,7 @@ def requirements_of(store: Store, dataset_id: int) -> dict[str, frozenset[str]]:
         settings = step_settings.settings_of(store, dataset_id)
         if settings is not None:
             return settings.requirements
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         return claims.requirements_of(conn, dataset_id)
 
 

@@ -234,14 +234,14 @@ def get_auditor(store: Store, name: str) -> AuditorRow | None:
 
 def get_researcher(store: Store, name: str) -> ResearcherRow | None:
     """A researcher by name (read on every request: a Core read, the row built from it)."""
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         row = conn.execute(_RESEARCHER, {"name": name}).first()
     return None if row is None else ResearcherRow(**row._mapping)
 
 
 def projects_of(store: Store, researcher: str) -> list[str]:
     """The projects a researcher belongs to, sorted (a Core read: every opening asks)."""
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         return list(conn.scalars(_PROJECTS_OF, {"researcher": researcher}))
 
 
@@ -314,7 +314,7 @@ def qss_settings(store: Store, name: str) -> QssSettings:
     scoped = step_settings.scoped_by_name(store, name)
     if scoped is not None:
         return scoped.qss
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         row = conn.execute(_QSS_SETTINGS, {"name": name}).first()
     if row is None:
         return DEFAULT_QSS
@@ -361,7 +361,7 @@ def get_dataset(store: Store, dataset_id: int) -> DatasetRow:
 def find_dataset(store: Store, name: str, version: int | None = None) -> DatasetRow | None:
     """A dataset by name: the given version, else the newest (a Core read, the row built from
     it, as in `get_researcher`: every opening asks)."""
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         if version is None:
             found = conn.execute(_NEWEST_DATASET, {"name": name}).first()
         else:
@@ -384,7 +384,7 @@ def dataset_versions(store: Store, name: str) -> list[DatasetRow]:
 def version_ids(store: Store, name: str) -> list[int]:
     """The ids of every registered version of dataset `name`, oldest first: a Core read of one
     column (a step needs them all, and the full rows only of versions it has not seen)."""
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         return [int(i) for i in conn.execute(_VERSION_IDS, {"name": name}).scalars()]
 
 
@@ -456,7 +456,7 @@ def get_dp_config(store: Store, dataset: str) -> dict[str, Any] | None:
     scoped = step_settings.scoped_by_name(store, dataset)
     if scoped is not None:
         return None if scoped.dp_config is None else dict(scoped.dp_config)
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         config = conn.execute(_DP_CONFIG, {"name": dataset}).scalar_one_or_none()
     return dict(config) if config is not None else None
 
@@ -501,7 +501,8 @@ def remember_nonce(store: Store, keyid: str, nonce: str, expires_at: int) -> boo
     # key (as if it had been deleted first) and does nothing to a live one (a replay). Expired
     # rows of other nonces are deleted at most once a minute per process, not per request:
     # they only take space, since an expired row never refuses anything.
-    with store.engine.begin() as conn:
+    # In autocommit: each statement stands alone (on PostgreSQL no BEGIN and COMMIT around it).
+    with store.one_statement() as conn:
         if now >= store.nonces_purged_at + _NONCE_PURGE_SECONDS:
             conn.execute(_EXPIRE_NONCES, {"now": now})
             store.nonces_purged_at = now

@@ -96,7 +96,7 @@ def dp_ledgers(store: Store, dataset: str) -> list[DPLedgerRow]:
 
 def qss_pointer(store: Store, scope: str) -> QssPointer | None:
     """Where the auditor state of `scope` points now (None before its first admission)."""
-    with store.reading() as conn:
+    with store.one_statement() as conn:
         row = conn.execute(_POINTER, {"p_scope": scope}).first()
     if row is None:
         return None

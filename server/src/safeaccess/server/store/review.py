@@ -52,7 +52,7 @@ def withholds_since(
     """(steps withheld, sequences still open) for a researcher on every version of a
     dataset: withholds updated at or after `since`; rejected openings are not withholds of
     data and do not count."""
-    with store.reading() as conn:  # one round trip for both counts
+    with store.one_statement() as conn:  # one round trip for both counts
         return _counts(conn, researcher, dataset_name, since)
 
 

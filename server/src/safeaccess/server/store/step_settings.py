@@ -58,7 +58,7 @@ class StepSettings:
     def read(cls, store: Store, dataset_id: int) -> StepSettings | None:
         """The settings of dataset version `dataset_id` now, in one statement (None: no such
         version)."""
-        with store.reading() as conn:
+        with store.one_statement() as conn:
             rows = conn.execute(_SETTINGS, {"dataset_id": dataset_id}).all()
         return cls.of_rows(dataset_id, rows)
 

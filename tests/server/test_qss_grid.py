@@ -171,9 +171,10 @@ def test_an_ordinary_corpus_is_released_whole() -> None:
 def test_rows_kept_across_steps_decide_as_a_fresh_evaluation(
     frame: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # issue 25: an analysis's rows on a small grid are kept across steps (`_EvaluatedRows`);
-    # the same asks must get the same decisions and facts whether the rows are evaluated
-    # afresh (nothing kept), first kept, or read back, and reading back must skip the runs.
+    # issue 25: an analysis's rows on a small grid are kept across steps (`_EvaluatedRows`),
+    # and so are the verdicts on each combination (`_Verdicts`); the same asks must get the
+    # same decisions and facts whether everything is evaluated afresh (nothing kept), first
+    # kept, or read back, and reading back must skip the runs and the grid checks.
     from safeaccess.server.qss import grid
 
     asks: list[Analysis] = [
@@ -191,6 +192,14 @@ def test_rows_kept_across_steps_decide_as_a_fresh_evaluation(
         return evaluate(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(grid._GridEvaluator, "_evaluate", counted)
+    checks = [0]
+    on_grid = grid._GridEvaluator._on_grid
+
+    def checked(self: grid._GridEvaluator, *args: object) -> bool:
+        checks[0] += 1
+        return on_grid(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(grid._GridEvaluator, "_on_grid", checked)
 
     def decide() -> list[tuple[str, dict[str, object]]]:
         scope = Scope(frame)
@@ -202,16 +211,22 @@ def test_rows_kept_across_steps_decide_as_a_fresh_evaluation(
         return out
 
     monkeypatch.setattr(grid, "_EVALUATED", grid._EvaluatedRows(max_points=0))
-    fresh, fresh_runs = decide(), runs[0]
+    monkeypatch.setattr(grid, "_VERDICTS", grid._Verdicts(max_entries=0))
+    fresh, fresh_runs, fresh_checks = decide(), runs[0], checks[0]
     monkeypatch.setattr(grid, "_EVALUATED", grid._EvaluatedRows())
-    runs[0] = 0
-    first, first_runs = decide(), runs[0]
-    runs[0] = 0
-    again, again_runs = decide(), runs[0]
+    monkeypatch.setattr(grid, "_VERDICTS", grid._Verdicts())
+    runs[0] = checks[0] = 0
+    first, first_runs, first_checks = decide(), runs[0], checks[0]
+    runs[0] = checks[0] = 0
+    again, again_runs, again_checks = decide(), runs[0], checks[0]
     assert fresh == first == again
     assert [v for v, _ in again][-1] == "withhold"  # the probe is still refused
     # kept rows serve the later steps of the first pass already, and all of the second
     assert 0 < first_runs < fresh_runs and again_runs < first_runs
+    # a scope's later steps meet combinations its earlier steps checked (the repeated table):
+    # their verdicts are read back (a verdict is kept by its lane's prime, so another scope's
+    # combinations, under other primes, are checked again)
+    assert 0 < first_checks < fresh_checks and 0 < again_checks < fresh_checks
 
 
 def test_weights_summed_per_row_object_decide_as_the_row_by_row_sum(
@@ -223,6 +238,8 @@ def test_weights_summed_per_row_object_decide_as_the_row_by_row_sum(
     from safeaccess.server.qss import grid
 
     rng = np.random.default_rng(11)
+    # Rows faked per draw: no verdict may be kept from one draw for the next.
+    monkeypatch.setattr(grid, "_VERDICTS", grid._Verdicts(max_entries=0))
     evaluator = grid._GridEvaluator(METADATA, {})
     monkeypatch.setattr(evaluator, "_origin_names", lambda origin: {"sex"})
     monkeypatch.setattr(evaluator, "_grid", lambda names, analyses: True)

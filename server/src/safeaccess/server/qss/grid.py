@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise, product
 from types import EllipsisType
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,7 @@ from safeaccess.rules.qss import Admission
 from safeaccess.sandbox.backend import RunnerRequest
 from safeaccess.sandbox.runner import run_request
 from safeaccess.sandbox.runner.filters import row_mask
+from safeaccess.server.digests import sha256_hex
 
 #: Most points a grid may have; above it the check falls back to the filters alone.
 GRID_CAP = 200_000
@@ -110,8 +111,9 @@ class Revealed:
     conflicts_with: list[int]
 
 
-@dataclass(frozen=True)
-class _Source:
+class _Source(NamedTuple):
+    # A tuple: a step checks a few dozen dependencies of several rows each, and a frozen
+    # dataclass costs several times a tuple to make.
     origin: int
     array: int
     label: str
@@ -138,27 +140,31 @@ def data_revealed(
     known: dict[int, Origin] = {**origins, this: current}
 
     starts: dict[int, int] = {}  # each origin's first row: a step's dependencies share a few
+    sources: dict[int, _Source | None] = {}  # by row: a step's dependencies share many
 
     def source(row: int) -> _Source | None:
+        found = sources.get(row, ...)
+        if found is not ...:
+            return found
         o = int(row_origin[row])
         entry = known.get(o)
         if o < 0 or entry is None:
-            return None
+            return sources.setdefault(row, None)
         start = starts.get(o)
         if start is None:
             start = starts[o] = int(np.searchsorted(row_origin, o, side="left"))
         index = row - start
         if not 0 <= index < len(entry.rows):
-            return None
+            return sources.setdefault(row, None)
         array, label = entry.rows[index]
-        return _Source(o, array, label)
+        return sources.setdefault(row, _Source(o, array, label))
 
     evaluator = _GridEvaluator(metadata, known)
     for dep in admission.dependencies:
         array, cell = dep.key
         involved: list[_Source | None] = [_Source(this, array, _label(labels, array, cell))]
-        involved += [source(int(r)) for r in dep.rows]
-        if not evaluator.holds(involved, [int(c) for c in dep.coefficients], dep.p):
+        involved += [source(r) for r in dep.rows.tolist()]
+        if not evaluator.holds(involved, dep.coefficients.tolist(), dep.p):
             named = sorted({s.origin for s in involved if s is not None} - {this})
             reason = (
                 "the records make this output's query set a combination of earlier releases "
@@ -223,6 +229,35 @@ class _EvaluatedRows:
 
 _EVALUATED = _EvaluatedRows()
 
+#: A dependency by the outputs' definitions (`_GridEvaluator._combination`).
+Combination = tuple[tuple[tuple[str, int, str], int], ...]
+
+
+class _Verdicts:
+    """`holds` verdicts kept across steps by (metadata, prime, combination): bounded, least
+    recently used first out; thread-safe."""
+
+    def __init__(self, max_entries: int = 4096):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, int, Combination], bool] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int, Combination]) -> bool | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, int, Combination], verdict: bool) -> None:
+        with self._lock:
+            self._entries[key] = verdict
+            if len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+
+_VERDICTS = _Verdicts()
+
 
 class _GridEvaluator:
     """Rows evaluated on domain grids, cached per set of columns and per admission (and, for
@@ -250,11 +285,53 @@ class _GridEvaluator:
     def holds(self, involved: Sequence[_Source | None], coefficients: list[int], p: int) -> bool:
         """Whether new − Σ coefficients · rows is zero on the grid (mod p); `involved[0]` is
         the new row, the rest pair with `coefficients`."""
-        if any(s is None for s in involved):
+        if None in involved:
             return False  # a row of unknown definition: nothing can show the zero structural
-        sources = [s for s in involved if s is not None]
-        if self._cancels(sources, coefficients, p):
+        sources = cast(Sequence[_Source], involved)
+        combination = self._combination(sources, coefficients, p)
+        if combination is None:
+            return self._on_grid(sources, coefficients, p)
+        defined, weights = combination
+        if defined and not any(weight for _, weight in weights):
             return True
+        key = (self._metadata_digest(), p, weights)
+        verdict = _VERDICTS.get(key)
+        if verdict is None:
+            verdict = self._on_grid(sources, coefficients, p)
+            _VERDICTS.put(key, verdict)
+        return verdict
+
+    def _combination(
+        self, sources: Sequence[_Source], coefficients: list[int], p: int
+    ) -> tuple[bool, Combination] | None:
+        """The dependency by the outputs' definitions: each distinct (analysis as text, array,
+        cell) with its summed weight mod p, sorted; and whether every row is an analysis's.
+        None when a row's analysis is not writable as JSON.
+
+        Rows of one analysis, array and cell are one query set on any data, so when every
+        weight is zero (a repeated table's cell against the same cell released before) the
+        dependency holds by definition, on every grid, a grid over the cap included. A
+        population (text "null") is never matched so: two of them may be different versions'
+        records. On the grid, though, every population's rows are all its points, and whether
+        a combination holds there is a function of the combination and the metadata alone (the
+        grid is cut at the constants of its analyses, each row is an analysis's row on it): so
+        its verdict is kept across steps (`_VERDICTS`), as a repeated table meets the same
+        combinations at each step."""
+        weights: dict[tuple[str, int, str], int] = {}
+        defined = True
+        for weight, (origin, array, label) in zip(
+            (1, *(-c for c in coefficients)), sources, strict=True
+        ):
+            text = self._text(origin)
+            if text is None:
+                return None
+            defined = defined and self.origins[origin].analysis is not None
+            key = (text, array, label)
+            weights[key] = (weights.get(key, 0) + weight) % p
+        return defined, tuple(sorted(weights.items()))
+
+    def _on_grid(self, sources: Sequence[_Source], coefficients: list[int], p: int) -> bool:
+        """`holds`, decided on the grid of the involved analyses (or by their filters)."""
         origins = tuple(sorted({s.origin for s in sources}))
         names = self._names_of.get(origins)
         if names is None:
@@ -281,20 +358,12 @@ class _GridEvaluator:
             total = (total + weight * np.asarray(vec, dtype=np.int64)) % p
         return not bool(np.any(total))
 
-    def _cancels(self, sources: Sequence[_Source], coefficients: list[int], p: int) -> bool:
-        """Whether the combination is zero by definition alone: rows of one analysis, array
-        and cell are one query set on any data, so when the weights of each such row cancel
-        (a repeated table's cell against the same cell released before), nothing needs
-        evaluating. This holds on every grid, a grid over the cap included. A population
-        (no analysis) is never matched: two of them may be different versions' records."""
-        weights: dict[tuple[str, int, str], int] = {}
-        for weight, src in zip((1, *(-c for c in coefficients)), sources, strict=True):
-            definition = self._text(src.origin)
-            if definition is None or self.origins[src.origin].analysis is None:
-                return False
-            key = (definition, src.array, src.label)
-            weights[key] = (weights.get(key, 0) + weight) % p
-        return not any(weights.values())
+    def _metadata_digest(self) -> str:
+        """The SHA-256 of the metadata as JSON: part of the keys of what is kept across steps
+        (its digest, not the text, which each step makes anew and each entry would keep)."""
+        if self._metadata_key is None:
+            self._metadata_key = sha256_hex(self.metadata.model_dump_json().encode())
+        return self._metadata_key
 
     def _text(self, origin: int) -> str | None:
         """Admission `origin`'s analysis as canonical text ("null" for a population; None when
@@ -397,9 +466,7 @@ class _GridEvaluator:
         analysis, text = self.origins[origin].analysis, self._text(origin)
         if text is None or math.prod(len(a) for a in self._axes[grid]) > _EVALUATED.max_points:
             return self._evaluate(self._frame(grid), analysis)
-        if self._metadata_key is None:
-            self._metadata_key = self.metadata.model_dump_json()
-        key = ((self._metadata_key, grid), text)
+        key = ((self._metadata_digest(), grid), text)
         found = _EVALUATED.get(key)
         if found is not ...:
             return found

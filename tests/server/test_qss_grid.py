@@ -168,6 +168,19 @@ def test_an_ordinary_corpus_is_released_whole() -> None:
     assert sum(r.facts.get("dependencies", 0) > 0 for _, _, r, _ in results) >= 10
 
 
+def _counted(monkeypatch: pytest.MonkeyPatch, method: str) -> list[int]:
+    """Count the calls of a `_GridEvaluator` method (in a one-item list)."""
+    calls = [0]
+    original = getattr(grid._GridEvaluator, method)
+
+    def counted(self: grid._GridEvaluator, *args: object) -> object:
+        calls[0] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(grid._GridEvaluator, method, counted)
+    return calls
+
+
 def test_rows_kept_across_steps_decide_as_a_fresh_evaluation(
     frame: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,22 +197,8 @@ def test_rows_kept_across_steps_decide_as_a_fresh_evaluation(
         Summary(variables=["income"], where="age < 90"),
         Summary(variables=["income"], where="age < 90 or (age >= 96 and income > 80000)"),
     ]
-    runs = [0]
-    evaluate = grid._GridEvaluator._evaluate
-
-    def counted(self: grid._GridEvaluator, *args: object) -> object:
-        runs[0] += 1
-        return evaluate(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(grid._GridEvaluator, "_evaluate", counted)
-    checks = [0]
-    on_grid = grid._GridEvaluator._on_grid
-
-    def checked(self: grid._GridEvaluator, *args: object) -> bool:
-        checks[0] += 1
-        return on_grid(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(grid._GridEvaluator, "_on_grid", checked)
+    runs = _counted(monkeypatch, "_evaluate")  # analyses run on a grid frame
+    checks = _counted(monkeypatch, "_on_grid")  # combinations checked on a grid
 
     def decide() -> list[tuple[str, dict[str, object]]]:
         scope = Scope(frame)

@@ -13,8 +13,9 @@ In one run, on a generated census of `--rows` people and a frequency table (regi
    (read from /proc, its own threads only) is the server's alone; the CPU of its sandboxes
    (templates and the jobs they reaped) is printed beside it, and the server's own split by
    thread (the request workers, the event loop, the background full writes of the auditor's
-   state, other threads: those ended by the end of the run and those Python did not start). Clients run in this process. The
-   `--researchers` runs follow a warm-up round at their concurrency, not counted.
+   state, other threads: those ended by the end of the run and those Python did not start).
+   Clients run in this process. The `--researchers` runs follow a warm-up round at their
+   concurrency, not counted.
 
     python benchmarks/throughput.py [--rows 100000] [--researchers 8] [--steps-each 4] [--many 16]
 
@@ -187,8 +188,9 @@ def _concurrent(
     latencies, wall = run_concurrently(centre.url, keys, steps, centre.server_id)
     own_after, sandboxes_after = centre.cpu()
     after = centre.threads()
-    # A thread started during the run counts whole; one that ended (the sandbox jobs' I/O
-    # threads, two a job) is in the total only, as are threads Python did not start.
+    # A thread started during the run counts whole; one that ended (a warm sandbox job's two
+    # I/O threads; a fork server job starts none) is in the total only, as are threads Python
+    # did not start.
     split: dict[str, float] = {}
     for tid, (name, cpu) in after.items():
         split[name] = split.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]

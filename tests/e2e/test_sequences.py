@@ -15,6 +15,7 @@ from safeaccess.client.session import ServerError, connect
 from safeaccess.server.config import DataDir
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata
+from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.review import decisions as review
 from safeaccess.server.service import Service
@@ -207,6 +208,46 @@ def test_wrong_server_and_unsigned_requests(
     assert response.status_code == 422 and response.json()["error"]["code"] == "wrong_server"
     health = httpx.get(srv.url + "/v1/health").json()
     assert health["server_id"] == centre.server_id and health["sandbox"] == "process"
+
+
+def test_every_researcher_endpoint_checks_its_path_then_the_signature(
+    server: tuple[Service, EmbeddedServer],
+) -> None:
+    # One way for all: the path's parameters are checked first (400, whether signed or not:
+    # their patterns are public), then the signature (401, one answer for every cause).
+    import httpx
+    from fastapi.routing import APIRoute
+
+    service, srv = server
+    well_formed = {"{sequence_id}": "a" * 32, "{index}": "1", "{name}": "census"}
+    malformed = {"{sequence_id}": "not-an-id", "{index}": "0", "{name}": "no space"}
+    open_paths = {"/v1/health", "/v1/keys/{fingerprint}"}  # answered without a signature
+    routes = [
+        (method, route.path)
+        for route in create_app(service).routes
+        if isinstance(route, APIRoute)
+        and route.path.startswith("/v1/")
+        and not route.path.startswith("/v1/audit/")  # auditors' own signatures
+        and route.path not in open_paths
+        for method in route.methods
+    ]
+    assert len(routes) == 11
+    for method, path in routes:
+        good, bad = path, path
+        for param, value in well_formed.items():
+            good = good.replace(param, value)
+            bad = bad.replace(param, malformed[param])
+        unsigned = httpx.request(method, srv.url + good, content=b"{}", timeout=60)
+        assert (unsigned.status_code, unsigned.json()["error"]["code"]) == (
+            401,
+            "unauthenticated",
+        ), path
+        if bad != good:
+            refused = httpx.request(method, srv.url + bad, content=b"{}", timeout=60)
+            assert (refused.status_code, refused.json()["error"]["code"]) == (
+                400,
+                "invalid_request",
+            ), path
 
 
 def test_malformed_and_oversized_bodies_are_refused(

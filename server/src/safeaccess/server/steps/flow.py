@@ -64,7 +64,7 @@ from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
 from safeaccess.server.steps.sequence_leases import SequenceLeases
 from safeaccess.server.steps.timing import hold_until_padded
 from safeaccess.server.steps.views import Views
-from safeaccess.server.steps.withhold_budget import opening_needs_approval, to_count
+from safeaccess.server.steps.withhold_budget import count_at_settle, opening_needs_approval
 from safeaccess.server.store import Store, WithholdCount
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
 from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows
@@ -528,7 +528,7 @@ class Flow:
         if self.queued:
             return self._await(seq, step, revealed=revealed)
         # The view's withhold budget, counted in the step's settle transaction (no read of its own).
-        withholds = to_count(ruleset, seq.researcher, dataset.name)
+        withholds = count_at_settle(ruleset, seq.researcher, dataset.name)
         seq, step = self._compute_here(seq, step, dataset, revealed, ruleset, withholds)
         return self.views.step(seq, step, revealed, withholds=withholds)
 

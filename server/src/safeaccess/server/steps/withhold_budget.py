@@ -24,7 +24,7 @@ def budget(
     store: Store, ruleset: RuleSet, researcher: str, dataset: str, used: int | None = None
 ) -> BudgetView | None:
     """The budget's current state, or None when the rule set sets no budget; `used` is the
-    withholds counted already (`to_count`), else they are counted now."""
+    withholds counted already (`count_at_settle`), else they are counted now."""
     rule = ruleset.withhold_budget
     if rule is None:
         return None
@@ -39,7 +39,7 @@ def budget(
     )
 
 
-def to_count(ruleset: RuleSet, researcher: str, dataset: str) -> WithholdCount | None:
+def count_at_settle(ruleset: RuleSet, researcher: str, dataset: str) -> WithholdCount | None:
     """The count `budget` needs, for a step's settle to make in its transaction (None when the
     rule set sets no budget)."""
     rule = ruleset.withhold_budget

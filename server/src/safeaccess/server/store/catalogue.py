@@ -501,7 +501,7 @@ def remember_nonce(store: Store, keyid: str, nonce: str, expires_at: int) -> boo
     # key (as if it had been deleted first) and does nothing to a live one (a replay). Expired
     # rows of other nonces are deleted at most once a minute per process, not per request:
     # they only take space, since an expired row never refuses anything.
-    # In autocommit: each statement stands alone (on PostgreSQL no BEGIN and COMMIT around it).
+    # Each statement stands alone (`one_statement`: no BEGIN and COMMIT on PostgreSQL).
     with store.one_statement() as conn:
         if now >= store.nonces_purged_at + _NONCE_PURGE_SECONDS:
             conn.execute(_EXPIRE_NONCES, {"now": now})

@@ -10,7 +10,7 @@ In one run, on a generated census of `--rows` people and a frequency table (regi
    `run_request` reading the Parquet file), both measured back to back (target: <= 15 ms median);
 3. latency per step at `--many` concurrent researchers on the fork server (target: p95 < 2 s);
 4. server CPU per step: the server runs in a child process of the benchmark, so its CPU time
-   (read from /proc, its own threads only) is the server's alone; the CPU of its sandboxes
+   (its process CPU clock, read by the server itself beside its threads') is the server's alone; the CPU of its sandboxes
    (templates and the jobs they reaped) is printed beside it, and the server's own split by
    thread (the request workers, the event loop, the background full writes of the auditor's
    state, other threads: those ended by the end of the run and those Python did not start).
@@ -65,11 +65,12 @@ class _Centre:
     pid: int
     thread_times: Path  # where the server writes its threads' names and CPU times, when signalled
 
-    def threads(self) -> dict[int, tuple[str, float]]:
-        """The server's live Python threads: ident -> (name, numbers dropped: "qss-compact_0"
-        is "qss-compact"; CPU seconds, from each thread's own CPU clock: /proc counts in 10 ms
-        ticks, too coarse per thread over a few dozen steps). The server writes them when
-        signalled, so no thread of its own spends CPU on this."""
+    def snapshot(self) -> tuple[float, dict[int, tuple[str, float]]]:
+        """(the server process's CPU seconds, its live Python threads: ident -> (name, numbers
+        dropped: "qss-compact_0" is "qss-compact"; CPU seconds)), from the process's and each
+        thread's own CPU clock at one instant: /proc counts in 10 ms ticks, about 0.3 ms a step
+        over a run of 32, and read apart from the threads' it left a negative remainder. The
+        server writes them when signalled, so no thread of its own spends CPU on this."""
         self.thread_times.unlink(missing_ok=True)
         os.kill(self.pid, signal.SIGUSR1)
         deadline = time.monotonic() + 10
@@ -78,15 +79,17 @@ class _Centre:
                 raise RuntimeError("the benchmark's server did not report its threads")
             time.sleep(0.01)
         found = json.loads(self.thread_times.read_text())
-        return {int(k): (re.sub(r"[_ ]?\d+$", "", name), cpu) for k, (name, cpu) in found.items()}
+        threads = {
+            int(k): (re.sub(r"[_ ]?\d+$", "", name), cpu)
+            for k, (name, cpu) in found["threads"].items()
+        }
+        return found["process"], threads
 
-    def cpu(self) -> tuple[float, float]:
-        """(the server process's CPU seconds, its sandboxes': templates and the jobs they reaped)."""
-        own = _proc_cpu(self.pid, children=False)
+    def sandboxes(self) -> float:
+        """The CPU seconds of the server's sandboxes: templates and the jobs they reaped."""
         # Sandboxes still running, with the jobs they reaped, and those the server reaped.
-        sandboxes = _proc_cpu(self.pid, children=True) - own
-        sandboxes += sum(_proc_cpu(p, children=True) for p in _descendants(self.pid))
-        return own, sandboxes
+        cpu = _proc_cpu(self.pid, children=True) - _proc_cpu(self.pid, children=False)
+        return cpu + sum(_proc_cpu(p, children=True) for p in _descendants(self.pid))
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -162,8 +165,8 @@ def _serve(root: Path, mode: Mode, ready: Path) -> None:
 
 
 def _thread_times(path: Path) -> None:
-    """In the server, on SIGUSR1: write each live Python thread's name and CPU seconds to
-    `path` (for `_Centre.threads`)."""
+    """In the server, on SIGUSR1: write the process's CPU seconds (every thread's, ended ones
+    too) and each live Python thread's name and CPU seconds to `path` (`_Centre.snapshot`)."""
     found: dict[int, tuple[str, float]] = {}
     for thread in threading.enumerate():
         if thread.ident is None:
@@ -174,7 +177,7 @@ def _thread_times(path: Path) -> None:
             continue
         found[thread.ident] = (thread.name, cpu)
     partial = path.with_suffix(".partial-threads")
-    partial.write_text(json.dumps(found))
+    partial.write_text(json.dumps({"process": time.process_time(), "threads": found}))
     partial.rename(path)  # appears whole
 
 
@@ -183,11 +186,11 @@ def _concurrent(
 ) -> tuple[float, list[float], float, float, dict[str, float]]:
     """(steps/s, per-step latencies, server CPU s, sandbox CPU s, the server's CPU s by
     thread) for all `keys` at once."""
-    before = centre.threads()
-    own, sandboxes = centre.cpu()
+    own, before = centre.snapshot()
+    sandboxes = centre.sandboxes()
     latencies, wall = run_concurrently(centre.url, keys, steps, centre.server_id)
-    own_after, sandboxes_after = centre.cpu()
-    after = centre.threads()
+    sandboxes_after = centre.sandboxes()
+    own_after, after = centre.snapshot()
     # A thread started during the run counts whole; one that ended (a warm sandbox job's two
     # I/O threads; a fork server job starts none) is in the total only, as are threads Python
     # did not start.
@@ -288,7 +291,7 @@ def main() -> None:
             f"{figures['warm']:.2f} steps/s = {ratio:.1f}x (targets >= 10x and >= 30 steps/s)"
         )
         print(
-            f"server CPU per step (the server process alone, measured from /proc): "
+            f"server CPU per step (the server process alone, from its own CPU clock): "
             f"{figures['server_cpu'] * 1000:.1f} ms (target <= 10 ms)"
         )
         dataset = root / "datasets" / "census" / "v1.parquet"

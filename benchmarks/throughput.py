@@ -10,10 +10,11 @@ In one run, on a generated census of `--rows` people and a frequency table (regi
    `run_request` reading the Parquet file), both measured back to back (target: <= 15 ms median);
 3. latency per step at `--many` concurrent researchers on the fork server (target: p95 < 2 s);
 4. server CPU per step: the server runs in a child process of the benchmark, so its CPU time
-   (its process CPU clock, read by the server itself beside its threads') is the server's alone; the CPU of its sandboxes
-   (templates and the jobs they reaped) is printed beside it, and the server's own split by
-   thread (the request workers, the event loop, the background full writes of the auditor's
-   state, other threads: those ended by the end of the run and those Python did not start).
+   (its process CPU clock, read by the server itself beside its threads') is the server's
+   alone; the CPU of its sandboxes (templates and the jobs they reaped, from /proc) is printed
+   beside it, and the server's own split by thread (the request workers, the event loop, the
+   background full writes of the auditor's state, other threads: those ended by the end of the
+   run and those Python did not start).
    Clients run in this process. The `--researchers` runs follow a warm-up round at their
    concurrency, not counted.
 

@@ -81,12 +81,12 @@ class StderrTail:
     fills a pipe nobody reads would block); otherwise the owner `add`s chunks itself.
     """
 
-    def __init__(self, fd: int | None = None, *, close: bool = False):
+    def __init__(self, fd: int | None = None):
         self._kept = bytearray()
         self._thread: threading.Thread | None = None
         if fd is not None:
             self._thread = threading.Thread(
-                target=self._drain, args=(fd, close), name="job-stderr", daemon=True
+                target=self._drain, args=(fd,), name="job-stderr", daemon=True
             )
             self._thread.start()
 
@@ -96,16 +96,13 @@ class StderrTail:
         if len(self._kept) > STDERR_KEEP:
             del self._kept[: len(self._kept) - STDERR_KEEP]
 
-    def _drain(self, fd: int, close: bool) -> None:
+    def _drain(self, fd: int) -> None:
+        # The pipe belongs to the caller's process object, which closes it.
         try:
             for chunk in iter(lambda: os.read(fd, READ_CHUNK), b""):
                 self.add(chunk)
         except OSError:
             pass  # the pipe was closed under us: what was read is the tail
-        finally:
-            if close:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
 
     def finish(self, timeout: float = 2.0) -> bytes:
         """The tail, once the writer has closed its end (or after `timeout` seconds)."""

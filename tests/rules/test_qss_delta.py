@@ -8,6 +8,7 @@ import pytest
 from safeaccess.rules.outputs import cell_dtype
 from safeaccess.rules.qss import AuditMode, AuditPolicy, AuditState, StateFormatError, admit
 from safeaccess.rules.qss.delta import Grow, Refine, Step, apply_delta, encode_delta
+from safeaccess.rules.qss.encoding import atom_type
 
 
 def _cells(rng: np.random.Generator, n: int, n_cells: int, inside: float) -> np.ndarray:
@@ -53,9 +54,11 @@ def test_a_delta_replayed_on_its_parent_is_the_admitted_state(seed: int, mode: A
         raw = b"".join(encode_delta(child, steps))
         back = apply_delta(parent, raw)
         assert back.to_bytes() == child.to_bytes()
-        # the delta leaves the per-record atoms out: smaller than the state for int8 arrays
-        if all(isinstance(s, Refine) and s.cells.dtype == np.int8 for s in steps):
-            assert len(raw) < len(child.to_bytes())
+        # the delta is its 12-byte head, its steps (10-byte heads, the arrays), the sizes' digest and
+        # the state without its per-record atoms (stored in `atom_type(n_atoms)`)
+        arrays = sum(10 + (s.cells.nbytes if isinstance(s, Refine) else 0) for s in steps)
+        atoms = child.n_records * np.dtype(atom_type(child.sizes.shape[0])).itemsize
+        assert len(raw) == 12 + arrays + 32 + len(child.to_bytes()) - atoms
 
 
 def test_a_delta_on_the_wrong_parent_or_altered_is_refused() -> None:

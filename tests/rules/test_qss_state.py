@@ -150,7 +150,7 @@ def test_policy_is_frozen_and_strict() -> None:
 
 
 def test_decoding_bytes_checked_by_the_caller_skips_the_checksum_and_copies_no_atoms() -> None:
-    from safeaccess.rules.qss.encoding import decode_fields
+    from safeaccess.rules.qss.encoding import StateFields, atom_type, decode_fields, encode_fields
 
     rng = np.random.default_rng(4)
     state = AuditState.empty(4_000)
@@ -163,12 +163,21 @@ def test_decoding_bytes_checked_by_the_caller_skips_the_checksum_and_copies_no_a
         decode_fields(wrong)
     fields = decode_fields(wrong, verified=True)
     assert np.array_equal(fields.atom_of, admission.state.atom_of)
-    # the atoms are a read-only view of the bytes wherever they sit aligned, else a copy
+    # few atoms: stored as int8 (a quarter of int32), decoded to a read-only int32 copy
+    n_atoms = admission.state.sizes.shape[0]
+    assert atom_type(n_atoms) == "i1" and len(raw) < 4_000 * 2
+    atoms = decode_fields(raw, verified=True).atom_of
+    assert atoms.dtype == np.int32 and not atoms.flags.writeable
+    # more than 32 768 atoms: int32, a read-only view of the bytes wherever they sit aligned,
+    # else a copy
+    wide = np.random.default_rng(5).permutation(40_000).astype(np.int32)
+    wide_raw = encode_fields(StateFields(wide, np.ones(40_000, dtype=np.int64), -1, 1, None))
+    assert atom_type(40_000) == "<i4" and len(wide_raw) > 4 * 40_000
     views = 0
     for pad in range(4):
-        atoms = decode_fields(memoryview(b"\0" * pad + raw)[pad:], verified=True).atom_of
+        atoms = decode_fields(memoryview(b"\0" * pad + wide_raw)[pad:], verified=True).atom_of
         assert atoms.flags.aligned and not atoms.flags.writeable
-        assert np.array_equal(atoms, admission.state.atom_of)
+        assert np.array_equal(atoms, wide)
         views += not atoms.flags.owndata
     assert views == 1
     # a mutable buffer is copied first: changing it afterwards changes nothing decoded

@@ -20,6 +20,7 @@ from safeaccess.client.protocol import seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.rules.qss import AuditPolicy, admit
+from safeaccess.rules.qss.encoding import atom_type
 from safeaccess.server.config import initialise, scope_folder
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.http.app import create_app
@@ -140,7 +141,8 @@ def test_every_step_writes_a_delta_and_its_full_state_follows_in_the_background(
         parts = encode_file(replace(warm, base=None, depth=0, steps=()), delta=False)
         assert raw == b"".join(parts)  # the full state, named by its head and checksum
         assert full.name == f"{digest}.{sealed_name(parts[0], parts[-1])}{FULL_SUFFIX}"
-        assert parent_of(raw) is None and len(raw) > 4 * N
+        atoms = N * np.dtype(atom_type(warm.state.n_atoms)).itemsize
+        assert parent_of(raw) is None and len(raw) > atoms  # with its per-record atom array
         assert decode_sealed(raw, full.name.split(".")[1]).state.to_bytes() == _state_bytes(
             files, digest
         )
@@ -201,13 +203,15 @@ def test_a_half_written_or_damaged_full_file_is_never_read(tmp_path: Path) -> No
     head = full_bytes.replace(b'"admitted"', b'"refused" ', 1)
     assert head != full_bytes and decode(head).populations == {1: "refused"}
     # two records of different atoms swapped: every count still checks, only the checksum not
-    at = next(k for k, part in enumerate(parts) if len(part) == 4 * N)
+    stored = np.dtype(atom_type(files.load(SCOPE, QssPointer(digests[-1], N, 1), N).state.n_atoms))
+    w = stored.itemsize
+    at = next(k for k, part in enumerate(parts) if len(part) == w * N)
     start = sum(len(part) for part in parts[:at])
-    atom_of = np.frombuffer(parts[at], dtype="<i4")
+    atom_of = np.frombuffer(parts[at], dtype=stored)
     i, j = 0, int(np.flatnonzero(atom_of != atom_of[0])[0])
     atoms = bytearray(full_bytes)
-    atoms[start + 4 * i : start + 4 * i + 4] = atom_of[j].tobytes()
-    atoms[start + 4 * j : start + 4 * j + 4] = atom_of[i].tobytes()
+    atoms[start + w * i : start + w * i + w] = atom_of[j].tobytes()
+    atoms[start + w * j : start + w * j + w] = atom_of[i].tobytes()
     for damaged in (head, bytes(atoms)):
         name.write_bytes(damaged)
         cold = Reads(tmp_path)

@@ -1,7 +1,7 @@
 """A state as the steps that led to it from a parent state: what a scope writes per admission.
 
-A full encoded state holds one int32 atom id per record id (40 MB at 10 M records), and hashing,
-writing and syncing it on every admitted step cost more than the admission itself. Every
+A full encoded state holds one atom id per record id (40 MB at 10 M records in int32), and
+hashing, writing and syncing it on every admitted step cost more than the admission itself. Every
 admission changes the atoms only by refining them with its query-set arrays (and a new dataset
 version grows them), and the refinement is a deterministic function of the parent's atoms and
 the array (`partition.refine`). So a delta holds the steps (each array in its compact cell

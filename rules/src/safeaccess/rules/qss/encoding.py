@@ -6,10 +6,13 @@ without importing each other.
 
 Layout (little-endian): magic b"SAQSS\\0", u16 version, u16 flags (bit 0: constraints
 tracked; bit 1, version 3 on: atom_of left out, because the bytes are a delta whose reader
-rebuilds it from the parent state, `delta.py`), u64 n_records, n_atoms, outside + 1, n_query_sets, n_rows, nnz, n_lanes, then per lane
-u64 p and r; then atom_of int32[n_records], and when tracked: indptr int64[n_rows + 1], indices
-int32[nnz], origin int32[n_rows] (version 2 on; the admission each row came with), per lane d uint32[n_atoms], basis int32[r], K uint32[r*r], K⁻¹ uint32[r*r]; last a
-SHA-256 of everything before it. Atom sizes are recomputed from atom_of on load.
+rebuilds it from the parent state, `delta.py`; bits 2-3, version 4 on: atom_of's width, 0 for
+int32, 1 for int8, 2 for int16), u64 n_records, n_atoms, outside + 1, n_query_sets, n_rows,
+nnz, n_lanes, then per lane u64 p and r; then atom_of[n_records] in the narrowest signed type
+that holds ids below n_atoms (`atom_type`), and when tracked: indptr int64[n_rows + 1], indices
+int32[nnz], origin int32[n_rows] (version 2 on; the admission each row came with), per lane
+d uint32[n_atoms], basis int32[r], K uint32[r*r], K⁻¹ uint32[r*r]; last a SHA-256 of
+everything before it. Atom sizes are recomputed from atom_of on load.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ from safeaccess.rules.qss import modp
 from safeaccess.rules.qss.constraints import Constraints, Lane
 
 MAGIC = b"SAQSS\0"
-VERSION = 3
-#: Versions this decoder reads (1: rows carry no origin; 2: no flag for a left-out atom_of).
-READABLE = (1, 2, 3)
+VERSION = 4
+#: Versions this decoder reads (1: rows carry no origin; 2: no flag for a left-out atom_of;
+#: 3: atom_of always int32).
+READABLE = (1, 2, 3, 4)
 #: Flag bits: constraints tracked; atom_of left out (supplied by the reader).
 TRACKED = 1
 NO_ATOMS = 2
+#: Flag bits 2-3 (version 4 on): the code of atom_of's stored type.
+_WIDTH_SHIFT = 2
+_WIDTH_MASK = 3 << _WIDTH_SHIFT
+_ATOM_TYPES = {0: "<i4", 1: "i1", 2: "<i2"}
 _HEAD = struct.Struct("<6sHH7Q")
 _LANE = struct.Struct("<2Q")
 _DIGEST = 32
@@ -68,11 +76,12 @@ def encode_parts(state: StateFields, *, atoms: bool = True) -> list[bytes | memo
     lanes = constraints.lanes if constraints is not None else ()
     n_records = int(state.atom_of.shape[0])
     n_atoms = int(state.sizes.shape[0])
+    width = _atom_code(n_atoms) if atoms else 0
     parts: list[bytes | memoryview] = [
         _HEAD.pack(
             MAGIC,
             VERSION,
-            (TRACKED if tracked else 0) | (0 if atoms else NO_ATOMS),
+            (TRACKED if tracked else 0) | (0 if atoms else NO_ATOMS) | width << _WIDTH_SHIFT,
             n_records,
             n_atoms,
             state.outside + 1,
@@ -84,7 +93,7 @@ def encode_parts(state: StateFields, *, atoms: bool = True) -> list[bytes | memo
     ]
     parts += [_LANE.pack(lane.p, int(lane.basis.shape[0])) for lane in lanes]
     if atoms:
-        parts.append(_buffer(state.atom_of, "<i4"))
+        parts.append(_buffer(state.atom_of, _ATOM_TYPES[width]))
     if constraints is not None:
         parts.append(_buffer(constraints.indptr, "<i8"))
         parts.append(_buffer(constraints.indices, "<i4"))
@@ -99,6 +108,22 @@ def encode_parts(state: StateFields, *, atoms: bool = True) -> list[bytes | memo
         digest.update(part)
     parts.append(digest.digest())
     return parts
+
+
+def atom_type(n_atoms: int) -> str:
+    """The stored type of atom ids below `n_atoms`: int8 up to 128 atoms, int16 up to 32 768,
+    else int32. A full state is mostly this array (4 bytes a record in int32: 40 MB at 10 M
+    records); a state with few atoms, as most scopes have, writes, hashes and reads a quarter
+    of it. In memory the ids are int32 whatever the width on disk."""
+    return _ATOM_TYPES[_atom_code(n_atoms)]
+
+
+def _atom_code(n_atoms: int) -> int:
+    if n_atoms <= 1 << 7:
+        return 1
+    if n_atoms <= 1 << 15:
+        return 2
+    return 0
 
 
 def _buffer(array: npt.NDArray[np.generic], dtype: str) -> memoryview:
@@ -166,7 +191,13 @@ def decode_fields(
         raise StateFormatError(f"state format version {version}; this auditor reads {READABLE}")
     if not verified and hashlib.sha256(body).digest() != digest:
         raise StateFormatError("state checksum mismatch: the bytes are corrupted or truncated")
-    if flags & ~(TRACKED | NO_ATOMS) or (flags & NO_ATOMS and version < 3):
+    width = (flags & _WIDTH_MASK) >> _WIDTH_SHIFT
+    if (
+        flags & ~(TRACKED | NO_ATOMS | _WIDTH_MASK)
+        or (flags & NO_ATOMS and version < 3)
+        or (width and (version < 4 or flags & NO_ATOMS))
+        or width not in _ATOM_TYPES
+    ):
         raise StateFormatError(f"unknown state flags {flags}")
     if bool(flags & NO_ATOMS) != (atom_of is not None):
         raise StateFormatError(
@@ -183,7 +214,10 @@ def decode_fields(
         lane_heads.append(_LANE.unpack_from(body, reader.pos))
         reader.pos += _LANE.size
     if atom_of is None:
-        atom_of = reader.view("<i4", n_records, "atom_of").astype(np.int32, copy=False)
+        atom_of = reader.view(_ATOM_TYPES[width], n_records, "atom_of")
+        if atom_of.dtype != np.int32:  # int32 in memory: a narrower stored array is widened
+            atom_of = atom_of.astype(np.int32)
+            atom_of.setflags(write=False)  # read-only as a view is: admissions copy to split
     elif atom_of.dtype != np.int32 or atom_of.shape != (n_records,):
         raise StateFormatError(
             f"the rebuilt atoms cover {atom_of.shape} record ids as {atom_of.dtype}, the state "

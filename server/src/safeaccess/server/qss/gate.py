@@ -109,7 +109,7 @@ class StateFiles:
     An admitted step writes a delta of the state file it was admitted from
     (`universe.encode_file`; a scope's first, of the empty state): its query-set arrays and the
     small rest, not the per-record atom array, so it writes about n_records bytes for a table of
-    up to 127 cells (10 MB at 10 M records) instead of 4 bytes per record, and hashes it once.
+    up to 127 cells (10 MB at 10 M records), and hashes it once.
     Once a step `COMPACT_EVERY` deltas from a full file (or from a state queued for a full
     write) is recorded, `compact` writes its state
     in full in the background, as `<digest>.<name>.full` beside the delta `<digest>.state`

@@ -281,7 +281,7 @@ def state_files(data: dict[str, np.ndarray], steps: int) -> None:
 
     from safeaccess.server.outcome import QssPointer
     from safeaccess.server.qss.compaction import COMPACTOR
-    from safeaccess.server.qss.gate import COMPACT_EVERY, FULL_EVERY, FULL_SUFFIX, StateFiles
+    from safeaccess.server.qss.gate import FULL_EVERY, FULL_SUFFIX, StateFiles
     from safeaccess.server.qss.universe import Population, ScopeState, admit_populations
 
     n = next(iter(data.values())).shape[0]
@@ -338,11 +338,10 @@ def state_files(data: dict[str, np.ndarray], steps: int) -> None:
                 f"    background full writes: {len(fulls)}, median {np.median(fulls):.1f} ms, "
                 f"max {max(fulls):.1f} ms"
             )
-        last = (
-            "its full file" if (steps % COMPACT_EVERY == 0) else "the parent's full file + 1 delta"
-        )
-        print(f"    cold load of the last state ({last}): {cold(root, digests[-1])} s")
         folder = next(root.rglob(f"{digests[-1]}.state")).parent
+        compacted = any(folder.glob(f"{digests[-1]}.*{FULL_SUFFIX}"))
+        last = "its full file" if compacted else "the newest full file + the deltas after it"
+        print(f"    cold load of the last state ({last}): {cold(root, digests[-1])} s")
         for full in folder.glob(f"{digests[-1]}.*{FULL_SUFFIX}"):
             full.unlink()  # as if the process died between the delta and its full write
         print(

@@ -27,7 +27,13 @@ from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.outcome import QssPointer
 from safeaccess.server.qss.compaction import Compactor
-from safeaccess.server.qss.gate import COMPACT_EVERY, FULL_EVERY, FULL_SUFFIX, StateFiles
+from safeaccess.server.qss.gate import (
+    COMPACT_DEPTH,
+    COMPACT_EVERY,
+    FULL_EVERY,
+    FULL_SUFFIX,
+    StateFiles,
+)
 from safeaccess.server.qss.universe import (
     Population,
     ScopeState,
@@ -44,7 +50,7 @@ from safeaccess.server.store import Store
 
 POLICY = AuditPolicy(k=5)
 SCOPE = "d/project/p"
-N = 5_000
+N = 50_000  # a delta that splits nothing (a few KB of constraints) is well below N bytes
 
 
 class Held(Compactor):
@@ -130,9 +136,20 @@ def test_every_step_writes_a_delta_and_its_full_state_follows_in_the_background(
     # no step wrote a full state on its path: each file is a delta of the one before
     assert all(parent_of(raw) == prev for raw, prev in zip(raws[1:], digests, strict=False))
     assert all(len(raw) < 4 * N for raw in raws)  # no int32 atom array in any
+    # The first delta holds two int8 arrays (the population's and the table's): COMPACT_EVERY
+    # (2) times the state's int8 atom array, so it is compacted at once. The second splits the
+    # atoms again (one array); the later steps repeat those cells and split nothing, so their
+    # deltas hold no per-record array and the state is compacted every COMPACT_DEPTH deltas.
+    assert COMPACT_EVERY == 2 and len(raws[0]) > 2 * N and len(raws[1]) > N
+    assert all(len(raw) < N // 2 for raw in raws[2:])
+    compacted, deltas, held = [], 0, 0
+    for i, raw in enumerate(raws):  # the rule, from the files' sizes
+        deltas, held = deltas + 1, held + len(raw)
+        if deltas >= COMPACT_DEPTH or held >= COMPACT_EVERY * N:
+            compacted, deltas, held = [*compacted, i], 0, 0
+    assert compacted == [0, COMPACT_DEPTH, 2 * COMPACT_DEPTH]
     for i, digest in enumerate(digests):
-        # every COMPACT_EVERY-th step, counted from a full file (the empty state first)
-        if (i + 1) % COMPACT_EVERY:
+        if i not in compacted:
             assert _fulls(tmp_path, digest) == []
             continue
         (full,) = _fulls(tmp_path, digest)
@@ -150,7 +167,7 @@ def test_every_step_writes_a_delta_and_its_full_state_follows_in_the_background(
 
 def test_a_cold_load_reads_the_full_file_and_no_delta(tmp_path: Path) -> None:
     files = StateFiles(tmp_path, compactor=Compactor())
-    digests = _chain(files, 6)
+    digests = _chain(files, 1 + COMPACT_DEPTH)  # the second full file, COMPACT_DEPTH on
     cold = Reads(tmp_path)
     loaded = cold.load(SCOPE, QssPointer(digests[-1], N, 1), N)
     assert cold.fulls == [digests[-1]] and cold.deltas == []
@@ -162,7 +179,7 @@ def test_a_crash_between_the_delta_and_its_full_write_loads_the_parent_full_and_
     tmp_path: Path,
 ) -> None:
     files = StateFiles(tmp_path, compactor=Compactor())
-    digests = _chain(files, 4)
+    digests = _chain(files, 1)  # with its full file
     last = _step(files, QssPointer(digests[-1], N, 1), 4)  # recorded; the process died then
     assert _fulls(tmp_path, last) == []
     cold = Reads(tmp_path)
@@ -256,8 +273,10 @@ def test_full_writes_are_queued_every_compact_every_steps_while_the_earlier_are_
     tmp_path: Path,
 ) -> None:
     # Steps admitted while a full write runs in the background (the busy server's case): the
-    # cadence counts from the write queued, so the next is queued COMPACT_EVERY steps later,
-    # not at every step until the first completes.
+    # cadence counts from the write queued, not at every step until the first completes. Step
+    # 1's delta holds two int8 arrays (the population's, sex): queued at once. Step 2 splits
+    # the atoms again (region within sex), the later ones split nothing: the next is queued
+    # COMPACT_DEPTH deltas after the first, not at each step while the first waits.
     held = Held()
     files = StateFiles(tmp_path, compactor=held)
     pointer: QssPointer | None = None
@@ -269,7 +288,7 @@ def test_full_writes_are_queued_every_compact_every_steps_while_the_earlier_are_
         if len(held.jobs) > before:
             queued_at.append(step)
         pointer = QssPointer(digests[-1], N, 1)
-    assert queued_at == list(range(COMPACT_EVERY, FULL_EVERY, COMPACT_EVERY))
+    assert COMPACT_DEPTH == FULL_EVERY - 2 and queued_at == [1, 1 + COMPACT_DEPTH]
     assert all(parent_of((_folder(tmp_path) / f"{d}.state").read_bytes()) for d in digests[1:])
     held.run_all()  # the queued writes complete: a cold load reads the newest full file
     cold = Reads(tmp_path)
@@ -285,14 +304,20 @@ def test_pruning_keeps_what_the_current_state_needs_and_drops_what_a_full_file_r
     tmp_path: Path,
 ) -> None:
     files = StateFiles(tmp_path, compactor=Compactor())
-    digests = _chain(files, 8)
-    files.prune(SCOPE, digests[-1], digests[-2])
+    digests = _chain(files, 1 + COMPACT_DEPTH)  # full files after the first and the last step
     folder = _folder(tmp_path)
-    states = {p.stem for p in folder.glob("*.state")}
-    assert states == set(digests[-3:])  # the newest three; the older ones have a full file after
     fulls = {p.name.split(".", 1)[0] for p in folder.glob(f"*{FULL_SUFFIX}")}
-    # a full file goes with its state file (the states 2, 4, ... have one)
-    assert COMPACT_EVERY == 2 and fulls == {digests[5], digests[7]}
+    assert fulls == {digests[0], digests[-1]}
+    # the step's base (its record failed) needs its chain back to the first step's full file
+    files.prune(SCOPE, digests[-1], digests[-2])
+    states = {p.stem for p in folder.glob("*.state")}
+    assert states == set(digests)
+    # once recorded, only the newest three stay; the older ones have a full file after
+    files.prune(SCOPE, digests[-1])
+    states = {p.stem for p in folder.glob("*.state")}
+    assert states == set(digests[-3:])
+    fulls = {p.name.split(".", 1)[0] for p in folder.glob(f"*{FULL_SUFFIX}")}
+    assert fulls == {digests[-1]}  # a full file goes with its state file
     cold = StateFiles(tmp_path).load(SCOPE, QssPointer(digests[-1], N, 1), N)
     assert cold.state.to_bytes() == _state_bytes(files, digests[-1])
     # a crash before the newest delta's full write: its parent chain is needed and kept

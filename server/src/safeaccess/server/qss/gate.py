@@ -50,6 +50,7 @@ from safeaccess.rules.qss import (
     StateFormatError,
     admit,
 )
+from safeaccess.rules.qss.encoding import atom_type
 from safeaccess.server.config import QssSettings, scope_folder
 from safeaccess.server.outcome import QssCommit, QssPointer
 from safeaccess.server.qss.compaction import COMPACTOR, Compactor
@@ -87,12 +88,18 @@ def policy_for(settings: QssSettings, threshold: int) -> AuditPolicy:
 #: when those writes have not completed (a crash, a failing disk); the bound keeps a cold
 #: load's chain short whatever happens.
 FULL_EVERY = 8
-#: A delta this many deltas from a full file, or from a state queued for a full write, has its
-#: full state written in the background once its step is recorded: a cold load then replays at
-#: most `COMPACT_EVERY - 1` deltas (more should the newest full writes not have completed), and
-#: the background work is one full write per `COMPACT_EVERY` steps of a scope (40 MB and one
-#: SHA-256 pass at 10 M records), also while steps are admitted faster than the writes run.
+#: A delta has its full state written in the background once its step is recorded when the
+#: deltas since a full file, or since a state queued for a full write, hold `COMPACT_EVERY`
+#: times the full state's atom array in bytes (`encoding.atom_type`), or number
+#: `COMPACT_DEPTH`. A cold load then reads one full file and about `COMPACT_EVERY` atom arrays'
+#: worth of deltas (more should the newest full writes not have completed). A step whose query
+#: sets split no atom (another statistic on cells released before, a repeated table) writes a
+#: delta without a per-record array, a few KB: re-writing the unchanged atoms every second such
+#: step spared a cold load almost nothing, so those are compacted every `COMPACT_DEPTH` steps.
+#: The cadence counts from the write queued, also while steps are admitted faster than the
+#: writes run.
 COMPACT_EVERY = 2
+COMPACT_DEPTH = FULL_EVERY - 2
 #: Temporary files older than this are left-overs of a killed writer, removed when pruning (a
 #: live write takes well under a second).
 STALE_TMP_SECONDS = 3600.0
@@ -110,14 +117,15 @@ class StateFiles:
     (`universe.encode_file`; a scope's first, of the empty state): its query-set arrays and the
     small rest, not the per-record atom array, so it writes about n_records bytes for a table of
     up to 127 cells (10 MB at 10 M records), and hashes it once.
-    Once a step `COMPACT_EVERY` deltas from a full file (or from a state queued for a full
-    write) is recorded, `compact` writes its state
-    in full in the background, as `<digest>.<name>.full` beside the delta `<digest>.state`
-    (`universe.sealed_name`; temporary file, fsync, rename: a reader never sees a partial one).
-    A load walks back from the pointer's file and stops at the first state it has decoded in
-    memory or that has a full file: a cold load reads one full file and at most
-    `COMPACT_EVERY - 1` deltas (more only when background writes did not complete). A step
-    whose base is `FULL_EVERY - 1` deltas from a full file writes a full state itself."""
+    Once a step is recorded whose deltas since a full file (or since a state queued for a full
+    write) hold `COMPACT_EVERY` atom arrays' worth of bytes, or number `COMPACT_DEPTH`,
+    `compact` writes its state in full in the background, as `<digest>.<name>.full` beside the
+    delta `<digest>.state` (`universe.sealed_name`; temporary file, fsync, rename: a reader
+    never sees a partial one). A load walks back from the pointer's file and stops at the first
+    state it has decoded in memory or that has a full file: a cold load reads one full file and
+    deltas of less than `COMPACT_EVERY` atom arrays in all, or fewer than `COMPACT_DEPTH` small
+    ones (more only when background writes did not complete). A step whose base is
+    `FULL_EVERY - 1` deltas from a full file writes a full state itself."""
 
     def __init__(self, root: Path, cache_size: int = 4, compactor: Compactor = COMPACTOR):
         self.root = root / "qss"
@@ -127,10 +135,10 @@ class StateFiles:
         self._parents: dict[str, str | None] = {}  # digest -> the digest it is a delta of
         #: per scope, the newest delta written and its state, until `compact` takes it
         self._unfull: dict[str, tuple[str, ScopeState]] = {}
-        #: digest -> deltas since a state of its chain was queued for a full write (or was
-        #: full): the compaction cadence counts from the write queued, not from the one
-        #: completed, else every step admitted while a full write runs queues another
-        self._since_queued: dict[str, int] = {}
+        #: digest -> (deltas, their bytes) since a state of its chain was queued for a full
+        #: write (or was full): the compaction cadence counts from the write queued, not from
+        #: the one completed, else every step admitted while a full write runs queues another
+        self._since_queued: dict[str, tuple[int, int]] = {}
         self._compactor = compactor
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -248,21 +256,28 @@ class StateFiles:
         """Write a state durably (tmp file, fsync, rename): a delta of `state.base` by
         `state.steps`, or a full state when the base is `FULL_EVERY - 1` deltas from a full
         file. Returns its digest (the SHA-256 of the file). Once the step is recorded,
-        `compact` writes the full state of a delta `COMPACT_EVERY` deep in the background."""
+        `compact` writes the full state of a delta in the background when the deltas since a
+        full one hold `COMPACT_EVERY` atom arrays' worth of bytes or number `COMPACT_DEPTH`."""
         delta = state.base is not None and state.depth + 1 < FULL_EVERY
         parts = encode_file(state, delta=delta)
         digest = _digest_of(parts)
         _write(self._path(scope, digest), parts, mkdir=True)
         depth = state.depth + 1 if delta else 0
+        atoms = state.state.n_records * np.dtype(atom_type(state.state.n_atoms)).itemsize
+        threshold = COMPACT_EVERY * atoms
         with self._guard:
             self._parents[digest] = state.base if delta else None
-            since = 0
+            since = (0, 0)
             if delta and state.base is not None:
-                since = self._since_queued.get(state.base, state.depth) + 1
+                # a base this process did not write: counted as its depth of whole atom arrays
+                deltas, written = self._since_queued.get(
+                    state.base, (state.depth, state.depth * threshold)
+                )
+                since = (deltas + 1, written + sum(memoryview(part).nbytes for part in parts))
             self._since_queued[digest] = since
         stored = replace(state, base=None, depth=depth, steps=())
         self._remember(digest, stored)
-        if delta and since >= COMPACT_EVERY:
+        if delta and (since[0] >= COMPACT_DEPTH or since[1] >= threshold):
             with self._guard:
                 self._unfull.pop(scope, None)
                 self._unfull[scope] = (digest, stored)
@@ -273,14 +288,14 @@ class StateFiles:
 
     def compact(self, scope: str, digest: str) -> None:
         """Write the full state of the delta `digest` (this scope's newest, just recorded) in
-        the background; nothing when it is less than `COMPACT_EVERY` deltas from a full file,
-        was written full, or is no longer the newest saved."""
+        the background; nothing when `save` did not find it due one (`COMPACT_EVERY`), it was
+        written full, or it is no longer the newest saved."""
         with self._guard:
             found = self._unfull.get(scope)
             if found is None or found[0] != digest:
                 return
             del self._unfull[scope]
-            self._since_queued[digest] = 0
+            self._since_queued[digest] = (0, 0)
         state = found[1]
         self._compactor.submit(
             (str(self.root), scope), lambda: self.write_full(scope, digest, state)

@@ -113,8 +113,9 @@ def encode_parts(state: StateFields, *, atoms: bool = True) -> list[bytes | memo
 def atom_type(n_atoms: int) -> str:
     """The stored type of atom ids below `n_atoms`: int8 up to 128 atoms, int16 up to 32 768,
     else int32. A full state is mostly this array (4 bytes a record in int32: 40 MB at 10 M
-    records); a state with few atoms, as most scopes have, writes, hashes and reads a quarter
-    of it. In memory the ids are int32 whatever the width on disk."""
+    records): a state of up to 128 atoms (a scope's first few tables) writes, hashes and reads
+    a quarter of it, one of up to 32 768 half. In memory the ids are int32 whatever the width
+    on disk."""
     return _ATOM_TYPES[_atom_code(n_atoms)]
 
 
@@ -214,10 +215,11 @@ def decode_fields(
         lane_heads.append(_LANE.unpack_from(body, reader.pos))
         reader.pos += _LANE.size
     if atom_of is None:
-        atom_of = reader.view(_ATOM_TYPES[width], n_records, "atom_of")
-        if atom_of.dtype != np.int32:  # int32 in memory: a narrower stored array is widened
-            atom_of = atom_of.astype(np.int32)
-            atom_of.setflags(write=False)  # read-only as a view is: admissions copy to split
+        stored = reader.view(_ATOM_TYPES[width], n_records, "atom_of")
+        # int32 in memory: a narrower stored array is widened, read-only as a view is (an
+        # admission that splits atoms copies them)
+        atom_of = stored.astype(np.int32, copy=False)
+        atom_of.setflags(write=False)
     elif atom_of.dtype != np.int32 or atom_of.shape != (n_records,):
         raise StateFormatError(
             f"the rebuilt atoms cover {atom_of.shape} record ids as {atom_of.dtype}, the state "

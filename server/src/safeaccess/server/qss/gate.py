@@ -99,6 +99,9 @@ FULL_EVERY = 8
 #: The cadence counts from the write queued, also while steps are admitted faster than the
 #: writes run.
 COMPACT_EVERY = 2
+#: Deltas since a full file (or a queued full write) after which the state is compacted
+#: whatever their bytes: below `FULL_EVERY - 1`, so that the background write, not the step's
+#: own path, is what keeps the chain bounded.
 COMPACT_DEPTH = FULL_EVERY - 2
 #: Temporary files older than this are left-overs of a killed writer, removed when pruning (a
 #: live write takes well under a second).
@@ -269,7 +272,8 @@ class StateFiles:
             self._parents[digest] = state.base if delta else None
             since = (0, 0)
             if delta and state.base is not None:
-                # a base this process did not write: counted as its depth of whole atom arrays
+                # a base this process did not write (a cold load): each delta of its chain
+                # counts as a whole threshold, so a delta's next step is compacted, as before
                 deltas, written = self._since_queued.get(
                     state.base, (state.depth, state.depth * threshold)
                 )

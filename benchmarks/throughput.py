@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -183,11 +184,19 @@ def _thread_times(path: Path) -> None:
     partial.rename(path)  # appears whole
 
 
-def _concurrent(
-    centre: _Centre, keys: dict[str, Ed25519PrivateKey], steps: int
-) -> tuple[float, list[float], float, float, dict[str, float]]:
-    """(steps/s, per-step latencies, server CPU s, sandbox CPU s, the server's CPU s by
-    thread) for all `keys` at once."""
+class _Round(NamedTuple):
+    """One concurrent round: its steps' latencies and wall time, and the CPU seconds of the
+    server (in all, and by thread name) and of its sandboxes."""
+
+    latencies: list[float]
+    wall: float
+    server_cpu: float
+    sandbox_cpu: float
+    split: dict[str, float]
+
+
+def _concurrent(centre: _Centre, keys: dict[str, Ed25519PrivateKey], steps: int) -> _Round:
+    """A round of all `keys` at once."""
     own, before = centre.snapshot()
     sandboxes = centre.sandboxes()
     latencies, wall = run_concurrently(centre.url, keys, steps, centre.server_id)
@@ -200,7 +209,7 @@ def _concurrent(
     for tid, (name, cpu) in after.items():
         split[name] = split.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
     split["other threads"] = (own_after - own) - sum(split.values())
-    return len(latencies) / wall, latencies, own_after - own, sandboxes_after - sandboxes, split
+    return _Round(latencies, wall, own_after - own, sandboxes_after - sandboxes, split)
 
 
 def _job_overhead(dataset: Path, jobs: int) -> tuple[float, float]:
@@ -239,6 +248,8 @@ def main() -> None:
     )
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)  # internal: the server
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
     if args.serve:
         _serve(Path(args.serve[0]), args.serve[1], Path(args.serve[2]))
         return
@@ -269,14 +280,14 @@ def main() -> None:
                     _concurrent(centre, team, args.steps_each)
                     for _ in range(args.rounds if mode == "forkserver" else 1)
                 ]
-                latencies = [latency for round_ in rounds for latency in round_[1]]
+                latencies = [latency for round_ in rounds for latency in round_.latencies]
                 n = len(latencies)
-                rate = n / sum(len(round_[1]) / round_[0] for round_ in rounds)
-                server_cpu = sum(round_[2] for round_ in rounds)
-                sandbox_cpu = sum(round_[3] for round_ in rounds)
+                rate = n / sum(round_.wall for round_ in rounds)
+                server_cpu = sum(round_.server_cpu for round_ in rounds)
+                sandbox_cpu = sum(round_.sandbox_cpu for round_ in rounds)
                 split: dict[str, float] = {}
                 for round_ in rounds:
-                    for name, cpu in round_[4].items():
+                    for name, cpu in round_.split.items():
                         split[name] = split.get(name, 0.0) + cpu
                 figures[mode] = rate
                 print(
@@ -290,14 +301,17 @@ def main() -> None:
                 )
                 if mode == "forkserver":
                     figures["server_cpu"] = server_cpu / n
-                    by_round = ", ".join(f"{r[2] / len(r[1]) * 1000:.1f}" for r in rounds)
+                    by_round = ", ".join(
+                        f"{r.server_cpu / len(r.latencies) * 1000:.1f}" for r in rounds
+                    )
                     shares = ", ".join(
                         f"{name} {cpu / n * 1000:.1f} ms"
                         for name, cpu in sorted(split.items(), key=lambda kv: -kv[1])
                         if abs(cpu) / n >= 0.00005
                     )
                     print(f"[forkserver] server CPU per step by thread: {shares}")
-                    rate_many, many, _, _, _ = _concurrent(centre, keys, args.steps_each)
+                    crowd = _concurrent(centre, keys, args.steps_each)
+                    rate_many, many = len(crowd.latencies) / crowd.wall, crowd.latencies
                     print(
                         f"[forkserver] {args.many} researchers x {args.steps_each} steps: "
                         f"{rate_many:.2f} steps/s; per-step median "

@@ -292,8 +292,8 @@ class StateFiles:
 
     def compact(self, scope: str, digest: str) -> None:
         """Write the full state of the delta `digest` (this scope's newest, just recorded) in
-        the background; nothing when `save` did not find it due one (`COMPACT_EVERY`), it was
-        written full, or it is no longer the newest saved."""
+        the background; nothing when `save` found no full write due (`COMPACT_EVERY`,
+        `COMPACT_DEPTH`), it was written full, or it is no longer the newest saved."""
         with self._guard:
             found = self._unfull.get(scope)
             if found is None or found[0] != digest:

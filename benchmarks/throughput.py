@@ -16,10 +16,16 @@ In one run, on a generated census of `--rows` people and a frequency table (regi
    background full writes of the auditor's state, other threads: those ended by the end of the
    run and those Python did not start).
    Clients run in this process. The `--researchers` runs follow a warm-up round at their
-   concurrency, not counted; on the fork server, `--rounds` of them are pooled.
+   concurrency, not counted; on the fork server, `--rounds` of them are pooled;
+5. with `--parts`, where the server's CPU per step goes on the fork server: the server times
+   the step's parts (authentication, the reveal and its reads, its two transactions, the
+   sandbox job's exchange, the query-set admission, the background writes) on each thread's
+   CPU clock, and the parts' CPU per step is printed under the figures. The timers cost CPU
+   of their own (about a millisecond a step on a 2-core machine), so the figures above are
+   higher in a run with `--parts`: take those from a run without it.
 
     python benchmarks/throughput.py [--rows 100000] [--researchers 8] [--steps-each 4] [--many 16]
-        [--rounds 3]
+        [--rounds 3] [--parts]
 
 Needs a root server (the fork server's jobs switch to fresh uids); prints the machine's cores.
 """
@@ -27,6 +33,8 @@ Needs a root server (the fork server's jobs switch to fresh uids); prints the ma
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import os
 import platform
@@ -38,11 +46,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -68,12 +76,13 @@ class _Centre:
     pid: int
     thread_times: Path  # where the server writes its threads' names and CPU times, when signalled
 
-    def snapshot(self) -> tuple[float, dict[int, tuple[str, float]]]:
+    def snapshot(self) -> tuple[float, dict[int, tuple[str, float]], dict[str, tuple[int, float]]]:
         """(the server process's CPU seconds, its live Python threads: ident -> (name, numbers
-        dropped: "qss-compact_0" is "qss-compact"; CPU seconds)), from the process's and each
-        thread's own CPU clock at one instant: /proc counts in 10 ms ticks, about 0.3 ms a step
-        over a run of 32, and read apart from the threads' it left a negative remainder. The
-        server writes them when signalled, so no thread of its own spends CPU on this."""
+        dropped: "qss-compact_0" is "qss-compact"; CPU seconds), its timed parts: label ->
+        (calls, CPU seconds), none without `--parts`), from the process's and each thread's own
+        CPU clock at one instant: /proc counts in 10 ms ticks, about 0.3 ms a step over a run
+        of 32, and read apart from the threads' it left a negative remainder. The server writes
+        them when signalled, so no thread of its own spends CPU on this."""
         self.thread_times.unlink(missing_ok=True)
         os.kill(self.pid, signal.SIGUSR1)
         deadline = time.monotonic() + 10
@@ -86,7 +95,8 @@ class _Centre:
             int(k): (re.sub(r"[_ ]?\d+$", "", name), cpu)
             for k, (name, cpu) in found["threads"].items()
         }
-        return found["process"], threads
+        parts = {label: (int(calls), cpu) for label, (calls, cpu) in found["parts"].items()}
+        return found["process"], threads, parts
 
     def sandboxes(self) -> float:
         """The CPU seconds of the server's sandboxes: templates and the jobs they reaped."""
@@ -126,12 +136,14 @@ def _descendants(pid: int) -> list[int]:
 
 
 @contextmanager
-def _centre(root: Path, mode: Mode) -> Iterator[_Centre]:
-    """Start the server (fork server or warm sandboxes) in a child process; stop it after."""
+def _centre(root: Path, mode: Mode, *, parts: bool = False) -> Iterator[_Centre]:
+    """Start the server (fork server or warm sandboxes) in a child process, timing its parts
+    with `parts`; stop it after."""
     ready = root.parent / f"url-{mode}"
     ready.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(root), mode, str(ready)],
+        [sys.executable, __file__, "--serve", str(root), mode, str(ready)]
+        + (["--parts"] if parts else []),
         stdin=subprocess.PIPE,
     )
     try:
@@ -149,8 +161,79 @@ def _centre(root: Path, mode: Mode) -> Iterator[_Centre]:
         proc.wait(timeout=60)
 
 
-def _serve(root: Path, mode: Mode, ready: Path) -> None:
+#: The parts of a step that `--parts` times in the server: (label, module, class or None,
+#: function). An indented label is part of the lines above it one level out (the openings'
+#: and the reveals' parts together), so the parts do not add up.
+#: Each is looked up where its callers find it at each call (a class's method, a module's
+#: attribute read as `module.name`), so replacing it there times every call.
+_PARTS = (
+    (
+        "authentication (signature, failure limits, key, nonce)",
+        "safeaccess.server.service",
+        "Service",
+        "authenticate_key",
+    ),
+    ("  the nonce's write", "safeaccess.server.store.catalogue", None, "remember_nonce"),
+    ("an opening, with its step 1", "safeaccess.server.service", "Service", "open_sequence"),
+    ("a reveal", "safeaccess.server.service", "Service", "reveal"),
+    ("  the sequence and step read", "safeaccess.server.store", "Store", "get_sequence_step"),
+    ("  the step recorded running (begin_step)", "safeaccess.server.store", "Store", "begin_step"),
+    (
+        "  the sandbox job, the server's side",
+        "safeaccess.sandbox.process.backend",
+        "ProcessBackend",
+        "run",
+    ),
+    ("  query-set admission", "safeaccess.server.qss.admission", "Admission", "admit"),
+    ("    its decision", "safeaccess.server.qss.admission", None, "gate"),
+    (
+        "    its state file (written, synced, older ones pruned)",
+        "safeaccess.server.qss.admission",
+        None,
+        "commit_for",
+    ),
+    ("  the outcome recorded (settle_step)", "safeaccess.server.store", "Store", "settle_step"),
+    (
+        "background full writes of auditor states",
+        "safeaccess.server.qss.compaction",
+        "Compactor",
+        "_run",
+    ),
+)
+
+
+def _time_parts() -> dict[str, list[float]]:
+    """In the server: replace each of `_PARTS` by a wrapper that adds its calls and the CPU
+    seconds of the calling thread to the returned totals (label -> [calls, seconds])."""
+    totals: dict[str, list[float]] = {}
+    lock = threading.Lock()
+
+    def timed(function: Callable[..., Any], total: list[float]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent = time.thread_time() - start
+                with lock:
+                    total[0] += 1
+                    total[1] += spent
+
+        return wrapper
+
+    for label, module, owner, name in _PARTS:
+        target: Any = importlib.import_module(module)
+        if owner is not None:
+            target = getattr(target, owner)
+        totals[label] = [0, 0.0]
+        setattr(target, name, timed(getattr(target, name), totals[label]))
+    return totals
+
+
+def _serve(root: Path, mode: Mode, ready: Path, *, parts: bool = False) -> None:
     """The child process of `_centre`: serve until stdin closes."""
+    totals = _time_parts() if parts else {}
     config = DataDir(root).load_config()
     backend = ProcessBackend(limits=config.sandbox.limits, mode=mode)
     backend.check_available()
@@ -158,7 +241,7 @@ def _serve(root: Path, mode: Mode, ready: Path) -> None:
     app = create_app(service)
     freeze_startup_objects()  # as `safeaccess-server serve` does
     times = ready.with_suffix(".threads")
-    signal.signal(signal.SIGUSR1, lambda *_: _thread_times(times))
+    signal.signal(signal.SIGUSR1, lambda *_: _thread_times(times, totals))
     with service, EmbeddedServer(app) as server:
         partial = ready.with_suffix(".partial")
         partial.write_text(server.url)
@@ -167,9 +250,10 @@ def _serve(root: Path, mode: Mode, ready: Path) -> None:
     backend.close()
 
 
-def _thread_times(path: Path) -> None:
+def _thread_times(path: Path, parts: dict[str, list[float]]) -> None:
     """In the server, on SIGUSR1: write the process's CPU seconds (every thread's, ended ones
-    too) and each live Python thread's name and CPU seconds to `path` (`_Centre.snapshot`)."""
+    too), each live Python thread's name and CPU seconds and the timed `parts` to `path`
+    (`_Centre.snapshot`)."""
     found: dict[int, tuple[str, float]] = {}
     for thread in threading.enumerate():
         if thread.ident is None:
@@ -180,28 +264,31 @@ def _thread_times(path: Path) -> None:
             continue
         found[thread.ident] = (thread.name, cpu)
     partial = path.with_suffix(".partial-threads")
-    partial.write_text(json.dumps({"process": time.process_time(), "threads": found}))
+    snapshot = {"process": time.process_time(), "threads": found, "parts": parts}
+    partial.write_text(json.dumps(snapshot))
     partial.rename(path)  # appears whole
 
 
 class _Round(NamedTuple):
-    """One concurrent round: its steps' latencies and wall time, and the CPU seconds of the
-    server (in all, and by thread name) and of its sandboxes."""
+    """One concurrent round: its steps' latencies and wall time, the CPU seconds of the
+    server (in all, and by thread name) and of its sandboxes, and the server's timed parts
+    (label -> (calls, CPU seconds); none without `--parts`)."""
 
     latencies: list[float]
     wall: float
     server_cpu: float
     sandbox_cpu: float
     split: dict[str, float]
+    parts: dict[str, tuple[int, float]]
 
 
 def _concurrent(centre: _Centre, keys: dict[str, Ed25519PrivateKey], steps: int) -> _Round:
     """A round of all `keys` at once."""
-    own, before = centre.snapshot()
+    own, before, parts_before = centre.snapshot()
     sandboxes = centre.sandboxes()
     latencies, wall = run_concurrently(centre.url, keys, steps, centre.server_id)
     sandboxes_after = centre.sandboxes()
-    own_after, after = centre.snapshot()
+    own_after, after, parts_after = centre.snapshot()
     # A thread started during the run counts whole; one that ended (a warm sandbox job's two
     # I/O threads; a fork server job starts none) is in the total only, as are threads Python
     # did not start.
@@ -209,7 +296,24 @@ def _concurrent(centre: _Centre, keys: dict[str, Ed25519PrivateKey], steps: int)
     for tid, (name, cpu) in after.items():
         split[name] = split.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
     split["other threads"] = (own_after - own) - sum(split.values())
-    return _Round(latencies, wall, own_after - own, sandboxes_after - sandboxes, split)
+    parts = {
+        label: (calls - parts_before[label][0], cpu - parts_before[label][1])
+        for label, (calls, cpu) in parts_after.items()
+    }
+    return _Round(latencies, wall, own_after - own, sandboxes_after - sandboxes, split, parts)
+
+
+def _print_parts(rounds: list[_Round], steps: int) -> None:
+    """The timed parts' CPU per step over `rounds` (of `steps` steps in all), and per call."""
+    print("[forkserver] server CPU per step by part (timed; indented: part of the lines above):")
+    for label, *_ in _PARTS:
+        calls = sum(round_.parts[label][0] for round_ in rounds)
+        cpu = sum(round_.parts[label][1] for round_ in rounds)
+        per_call = f"{cpu / calls * 1000:6.2f} ms a call" if calls else "never called"
+        print(
+            f"  {label:<58} {cpu / steps * 1000:6.2f} ms a step; "
+            f"{calls / steps:4.2f} calls a step, {per_call}"
+        )
 
 
 def _job_overhead(dataset: Path, jobs: int) -> tuple[float, float]:
@@ -246,12 +350,18 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="rounds of the fork server run, pooled"
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="time the step's parts in the server and print their CPU per step (the timers "
+        "add CPU of their own)",
+    )
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)  # internal: the server
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, not {args.rounds}")
     if args.serve:
-        _serve(Path(args.serve[0]), args.serve[1], Path(args.serve[2]))
+        _serve(Path(args.serve[0]), args.serve[1], Path(args.serve[2]), parts=args.parts)
         return
 
     frame = generate_census(args.rows)
@@ -268,7 +378,7 @@ def main() -> None:
         figures: dict[str, float] = {}
         by_round = ""  # the fork server's server CPU per step, round by round
         for mode in ("warm", "forkserver"):
-            with _centre(root, mode) as centre:
+            with _centre(root, mode, parts=args.parts and mode == "forkserver") as centre:
                 # Warm-up, not counted: the template or warm sandboxes, the page cache, and the
                 # server's pools at this concurrency (its worker threads, numpy's); the first
                 # concurrent round costs the server several ms of CPU per step more than the
@@ -310,6 +420,8 @@ def main() -> None:
                         if abs(cpu) / n >= 0.00005
                     )
                     print(f"[forkserver] server CPU per step by thread: {shares}")
+                    if args.parts:
+                        _print_parts(rounds, n)
                     crowd = _concurrent(centre, keys, args.steps_each)
                     rate_many, many = len(crowd.latencies) / crowd.wall, crowd.latencies
                     print(

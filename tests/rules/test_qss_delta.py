@@ -57,7 +57,7 @@ def test_a_delta_replayed_on_its_parent_is_the_admitted_state(seed: int, mode: A
         # the delta is its 12-byte head, its steps (10-byte heads, the arrays), the sizes' digest and
         # the state without its per-record atoms (stored in `atom_type(n_atoms)`)
         arrays = sum(10 + (s.cells.nbytes if isinstance(s, Refine) else 0) for s in steps)
-        atoms = child.n_records * np.dtype(atom_type(child.sizes.shape[0])).itemsize
+        atoms = child.n_records * atom_type(child.sizes.shape[0]).itemsize
         assert len(raw) == 12 + arrays + 32 + len(child.to_bytes()) - atoms
 
 

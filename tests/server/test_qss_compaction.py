@@ -158,7 +158,7 @@ def test_every_step_writes_a_delta_and_its_full_state_follows_in_the_background(
         parts = encode_file(replace(warm, base=None, depth=0, steps=()), delta=False)
         assert raw == b"".join(parts)  # the full state, named by its head and checksum
         assert full.name == f"{digest}.{sealed_name(parts[0], parts[-1])}{FULL_SUFFIX}"
-        atoms = N * np.dtype(atom_type(warm.state.n_atoms)).itemsize
+        atoms = N * atom_type(warm.state.n_atoms).itemsize
         assert parent_of(raw) is None and len(raw) > atoms  # with its per-record atom array
         assert decode_sealed(raw, full.name.split(".")[1]).state.to_bytes() == _state_bytes(
             files, digest
@@ -220,7 +220,7 @@ def test_a_half_written_or_damaged_full_file_is_never_read(tmp_path: Path) -> No
     head = full_bytes.replace(b'"admitted"', b'"refused" ', 1)
     assert head != full_bytes and decode(head).populations == {1: "refused"}
     # two records of different atoms swapped: every count still checks, only the checksum not
-    stored = np.dtype(atom_type(files.load(SCOPE, QssPointer(digests[-1], N, 1), N).state.n_atoms))
+    stored = atom_type(files.load(SCOPE, QssPointer(digests[-1], N, 1), N).state.n_atoms)
     w = stored.itemsize
     at = next(k for k, part in enumerate(parts) if len(part) == w * N)
     start = sum(len(part) for part in parts[:at])
@@ -269,7 +269,7 @@ def test_a_newer_state_replaces_a_queued_full_write_of_its_scope(tmp_path: Path)
     assert ran == ["third"]
 
 
-def test_full_writes_are_queued_every_compact_every_steps_while_the_earlier_are_running(
+def test_full_writes_are_queued_by_the_cadence_while_the_earlier_are_running(
     tmp_path: Path,
 ) -> None:
     # Steps admitted while a full write runs in the background (the busy server's case): the

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -110,13 +110,13 @@ def encode_parts(state: StateFields, *, atoms: bool = True) -> list[bytes | memo
     return parts
 
 
-def atom_type(n_atoms: int) -> str:
-    """The stored type of atom ids below `n_atoms`: int8 up to 128 atoms, int16 up to 32 768,
-    else int32. A full state is mostly this array (4 bytes a record in int32: 40 MB at 10 M
+def atom_type(n_atoms: int) -> np.dtype[np.signedinteger[Any]]:
+    """The stored type of atom ids below `n_atoms` (its `itemsize` is the bytes a record):
+    int8 up to 128 atoms, int16 up to 32 768, else int32. A full state is mostly this array (4 bytes a record in int32: 40 MB at 10 M
     records): a state of up to 128 atoms (a scope's first few tables) writes, hashes and reads
     a quarter of it, one of up to 32 768 half. In memory the ids are int32 whatever the width
     on disk."""
-    return _ATOM_TYPES[_atom_code(n_atoms)]
+    return np.dtype(_ATOM_TYPES[_atom_code(n_atoms)])
 
 
 def _atom_code(n_atoms: int) -> int:

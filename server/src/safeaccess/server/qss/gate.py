@@ -266,7 +266,7 @@ class StateFiles:
         digest = _digest_of(parts)
         _write(self._path(scope, digest), parts, mkdir=True)
         depth = state.depth + 1 if delta else 0
-        atoms = state.state.n_records * np.dtype(atom_type(state.state.n_atoms)).itemsize
+        atoms = state.state.n_records * atom_type(state.state.n_atoms).itemsize
         threshold = COMPACT_EVERY * atoms
         with self._guard:
             self._parents[digest] = state.base if delta else None

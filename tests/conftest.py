@@ -125,36 +125,28 @@ def cli_checkers(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str], str]:
     TOTP prompts for them with a fresh code each time (a code works once); any other name gets
     a wrong code."""
     import getpass
-    import time
 
     import pyotp
 
     from safeaccess.server.web import accounts
+    from totp_codes import OneTimeCodes
 
-    totps: dict[str, pyotp.TOTP] = {}
-    last: dict[str, int] = {}
+    codes: dict[str, OneTimeCodes] = {}
 
     def fresh(name: str) -> str:
-        totp = totps[name]
-        while True:
-            now = totp.timecode(time.time())
-            step = max(now - 1, last.get(name, 0) + 1)
-            if step <= now + 1:
-                last[name] = step
-                return str(totp.generate_otp(step))
-            time.sleep(1.0)
+        return codes[name].code()
 
     def answer(prompt: str = "") -> str:
         if prompt.startswith("password"):
             return CLI_CHECKER_PASSWORD
         name = prompt.removeprefix("current code from ").split("'s authenticator")[0]
-        return fresh(name) if name in totps else "000000"
+        return fresh(name) if name in codes else "000000"
 
     def enrol(store: Any, name: str) -> str:
         enrolment = accounts.add_checker(store, name)
         found = accounts.enrolment_for(store, enrolment.token)
         assert found is not None
-        totps[name] = pyotp.TOTP(found[1])
+        codes[name] = OneTimeCodes(pyotp.TOTP(found[1]))
         pw = CLI_CHECKER_PASSWORD
         accounts.enrol(store, enrolment.token, pw, pw, fresh(name))
         return name

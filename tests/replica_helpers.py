@@ -15,7 +15,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
-import pyotp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.analyses import MagnitudeTable
@@ -205,22 +204,3 @@ def review_login(base: str, name: str, code: str, verify: Verify = True) -> str:
     answer = review_post(base, "/review/login", anonymous, form, verify)
     assert answer.status_code == 303 and answer.headers["location"] == "/review/", answer.text
     return set_cookie(answer)
-
-
-class OneTimeCodes:
-    """TOTP codes of one checker, each new (a code works once; the server accepts the
-    neighbouring time steps too, so this waits only when three were used in one step)."""
-
-    def __init__(self, totp: pyotp.TOTP):
-        self.totp = totp
-        self.last_step = 0
-
-    def code(self) -> str:
-        """A code not used yet."""
-        while True:
-            now = self.totp.timecode(time.time())
-            step = max(now - 1, self.last_step + 1)
-            if step <= now + 1:
-                self.last_step = step
-                return str(self.totp.generate_otp(step))
-            time.sleep(1.0)

@@ -45,7 +45,6 @@ from sqlalchemy import select
 from replica_helpers import (
     PASSWORD,
     TRACKER,
-    OneTimeCodes,
     csrf,
     review_get,
     review_post,
@@ -67,6 +66,7 @@ from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.store.schema import StepRow
 from safeaccess.server.web import accounts
+from totp_codes import OneTimeCodes
 
 pytestmark = pytest.mark.slow
 

@@ -43,6 +43,7 @@ from safeaccess.server.review import rules as review_rules
 from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 from safeaccess.server.web import accounts
+from totp_codes import OneTimeCodes
 
 # With SAFEACCESS_REQUIRE_BROWSER=1 (CI) a missing Playwright or Chromium fails, never skips.
 REQUIRE_BROWSER = os.environ.get("SAFEACCESS_REQUIRE_BROWSER") == "1"
@@ -103,19 +104,15 @@ class Web:
     centre: Centre
     shots: Path
     app: Any
-    secrets: dict[str, str] = field(default_factory=dict)
-    last_step: dict[str, int] = field(default_factory=dict)
+    codes: dict[str, OneTimeCodes] = field(default_factory=dict)
+
+    def enrolled(self, name: str, secret: str) -> None:
+        """Checker `name`'s TOTP secret, for her codes from now on."""
+        self.codes[name] = OneTimeCodes(pyotp.TOTP(secret))
 
     def code(self, name: str) -> str:
         """A TOTP code the server has not seen yet for this checker (a code works once)."""
-        totp = pyotp.TOTP(self.secrets[name])
-        while True:
-            now = totp.timecode(time.time())
-            step = max(now - 1, self.last_step.get(name, 0) + 1)
-            if step <= now + 1:
-                self.last_step[name] = step
-                return totp.generate_otp(step)
-            time.sleep(1.0)
+        return self.codes[name].code()
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +192,7 @@ def _enrol(
     uri = page.locator("code.uri").inner_text()
     assert uri.startswith("otpauth://totp/") and f"secret={secret}" in uri
     assert page.locator(".qr svg").count() == 1
-    web.secrets[name] = secret
+    web.enrolled(name, secret)
     if shot:
         _shot(web, page, shot)
     page.fill("#password", PASSWORD)
@@ -221,7 +218,7 @@ def _new_checker(web: Web, name: str) -> str:
     enrolment = accounts.add_checker(store, name)
     found = accounts.enrolment_for(store, enrolment.token)
     assert found is not None
-    web.secrets[name] = found[1]
+    web.enrolled(name, found[1])
     accounts.enrol(store, enrolment.token, PASSWORD, PASSWORD, web.code(name))
     return name
 
@@ -422,7 +419,7 @@ def test_a_checker_never_reviews_her_own_output(
             PASSWORD
             if prompt.startswith("password")
             else web.code(prompt.removeprefix("current code from ").split("'s")[0])
-            if prompt.removeprefix("current code from ").split("'s")[0] in web.secrets
+            if prompt.removeprefix("current code from ").split("'s")[0] in web.codes
             else "000000"
         ),
     )

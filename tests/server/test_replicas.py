@@ -30,7 +30,6 @@ from pg_throwaway import free_port
 from replica_helpers import (
     PASSWORD,
     TRACKER,
-    OneTimeCodes,
     csrf,
     income,
     people,
@@ -60,6 +59,7 @@ from safeaccess.server.store import Store
 from safeaccess.server.store.advisory_locks import advisory_key
 from safeaccess.server.store.schema import StepRow
 from safeaccess.server.web import accounts
+from totp_codes import OneTimeCodes
 
 pytestmark = pytest.mark.slow
 

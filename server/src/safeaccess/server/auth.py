@@ -5,12 +5,24 @@ tables, so one class does both: the role decides the key table, the namespace of
 failure limiter and of nonces (an auditor may share a name with a researcher), and the word in
 the server log. Every failure gets the one `AUTHENTICATION_FAILED` answer, whatever its cause,
 so that the answer does not tell who is registered.
+
+The limits of failures throttle failures, never a valid request: a request signed by a
+registered key, for this server, fresh, with a new nonce, is served even when its key id or its
+address is past its limit. Researchers behind one institution's address (a NAT, a proxy) share
+that address with whoever fails from it, and anyone may send forged signatures naming a
+colleague's key id; neither may lock her out. A request that fails authentication is counted
+against its claimed key id and its address while both are within their limits, and refused with
+429 (not counted again) once either is past it. Registered or not, a claimed key id is counted
+and throttled alike, so neither answer tells who is registered.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -40,20 +52,53 @@ def check_rate(limiter: FailureLimiter, key: str | None, address: str | None, wh
     refuse_past_limit(limiter.retry_after(key, address), key, address, who)
 
 
-def refuse_past_limit(wait: float | None, key: str | None, address: str | None, who: str) -> None:
-    """Refuse (429) when the limiter said to `wait` (None: within the limits)."""
+def refuse_past_limit(
+    wait: float | None,
+    key: str | None,
+    address: str | None,
+    who: str,
+    once: OncePerMinute | None = None,
+) -> None:
+    """Refuse (429) when the limiter said to `wait` (None: within the limits); logged, or
+    logged once a minute per address (else key id) with `once`."""
     if wait is not None:
-        log.warning(
-            "%s authentication refused: too many failures (key id %r, address %s)",
-            who,
-            key,
-            address,
-        )
+        if once is None or once.first(address if address is not None else key):
+            log.warning(
+                "%s authentication refused: too many failures (key id %r, address %s); further "
+                "refusals from there are logged at most once a minute",
+                who,
+                key,
+                address,
+            )
         raise TooManyFailures(
             f"too many failed authentications from this key or address; try again in "
             f"{math.ceil(wait)} s",
             retry_after=wait,
         )
+
+
+class OncePerMinute:
+    """Whether a subject's refusal is its first in a minute: a throttled flood writes one log
+    line a minute, not one per request (the log is what the limits keep from filling)."""
+
+    PERIOD = 60.0
+    MAX_SUBJECTS = 10_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: OrderedDict[str | None, float] = OrderedDict()
+
+    def first(self, subject: str | None) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(subject)
+            if last is not None and now - last < self.PERIOD:
+                return False
+            self._last[subject] = now
+            self._last.move_to_end(subject)
+            while len(self._last) > self.MAX_SUBJECTS:
+                self._last.popitem(last=False)
+            return True
 
 
 Role = Literal["researcher", "auditor"]
@@ -78,6 +123,7 @@ class Authenticator:
         self.limiter = limiter
         self._prefix = _PREFIX[kind]
         self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
+        self._refusals_logged = OncePerMinute()
 
     def key(self, name: str) -> Ed25519PublicKey | None:
         """The registered public key of `name` in this role, or None if there is none."""
@@ -99,23 +145,22 @@ class Authenticator:
 
     def _rate_and_key(
         self, claimed: str | None, address: str | None, named: str | None
-    ) -> Callable[[str], Ed25519PublicKey | None]:
-        """Refuse (429) a key id or address past its limit; the key lookup for the signature's
-        check. With the database's limiter and both subjects known, the claimed name's key is
-        read in the limits' statement (one read, not two, before every signed request)."""
+    ) -> tuple[float | None, Callable[[str], Ed25519PublicKey | None]]:
+        """How long the key id or address must wait (None: within its limits), and the key
+        lookup for the signature's check. With the database's limiter and both subjects known,
+        the claimed name's key is read in the limits' statement (one read, not two, before
+        every signed request)."""
         both = getattr(self.limiter, "retry_after_and_key", None)
         if both is None or claimed is None or address is None or named is None:
-            self.check_rate(claimed, address)
-            return self.key
+            return self.limiter.retry_after(claimed, address), self.key
         wait, registered = both(claimed, address, self.kind, named)
-        refuse_past_limit(wait, claimed, address, self.kind)
 
         def key(name: str) -> Ed25519PublicKey | None:
             if name != named:
                 return self.key(name)
             return None if registered is None else self._loaded(name, *registered)
 
-        return key
+        return wait, key
 
     def check_rate(self, key: str | None, address: str | None) -> None:
         """Refuse (429) a key id (already namespaced) or address past its limit of failures."""
@@ -133,8 +178,8 @@ class Authenticator:
         body: bytes,
         address: str | None = None,
     ) -> str:
-        """The name that signed this request, or raise Unauthenticated (TooManyFailures past
-        the rate limit of failures per key id and per address)."""
+        """The name that signed this request, or raise Unauthenticated (TooManyFailures when
+        the request fails and its key id or address is past its limit of failures)."""
         return self.authenticate_key(method, path, query, headers, body, address)[0]
 
     def authenticate_key(
@@ -152,7 +197,9 @@ class Authenticator:
         resolved: list[Ed25519PublicKey] = []
         named = claimed_keyid(headers)
         claimed = None if named is None else self._prefix + named
-        lookup = self._rate_and_key(claimed, address, named)
+        # Read before the signature is checked (with the key, in one statement), applied only
+        # if the check fails: a valid request is served whatever the limits say.
+        wait, lookup = self._rate_and_key(claimed, address, named)
 
         def resolve(name: str) -> Ed25519PublicKey | None:
             key = lookup(name)
@@ -173,6 +220,10 @@ class Authenticator:
                 server=self.config.server_id,
             )
         except SignatureError as exc:
+            # Past a limit, the failure is refused and not counted again: a flood keeps its
+            # subject throttled without a write per request, and is free again once the
+            # failures that put it at the limit have left the window.
+            refuse_past_limit(wait, claimed, address, self.kind, self._refusals_logged)
             # One answer for every cause: a distinct "unknown key" would tell who is registered.
             # The true cause goes to the server log for the administrators.
             log.info(

@@ -8,9 +8,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pandas as pd
@@ -84,6 +86,37 @@ def open_body_with_endorsements(sealed: SealedSequence) -> bytes:
     data = json.loads(open_body(sealed))
     data["endorsements"] = [e.model_dump(mode="json") for e in sealed.endorsements]
     return json.dumps(data).encode()
+
+
+def resigned_log(service: Any, path: Path, mutate: Callable[[list[dict[str, Any]]], None]) -> Any:
+    """The centre's honest log after `mutate(records)`, renumbered, in a tree the centre's key
+    signs again: what a dishonest centre could publish (an `ExportSource`). Only replaying the
+    records can catch it."""
+    from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
+    from safeaccess.client.audit.merkle import leaf_hash, root_of
+    from safeaccess.client.audit.records import encode_record
+    from safeaccess.client.audit.verify import ExportSource
+    from safeaccess.server.auditors import AuditService
+
+    path.write_bytes(b"".join(AuditService.of(service).export()))
+    source = ExportSource(path)
+    parsed = [json.loads(r) for _, r, _ in source.entries(0)]
+    mutate(parsed)
+    for i, p in enumerate(parsed):
+        p["index"] = i
+    records = [encode_record(p) for p in parsed]
+    source.checkpoint_note = sign_checkpoint(
+        Checkpoint(
+            source.checkpoint_note.split("\n")[0],
+            len(records),
+            root_of([leaf_hash(r) for r in records]),
+            int(time.time()),
+        ),
+        service.server_id,
+        service.signing_key,
+    )
+    source.entries = lambda size: iter((i, r, None) for i, r in enumerate(records))
+    return source
 
 
 def serve_in_subprocess(

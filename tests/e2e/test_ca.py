@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import Centre, open_body_with_endorsements, reveal_body, signed
+from e2e_helpers import Centre, open_body_with_endorsements, resigned_log, reveal_body, signed
 
 from safeaccess.client import ca
 from safeaccess.client.analyses import (
@@ -42,13 +43,15 @@ TREE = ModelTraining(
 )
 
 
-def seal_for(centre: Centre, analyses: list[Analysis], *, declare: bool = True) -> SealedSequence:
+def seal_for(
+    centre: Centre, analyses: list[Analysis], *, declare: bool = True, dataset: str = DATASET
+) -> SealedSequence:
     return seal(
         [to_body(a) for a in analyses],
         centre.keys["ada"],
         researcher="ada",
         project="p1",
-        dataset=DATASET,
+        dataset=dataset,
         server=centre.server_id,
         kinds=[a.kind for a in analyses] if declare else None,
     )
@@ -285,14 +288,34 @@ def test_the_gated_log_with_required_claims_verifies(
     centre: Centre, gated: tuple[Service, EmbeddedServer], tmp_path: Path
 ) -> None:
     """The verifier replays the dataset's required claims: the honest log of this module (a
-    certified model sequence, refused uncertified ones) verifies, its claims checked."""
-    from safeaccess.client.audit.verify import ExportSource, verify_log
+    certified model sequence, refused uncertified ones) verifies, its claims checked.
+
+    Issue 41, point 4: the sequence pins the dataset's version (`applicants@1`, as every plan
+    made by `session.plan` does), and the claims are required of the name: a log whose opening
+    lost its endorsement, re-signed by the centre, must fail."""
+    from safeaccess.client.audit.verify import AuditFailure, ExportSource, verify_log
 
     service, srv = gated
-    endorsed = certified(centre, seal_for(centre, [TABLE, TREE]))
+    endorsed = certified(centre, seal_for(centre, [TABLE, TREE], dataset=f"{DATASET}@1"))
     with connect(srv.url, centre.keys["ada"], "ada") as session:
-        assert [r.released for r in session.run(endorsed)] == [True, True]
+        results = session.run(endorsed)
+    assert [r.released for r in results] == [True, True]
     export = tmp_path / "gated.export"
     export.write_bytes(b"".join(service.audit.export()))
     report = verify_log(ExportSource(export))
     assert report.kinds.get("claim_required", 0) >= 1 and report.sequences >= 1
+
+    def unendorsed(parsed: list[dict[str, Any]]) -> None:
+        opened = next(
+            p
+            for p in parsed
+            if p["kind"] == "sequence_opened" and p["sequence"] == results[0].sequence_id
+        )
+        opened["data"]["endorsements"] = []
+        opened["data"]["claims"] = []
+
+    with pytest.raises(AuditFailure) as info:
+        verify_log(resigned_log(service, tmp_path / "unendorsed.export", unendorsed))
+    assert "requires the claim(s) fair that no endorsement of the sequence grants" in str(
+        info.value
+    )

@@ -309,6 +309,16 @@ def test_demo_switches_to_docker_with_one_variable(
     assert DataDir(tmp_path / "demo").load_config().sandbox.docker.image == sandbox_image
 
 
+@pytest.mark.parametrize("flag", ["--public-key", "--key"])
+@pytest.mark.parametrize("who", ["researcher", "auditor"])
+def test_researcher_add_and_auditor_add_take_the_same_key_flags(who: str, flag: str) -> None:
+    from safeaccess.server.admin.cli import build_parser
+
+    projects = ["--project", "p1"] if who == "researcher" else []
+    args = build_parser().parse_args([who, "add", "eve", flag, "eve.pub", *projects])
+    assert args.public_key == Path("eve.pub")
+
+
 def test_auditor_add_registers_a_key_for_the_audit_endpoints_only(
     root: Path, tmp_path: Path
 ) -> None:
@@ -318,8 +328,9 @@ def test_auditor_add_registers_a_key_for_the_audit_endpoints_only(
 
     _private, pub = generate_keypair("eve", tmp_path / "keys")
     d = ["--data-dir", str(root)]
+    assert main(["auditor", "add", "eve", "--public-key", str(pub), *d]) == 0
+    # `--key`, the first spelling, still works: same key, no change.
     assert main(["auditor", "add", "eve", "--key", str(pub), *d]) == 0
-    assert main(["auditor", "add", "eve", "--key", str(pub), *d]) == 0  # same key: no change
     _other, pub2 = generate_keypair("eve2", tmp_path / "keys")
     assert main(["auditor", "add", "eve", "--key", str(pub2), *d]) == 2  # another key
     assert main(["auditor", "add", "not ok", "--key", str(pub), *d]) == 2

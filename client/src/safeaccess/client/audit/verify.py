@@ -174,7 +174,7 @@ class _Sequence:
 class _Replay:
     """Replays sequences and decisions record by record."""
 
-    def __init__(self, report: Report):
+    def __init__(self, report: Report, server_id: str | None = None):
         self.report = report
         # Only sequences that may still take a record keep their state; a closed one keeps
         # (researcher, step, last), enough to refuse and name a record that comes after it.
@@ -182,7 +182,10 @@ class _Replay:
         self.with_sequences: set[str] = set()  # researchers with a sequence on record
         self.researcher_keys: dict[str, Ed25519PublicKey] = {}  # her key now, in the replay
         self.cas: dict[str, Ed25519PublicKey] = {}
-        self.server_id: str | None = None
+        # The centre's id, from the signed checkpoint's origin when the replay has a source: a
+        # key rotation logged before the first `configuration` entry (registrations come before
+        # the first `serve`) is checked against it, as the server checked it.
+        self.server_id: str | None = server_id
         self.rulesets: dict[str, dict[str, Any]] = {}
         self.sequences: dict[str, _Sequence] = {}
         self.review_checkers: dict[str, int] = {}  # dataset -> checkers a release needs
@@ -208,7 +211,16 @@ class _Replay:
     # -- administrative records -----------------------------------------------------------------
 
     def _configuration(self, rec: LogRecord) -> None:
-        self.server_id = rec.data.get("server_id")
+        named = rec.data.get("server_id")
+        if not isinstance(named, str) or not named:
+            raise self._fail(rec, "the configuration names no server id")
+        if self.server_id is not None and named != self.server_id:
+            raise self._fail(
+                rec,
+                f"the configuration names server id {named!r}, but this is the log of "
+                f"{self.server_id!r} (its signed checkpoint's origin)",
+            )
+        self.server_id = named
         try:
             self.cas = {
                 name: Ed25519PublicKey.from_public_bytes(_b64(key))
@@ -281,7 +293,8 @@ class _Replay:
         ):
             raise self._fail(
                 rec,
-                f"the rotation of {name!r}'s key is not signed by her previous key (only she "
+                f"the rotation of the key of researcher {name!r} is not signed by her previous "
+                "key (only she "
                 "rotates her key; the centre can only revoke it, with a reason)",
             )
         self.researcher_keys[name] = new
@@ -293,7 +306,9 @@ class _Replay:
         name, _, new = self._key_change(rec)
         reason = rec.data.get("reason")
         if not isinstance(reason, str) or not reason.strip():
-            raise self._fail(rec, f"the revocation of {name!r}'s key gives no reason")
+            raise self._fail(
+                rec, f"the revocation of the key of researcher {name!r} gives no reason"
+            )
         self.researcher_keys[name] = new
         # Not an error (a lost key is replaced this way) but the one act by which a centre could
         # sign in her name: every report shows it, and her client flags it to her.
@@ -389,7 +404,9 @@ class _Replay:
             researcher=rec.actor,
             signed_with=key.public_bytes_raw(),
             previous_trace=verifier.header.t0,
-            dataset=verifier.header.dataset,
+            # Required claims and the two-checker setting are kept per dataset name, for all
+            # its versions; a header that pins a version names `name@version`.
+            dataset=verifier.header.dataset.partition("@")[0],
             granted=frozenset(
                 policy
                 for e in verifier.endorsements
@@ -607,7 +624,7 @@ def verify_log(
 
     # 3. entries: all there, in place, canonical, hashed into the tree; 4, 5. replayed.
     frontier = Frontier()
-    replay = _Replay(report)
+    replay = _Replay(report, source.server_id)
     held: AuditFailure | None = None
     expected = 0
     for index, raw, stored_leaf in source.entries(size):

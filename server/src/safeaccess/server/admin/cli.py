@@ -144,7 +144,7 @@ def _auditor_add(args: argparse.Namespace) -> int:
             f"auditor name {args.name!r}: use up to 128 letters, digits and _ . @ - "
             "(it is the key id her requests are signed with)"
         )
-    key = load_public_key(args.key)
+    key = load_public_key(args.public_key)
     store = _store(_data(args))
     try:
         store.add_auditor(args.name, public_key_text(key), fingerprint(key))
@@ -434,15 +434,16 @@ def _review_openings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _authenticated_checker(store: Store, name: str) -> str:
-    """The enrolled, active checker `name`, after her password and a fresh TOTP code (asked on
-    the terminal, never taken from the command line); refuses anyone else. A name alone decides
-    nothing: the two-person rule needs two people, not two names."""
+def _authenticated_checker(store: Store, name: str, args: argparse.Namespace) -> str:
+    """The enrolled, active checker `name`, after her password and a fresh TOTP code (from
+    `--credentials-fd`, the environment or the terminal: `checker_credentials`, never from the
+    command line); refuses anyone else. A name alone decides nothing: the two-person rule needs
+    two people, not two names."""
+    from safeaccess.server.admin.checker_credentials import checker_credentials
     from safeaccess.server.web.accounts import authenticate
 
-    password = getpass.getpass(f"password of checker {name}: ")
-    code = getpass.getpass(f"current code from {name}'s authenticator app: ")
-    checker = authenticate(store, name, password, code)
+    given = checker_credentials(name, f"review {args.review_command}", args.credentials_fd)
+    checker = authenticate(store, name, given.password, given.code)
     if checker is None:
         raise Forbidden(
             f"{name!r} is not an enrolled, active checker, or the password or code is wrong; "
@@ -458,7 +459,7 @@ def _review_opening_decide(args: argparse.Namespace) -> int:
     approve = args.review_command == "approve-opening"
     store = _store(_data(args))
     try:
-        reviewer = _authenticated_checker(store, args.reviewer or getpass.getuser())
+        reviewer = _authenticated_checker(store, args.reviewer or getpass.getuser(), args)
         state = decide_opening(
             store,
             args.sequence,
@@ -524,7 +525,7 @@ def _review_decide(args: argparse.Namespace) -> int:
     approve = args.review_command == "approve"
     store = _store(_data(args))
     try:
-        reviewer = _authenticated_checker(store, args.reviewer or getpass.getuser())
+        reviewer = _authenticated_checker(store, args.reviewer or getpass.getuser(), args)
         state = decide(
             store,
             args.sequence,
@@ -773,7 +774,15 @@ def _add_account_commands(
         "add", parents=[common], help="register a researcher's public key in projects"
     )
     radd.add_argument("name", metavar="NAME")
-    radd.add_argument("--public-key", type=Path, required=True, help="her Ed25519 public key PEM")
+    # `--key` too: `auditor add` took that spelling first; both commands accept both.
+    radd.add_argument(
+        "--public-key",
+        "--key",
+        dest="public_key",
+        type=Path,
+        required=True,
+        help="her Ed25519 public key PEM (also --key)",
+    )
     radd.add_argument(
         "--project", action="append", required=True, help="project she belongs to (repeatable)"
     )
@@ -808,7 +817,15 @@ def _add_account_commands(
         "add", parents=[common], help="register an auditor's public key (audit endpoints only)"
     )
     aadd.add_argument("name", metavar="NAME")
-    aadd.add_argument("--key", type=Path, required=True, help="her Ed25519 public key PEM")
+    # `--public-key` as for researchers; `--key`, its first spelling, keeps working.
+    aadd.add_argument(
+        "--public-key",
+        "--key",
+        dest="public_key",
+        type=Path,
+        required=True,
+        help="her Ed25519 public key PEM (also --key)",
+    )
     aadd.set_defaults(handler=_auditor_add)
     return project, researcher, auditor
 
@@ -956,6 +973,17 @@ def _add_checker_commands(sub: Group, common: argparse.ArgumentParser) -> Group:
     return checker
 
 
+def _add_credentials_fd(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--credentials-fd",
+        type=int,
+        default=None,
+        metavar="N",
+        help="read your password and TOTP code from file descriptor N, one per line (without a "
+        "terminal; or set SAFEACCESS_CHECKER_PASSWORD and SAFEACCESS_CHECKER_CODE)",
+    )
+
+
 def _add_review_commands(sub: Group, common: argparse.ArgumentParser) -> None:
     """review list | show | approve | reject | opening decisions: the output checkers' queue."""
     review = sub.add_parser("review", help="the output checkers' queue").add_subparsers(
@@ -981,6 +1009,7 @@ def _add_review_commands(sub: Group, common: argparse.ArgumentParser) -> None:
             default=None,
             help="your checker name (default: login name); your password and TOTP code are asked",
         )
+        _add_credentials_fd(decide)
         decide.add_argument(
             "--note",
             default="",
@@ -1002,6 +1031,7 @@ def _add_review_commands(sub: Group, common: argparse.ArgumentParser) -> None:
             default=None,
             help="your checker name (default: login name); your password and TOTP code are asked",
         )
+        _add_credentials_fd(decide)
         decide.add_argument(
             "--note",
             default="",

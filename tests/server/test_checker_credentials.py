@@ -68,3 +68,13 @@ def test_a_descriptor_comes_before_the_environment_and_needs_two_lines(
         os.close(read)
     with pytest.raises(ConfigError, match="--credentials-fd 999: cannot read it"):
         checker_credentials("eli", "review approve", 999)
+
+
+def test_a_terminal_as_the_descriptor_is_refused_rather_than_echoing() -> None:
+    controller, terminal = os.openpty()
+    try:
+        with pytest.raises(ConfigError, match="is a terminal, where the password would show"):
+            checker_credentials("eli", "review approve", terminal)
+    finally:
+        os.close(controller)
+        os.close(terminal)

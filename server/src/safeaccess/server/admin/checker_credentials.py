@@ -39,6 +39,12 @@ class CheckerCredentials:
 
 def _from_descriptor(fd: int) -> CheckerCredentials:
     """The password and the code, on the first two lines read from descriptor `fd`."""
+    if os.isatty(fd):
+        # Read from a terminal, the password would be echoed.
+        raise ConfigError(
+            f"--credentials-fd {fd} is a terminal, where the password would show as typed; "
+            "leave the option out to be asked without echo; nothing was decided"
+        )
     try:
         with os.fdopen(fd, "rb", closefd=False) as stream:
             lines = [stream.readline(MAX_LINE + 1) for _ in range(2)]

@@ -22,8 +22,11 @@ from safeaccess.rules.outputs import (
     RegressionFacts,
     RegressionOutput,
     RegressorFacts,
+    SummaryVariableFacts,
 )
+from safeaccess.sandbox.runner.compute import summary as summary_compute
 from safeaccess.sandbox.runner.compute._common import AnalysisError, fnum, query_set
+from safeaccess.sandbox.runner.compute.bounds import record_bounds
 from safeaccess.sandbox.runner.compute.leverage import glm_weights, hat_values, leverage_facts
 
 INTERCEPT_NAMES = frozenset({"Intercept", "const", "(Intercept)"})
@@ -109,9 +112,46 @@ def _fit_stats(family: str, result: Any) -> dict[str, float | None]:
         stats.update(
             pseudo_r2=fnum(result.prsquared),
             llnull=fnum(result.llnull),
+            llr=fnum(result.llr),
             llr_p_value=fnum(result.llr_pvalue),
         )
     return stats
+
+
+def outcome_facts(
+    design: Any,
+    y: np.ndarray,
+    frame: pd.DataFrame,
+    metadata: DatasetMetadata,
+    where: str | None,
+) -> SummaryVariableFacts:
+    """The outcome over the model's records as a summary of it would record it.
+
+    Every family's fit gives the outcome's total (the score equations make X'y = X'mu, and the
+    standard errors give X'WX), OLS also its sum of squares (R^2 with the residual spread): a
+    summary's count, mean and sd in another form, so the rules check them as one (filters on
+    the outcome are bounds, spread concentration, dominance, reconstruction on small scales).
+    A transformed outcome (`log(income) ~ ...`) has no declared scale and no filter bounds."""
+    from safeaccess.client.grammar import Var
+
+    response = design.formula.response
+    rows = np.asarray(design.rows, dtype=np.int64)
+    plain = isinstance(response, Var) and response.name in frame.columns
+    name = response.name if plain else None
+    bounds = None
+    if name is not None:
+        found = record_bounds(where, frame, name, summary_compute._declared(name, metadata))
+        if found is not None:
+            bounds = (found[0][rows], found[1][rows])
+    unit = metadata.contributor_column
+    units = frame[unit].to_numpy()[rows] if unit is not None and unit in frame.columns else None
+    return summary_compute._facts(
+        np.asarray(y, dtype=np.float64),
+        None if name is None else summary_compute._scale(name, metadata),
+        units,
+        bounds,
+        name is not None and summary_compute._is_integer(name, metadata),
+    )
 
 
 def _regressor_facts(design: Any, x: np.ndarray, columns: list[str]) -> list[RegressorFacts]:
@@ -235,6 +275,7 @@ def regression(
         leverage=leverage_facts(hat_values(x, glm_weights(analysis.family, x, params))),
         # the residual sum of squares behind the OLS standard errors: one record may dominate it
         residual_spread=residual_spread(y - x @ params) if analysis.family == "ols" else None,
+        outcome=outcome_facts(design, y, frame, metadata, analysis.where),
     )
     return RegressionOutput(
         family=analysis.family,

@@ -28,7 +28,7 @@ META = DatasetMetadata.model_validate(
             {"name": "age", "type": "integer", "bounds": [18, 99]},
             {"name": "income", "type": "integer", "bounds": [0, 200000]},
             {"name": "visits", "type": "integer"},
-            {"name": "win", "type": "integer"},
+            {"name": "win", "type": "integer", "bounds": [0, 1]},
         ],
     }
 )
@@ -86,6 +86,7 @@ def test_a_fit_of_a_padded_set_is_withheld_by_the_filters_bounds(formula: str, f
         ("visits ~ age", "poisson"),
         ("win ~ age", "logit"),
         ("win ~ age", "probit"),
+        ("win ~ age", "ols"),  # a 0/1 outcome: its classes, not reconstruction, are checked
     ],
 )
 def test_ordinary_fits_pass_the_outcome_rules(formula: str, family: str) -> None:

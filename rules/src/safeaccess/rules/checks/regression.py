@@ -132,7 +132,11 @@ def outcome_findings(output: RegressionOutput, rs: RuleSet) -> list[Finding]:
         ]
     out: list[Finding] = []
     n = vf.n
-    if output.family in ("logit", "probit") and vf.total is not None:
+    # A 0/1 outcome's total is a count: the threshold on each class is its rule, not the
+    # reconstruction check (on two values the mean fixes the multiset, which says nothing of
+    # who has which value).
+    binary = output.family in ("logit", "probit") or vf.scale == (0, 1)
+    if binary and vf.total is not None:
         ones = round(vf.total)
         for level, count in (("1", ones), ("0", n - ones)):
             if count < rs.threshold:
@@ -156,7 +160,7 @@ def outcome_findings(output: RegressionOutput, rs: RuleSet) -> list[Finding]:
     out += [x for x in variable_findings(item, names, vf, rs) if x.check not in _NOT_FOR_MODELS]
     if vf.bounds:
         out += bounded_findings(item, stats, vf, None, float(rs.p_ratio))
-    if vf.scale is not None and rs.reconstruction:
+    if vf.scale is not None and not binary and rs.reconstruction:
         variable = _outcome_name(output)
         summary = SummaryOutput(
             by=[],

@@ -138,3 +138,47 @@ def test_a_poisson_fit_releases_no_statistic_carrying_the_log_factorials() -> No
     # other families are released whole
     logit = _fit("win ~ age", "logit")
     assert regression_release_view(logit, DEFAULT_RULESET).fit == logit.fit
+
+
+@pytest.mark.parametrize(
+    "formula", ["log(income) ~ 1", "sqrt(income) ~ age", "I(income ** 2) ~ 1", "log1p(income) ~ 1"]
+)
+def test_a_transformed_outcome_of_a_padded_set_is_withheld_too(formula: str) -> None:
+    # the filter's band carried through the transform: the companions stay pinned
+    out = _fit(formula, "ols", PADDED)
+    assert out.facts.outcome is not None and out.facts.outcome.bounds
+    assert "bounded_reconstruction" in _checks(out)
+
+
+@pytest.mark.parametrize(
+    "formula",
+    ["log(x)", "log1p(x)", "exp(x)", "sqrt(x)", "abs(x)", "I(x ** 2)", "I(x ** 3)", "abs(log(x))"],
+)
+def test_the_image_of_a_band_under_a_transform_holds_every_value(formula: str) -> None:
+    from safeaccess.client.grammar import parse_formula
+    from safeaccess.sandbox.runner.compute.regression import _image
+
+    expr = parse_formula(f"{formula} ~ 1").response
+    r = np.random.default_rng(7)
+    lows = r.uniform(-3, 3, 200)
+    highs = lows + r.uniform(0, 4, 200)
+    if "log" in formula or "sqrt" in formula:
+        lows, highs = np.abs(lows) + 0.01, np.abs(lows) + 0.01 + (highs - lows)
+    lo, hi = _image(expr, lows, highs)
+    grid = lows[:, None] + (highs - lows)[:, None] * np.linspace(0, 1, 401)[None, :]
+    f = {
+        "log(x)": np.log,
+        "log1p(x)": np.log1p,
+        "exp(x)": np.exp,
+        "sqrt(x)": np.sqrt,
+        "abs(x)": np.abs,
+        "I(x ** 2)": lambda v: v**2,
+        "I(x ** 3)": lambda v: v**3,
+        "abs(log(x))": lambda v: np.abs(np.log(v)),
+    }[formula]
+    image = f(grid)
+    assert np.all(image >= lo[:, None] - 1e-12) and np.all(image <= hi[:, None] + 1e-12)
+    # the ends are reached (to the grid's resolution): the image is not wider than the truth
+    assert np.allclose(image.min(axis=1), lo, atol=0.05) and np.allclose(
+        image.max(axis=1), hi, atol=0.05 * np.maximum(1, np.abs(hi))
+    )

@@ -157,3 +157,18 @@ def test_ordinary_models_on_the_census_are_still_released(
         ],
     )
     assert [r.status for r in results] == ["released"] * 3, [r.describe() for r in results]
+    # the Poisson fit: statsmodels' coefficients and likelihood-ratio statistic; the statistics
+    # carrying sum log(y!) are named as not released (issue 41)
+    import statsmodels.formula.api as smf
+
+    poisson = results[1].output
+    assert poisson is not None
+    reference = smf.poisson("health ~ age", centre.census.dropna(subset=["health", "age"])).fit(
+        disp=0
+    )
+    assert [c["estimate"] for c in poisson["coefficients"]] == pytest.approx(
+        reference.params.to_list(), rel=1e-6
+    )
+    assert poisson["fit"]["llr"] == pytest.approx(reference.llr, rel=1e-9)
+    assert sorted(poisson["fit_withheld"]) == ["aic", "bic", "llf", "llnull", "pseudo_r2"]
+    assert "llf" not in poisson["fit"]

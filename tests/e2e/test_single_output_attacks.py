@@ -297,6 +297,7 @@ def test_padding_through_an_intercept_only_regression(
     # `income ~ 1` is a count, mean and sd in another form: estimate = mean, se = sd / sqrt(n)
     from safeaccess.client.analyses import Regression
     from safeaccess.rules import engine
+    from safeaccess.rules.checks import regression as regression_checks
 
     if guard == "unguarded":
         original = engine.regression_findings
@@ -305,6 +306,8 @@ def test_padding_through_an_intercept_only_regression(
             return [f for f in original(output, rs) if f.check != "spread_dominance"]
 
         monkeypatch.setattr(engine, "regression_findings", without_spread)
+        # and without the summary rules on the outcome (issue 41), which catch it as well
+        monkeypatch.setattr(regression_checks, "outcome_findings", lambda *a, **k: [])
     centre, srv = centre_server
     name = register(centre, DATA)
     with connect(srv.url, centre.keys["ada"], "ada") as session:

@@ -31,6 +31,7 @@ from safeaccess.rules.outputs import (
     Coefficient,
     RegressionFacts,
     RegressionOutput,
+    SummaryVariableFacts,
     TableOutput,
 )
 from safeaccess.rules.tabulate import build_table
@@ -166,6 +167,7 @@ def test_regression_dof_parity(session: object, n: int) -> None:
             saturated=False,
             regressors=[],
             # ACRO has no leverage check: leave ours off to compare the df rule alone
+            outcome=SummaryVariableFacts(n=n, n_distinct=n),  # nor outcome rules
         ),
     )
     verdict = check(ours, DEFAULT_RULESET.with_overrides({"leverage_limit": 1.0})).verdict

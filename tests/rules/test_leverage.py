@@ -13,6 +13,7 @@ from safeaccess.rules.outputs import (
     LeverageFacts,
     RegressionFacts,
     RegressionOutput,
+    SummaryVariableFacts,
 )
 from safeaccess.rules.outputs import TestFacts as StatTestFacts
 from safeaccess.rules.outputs import TestOutput as StatTestOutput
@@ -44,6 +45,7 @@ def _regression(top: list[float], n: int = 300) -> RegressionOutput:
             saturated=False,
             regressors=[],
             leverage=LeverageFacts(n=n, max=top[0] if top else 0.0, top=top),
+            outcome=SummaryVariableFacts(n=n, n_distinct=n),  # no total: nothing to check
         ),
     )
 

@@ -15,6 +15,7 @@ from safeaccess.rules.outputs import (
     RegressorFacts,
     ScriptFacts,
     ScriptOutput,
+    SummaryVariableFacts,
     SurvivalCurve,
     SurvivalCurveFacts,
     SurvivalFacts,
@@ -54,6 +55,7 @@ def _regression(
                 RegressorFacts(term="C(d)[T.1]", binary=True, ones=ones, zeros=n - ones),
             ],
             leverage=LeverageFacts(n=n, max=0.05, top=[0.05]),
+            outcome=SummaryVariableFacts(n=n, n_distinct=n),  # no total: nothing to check
         ),
     )
 

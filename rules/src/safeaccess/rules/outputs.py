@@ -334,6 +334,13 @@ class RegressionFacts(_Model):
         description="OLS: the largest squared residuals and their sum, which the released "
         "standard errors and fit statistics are computed from (None: not recorded).",
     )
+    outcome: SummaryVariableFacts | None = Field(
+        default=None,
+        description="The outcome over the model's records, as a summary records it (count, "
+        "total, largest values, spread, the filter's bounds, small-integer scale): the fit "
+        "releases its mean (every family) and its sd (OLS), which must meet the summary rules "
+        "(None: not recorded; the model then goes to review).",
+    )
 
 
 class RegressionOutput(_Model):
@@ -346,6 +353,12 @@ class RegressionOutput(_Model):
     coefficients: list[Coefficient]
     fit: dict[str, float | None] = Field(
         default_factory=dict, description="r2, adj_r2, aic, bic, llf, pseudo_r2 ... as applicable."
+    )
+    fit_withheld: list[str] = Field(
+        default_factory=list,
+        description="Fit statistics statsmodels gives that this centre does not release for the "
+        "family (a Poisson fit's llf, llnull, aic, bic and pseudo_r2 carry sum log(y!), which no "
+        "output rule can check; the likelihood-ratio statistic llr, free of it, is released).",
     )
     facts: RegressionFacts
 

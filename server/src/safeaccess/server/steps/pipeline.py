@@ -27,6 +27,7 @@ from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.rules.checks.models import param_problems as model_param_problems
 from safeaccess.rules.checks.models import release_view as model_release_view
+from safeaccess.rules.checks.regression import regression_release_view
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.engine import check
 from safeaccess.rules.mitigation import MitigationError, mitigate
@@ -34,6 +35,7 @@ from safeaccess.rules.outputs import (
     DPStatisticOutput,
     ModelOutput,
     Output,
+    RegressionOutput,
     SynthTablesOutput,
     public,
 )
@@ -91,6 +93,8 @@ def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Out
     """The output as it would be released: mitigations asked for, a model's release view."""
     if isinstance(output, ModelOutput):
         return model_release_view(output, ruleset)
+    if isinstance(output, RegressionOutput):
+        return regression_release_view(output, ruleset)
     mitigations = getattr(analysis, "mitigations", None)
     if mitigations is None or (mitigations.round_to is None and not mitigations.suppress):
         return output

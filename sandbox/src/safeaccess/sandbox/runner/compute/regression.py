@@ -22,8 +22,11 @@ from safeaccess.rules.outputs import (
     RegressionFacts,
     RegressionOutput,
     RegressorFacts,
+    SummaryVariableFacts,
 )
+from safeaccess.sandbox.runner.compute import summary as summary_compute
 from safeaccess.sandbox.runner.compute._common import AnalysisError, fnum, query_set
+from safeaccess.sandbox.runner.compute.bounds import record_bounds
 from safeaccess.sandbox.runner.compute.leverage import glm_weights, hat_values, leverage_facts
 
 INTERCEPT_NAMES = frozenset({"Intercept", "const", "(Intercept)"})
@@ -109,9 +112,82 @@ def _fit_stats(family: str, result: Any) -> dict[str, float | None]:
         stats.update(
             pseudo_r2=fnum(result.prsquared),
             llnull=fnum(result.llnull),
+            llr=fnum(result.llr),
             llr_p_value=fnum(result.llr_pvalue),
         )
     return stats
+
+
+def _image(expr: Any, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The interval a transform of a column takes, per record, when the column lies in
+    [low, high]: exact, since each allowed transform is continuous (the image of an interval
+    is an interval, and composing images is composing the transforms' images). Values outside
+    a transform's domain cannot occur in the records used (the design refuses them), so the
+    ends are clamped to the domain first."""
+    from safeaccess.client.grammar import Call, Power
+
+    if isinstance(expr, Call):
+        lo, hi = _image(expr.arg, low, high)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            if expr.func == "log":
+                return np.log(np.maximum(lo, 0.0)), np.log(np.maximum(hi, 0.0))
+            if expr.func == "log1p":
+                return np.log1p(np.maximum(lo, -1.0)), np.log1p(np.maximum(hi, -1.0))
+            if expr.func == "exp":
+                return np.exp(lo), np.exp(hi)
+            if expr.func == "sqrt":
+                return np.sqrt(np.maximum(lo, 0.0)), np.sqrt(np.maximum(hi, 0.0))
+            return _abs_image(lo, hi)
+    if isinstance(expr, Power):
+        lo, hi = _image(expr.base, low, high)
+        if expr.exponent % 2 == 0:
+            lo, hi = _abs_image(lo, hi)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return lo**expr.exponent, hi**expr.exponent
+    return low, high
+
+
+def _abs_image(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    crosses = (lo < 0) & (hi > 0)
+    low = np.where(crosses, 0.0, np.minimum(np.abs(lo), np.abs(hi)))
+    return low, np.maximum(np.abs(lo), np.abs(hi))
+
+
+def outcome_facts(
+    design: Any,
+    y: np.ndarray,
+    frame: pd.DataFrame,
+    metadata: DatasetMetadata,
+    where: str | None,
+) -> SummaryVariableFacts:
+    """The outcome over the model's records as a summary of it would record it.
+
+    Every family's fit gives the outcome's total (the score equations make X'y = X'mu, and the
+    standard errors give X'WX), OLS also its sum of squares (R^2 with the residual spread): a
+    summary's count, mean and sd in another form, so the rules check them as one (filters on
+    the outcome are bounds, spread concentration, dominance, reconstruction on small scales).
+    A transformed outcome (`log(income) ~ ...`) gets the filter's bounds on its column carried
+    through the transform, and no scale."""
+    from safeaccess.client.grammar import Var, factor_column
+
+    response = design.formula.response
+    rows = np.asarray(design.rows, dtype=np.int64)
+    column = factor_column(response)
+    plain = isinstance(response, Var)
+    bounds = None
+    if column in frame.columns:
+        found = record_bounds(where, frame, column, summary_compute._declared(column, metadata))
+        if found is not None:
+            bounds = _image(response, found[0][rows], found[1][rows])
+    unit = metadata.contributor_column
+    units = frame[unit].to_numpy()[rows] if unit is not None and unit in frame.columns else None
+    return summary_compute._facts(
+        np.asarray(y, dtype=np.float64),
+        summary_compute._scale(column, metadata) if plain else None,
+        units,
+        bounds,
+        plain and summary_compute._is_integer(column, metadata),
+    )
 
 
 def _regressor_facts(design: Any, x: np.ndarray, columns: list[str]) -> list[RegressorFacts]:
@@ -235,6 +311,7 @@ def regression(
         leverage=leverage_facts(hat_values(x, glm_weights(analysis.family, x, params))),
         # the residual sum of squares behind the OLS standard errors: one record may dominate it
         residual_spread=residual_spread(y - x @ params) if analysis.family == "ols" else None,
+        outcome=outcome_facts(design, y, frame, metadata, analysis.where),
     )
     return RegressionOutput(
         family=analysis.family,

@@ -1,0 +1,93 @@
+# Planning in R: formulas and filters reach the client as written in its grammar, and what the
+# client refuses at plan time is refused in R with its message unchanged.
+
+# The message the Python client gives for the same mistake, asked directly in Python.
+python_message <- function(method, ...) {
+  attempt <- reticulate::py_run_string(paste(
+    "def attempt(url, key, name, method, *args, **kwargs):",
+    "    from safeaccess.client.session import connect",
+    "    with connect(url, key, name) as s:",
+    "        try:",
+    "            getattr(s.plan('census'), method)(*args, **kwargs)",
+    "        except Exception as exc:",
+    "            return str(exc)",
+    sep = "\n"
+  ))$attempt
+  attempt(centre$url, centre$key, centre$researcher, method, ...)
+}
+
+test_that("R formulas are written in the formula grammar", {
+  expect_equal(sa_formula(income ~ age + sex), "income ~ age + sex")
+  expect_equal(
+    sa_formula(log(income) ~ age * factor(sex) + I(age^2) - 1),
+    "log(income) ~ age * C(sex) + I(age ** 2) - 1"
+  )
+  expect_equal(sa_formula(y ~ (a + b):c + 0), "y ~ (a + b):c + 0")
+  expect_equal(sa_formula("income ~ C(region)"), "income ~ C(region)")
+  expect_error(sa_formula(income ~ .), "'.' (all other columns)", fixed = TRUE)
+})
+
+test_that("R-shaped calls plan the analyses the Python methods plan", {
+  p <- sa_plan(session, "census") |>
+    sa_frequency_table(~ region + sex, where = "age >= 18") |>
+    sa_summary(income + age ~ sex, statistics = c("mean", "sd")) |>
+    sa_t_test(income ~ sex) |>
+    sa_chi2(~ region + sex) |>
+    sa_correlation(~ age + income) |>
+    sa_ols(log(income) ~ age + I(age^2), where = "income > 0")
+  dumped <- lapply(reticulate::py_to_r(p$py$analyses), function(a) a$model_dump(mode = "json"))
+  expect_equal(length(p), 6L)
+  expect_equal(unlist(dumped[[1]]$rows), "region")
+  expect_equal(unlist(dumped[[1]]$cols), "sex")
+  expect_equal(dumped[[1]]$where, "age >= 18")
+  expect_equal(unlist(dumped[[2]]$variables), c("income", "age"))
+  expect_equal(unlist(dumped[[2]]$by), "sex")
+  expect_equal(unlist(dumped[[2]]$statistics), c("mean", "sd"))
+  expect_equal(c(dumped[[3]]$test, dumped[[3]]$variable, dumped[[3]]$group),
+               c("t_two_sample", "income", "sex"))
+  expect_equal(c(dumped[[4]]$test, dumped[[4]]$rows, dumped[[4]]$cols),
+               c("chi2_independence", "region", "sex"))
+  expect_equal(unlist(dumped[[5]]$variables), c("age", "income"))
+  expect_equal(dumped[[6]]$formula, "log(income) ~ age + I(age ** 2)")
+  expect_equal(dumped[[6]]$where, "income > 0")
+})
+
+test_that("a plan-time refusal is an R condition with the client's message unchanged", {
+  err <- tryCatch(sa_plan(session, "census") |> sa_ols(income ~ agee + sex), error = identity)
+  expect_s3_class(err, "safeaccess_AnalysisInvalid")
+  expect_s3_class(err, "safeaccess_error")
+  expect_equal(
+    conditionMessage(err),
+    python_message("ols", "income ~ agee + sex")
+  )
+  expect_match(conditionMessage(err), "unknown column 'agee' in dataset 'census'; did you mean 'age'?",
+               fixed = TRUE)
+  expect_equal(err$problems$field, "formula")
+  expect_no_match(conditionMessage(err), "Traceback|File \"")
+})
+
+test_that("a filter grammar error keeps the client's caret lines", {
+  err <- tryCatch(sa_plan(session, "census") |> sa_frequency_table("region", where = "age >> 3"),
+                  error = identity)
+  expect_s3_class(err, "safeaccess_AnalysisInvalid")
+  expected <- python_message("frequency_table", "region", where = "age >> 3")
+  expect_equal(conditionMessage(err), expected)
+  expect_match(conditionMessage(err), "age >> 3\n +\\^")
+})
+
+test_that("a plan that changes nothing when refused", {
+  p <- sa_plan(session, "census") |> sa_frequency_table("region")
+  expect_error(sa_histogram(p, "region", bins = 4), class = "safeaccess_AnalysisInvalid")
+  expect_equal(length(p), 1L)
+})
+
+test_that("an unknown dataset and an unknown researcher are conditions with the client's words", {
+  err <- tryCatch(sa_plan(session, "censsus"), error = identity)
+  expect_s3_class(err, "safeaccess_UnknownDataset")
+  expect_match(conditionMessage(err), "the catalogue has no dataset 'censsus'", fixed = TRUE)
+  stranger <- sa_connect(centre$url, centre$key, "eve")
+  err <- tryCatch(sa_datasets(stranger), error = identity)
+  expect_s3_class(err, "safeaccess_ServerError")
+  expect_equal(err$code, "unauthenticated")
+  expect_equal(err$status, 401L)
+})

@@ -316,7 +316,12 @@ def demo_prepare(root: str, rows: int) -> dict[str, str]:
     """A data directory as `safeaccess-server demo` prepares it (the generated census and its DP
     twin, the demo project, researcher `ada`), plus an auditor `demo-auditor`; the two private
     keys are written as files (mode 0600) next to it. Needs the server distribution."""
-    from safeaccess.client.keys import fingerprint, generate_keypair, load_private_key, public_key_text
+    from safeaccess.client.keys import (
+        fingerprint,
+        generate_keypair,
+        load_private_key,
+        public_key_text,
+    )
     from safeaccess.server.config import DataDir
     from safeaccess.server.demo.run import PROJECT, RESEARCHER, prepare
     from safeaccess.server.store import Store

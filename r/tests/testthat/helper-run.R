@@ -43,3 +43,28 @@ python_frame <- function(step) {
   ))$plain
   convert(step$py)
 }
+
+# The suite's second sequence: a Kaplan-Meier curve by arm on the survival cohort.
+cohort_run <- function() {
+  if (is.null(.shared$cohort)) {
+    plan <- sa_plan(session, "cohort") |>
+      sa_survival(Surv(days, died) ~ arm, interval = 90, max_time = 720)
+    .shared$cohort_sealed <- sa_seal(session, plan)
+    .shared$cohort <- sa_run(session, .shared$cohort_sealed)
+  }
+  .shared$cohort
+}
+
+# The cohort's records (the reference for the released curve), from the setup file's generator.
+cohort_records <- function() {
+  module <- reticulate::import_from_path("cohort_setup", ".", convert = FALSE)
+  plain <- reticulate::py_eval(
+    "lambda f: {'arm': f['arm'].astype(str).tolist(), 'days': f['days'].tolist(), 'died': f['died'].tolist()}"
+  )
+  as.data.frame(lapply(plain(module$cohort()), unlist), stringsAsFactors = FALSE)
+}
+
+cohort_sealed <- function() {
+  cohort_run()
+  .shared$cohort_sealed
+}

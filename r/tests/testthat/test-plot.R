@@ -1,0 +1,56 @@
+# Base R plots of released outputs draw the released numbers; the survival curve released by
+# the centre is R's own survfit() on the records.
+
+on_device <- function(code) {
+  grDevices::pdf(tempfile(fileext = ".pdf"))
+  on.exit(grDevices::dev.off())
+  force(code)
+}
+
+test_that("the released Kaplan-Meier curve is survival::survfit's, and plots as its steps", {
+  result <- cohort_run()
+  expect_equal(vapply(result, `[[`, "", "status"), "released")
+  frame <- as.data.frame(result[[1]])
+  records <- cohort_records()
+  late <- records$days > 720
+  records$time <- ceiling(ifelse(late, 720, records$days) / 90) * 90
+  records$event <- ifelse(late, 0, records$died)
+  fit <- survival::survfit(survival::Surv(time, event) ~ arm, data = records)
+  strata <- rep(sub("arm=", "", names(fit$strata)), fit$strata)
+  for (arm in c("a", "b")) {
+    mine <- frame[frame$arm == arm, ]
+    keep <- strata == arm & fit$n.event > 0
+    expect_equal(mine$time, fit$time[keep])
+    expect_equal(mine$at_risk, as.integer(fit$n.risk[keep]))
+    expect_equal(mine$events, as.integer(fit$n.event[keep]))
+    expect_equal(mine$survival, fit$surv[keep], tolerance = 1e-12)
+  }
+  curves <- on_device(plot(result[[1]]))
+  expect_equal(vapply(curves, `[[`, "", "label"), c("a", "b"))
+  expect_equal(curves[[2]]$time, c(0, frame$time[frame$arm == "b"]))
+  expect_equal(curves[[2]]$survival, c(1, frame$survival[frame$arm == "b"]))
+})
+
+test_that("tables, histograms and regressions plot their released numbers", {
+  run <- common_run()
+  table <- as.data.frame(run$results[[1]])
+  heights <- on_device(plot(run$results[[1]]))
+  expect_equal(unname(heights[, "F"]), as.numeric(table$F))
+  expect_equal(rownames(heights), table$region)
+
+  histogram <- as.data.frame(run$results[[3]])
+  bars <- on_device(plot(run$results[[3]]))
+  expect_equal(unname(bars[1, ]), as.numeric(unlist(histogram[1, ])))
+
+  coefficients <- as.data.frame(run$results[[2]])
+  drawn <- on_device(plot(run$results[[2]]))
+  slopes <- coefficients[coefficients$term != "Intercept", ]
+  expect_equal(drawn$estimate, slopes$estimate)
+  expect_equal(drawn$high - drawn$estimate, qnorm(0.975) * slopes$std_error)
+})
+
+test_that("nothing released or nothing to draw is an error saying so", {
+  run <- common_run()
+  expect_error(on_device(plot(run$results[[6]])), "step 6 is withheld: nothing was released to plot")
+  expect_error(on_device(plot(run$results[[5]])), "a test output has no plot")
+})

@@ -35,6 +35,9 @@ sa_demo_centre <- function(rows = 2000, dir = tempfile("safeaccess-demo-"), setu
     stdout = log, stderr = "2>&1", cleanup = TRUE, env = python_env()
   )
   url <- sprintf("http://127.0.0.1:%d", port)
+  # While the server starts, import the client here too (the two overlap on a busy machine).
+  sa_py("safeaccess.client.session")
+  sa_py("safeaccess.client.results")
   deadline <- Sys.time() + timeout
   up <- FALSE
   while (!up && process$is_alive() && Sys.time() < deadline) {

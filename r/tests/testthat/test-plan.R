@@ -52,6 +52,26 @@ test_that("R-shaped calls plan the analyses the Python methods plan", {
   expect_equal(dumped[[6]]$where, "income > 0")
 })
 
+test_that("models, magnitude tables and DP requests take R-shaped calls too", {
+  p <- sa_plan(session, "census") |>
+    sa_magnitude_table(income ~ region + sex, agg = "mean", round_to = 10) |>
+    sa_train_model("decision_tree", sex ~ age + region, params = list(max_depth = 3))
+  dumped <- lapply(reticulate::py_to_r(p$py$analyses), function(a) a$model_dump(mode = "json"))
+  expect_equal(c(dumped[[1]]$value, dumped[[1]]$agg, dumped[[1]]$rows, dumped[[1]]$cols),
+               c("income", "mean", "region", "sex"))
+  expect_identical(dumped[[1]]$mitigations$round_to, 10L)
+  expect_equal(c(dumped[[2]]$family, dumped[[2]]$target), c("decision_tree", "sex"))
+  expect_equal(unlist(dumped[[2]]$features), c("age", "region"))
+  expect_identical(dumped[[2]]$params$max_depth, 3L)
+  dp <- sa_plan(session, "census-dp") |>
+    sa_dp_mean(age + income ~ sex, epsilon = 1, delta = 1e-7) |>
+    sa_dp_histogram("age", c(16, 55, 95), epsilon = 0.5, delta = 1e-7)
+  dumped <- lapply(reticulate::py_to_r(dp$py$analyses), function(a) a$model_dump(mode = "json"))
+  expect_equal(unlist(dumped[[1]]$variables), c("age", "income"))
+  expect_equal(unlist(dumped[[1]]$by), "sex")
+  expect_equal(unlist(dumped[[2]]$edges), c(16, 55, 95))
+})
+
 test_that("a plan-time refusal is an R condition with the client's message unchanged", {
   err <- tryCatch(sa_plan(session, "census") |> sa_ols(income ~ agee + sex), error = identity)
   expect_s3_class(err, "safeaccess_AnalysisInvalid")

@@ -10,10 +10,6 @@ import numpy as np
 import pandas as pd
 
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.server.config import DataDir
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.demo.run import PROJECT
-from safeaccess.server.store import Store
 
 METADATA = DatasetMetadata.model_validate(
     {
@@ -58,6 +54,12 @@ def cohort() -> pd.DataFrame:
 
 
 def setup(root: Path) -> None:
+    # The server's modules only here: the R suite also imports this file for `cohort()`.
+    from safeaccess.server.config import DataDir
+    from safeaccess.server.datasets import register_dataset
+    from safeaccess.server.demo.run import PROJECT
+    from safeaccess.server.store import Store
+
     data = DataDir(root)
     store = Store(data.database_url(data.load_config()))
     try:

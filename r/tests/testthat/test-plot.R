@@ -38,12 +38,12 @@ test_that("tables, histograms and regressions plot their released numbers", {
   expect_equal(unname(heights[, "F"]), as.numeric(table$F))
   expect_equal(rownames(heights), table$region)
 
-  histogram <- as.data.frame(run$results[[3]])
-  bars <- on_device(plot(run$results[[3]]))
+  histogram <- as.data.frame(run$results[[4]])
+  bars <- on_device(plot(run$results[[4]]))
   expect_equal(unname(bars[1, ]), as.numeric(unlist(histogram[1, ])))
 
-  coefficients <- as.data.frame(run$results[[2]])
-  drawn <- on_device(plot(run$results[[2]]))
+  coefficients <- as.data.frame(run$results[[3]])
+  drawn <- on_device(plot(run$results[[3]]))
   slopes <- coefficients[coefficients$term != "Intercept", ]
   expect_equal(drawn$estimate, slopes$estimate)
   expect_equal(drawn$high - drawn$estimate, qnorm(0.975) * slopes$std_error)
@@ -51,6 +51,7 @@ test_that("tables, histograms and regressions plot their released numbers", {
 
 test_that("nothing released or nothing to draw is an error saying so", {
   run <- common_run()
-  expect_error(on_device(plot(run$results[[6]])), "step 6 is withheld: nothing was released to plot")
+  expect_error(on_device(plot(withheld_run()$results[[2]])),
+               "step 2 is withheld: nothing was released to plot")
   expect_error(on_device(plot(run$results[[5]])), "a test output has no plot")
 })

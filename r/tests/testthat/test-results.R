@@ -5,13 +5,15 @@ statuses <- function(results) vapply(results, `[[`, "", "status")
 
 test_that("the results folder is saved as the client saves it, and resuming rewrites it byte for byte", {
   run <- common_run()
-  dir <- file.path(tempdir(), "census-results")
-  expect_equal(sa_save(run$results, dir), dir)
+  dir <- run$folder                                          # saved by the docs' common path
   files <- sort(list.files(dir, recursive = TRUE))
   expect_true(all(c("README.md", "sealed.json", "summary.json", "receipts/01.json",
-                    "receipts/06.json", "steps/01-frequency_table.csv",
-                    "steps/02-regression.json") %in% files))
-  expect_false(any(startsWith(files, "steps/06")))          # withheld: nothing released
+                    "receipts/05.json", "steps/01-frequency_table.csv",
+                    "steps/03-regression.json") %in% files))
+  withheld <- file.path(tempdir(), "withheld-results")
+  expect_equal(sa_save(withheld_run()$results, withheld), withheld)
+  expect_true(file.exists(file.path(withheld, "receipts", "02.json")))
+  expect_false(any(startsWith(list.files(withheld, recursive = TRUE), "steps/02")))
   csv <- utils::read.csv(file.path(dir, "steps/01-frequency_table.csv"), check.names = FALSE)
   frame <- as.data.frame(run$results[[1]])
   expect_equal(csv$F, frame$F)
@@ -21,16 +23,16 @@ test_that("the results folder is saved as the client saves it, and resuming rewr
   opened <- nrow(sa_sequences(session))
   again <- sa_resume(session, dir)                           # from the folder's sealed.json
   expect_equal(statuses(again), statuses(run$results))
-  expect_equal(again[[2]]$output, run$results[[2]]$output)
+  expect_equal(again[[3]]$output, run$results[[3]]$output)
   expect_equal(nrow(sa_sequences(session)), opened)          # never opened twice
   sa_save(again, dir)
   expect_equal(tools::md5sum(file.path(dir, files)), before)
-  expect_equal(statuses(sa_resume(session, run$sealed_file)), statuses(run$results))
+  withheld <- withheld_run()
+  expect_equal(statuses(sa_resume(session, withheld$sealed_file)), statuses(withheld$results))
 })
 
 test_that("a folder holding another sequence's results is refused with the client's error", {
-  dir <- file.path(tempdir(), "census-results")
-  if (!dir.exists(dir)) sa_save(common_run()$results, dir)
+  dir <- common_run()$folder
   summary <- tools::md5sum(file.path(dir, "summary.json"))
   err <- tryCatch(sa_save(cohort_run(), dir), error = identity)
   expect_s3_class(err, "safeaccess_ResultsFolderError")
@@ -51,7 +53,8 @@ test_that("sa_resume with a sequence id calls the client's session.resume where 
 test_that("receipts verify from R: the centre's signature, and the audit log's entry", {
   run <- common_run()
   expect_true(sa_verify_receipt(session, run$results[[1]], run$sealed))
-  expect_true(sa_verify_receipt(session, run$results[[6]], run$sealed))
+  withheld <- withheld_run()
+  expect_true(sa_verify_receipt(session, withheld$results[[2]], withheld$sealed))
   err <- tryCatch(sa_verify_receipt(session, run$results[[1]], cohort_sealed()), error = identity)
   expect_s3_class(err, "safeaccess_ReceiptInvalid")
   expect_match(conditionMessage(err), "does not match what was received: body_sha256",
@@ -61,16 +64,14 @@ test_that("receipts verify from R: the centre's signature, and the audit log's e
   expect_equal(released$step, 2L)
   expect_equal(released$state, "released")
   expect_true(released$output_checked)
-  withheld <- sa_check_receipt(session, run$results[[6]])
-  expect_equal(withheld$state, "withheld")
-  expect_false(withheld$output_checked)
+  checked <- sa_check_receipt(session, withheld$results[[2]])
+  expect_equal(checked$state, "withheld")
+  expect_false(checked$output_checked)
   expect_output(print(released), "^OK: step 2 of sequence .* is released at log entry")
 })
 
 test_that("a saved receipt whose output was altered fails the log check", {
-  dir <- file.path(tempdir(), "census-results")
-  if (!dir.exists(dir)) sa_save(common_run()$results, dir)
-  saved <- file.path(dir, "receipts", "01.json")
+  saved <- file.path(common_run()$folder, "receipts", "01.json")
   expect_equal(sa_check_receipt(session, saved)$state, "released")
   altered <- tempfile(fileext = ".json")
   reticulate::py_run_string(paste(

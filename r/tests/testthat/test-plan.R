@@ -111,3 +111,22 @@ test_that("an unknown dataset and an unknown researcher are conditions with the 
   expect_equal(err$code, "unauthenticated")
   expect_equal(err$status, 401L)
 })
+
+test_that("the catalogue, columns and budgets read from R", {
+  datasets <- sa_datasets(session)
+  expect_setequal(datasets$name, c("census", "census-dp", "cohort"))
+  expect_equal(datasets$rows[datasets$name == "census"], ROWS)
+  columns <- sa_columns(session, "census")
+  expect_equal(columns$type[columns$name == "sex"], "categorical")
+  expect_equal(columns$levels[columns$name == "sex"], "F, M")
+  expect_equal(columns$bounds[columns$name == "age"], "16, 95")
+  expect_output(budgets <- sa_budgets(session, "census"), "withhold budget on census")
+  expect_equal(sa_health(session)$server_id, "demo-centre")
+})
+
+test_that("the Python traceback of the last condition is there on request, not in the message", {
+  err <- tryCatch(sa_plan(session, "censsus"), error = identity)
+  expect_no_match(conditionMessage(err), "Traceback")
+  expect_output(trace <- sa_last_traceback(), "Traceback")
+  expect_match(trace, "UnknownDataset: the catalogue has no dataset 'censsus'", fixed = TRUE)
+})

@@ -105,3 +105,14 @@ test_that("the audit log verifies from R, extends its checkpoint, and refuses an
   )
   expect_s3_class(err, "safeaccess_AuditFailure")
 })
+
+test_that("a pinned centre key that the server does not announce stops the run before a reveal", {
+  withheld <- withheld_run()
+  pinned <- sa_connect(centre$url, centre$key, centre$researcher,
+                       server_key = sub("\\.key$", ".pub", centre$key))
+  opened <- nrow(sa_sequences(session))
+  err <- tryCatch(sa_run(pinned, sa_read_sealed(withheld$sealed_file)), error = identity)
+  expect_s3_class(err, "safeaccess_WrongServer")
+  expect_match(conditionMessage(err), "announces a different signing key", fixed = TRUE)
+  expect_equal(nrow(sa_sequences(session)), opened)
+})

@@ -91,7 +91,12 @@ plot_survival <- function(x, out, ...) {
 
 plot_intervals <- function(est, low, high, labels, main, xlab, ...) {
   n <- length(est)
-  graphics::plot(est, seq_len(n), xlim = range(c(low, high, 0)), yaxt = "n", pch = 19,
+  if (!any(is.finite(est))) {
+    stop("no estimate to draw: every one is missing (e.g. a noisy count that is not positive)",
+         call. = FALSE)
+  }
+  # A missing estimate (a DP mean whose noisy count is not positive) is left out of the plot.
+  graphics::plot(est, seq_len(n), xlim = range(c(low, high, 0), finite = TRUE), yaxt = "n", pch = 19,
                  xlab = xlab, ylab = "", main = main, ...)
   graphics::segments(low, seq_len(n), high, seq_len(n))
   graphics::abline(v = 0, col = "grey")
@@ -114,17 +119,22 @@ plot_dp <- function(x, out, ...) {
   by <- unlist(out$by)
   components <- unlist(out$components)
   if (identical(out$kind, "dp_mean")) {
-    return(plot_intervals(frame$mean, frame$mean - Z95 * frame$se, frame$mean + Z95 * frame$se,
-                          paste(do.call(paste, c(frame[, c(by, "variable"), drop = FALSE], sep = ", "))),
+    half <- Z95 * frame$std_error
+    return(plot_intervals(frame$mean, frame$mean - half, frame$mean + half,
+                          do.call(paste, c(unname(as.list(frame[, c(by, "variable"), drop = FALSE])), sep = ", ")),
                           sprintf("step %d: dp_mean (noisy, 95 %% interval)", x$index),
                           "estimate", ...))
   }
   est <- as.matrix(frame[, components, drop = FALSE])
   se <- as.matrix(frame[, paste("se", components), drop = FALSE])
-  labels <- if (length(by)) do.call(paste, c(frame[, by, drop = FALSE], sep = ", ")) else "all"
+  labels <- if (length(by)) {
+    do.call(paste, c(unname(as.list(frame[, by, drop = FALSE])), sep = ", "))
+  } else {
+    "all"
+  }
   rownames(est) <- labels
   mids <- graphics::barplot(est, beside = TRUE, legend.text = if (length(by)) labels,
-                            ylim = range(c(0, est + Z95 * se, est - Z95 * se)),
+                            ylim = range(c(0, est + Z95 * se, est - Z95 * se), finite = TRUE),
                             main = sprintf("step %d: %s (noisy, 95 %% interval)", x$index, out$kind),
                             las = 2, ...)
   graphics::arrows(mids, est - Z95 * se, mids, est + Z95 * se, angle = 90, code = 3,

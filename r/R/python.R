@@ -52,7 +52,7 @@ sa_condition <- function(exc, call = NULL) {
 
 # Call a Python function (`fn`, e.g. `session$plan`) with R arguments; its value stays a Python
 # object. An exception it raises becomes an R condition of class `safeaccess_error` carrying the
-# Python message (see sa_condition); the call shown is the R function's.
+# Python message (see sa_condition), and no call: the message is the client's whole account.
 pcall <- function(fn, ..., .call = NULL) {
   outcome <- sa_py("bridge")$call(fn, ...)
   if (!reticulate::py_to_r(outcome$ok)) {

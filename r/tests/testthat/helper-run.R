@@ -95,3 +95,14 @@ python_frame <- function(step) {
   ))$plain
   convert(step$py)
 }
+
+# Two DP answers on census-dp (the centre's DP twin of the census).
+dp_run <- function() {
+  if (is.null(.shared$dp)) {
+    plan <- sa_plan(session, "census-dp") |>
+      sa_dp_count(by = "region", epsilon = 0.5, delta = 1e-7) |>
+      sa_dp_mean(age ~ sex, epsilon = 0.5, delta = 1e-7)
+    .shared$dp <- sa_run(session, sa_seal(session, plan))
+  }
+  .shared$dp
+}

@@ -55,3 +55,21 @@ test_that("nothing released or nothing to draw is an error saying so", {
                "step 2 is withheld: nothing was released to plot")
   expect_error(on_device(plot(run$results[[5]])), "a test output has no plot")
 })
+
+test_that("DP answers are frames like Python's and plot their estimates with 95 % whiskers", {
+  dp <- dp_run()
+  expect_equal(vapply(dp, `[[`, "", "status"), c("released", "released"))
+  for (step in dp) {
+    expect_equal(names(as.data.frame(step)), python_frame(step)$names)
+  }
+  counts <- as.data.frame(dp[[1]])
+  drawn <- on_device(plot(dp[[1]]))
+  expect_equal(drawn$group, counts$region)
+  expect_equal(drawn$estimate, counts$count)
+  expect_equal(drawn$high - drawn$estimate, qnorm(0.975) * counts[["se count"]])
+  means <- as.data.frame(dp[[2]])
+  drawn <- on_device(plot(dp[[2]]))
+  expect_equal(drawn$term, paste(means$sex, means$variable, sep = ", "))
+  expect_equal(drawn$estimate, means$mean)
+  expect_equal(drawn$estimate - drawn$low, qnorm(0.975) * means$std_error)
+})

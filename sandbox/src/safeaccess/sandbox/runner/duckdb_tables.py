@@ -12,7 +12,9 @@ random datasets. The steps:
    rule (`rules.tabulate.code_levels`, the in-memory path's own function);
 3. a magnitude table sums by cell in SQL (one thread, so each cell's sum adds its records in
    stored order, as `np.bincount` does in memory: the same float, not an approximation);
-4. one streaming pass gives every stored record its cell (or -1): the query set.
+4. one streaming pass gives every stored record its cell (or -1): the query set;
+5. the cells become a `TableOutput` through `rules.table_facts`, the one description of a
+   table's facts the in-memory path uses too.
 
 Kinds and options this path does not compute are known from the analysis and the published
 metadata alone (`refusal`), before any record is read: the runner reads only their columns

@@ -27,8 +27,8 @@ from safeaccess.client.audit.merkle import (
     node_hash,
 )
 from safeaccess.client.audit.records import LOG_FORMAT, LOG_VERSION, encode_record
-from safeaccess.server.audit import frontier
 from safeaccess.server.errors import InvalidRequest, LogDamaged
+from safeaccess.server.store import frontier
 from safeaccess.server.store import log as log_rows
 from safeaccess.server.store.log import completed, ensure_head, entries, leaf_hashes, logged, size
 

@@ -50,13 +50,13 @@ from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
 from safeaccess.rules.ruleset import DEFAULT_RULESET
 from safeaccess.server import store as store_module
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.audit.records import settle_records
 from safeaccess.server.auditors import AuditService
 from safeaccess.server.config import initialise
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.service import Service
 from safeaccess.server.states import StepState
+from safeaccess.server.store import auditlog
 from safeaccess.server.store.schema import AuditHeadRow, DatasetRow, EventRow, StepRow
 
 REGIONS = ["North", "South", "East", "West", "Centre"]

@@ -92,8 +92,7 @@ def test_root_matches_the_reference_tree() -> None:
 
 
 def _store(tmp_path: Path, n: int):  # type: ignore[no-untyped-def]
-    from safeaccess.server.audit import log as auditlog
-    from safeaccess.server.store import Store
+    from safeaccess.server.store import Store, auditlog
 
     store = Store(f"sqlite:///{tmp_path / 'log.db'}")
     leaves = []
@@ -106,7 +105,7 @@ def _store(tmp_path: Path, n: int):  # type: ignore[no-untyped-def]
 
 
 def test_the_logs_proofs_verify_at_every_size(tmp_path: Path) -> None:
-    from safeaccess.server.audit import log as auditlog
+    from safeaccess.server.store import auditlog
 
     store, leaves = _store(tmp_path, 37)
     try:

@@ -31,7 +31,7 @@ STEP = FrequencyTable(rows=["region"], cols=["sex"])
 #: reserve and its records, each with the Merkle nodes it completes: 4); the recording, one
 #: transaction (the sequence's guarded update without a read first, the scope's pointer, the
 #: audit log's 2, the step: 5); the view (withhold counts: 1). An append reads no stored nodes
-#: (the process keeps the log's frontier from its own last append: `audit/frontier.py`), and
+#: (the process keeps the log's frontier from its own last append: `store/frontier.py`), and
 #: on SQLite the admission reads no pointer (the process keeps the one it last recorded:
 #: `qss/scope.py`). 17 before migration 0008, the kept pointer and the one authentication read.
 MAX_REVEAL = 13

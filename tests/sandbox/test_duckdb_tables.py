@@ -22,7 +22,12 @@ from hypothesis import strategies as st
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.sandbox.backend import RunnerRequest, decode_reply, encode_reply
 from safeaccess.sandbox.runner import run_request
-from safeaccess.sandbox.runner.duckdb_tables import STORAGE_UNSUPPORTED, refusal
+from safeaccess.sandbox.runner.duckdb_tables import (
+    MAGNITUDE_STATISTICS,
+    STORAGE_UNSUPPORTED,
+    SUPPORTED_KINDS,
+    refusal,
+)
 
 pytest.importorskip("duckdb")
 
@@ -133,6 +138,22 @@ def test_duckdb_tables_equal_the_in_memory_tables(
         body = {"where": where, **analysis}
         memory, duck = _both(body, path)
         assert duck == memory, (body, decode_reply(memory), decode_reply(duck))
+
+
+def test_the_comparison_covers_every_table_kind_of_the_duckdb_path() -> None:
+    """Both paths build a table's facts through `rules.table_facts`; the byte comparison above
+    shows they hand it the same cells for every kind, statistic and layout DuckDB computes."""
+    forms = {
+        (a["kind"], a.get("agg"), bool(a.get("margins")), bool(a.get("cols")))
+        for a in ANALYSES
+        if a["kind"] != "histogram"
+    }
+    for kind in ("frequency_table", "magnitude_table"):
+        for agg in MAGNITUDE_STATISTICS if kind == "magnitude_table" else (None,):
+            for margins in (False, True):
+                assert any(f[:3] == (kind, agg, margins) for f in forms), (kind, agg, margins)
+        assert {f[3] for f in forms if f[0] == kind} == {False, True}, kind
+    assert {a["kind"] for a in ANALYSES} == set(SUPPORTED_KINDS)
 
 
 def test_the_replies_are_tables_with_query_sets(tmp_path: Path) -> None:

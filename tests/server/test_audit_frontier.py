@@ -1,4 +1,4 @@
-"""The audit log's frontier kept in memory (`audit/frontier.py`): an append reads no stored
+"""The audit log's frontier kept in memory (`store/frontier.py`): an append reads no stored
 nodes when this process committed the log's last append, and the tree stays exact when another
 replica appends in between or an append rolls back."""
 
@@ -12,8 +12,7 @@ import pytest
 from sqlalchemy import event, text
 
 from safeaccess.client.audit.merkle import leaf_hash, root_of, verify_consistency, verify_inclusion
-from safeaccess.server.audit import log as auditlog
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, auditlog
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -5,7 +5,10 @@ distinct contributors, top-3 contributions, totals, negatives, missing values, q
 computed: the researcher-side `crosstab` / `pivot_table` call it, and so do the sandbox's
 frequency tables, magnitude tables and histograms (through `tabulate`, which also gives each
 record's cell), so both sides agree cell for cell. The sandbox's grouped counts (summaries,
-survival curves, tests) place their records through `group_cells`, on the same code path.
+survival curves, tests) place their records through `group_cells`, on the same code path. What
+the facts of a table are (margins, which facts each kind carries, released values) is described
+once in `table_facts`, which the sandbox's DuckDB path uses too: here only the cells are counted
+and summed.
 
 Keys may arrive already coded (`Coded`): a histogram's bins, or a dataset version's stored code
 arrays (`safeaccess.sandbox.codes`), which hold the server-rule codes of the whole dataset; for
@@ -34,24 +37,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from safeaccess.rules.facts import cell_spread_and_mode
-from safeaccess.rules.outputs import (
-    CellFacts,
-    Label,
-    QuerySet,
-    TableFacts,
-    TableOutput,
-    cell_dtype,
+from safeaccess.rules.outputs import Label, QuerySet, TableOutput, cell_dtype
+from safeaccess.rules.table_facts import (
+    TOP_N,
+    CellSums,
+    Layout,
+    Source,
+    Statistic,
+    TableShape,
+    count_table,
+    magnitude_table,
 )
-
-Statistic = Literal["count", "sum", "mean", "std", "mode"]
-Source = Literal["frequency_table", "magnitude_table", "histogram", "contingency"]
-TOP_N = 3
 
 
 class TabulationError(ValueError):
@@ -383,53 +385,7 @@ def _largest(group: np.ndarray, v: np.ndarray, ngroups: int) -> tuple[np.ndarray
     return tops, k
 
 
-def _merge_largest(tops: np.ndarray, axis: int) -> np.ndarray:
-    """Top three of a row or column from its cells' -inf-padded top three (records lie in one
-    cell, so the largest of the margin are among the largest of its cells)."""
-    moved = np.moveaxis(tops, axis, -2)  # (..., cells along axis, 3)
-    flat = moved.reshape(*moved.shape[:-2], -1)
-    return -np.sort(-flat, axis=-1)[..., :TOP_N]
-
-
-def _top_lists(tops: np.ndarray) -> list[list[list[float]]]:
-    """Nested lists of a (rows, cols, 3) -inf-padded array, each cell's list cut at its padding:
-    a cell with one contribution lists one value (a zero would be a contribution nobody made)."""
-    return [[[x for x in cell if x != -np.inf] for cell in row] for row in tops.tolist()]
-
-
-class _Layout:
-    """Where body cells and margins go in the released grid."""
-
-    def __init__(self, nr: int, nc: int, margins: bool, two_way: bool) -> None:
-        self.nr, self.nc, self.margins, self.two_way = nr, nc, margins, two_way
-        self.height = nr + 1 if margins else nr
-        self.width = nc + 1 if margins and two_way else nc
-
-    def grid(self, body: np.ndarray, row: Any = None, col: Any = None, corner: Any = None) -> Any:
-        """The (height, width[, k]) grid from the body (one entry, or k, per cell, row-major)
-        and its margins: row totals (nr[, k]), column totals (nc[, k]) and the grand total."""
-        body = body.reshape(self.nr, self.nc, *body.shape[1:])
-        if not self.margins:
-            return body
-        out = np.zeros((self.height, self.width, *body.shape[2:]), dtype=body.dtype)
-        out[: self.nr, : self.nc] = body
-        if self.two_way:
-            out[: self.nr, self.nc] = row
-            out[self.nr, : self.nc] = col
-            out[self.nr, self.nc] = corner
-        else:  # one column: its total is the grand total
-            out[self.nr, 0] = corner
-        return out
-
-    def added(self, body: np.ndarray) -> Any:
-        """The grid of an integer (summed) or boolean (any) fact, margins from the body."""
-        b = body.reshape(self.nr, self.nc)
-        if body.dtype == bool:
-            return self.grid(body, b.any(axis=1), b.any(axis=0), b.any())
-        return self.grid(body, b.sum(axis=1), b.sum(axis=0), b.sum())
-
-
-def _record_sums(cell: np.ndarray, v: np.ndarray, lay: _Layout) -> Any:
+def _record_sums(cell: np.ndarray, v: np.ndarray, lay: Layout) -> Any:
     """The grid of per-cell sums of `v`, margins summed over their records (not their cells) in
     record order, so a total is the same float however the table is laid out."""
     body = np.bincount(cell, weights=v, minlength=lay.nr * lay.nc)
@@ -703,104 +659,73 @@ def tabulate(
     where = _Placed(raws, len(rows), n, max_cells)
     rlabels, clabels = where.row_labels, where.col_labels
     nr, nc = len(rlabels), len(clabels)
-    lay = _Layout(nr, nc, margins, bool(cols))
-    ncells = nr * nc
-    cells_kw: dict[str, Any] = {}
-    if statistic == "count":
-        if values is not None:
-            raise TabulationError("a count table takes no values; use statistic 'sum' or 'mean'")
-        body = where.counts()
-        counts = lay.added(body)
-        value_grid = counts.astype(float)
-        n_inside = int(body.sum())
-        record_cells = where.record_cells
-    else:
-        if values is None:
-            raise TabulationError(f"statistic '{statistic}' needs a column of values")
-        v_all = _numeric(values)
-        if len(v_all) != n:
-            raise TabulationError(f"values have {len(v_all)} records, the keys have {n}")
-        cell_all, valid = where.per_record()
-        nan = np.isnan(v_all)
-        any_nan = bool(nan.any())
-        # A record without a value adds nothing to its cell, so it is not counted towards the
-        # threshold (as ACRO: aggfunc "count" skips missing values) nor in the query set; the
-        # checks see it in `missing`.
-        inside = _both(valid, ~nan if any_nan else None)
-        cell, v = _pick(cell_all, inside), _pick(v_all, inside)
-        counts = lay.added(np.bincount(cell, minlength=ncells))
-        total = _record_sums(cell, v, lay)
-        cells_kw["total"] = total.tolist()
-        lacking = (
-            np.bincount(_pick(cell_all, _both(valid, nan)), minlength=ncells)
-            if any_nan
-            else np.zeros(ncells, dtype=np.int64)
-        )
-        cells_kw["missing"] = lay.added(lacking).tolist()
-        neg = v < 0
-        cells_kw["negative"] = lay.added(np.bincount(cell[neg], minlength=ncells) > 0).tolist()
-        units = None if contributor is None else _pick(_unit_codes(contributor, n), inside)
-        cells_kw.update(_largest_facts(cell, v, units, lay))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if statistic == "sum":
-                value_grid = np.where(counts > 0, total, np.nan)
-            else:
-                value_grid = np.where(counts > 0, total / counts, np.nan)
-        if statistic in ("std", "mode"):
-            keyed = None if contributor is None else _pick(_own_units(contributor), valid)
-            value_grid, more = _spread_or_mode(
-                statistic, _pick(cell_all, valid), _pick(v_all, valid), lay, keyed
-            )
-            cells_kw.update(more)
-        n_inside = n if inside is None else int(inside.sum())
-        record_cells = _masked_cells(cell_all, inside)
-    if margins:
-        rlabels = [*rlabels, ["All"]]
-        if cols:
-            clabels = [*clabels, ["All"]]
-    vals: list[list[float | None]] = [
-        [x if math.isfinite(x) else None for x in row] for row in value_grid.tolist()
-    ]
-    output = TableOutput(
+    shape = TableShape(
         source=source or ("frequency_table" if statistic == "count" else "magnitude_table"),
-        statistic=statistic,
-        value=value_name,
         row_vars=list(row_names or [f"row_{i}" for i in range(len(rows))]),
         col_vars=list(col_names or [f"col_{i}" for i in range(len(cols))]),
         row_labels=rlabels,
         col_labels=clabels,
-        values=vals,
         margins=margins,
-        facts=TableFacts(
-            cells=CellFacts(counts=counts.tolist(), **cells_kw),
-            n_total=n_inside,
-        ),
+        two_way=bool(cols),
+        value=value_name,
     )
-    return Tabulated(output=output, record_cells=record_cells)
+    lay = shape.layout
+    ncells = nr * nc
+    if statistic == "count":
+        if values is not None:
+            raise TabulationError("a count table takes no values; use statistic 'sum' or 'mean'")
+        return Tabulated(count_table(shape, where.counts()), where.record_cells)
+    if values is None:
+        raise TabulationError(f"statistic '{statistic}' needs a column of values")
+    v_all = _numeric(values)
+    if len(v_all) != n:
+        raise TabulationError(f"values have {len(v_all)} records, the keys have {n}")
+    cell_all, valid = where.per_record()
+    nan = np.isnan(v_all)
+    any_nan = bool(nan.any())
+    # A record without a value adds nothing to its cell, so it is not counted towards the
+    # threshold (as ACRO: aggfunc "count" skips missing values) nor in the query set; the
+    # checks see it in `missing`.
+    inside = _both(valid, ~nan if any_nan else None)
+    cell, v = _pick(cell_all, inside), _pick(v_all, inside)
+    lacking = (
+        np.bincount(_pick(cell_all, _both(valid, nan)), minlength=ncells)
+        if any_nan
+        else np.zeros(ncells, dtype=np.int64)
+    )
+    units = None if contributor is None else _pick(_unit_codes(contributor, n), inside)
+    top, contributors = _largest_facts(cell, v, units, lay)
+    sums = CellSums(
+        counts=np.bincount(cell, minlength=ncells),
+        total=_record_sums(cell, v, lay),
+        missing=lacking,
+        negative=np.bincount(cell[v < 0], minlength=ncells) > 0,
+        top=top,
+        contributors=contributors,
+    )
+    spread = None
+    if statistic in ("std", "mode"):
+        keyed = None if contributor is None else _pick(_own_units(contributor), valid)
+        spread = _spread_or_mode(statistic, _pick(cell_all, valid), _pick(v_all, valid), lay, keyed)
+    output = magnitude_table(shape, statistic, sums, spread)
+    return Tabulated(output=output, record_cells=_masked_cells(cell_all, inside))
 
 
 def _largest_facts(
-    cell: np.ndarray, v: np.ndarray, units: np.ndarray | None, lay: _Layout
-) -> dict[str, Any]:
-    """Largest contributions per cell and margin (of per-unit totals when units are given) and
-    the number of distinct units."""
+    cell: np.ndarray, v: np.ndarray, units: np.ndarray | None, lay: Layout
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Largest contributions per cell and margin (of per-unit totals when units are given), and
+    the number of distinct units (None without units), both laid out."""
     ncells = lay.nr * lay.nc
     if units is None:
-        tops, _ = _largest(cell, v, ncells)
-        if not lay.margins:
-            return {"top": _top_lists(lay.grid(tops))}
-        shaped = tops.reshape(lay.nr, lay.nc, TOP_N)
-        row = _merge_largest(shaped, axis=1)
-        col = _merge_largest(shaped, axis=0)
-        corner = _merge_largest(row[None, :, :], axis=1)[0]
-        return {"top": _top_lists(lay.grid(tops, row, col, corner))}
+        return lay.largest(_largest(cell, v, ncells)[0]), None
     # Dominance is about contributor units (e.g. firms): sum each unit's records first, per
     # cell and again per margin (a unit may lie in several cells of a row).
     pg, ps = _unit_sums(cell, v, units)
     tops, _ = _largest(pg, ps, ncells)
     contributors = np.bincount(pg, minlength=ncells)
     if not lay.margins:
-        return {"top": _top_lists(lay.grid(tops)), "contributors": lay.grid(contributors).tolist()}
+        return lay.grid(tops), lay.grid(contributors)
     margin: list[tuple[np.ndarray, np.ndarray]] = []
     for group, size in (
         (cell // lay.nc, lay.nr),
@@ -810,10 +735,7 @@ def _largest_facts(
         g, s = _unit_sums(group, v, units)
         margin.append((_largest(g, s, size)[0], np.bincount(g, minlength=size)))
     (rt, ru), (ct, cu), (gt, gu) = margin
-    return {
-        "top": _top_lists(lay.grid(tops, rt, ct, gt[0])),
-        "contributors": lay.grid(contributors, ru, cu, gu[0]).tolist(),
-    }
+    return lay.grid(tops, rt, ct, gt[0]), lay.grid(contributors, ru, cu, gu[0])
 
 
 def build_table(
@@ -873,7 +795,7 @@ def _spread_or_mode(
     statistic: str,
     cell: np.ndarray,
     v: np.ndarray,
-    lay: _Layout,
+    lay: Layout,
     contributor: Any,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Value grid and facts of a std or mode table; margins are computed from the records

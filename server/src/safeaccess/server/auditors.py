@@ -11,23 +11,23 @@ import base64
 import hashlib
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
 from safeaccess.client.keys import public_key_raw
 from safeaccess.client.protocol import canonical
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.auth import Authenticator
 from safeaccess.server.errors import InvalidRequest, NotFound
+from safeaccess.server.store import auditlog
 
 if TYPE_CHECKING:
     # Types only: this module takes the parts it needs, never the `Service` (service.py builds
-    # an AuditService, so importing it here at run time was an import cycle).
+    # an AuditService, so even a type import of it would be an import cycle: `Running` below
+    # names what `of` reads instead).
     from safeaccess.server.config import ServerConfig
     from safeaccess.server.ratelimit import FailureLimiter
-    from safeaccess.server.service import Service
     from safeaccess.server.store import Store
 
 MAX_ENTRIES_PER_REQUEST = 1000
@@ -38,6 +38,19 @@ EXPORT_BATCH = 2000
 def log_origin(server_id: str) -> str:
     """The checkpoint origin line: names this centre's log."""
     return f"safeaccess/{server_id}/audit"
+
+
+class Running(Protocol):
+    """What `AuditService.of` reads of a running service (`service.Service` has it all)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def config(self) -> ServerConfig: ...
+    @property
+    def signing_key(self) -> Ed25519PrivateKey: ...
+    @property
+    def auth_limiter(self) -> FailureLimiter: ...
 
 
 class AuditService:
@@ -59,7 +72,7 @@ class AuditService:
         self.auditors = Authenticator("auditor", store, config, auth_limiter)
 
     @classmethod
-    def of(cls, service: Service) -> AuditService:
+    def of(cls, service: Running) -> AuditService:
         """An AuditService over a running `Service`'s store, identity and limiter (a
         convenience for tools and tests; the service's own is `service.audit`)."""
         return cls(service.store, service.config, service.signing_key, service.auth_limiter)

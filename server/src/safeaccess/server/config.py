@@ -284,16 +284,14 @@ def initialise(
     """
     data = DataDir(root)
     if database_url is not None:
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
+        # Here, not at the top: the store's modules read this one's settings.
+        from safeaccess.server.store.urls import is_database_url
 
-        try:
-            make_url(database_url)
-        except ArgumentError as exc:
+        if not is_database_url(database_url):
             raise ConfigError(
                 f"--database-url {database_url!r} is not a database URL (e.g. "
                 "postgresql+psycopg://user@host/safeaccess)"
-            ) from exc
+            )
     if data.config_path.exists() or data.key_path.exists():
         raise ConfigError(f"{root} is already initialised; choose another --data-dir")
     root.mkdir(parents=True, exist_ok=True)

@@ -15,10 +15,9 @@ import shutil
 from pathlib import Path
 
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.config import DataDir
 from safeaccess.server.errors import InvalidRequest, NotFound
-from safeaccess.server.store import Store, catalogue, step_settings
+from safeaccess.server.store import Store, auditlog, catalogue, step_settings
 from safeaccess.server.store.schema import DatasetRow
 
 

@@ -215,34 +215,6 @@ def _product(levels: list[list[Label]]) -> list[list[Label]]:
     return labels
 
 
-class Grid:
-    """Body cells plus margins, laid out as `rules.tabulate._Layout` lays them out."""
-
-    def __init__(self, nr: int, nc: int, margins: bool, two_way: bool) -> None:
-        self.nr, self.nc, self.margins, self.two_way = nr, nc, margins, two_way
-
-    def grid(self, body: np.ndarray, row: Any, col: Any, corner: Any) -> np.ndarray:
-        body = body.reshape(self.nr, self.nc, *body.shape[1:])
-        if not self.margins:
-            return body
-        width = self.nc + 1 if self.two_way else self.nc
-        out = np.zeros((self.nr + 1, width, *body.shape[2:]), dtype=body.dtype)
-        out[: self.nr, : self.nc] = body
-        if self.two_way:
-            out[: self.nr, self.nc] = row
-            out[self.nr, : self.nc] = col
-            out[self.nr, self.nc] = corner
-        else:
-            out[self.nr, 0] = corner
-        return out
-
-    def added(self, body: np.ndarray) -> np.ndarray:
-        b = body.reshape(self.nr, self.nc)
-        if body.dtype == bool:
-            return self.grid(body, b.any(axis=1), b.any(axis=0), b.any())
-        return self.grid(body, b.sum(axis=1), b.sum(axis=0), b.sum())
-
-
 @dataclass
 class Placed:
     """Where the selected records fall: levels, labels, the SQL of each record's cell."""

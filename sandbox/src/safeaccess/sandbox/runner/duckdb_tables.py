@@ -12,7 +12,9 @@ random datasets. The steps:
    rule (`rules.tabulate.code_levels`, the in-memory path's own function);
 3. a magnitude table sums by cell in SQL (one thread, so each cell's sum adds its records in
    stored order, as `np.bincount` does in memory: the same float, not an approximation);
-4. one streaming pass gives every stored record its cell (or -1): the query set.
+4. one streaming pass gives every stored record its cell (or -1): the query set;
+5. the cells become a `TableOutput` through `rules.table_facts`, the one description of a
+   table's facts the in-memory path uses too.
 
 Kinds and options this path does not compute are known from the analysis and the published
 metadata alone (`refusal`), before any record is read: the runner reads only their columns
@@ -27,23 +29,27 @@ instead and computes in memory (`runner._out_of_memory`); a script is refused wi
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from safeaccess.client.analyses import Analysis, FrequencyTable, Histogram, MagnitudeTable
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.rules.outputs import CellFacts, Label, QuerySet, TableFacts, TableOutput
-from safeaccess.sandbox.runner.compute._common import (
-    MAX_CELLS,
-    AnalysisError,
-    declared_levels,
-    label_text,
+from safeaccess.rules.outputs import Label, QuerySet, TableOutput
+from safeaccess.rules.table_facts import (
+    TOP_N,
+    CellSums,
+    Source,
+    TableShape,
+    cell_names,
+    count_table,
 )
+from safeaccess.rules.table_facts import (
+    magnitude_table as magnitude_output,
+)
+from safeaccess.sandbox.runner.compute._common import MAX_CELLS, AnalysisError, declared_levels
 from safeaccess.sandbox.runner.compute.tables import TOO_MANY
 from safeaccess.sandbox.runner.duckdb_cells import (
-    Grid,
     Key,
     Placed,
     TableJob,
@@ -59,7 +65,6 @@ STORAGE_UNSUPPORTED = "storage_unsupported"
 DATA_DEPENDENT = frozenset({"no_rows", "too_many_cells"})
 SUPPORTED_KINDS = ("frequency_table", "histogram", "magnitude_table")
 MAGNITUDE_STATISTICS = ("sum", "mean")
-TOP_N = 3
 
 
 def refusal(analysis: Analysis, metadata: DatasetMetadata) -> AnalysisError | None:
@@ -88,54 +93,27 @@ def refusal(analysis: Analysis, metadata: DatasetMetadata) -> AnalysisError | No
 
 def _released(table: Placed, out: TableOutput, cells: np.ndarray) -> TableOutput:
     """The output with its query set over every stored record (names "row | column")."""
-    names = [
-        " | ".join(label_text(part) for part in (r, c) if part) or "all"
-        for r in table.row_labels
-        for c in table.col_labels
-    ]
-    out.facts.query_set = QuerySet.from_array(names, cells)
+    out.facts.query_set = QuerySet.from_array(cell_names(table.row_labels, table.col_labels), cells)
     return out
 
 
-def _labels(table: Placed, margins: bool, two_way: bool) -> tuple[list[Any], list[Any]]:
-    rows, cols = list(table.row_labels), list(table.col_labels)
-    if margins:
-        rows.append(["All"])
-        if two_way:
-            cols.append(["All"])
-    return rows, cols
-
-
-def _grid_values(grid: np.ndarray) -> list[list[float | None]]:
-    return [[x if math.isfinite(x) else None for x in row] for row in grid.tolist()]
-
-
-def _count_output(
+def _shape(
     table: Placed,
-    *,
-    source: str,
+    source: Source,
     row_vars: list[str],
     col_vars: list[str],
     value: str | None,
     margins: bool,
-    two_way: bool,
-) -> TableOutput:
-    layout = Grid(len(table.row_labels), len(table.col_labels), margins, two_way)
-    counts = layout.added(table.body_counts)
-    rows, cols = _labels(table, margins, two_way)
-    return TableOutput(
+) -> TableShape:
+    return TableShape(
         source=source,
-        statistic="count",
-        value=value,
         row_vars=row_vars,
         col_vars=col_vars,
-        row_labels=rows,
-        col_labels=cols,
-        values=_grid_values(counts.astype(float)),
+        row_labels=table.row_labels,
+        col_labels=table.col_labels,
         margins=margins,
-        facts=TableFacts(
-            cells=CellFacts(counts=counts.tolist()), n_total=int(table.body_counts.sum())
-        ),
+        two_way=bool(col_vars),
+        value=value,
     )
 
 
@@ -151,15 +129,10 @@ def frequency_table(
     job.require(names)
     keys = [_key(job, metadata, n) for n in names]
     table = place(job, keys, len(analysis.rows), TOO_MANY)
-    out = _count_output(
-        table,
-        source="frequency_table",
-        row_vars=list(analysis.rows),
-        col_vars=list(analysis.cols),
-        value=None,
-        margins=analysis.margins,
-        two_way=bool(analysis.cols),
+    shape = _shape(
+        table, "frequency_table", list(analysis.rows), list(analysis.cols), None, analysis.margins
     )
+    out = count_table(shape, table.body_counts)
     return _released(table, out, record_cells(job, table))
 
 
@@ -218,15 +191,10 @@ def histogram(analysis: Histogram, job: TableJob, metadata: DatasetMetadata) -> 
     table = place(
         job, keys, len(analysis.by), f"the histogram would have more than {MAX_CELLS} cells"
     )
-    out = _count_output(
-        table,
-        source="histogram",
-        row_vars=list(analysis.by),
-        col_vars=[analysis.variable],
-        value=analysis.variable,
-        margins=False,
-        two_way=True,
+    shape = _shape(
+        table, "histogram", list(analysis.by), [analysis.variable], analysis.variable, False
     )
+    out = count_table(shape, table.body_counts)
     out = _released(table, out, record_cells(job, table))
     out.bin_edges = [float(e) for e in edges]
     out.facts.bin_edges_from_data = analysis.edges is None
@@ -240,16 +208,6 @@ def _tops(lists: list[Any]) -> np.ndarray:
         for j, x in enumerate((values or [])[:TOP_N]):
             out[i, j] = x
     return out
-
-
-def _merged(tops: np.ndarray) -> np.ndarray:
-    """The three largest of several cells' -inf padded top three (last two axes)."""
-    flat = tops.reshape(*tops.shape[:-2], -1)
-    return -np.sort(-flat, axis=-1)[..., :TOP_N]
-
-
-def _top_lists(grid: np.ndarray) -> list[list[list[float]]]:
-    return [[[x for x in cell if x != -np.inf] for cell in row] for row in grid.tolist()]
 
 
 def magnitude_table(
@@ -295,43 +253,24 @@ def magnitude_table(
             col_total[int(c)] = got["total"][i]
         else:
             corner = got["total"][i]
-    two_way = bool(analysis.cols)
-    layout = Grid(nr, nc, analysis.margins, two_way)
-    counts = layout.added(n)
-    totals = layout.grid(total, row_total, col_total, corner) if analysis.margins else total
-    totals = totals.reshape(counts.shape)
-    tops = _tops(top_lists)
-    if analysis.margins:
-        shaped = tops.reshape(nr, nc, TOP_N)
-        top_grid = layout.grid(
-            tops, _merged(shaped), _merged(shaped.transpose(1, 0, 2)), _merged(tops[None, :, :])[0]
-        )
-    else:
-        top_grid = tops.reshape(nr, nc, TOP_N)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        grid = np.where(counts > 0, totals if analysis.agg == "sum" else totals / counts, np.nan)
-    rows, cols = _labels(table, analysis.margins, two_way)
-    out = TableOutput(
-        source="magnitude_table",
-        statistic=analysis.agg,
-        value=analysis.value,
-        row_vars=list(analysis.rows),
-        col_vars=list(analysis.cols),
-        row_labels=rows,
-        col_labels=cols,
-        values=_grid_values(grid),
-        margins=analysis.margins,
-        facts=TableFacts(
-            cells=CellFacts(
-                counts=counts.tolist(),
-                total=totals.tolist(),
-                missing=layout.added(lacking).tolist(),
-                negative=layout.added(neg).tolist(),
-                top=_top_lists(top_grid),
-            ),
-            n_total=int(n.sum()),
-        ),
+    shape = _shape(
+        table,
+        "magnitude_table",
+        list(analysis.rows),
+        list(analysis.cols),
+        analysis.value,
+        analysis.margins,
     )
+    layout = shape.layout
+    totals = layout.grid(total, row_total, col_total, corner) if analysis.margins else total
+    sums = CellSums(
+        counts=n,
+        total=totals.reshape(layout.height, layout.width),
+        missing=lacking,
+        negative=neg,
+        top=layout.largest(_tops(top_lists)),
+    )
+    out = magnitude_output(shape, analysis.agg, sums)
     return _released(table, out, record_cells(job, table, value))
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from safeaccess.server.store import Store, review, scripts, sequences
+from safeaccess.server.store import Store, auditlog, review, scripts, sequences
 from safeaccess.server.store.schema import ReviewApprovalRow, SequenceRow
 
 ALLOWED_CHECKERS = (1, 2)

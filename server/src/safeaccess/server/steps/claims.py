@@ -22,9 +22,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from safeaccess.client.protocol import Endorsement
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Forbidden, NotFound
-from safeaccess.server.store import Store, catalogue, claims, step_settings
+from safeaccess.server.store import Store, auditlog, catalogue, claims, step_settings
 
 Requirements = Mapping[str, frozenset[str]]
 

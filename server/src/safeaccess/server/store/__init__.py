@@ -17,16 +17,11 @@ researcher retries the same reveal.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from safeaccess.server.audit import frontier
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 
 # The outcome types moved to `safeaccess.server.outcome`; re-exported here until the layout
@@ -37,16 +32,18 @@ from safeaccess.server.outcome import QssCommit as QssCommit
 from safeaccess.server.outcome import QssPointer as QssPointer
 from safeaccess.server.outcome import StepOutcome as StepOutcome
 from safeaccess.server.store import (
+    auditlog,
     catalogue,
     ledgers,
     log,
-    migrate,
     queue,
     review,
     scripts,
     sequences,
     step_settings,
 )
+from safeaccess.server.store.database import Database as Database
+from safeaccess.server.store.database import make_engine as make_engine
 from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.review import OPENING_REJECTED as OPENING_REJECTED
 from safeaccess.server.store.review import WithholdCount
@@ -61,82 +58,9 @@ from safeaccess.server.store.schema import (
 )
 
 
-def make_engine(url: str) -> Engine:
-    """The SQLAlchemy engine of a store URL (SQLite gets WAL, foreign keys and full sync)."""
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-            # WAL lets readers proceed while one writer commits; foreign keys are off by default.
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA synchronous=FULL")
-            cursor.close()
-
-        return engine
-    return create_engine(url, pool_pre_ping=True)
-
-
-class Store:
-    """Transactions over the safeaccess schema: the engine, `transaction()`, and the public
-    methods the service, the CLI and the tests call, each a delegate to the module of its job."""
-
-    def __init__(self, url: str):
-        self.engine = make_engine(url)
-        try:
-            migrate.ensure(self.engine)
-        except migrate.SchemaBehind:
-            self.engine.dispose()
-            raise
-        # Every session shares the audit log's frontier, published only once its transaction
-        # committed (`audit/frontier.py`): an append then reads no stored nodes.
-        self._sessions = sessionmaker(
-            self.engine, expire_on_commit=False, info={frontier.SHARED: frontier.Frontier()}
-        )
-        event.listen(self._sessions, "after_commit", frontier.publish_pending)
-        event.listen(self._sessions, "after_soft_rollback", frontier.drop_pending)
-        # For statements that stand alone (`one_statement`). On PostgreSQL, the same pool with
-        # its connections in autocommit while lent out (reset on return): no BEGIN and COMMIT,
-        # two round trips of four. SQLite's driver begins a transaction only before a write, so
-        # a read pays nothing for one; switching a connection to autocommit and back would
-        # cost more (about 45 µs a use, measured).
-        self._standalone = (
-            self.engine
-            if self.engine.dialect.name == "sqlite"
-            else self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        )
-        with self.transaction() as s:
-            log.ensure_head(s)
-        #: Rule-set hashes known to be in the log (only committed facts: the log only grows).
-        self.logged_rulesets: set[str] = set()
-        #: A registered dataset version never changes (a new version is a new row), so rows
-        #: read once are kept: every step needs its dataset several times.
-        self.dataset_cache: dict[int, DatasetRow] = {}
-        #: When this process last deleted expired request nonces (`catalogue.remember_nonce`).
-        self.nonces_purged_at = 0
-        #: The rows of steps this process started `running`, until it settles them.
-        self.running = sequences.RunningSteps()
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    @contextmanager
-    def transaction(self) -> Iterator[Session]:
-        """One transaction: commits on success, rolls back on any exception."""
-        with self._sessions.begin() as session:
-            yield session
-
-    @contextmanager
-    def one_statement(self) -> Iterator[Connection]:
-        """A Core connection for statements that each stand alone: the small reads on a step's
-        path and a request's nonce. One statement sees one snapshot anyway, so it needs no
-        transaction around it: on PostgreSQL it runs in autocommit (see `_standalone`); on
-        SQLite a write commits when the block ends. An ORM session and its commit cost about
-        six times such a read."""
-        with self._standalone.begin() as conn:
-            yield conn
+class Store(Database):
+    """The public methods the service, the CLI and the tests call, each a delegate to the
+    module of its job, over the `Database` (engine and transactions)."""
 
     # -- the audit log's rows -------------------------------------------------------------------
 

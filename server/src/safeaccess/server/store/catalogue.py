@@ -17,10 +17,9 @@ from sqlalchemy.orm import Session
 
 from safeaccess.client.keyrotation import REVOKED, ROTATED, rotation_signed_by
 from safeaccess.client.keys import load_public_key
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
-from safeaccess.server.store import step_settings
+from safeaccess.server.store import auditlog, step_settings
 from safeaccess.server.store.schema import (
     AuditorRow,
     DatasetRow,
@@ -36,13 +35,13 @@ from safeaccess.server.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 
 # -- projects ------------------------------------------------------------------------------------
 
 
-def add_project(store: Store, name: str, *, actor: str = "admin") -> None:
+def add_project(store: Database, name: str, *, actor: str = "admin") -> None:
     """Create a project; Conflict if it exists."""
     try:
         with store.transaction() as s:
@@ -52,13 +51,13 @@ def add_project(store: Store, name: str, *, actor: str = "admin") -> None:
         raise Conflict(f"project {name!r} already exists") from exc
 
 
-def project_names(store: Store) -> list[str]:
+def project_names(store: Database) -> list[str]:
     """Every project's name, sorted."""
     with store.transaction() as s:
         return list(s.scalars(select(ProjectRow.name).order_by(ProjectRow.name)))
 
 
-def project_exists(store: Store, name: str) -> bool:
+def project_exists(store: Database, name: str) -> bool:
     """Whether project `name` exists."""
     with store.transaction() as s:
         return s.get(ProjectRow, name) is not None
@@ -68,7 +67,7 @@ def project_exists(store: Store, name: str) -> bool:
 
 
 def add_researcher(
-    store: Store,
+    store: Database,
     name: str,
     public_key_pem: str,
     fingerprint: str,
@@ -109,7 +108,7 @@ def add_researcher(
 
 
 def change_researcher_key(
-    store: Store,
+    store: Database,
     name: str,
     public_key_pem: str,
     new_fingerprint: str,
@@ -161,7 +160,7 @@ def change_researcher_key(
         return auditlog.append(s, kind, actor, data, subject=old)
 
 
-def key_status(store: Store, key_fingerprint: str) -> dict[str, Any]:
+def key_status(store: Database, key_fingerprint: str) -> dict[str, Any]:
     """What the log says about a key: current, rotated or revoked (entry, reason), or
     unknown (never tells whose key it is)."""
     with store.transaction() as s:
@@ -206,7 +205,7 @@ def key_status(store: Store, key_fingerprint: str) -> dict[str, Any]:
 
 
 def add_auditor(
-    store: Store, name: str, public_key_pem: str, fingerprint: str, *, actor: str = "admin"
+    store: Database, name: str, public_key_pem: str, fingerprint: str, *, actor: str = "admin"
 ) -> None:
     """Register an auditor (her key reaches the audit endpoints only)."""
     with store.transaction() as s:
@@ -226,20 +225,20 @@ def add_auditor(
         )
 
 
-def get_auditor(store: Store, name: str) -> AuditorRow | None:
+def get_auditor(store: Database, name: str) -> AuditorRow | None:
     """An auditor by name."""
     with store.transaction() as s:
         return s.get(AuditorRow, name)
 
 
-def get_researcher(store: Store, name: str) -> ResearcherRow | None:
+def get_researcher(store: Database, name: str) -> ResearcherRow | None:
     """A researcher by name (read on every request: a Core read, the row built from it)."""
     with store.one_statement() as conn:
         row = conn.execute(_RESEARCHER, {"name": name}).first()
     return None if row is None else ResearcherRow(**row._mapping)
 
 
-def projects_of(store: Store, researcher: str) -> list[str]:
+def projects_of(store: Database, researcher: str) -> list[str]:
     """The projects a researcher belongs to, sorted (a Core read: every opening asks)."""
     with store.one_statement() as conn:
         return list(conn.scalars(_PROJECTS_OF, {"researcher": researcher}))
@@ -256,7 +255,7 @@ _PROJECTS_OF = (
 
 
 def add_dataset(
-    store: Store,
+    store: Database,
     *,
     name: str,
     version: int,
@@ -309,7 +308,7 @@ def add_dataset(
         raise Conflict(f"dataset {name} version {version} already exists") from exc
 
 
-def qss_settings(store: Store, name: str) -> QssSettings:
+def qss_settings(store: Database, name: str) -> QssSettings:
     """The auditor settings of dataset `name` (the defaults if none were recorded)."""
     scoped = step_settings.scoped_by_name(store, name)
     if scoped is not None:
@@ -321,7 +320,7 @@ def qss_settings(store: Store, name: str) -> QssSettings:
     return QssSettings(mode=row.mode, scope=row.scope, atom_cap=row.atom_cap)
 
 
-def resolve_qss_settings(store: Store, name: str, requested: QssSettings | None) -> QssSettings:
+def resolve_qss_settings(store: Database, name: str, requested: QssSettings | None) -> QssSettings:
     """The settings a new version of `name` gets: those asked for, else the current ones.
     The scope of an existing dataset cannot change: states are kept per scope, so a new scope
     would start from nothing and forget every release so far."""
@@ -338,14 +337,14 @@ def resolve_qss_settings(store: Store, name: str, requested: QssSettings | None)
     return requested
 
 
-def next_dataset_version(store: Store, name: str) -> int:
+def next_dataset_version(store: Database, name: str) -> int:
     """The version number a new registration of `name` gets."""
     with store.transaction() as s:
         current = s.scalar(select(func.max(DatasetRow.version)).where(DatasetRow.name == name))
         return (current or 0) + 1
 
 
-def get_dataset(store: Store, dataset_id: int) -> DatasetRow:
+def get_dataset(store: Database, dataset_id: int) -> DatasetRow:
     """A dataset version by id (read once, then from memory: versions are immutable)."""
     row = store.dataset_cache.get(dataset_id)
     if row is not None:
@@ -358,7 +357,7 @@ def get_dataset(store: Store, dataset_id: int) -> DatasetRow:
     return row
 
 
-def find_dataset(store: Store, name: str, version: int | None = None) -> DatasetRow | None:
+def find_dataset(store: Database, name: str, version: int | None = None) -> DatasetRow | None:
     """A dataset by name: the given version, else the newest (a Core read, the row built from
     it, as in `get_researcher`: every opening asks)."""
     with store.one_statement() as conn:
@@ -374,28 +373,28 @@ def find_dataset(store: Store, name: str, version: int | None = None) -> Dataset
     return row
 
 
-def dataset_versions(store: Store, name: str) -> list[DatasetRow]:
+def dataset_versions(store: Database, name: str) -> list[DatasetRow]:
     """Every registered version of dataset `name`, oldest first."""
     with store.transaction() as s:
         query = select(DatasetRow).where(DatasetRow.name == name)
         return list(s.scalars(query.order_by(DatasetRow.version)))
 
 
-def version_ids(store: Store, name: str) -> list[int]:
+def version_ids(store: Database, name: str) -> list[int]:
     """The ids of every registered version of dataset `name`, oldest first: a Core read of one
     column (a step needs them all, and the full rows only of versions it has not seen)."""
     with store.one_statement() as conn:
         return [int(i) for i in conn.execute(_VERSION_IDS, {"name": name}).scalars()]
 
 
-def all_datasets(store: Store) -> list[DatasetRow]:
+def all_datasets(store: Database) -> list[DatasetRow]:
     """Every registered dataset version, by name then version."""
     with store.transaction() as s:
         query = select(DatasetRow).order_by(DatasetRow.name, DatasetRow.version)
         return list(s.scalars(query))
 
 
-def datasets_for(store: Store, researcher: str) -> list[DatasetRow]:
+def datasets_for(store: Database, researcher: str) -> list[DatasetRow]:
     """Every dataset version of the projects the researcher belongs to."""
     with store.transaction() as s:
         query = (
@@ -451,7 +450,7 @@ def set_rules_path(s: Session, dataset_id: int, path: str) -> None:
     stored.rules_path = path
 
 
-def get_dp_config(store: Store, dataset: str) -> dict[str, Any] | None:
+def get_dp_config(store: Database, dataset: str) -> dict[str, Any] | None:
     """The DP configuration of dataset `dataset` (None: DP is off)."""
     scoped = step_settings.scoped_by_name(store, dataset)
     if scoped is not None:
@@ -462,7 +461,7 @@ def get_dp_config(store: Store, dataset: str) -> dict[str, Any] | None:
 
 
 def set_dp_config(
-    store: Store, dataset: str, config: dict[str, Any], *, actor: str = "admin"
+    store: Database, dataset: str, config: dict[str, Any], *, actor: str = "admin"
 ) -> None:
     """Enable or change DP on every version of `dataset`. The scope cannot change once a
     ledger holds a charge: the new scope's fresh ledgers would forget what was spent."""
@@ -494,7 +493,7 @@ def set_dp_config(
 # -- request nonces ------------------------------------------------------------------------------
 
 
-def remember_nonce(store: Store, keyid: str, nonce: str, expires_at: int) -> bool:
+def remember_nonce(store: Database, keyid: str, nonce: str, expires_at: int) -> bool:
     """Record a request nonce; False if it is already known and not expired (a replay)."""
     now = int(time.time())
     # One statement per request: the insert takes the place of an expired row with the same

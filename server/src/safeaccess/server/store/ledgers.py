@@ -13,13 +13,13 @@ from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Conflict
 from safeaccess.server.outcome import DPCharge, DPLedgerState, QssCommit, QssPointer
+from safeaccess.server.store import auditlog
 from safeaccess.server.store.schema import DPLedgerRow, QssStateRow, utcnow
 
 if TYPE_CHECKING:
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 
 def charge(s: Session, dp_charge: DPCharge) -> None:
@@ -69,7 +69,7 @@ def charge(s: Session, dp_charge: DPCharge) -> None:
 
 
 def charge_public_ledger(
-    store: Store, dp_charge: DPCharge, *, event_data: dict[str, Any], actor: str = "admin"
+    store: Database, dp_charge: DPCharge, *, event_data: dict[str, Any], actor: str = "admin"
 ) -> None:
     """Charge a dataset's public ledger (a mock) and record it, in one transaction."""
     with store.transaction() as s:
@@ -78,7 +78,7 @@ def charge_public_ledger(
         auditlog.append(s, kind, actor, {"dataset": dp_charge.dataset, **event_data})
 
 
-def dp_ledger(store: Store, key: str) -> DPLedgerState:
+def dp_ledger(store: Database, key: str) -> DPLedgerState:
     """The state of one DP ledger (an empty one if it was never charged)."""
     with store.transaction() as s:
         row = s.get(DPLedgerRow, key)
@@ -87,14 +87,14 @@ def dp_ledger(store: Store, key: str) -> DPLedgerState:
         return DPLedgerState(spent=row.spent, releases=row.releases, version=row.version)
 
 
-def dp_ledgers(store: Store, dataset: str) -> list[DPLedgerRow]:
+def dp_ledgers(store: Database, dataset: str) -> list[DPLedgerRow]:
     """Every DP ledger of dataset `dataset`, by key."""
     with store.transaction() as s:
         query = select(DPLedgerRow).where(DPLedgerRow.dataset == dataset)
         return list(s.scalars(query.order_by(DPLedgerRow.key)))
 
 
-def qss_pointer(store: Store, scope: str) -> QssPointer | None:
+def qss_pointer(store: Database, scope: str) -> QssPointer | None:
     """Where the auditor state of `scope` points now (None before its first admission)."""
     with store.one_statement() as conn:
         row = conn.execute(_POINTER, {"p_scope": scope}).first()

@@ -1,7 +1,7 @@
 """The audit log's rows: the head (its size) and the entries, each with the Merkle nodes it keeps.
 
 Only SQL lives here; what the rows mean (record encoding, which nodes a new leaf completes,
-roots and proofs) is `safeaccess.server.audit.log`. Every function runs in the caller's
+roots and proofs) is `safeaccess.server.store.auditlog`. Every function runs in the caller's
 transaction, so a record exists exactly when the change it records committed.
 """
 
@@ -24,7 +24,7 @@ _EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
 # Built once: statement construction costs more than executing them on the append path.
 # The reserve also returns the hashes kept by the entry before the reserved ones, its leaf first
 # (NULL when there is none, or when the database's snapshot of this statement does not show it
-# yet): what an appender's kept frontier is checked against (`audit/frontier.py`).
+# yet): what an appender's kept frontier is checked against (`store/frontier.py`).
 _PREVIOUS_LEAF = (
     select(_EVENTS.c.merkle)
     .where(_EVENTS.c.log_index == _HEAD.c.size - bindparam("n") - 1)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.audit import records as audit_records
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.states import (
@@ -24,6 +23,7 @@ from safeaccess.server.states import (
     check_step_transition,
     sequence_state_after_step,
 )
+from safeaccess.server.store import auditlog
 from safeaccess.server.store.schema import (
     CheckerRow,
     DatasetRow,
@@ -37,7 +37,7 @@ from safeaccess.server.store.scripts import append_script_run
 from safeaccess.server.store.sequences import find_step, update_sequence
 
 if TYPE_CHECKING:
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 #: The error code recorded on step 1 of a sequence whose opening an output checker rejected.
 OPENING_REJECTED = "opening_rejected"
@@ -47,7 +47,7 @@ OPENING_REJECTED = "opening_rejected"
 
 
 def withholds_since(
-    store: Store, researcher: str, dataset_name: str, since: datetime
+    store: Database, researcher: str, dataset_name: str, since: datetime
 ) -> tuple[int, int]:
     """(steps withheld, sequences still open) for a researcher on every version of a
     dataset: withholds updated at or after `since`; rejected openings are not withholds of
@@ -127,7 +127,7 @@ def _withholds_since() -> Select[Any]:
 _WITHHOLDS_SINCE = _withholds_since()
 
 
-def openings_waiting(store: Store) -> list[tuple[SequenceRow, DatasetRow]]:
+def openings_waiting(store: Database) -> list[tuple[SequenceRow, DatasetRow]]:
     """Sequences waiting for an output checker to approve their opening, oldest first."""
     with store.transaction() as s:
         query = (
@@ -140,7 +140,7 @@ def openings_waiting(store: Store) -> list[tuple[SequenceRow, DatasetRow]]:
 
 
 def decide_opening(
-    store: Store,
+    store: Database,
     sequence_id: str,
     *,
     approve: bool,
@@ -184,7 +184,7 @@ def decide_opening(
 # -- the review queue and decisions --------------------------------------------------------------
 
 
-def review_queue(store: Store) -> list[tuple[SequenceRow, StepRow]]:
+def review_queue(store: Database) -> list[tuple[SequenceRow, StepRow]]:
     """Steps in review with their sequences, longest waiting first."""
     with store.transaction() as s:
         query = (
@@ -197,7 +197,7 @@ def review_queue(store: Store) -> list[tuple[SequenceRow, StepRow]]:
 
 
 def decide_review(
-    store: Store,
+    store: Database,
     sequence_id: str,
     index: int,
     *,

@@ -154,7 +154,7 @@ class NonceRow(Base):
 class EventRow(Base):
     """One entry of the audit log: its canonical record (the Merkle leaf is SHA-256(0x00 || record))
     and, for queries, the kind, sequence and step copied out of it. Written only by
-    `safeaccess.server.audit.log.append`, in the transaction of the change it records."""
+    `safeaccess.server.store.auditlog.append`, in the transaction of the change it records."""
 
     __tablename__ = "events"
 

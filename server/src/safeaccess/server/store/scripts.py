@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import NotFound
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
+from safeaccess.server.store import auditlog
 from safeaccess.server.store.schema import SequenceRow, StepRow
 from safeaccess.server.store.sequences import find_step
 
 if TYPE_CHECKING:
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 
 def unrun_script_steps(s: Session, kind: str) -> list[tuple[str, int, str]]:
@@ -40,7 +40,7 @@ def unrun_script_steps(s: Session, kind: str) -> list[tuple[str, int, str]]:
 
 
 def record_script_run(
-    store: Store, sequence_id: str, index: int, outcome: StepOutcome, event_data: dict[str, Any]
+    store: Database, sequence_id: str, index: int, outcome: StepOutcome, event_data: dict[str, Any]
 ) -> None:
     """Store a background script run's result on its step (for output checkers), leaving
     everything the researcher sees as it was: state, times, the sequence row, the rule-set

@@ -7,16 +7,13 @@ at all. Every state change goes through `states.py`'s transition tables.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import JSON, Connection, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.audit import records as audit_records
 from safeaccess.server.errors import Conflict, NotFound, ServiceError
 from safeaccess.server.outcome import QssCommit, StepOutcome
@@ -27,13 +24,19 @@ from safeaccess.server.states import (
     check_step_transition,
     sequence_state_after_step,
 )
-from safeaccess.server.store import ledgers, queue, step_settings
+from safeaccess.server.store import auditlog, ledgers, queue, step_settings
 from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.schema import SequenceRow, StepRow, utcnow
 
 if TYPE_CHECKING:
-    from safeaccess.server.store import Store
-    from safeaccess.server.store.review import WithholdCount
+    from safeaccess.server.store.database import Database
+
+
+class Counted(Protocol):
+    """A count made in the settle's own transaction (`review.WithholdCount`: the review module
+    sits above this one, so it is named by what settle calls)."""
+
+    def count(self, conn: Connection) -> None: ...
 
 
 def reveal_entries(
@@ -49,7 +52,7 @@ def reveal_entries(
 
 
 def create_sequence(
-    store: Store,
+    store: Database,
     *,
     sequence_id: str,
     researcher: str,
@@ -132,13 +135,13 @@ def create_sequence(
         ) from exc
 
 
-def get_sequence(store: Store, sequence_id: str) -> SequenceRow | None:
+def get_sequence(store: Database, sequence_id: str) -> SequenceRow | None:
     """A sequence by id."""
     with store.transaction() as s:
         return s.get(SequenceRow, sequence_id)
 
 
-def list_sequences(store: Store, researcher: str) -> list[SequenceRow]:
+def list_sequences(store: Database, researcher: str) -> list[SequenceRow]:
     """A researcher's sequences, oldest first."""
     with store.transaction() as s:
         query = (
@@ -149,7 +152,7 @@ def list_sequences(store: Store, researcher: str) -> list[SequenceRow]:
         return list(s.scalars(query))
 
 
-def steps(store: Store, sequence_id: str) -> list[StepRow]:
+def steps(store: Database, sequence_id: str) -> list[StepRow]:
     """A sequence's steps in order."""
     with store.transaction() as s:
         query = select(StepRow).where(StepRow.sequence_id == sequence_id).order_by(StepRow.index)
@@ -164,14 +167,14 @@ def find_step(s: Session, sequence_id: str, index: int, *, lock: bool = False) -
     return s.scalars(query).first()
 
 
-def get_step(store: Store, sequence_id: str, index: int) -> StepRow | None:
+def get_step(store: Database, sequence_id: str, index: int) -> StepRow | None:
     """Step `index` of a sequence."""
     with store.transaction() as s:
         return find_step(s, sequence_id, index)
 
 
 def get_sequence_step(
-    store: Store, sequence_id: str, index: int
+    store: Database, sequence_id: str, index: int
 ) -> tuple[SequenceRow | None, StepRow | None]:
     """A sequence and its step `index`, read in one statement: a reveal, a queued step's
     worker and the replica waiting for it each need both, on a researcher's waiting path.
@@ -223,7 +226,7 @@ def update_sequence(s: Session, seq: SequenceRow, target: SequenceState, **value
 
 
 def begin_step(
-    store: Store,
+    store: Database,
     sequence_id: str,
     *,
     expected_version: int,
@@ -284,35 +287,10 @@ def begin_step(
     return step
 
 
-def _carrying(store: Store, job: QueuedJob, seq: SequenceRow, step: StepRow) -> QueuedJob:
+def _carrying(store: Database, job: QueuedJob, seq: SequenceRow, step: StepRow) -> QueuedJob:
     """`job` carrying `seq` and `step` and the settings the open scope read for the sequence's
     dataset (none if it read none: the worker reads them)."""
     return job.carrying(seq, step, step_settings.scoped_by_id(store, seq.dataset_id))
-
-
-class RunningSteps:
-    """The sequence and step rows as this process last wrote them when it started a step
-    running, until it settles the step (`settle_step` then needs no read: the sequence's
-    version in its guarded UPDATE proves nothing changed since). Bounded: a step settled
-    elsewhere (another replica, after a restart) leaves its entry until it is pushed out."""
-
-    LIMIT = 4096
-
-    def __init__(self) -> None:
-        self._rows: OrderedDict[tuple[str, int], tuple[SequenceRow, StepRow]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def remember(self, seq: SequenceRow, step: StepRow) -> None:
-        """Keep the rows of a step just recorded `running` (and its sequence's)."""
-        with self._lock:
-            self._rows[(seq.id, step.index)] = (seq, step)
-            while len(self._rows) > self.LIMIT:
-                self._rows.popitem(last=False)
-
-    def take(self, sequence_id: str, index: int) -> tuple[SequenceRow, StepRow] | None:
-        """The rows kept for step `index` of a sequence, forgotten from now on (None: none)."""
-        with self._lock:
-            return self._rows.pop((sequence_id, index), None)
 
 
 def _sequence_of(row: Any) -> SequenceRow:
@@ -432,7 +410,7 @@ def _refusal(s: Session, sequence_id: str, expected_version: int, index: int) ->
 
 
 def settle_step(
-    store: Store,
+    store: Database,
     sequence_id: str,
     index: int,
     outcome: StepOutcome,
@@ -440,7 +418,7 @@ def settle_step(
     *,
     qss: QssCommit | None = None,
     job: QueuedJob | None = None,
-    withholds: WithholdCount | None = None,
+    withholds: Counted | None = None,
 ) -> tuple[SequenceRow, StepRow]:
     """Record a computed step's outcome and move the sequence on, in one transaction; with
     `qss`, point the scope at the auditor state that admitted this step in the same one; with
@@ -457,14 +435,14 @@ def settle_step(
 
 
 def _settle_step(
-    store: Store,
+    store: Database,
     sequence_id: str,
     index: int,
     outcome: StepOutcome,
     event_data: dict[str, Any],
     qss: QssCommit | None,
     job: QueuedJob | None = None,
-    withholds: WithholdCount | None = None,
+    withholds: Counted | None = None,
 ) -> tuple[SequenceRow, StepRow]:
     """Record a computed step's outcome and move the sequence on, in one transaction (with
     the DP ledger's charge when the step releases a DP answer: no answer without its charge,
@@ -565,7 +543,7 @@ def _move_read(
 
 
 def _settle_events(
-    store: Store,
+    store: Database,
     s: Session,
     step: StepRow,
     outcome: StepOutcome,
@@ -602,7 +580,7 @@ def _settle_events(
     return appended
 
 
-def _ruleset_logged(store: Store, s: Session, digest: str) -> bool:
+def _ruleset_logged(store: Database, s: Session, digest: str) -> bool:
     # Only a committed fact is cached (the log is append-only), never an absence.
     if digest in store.logged_rulesets:
         return True

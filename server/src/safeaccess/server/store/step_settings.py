@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, FromClause, Join, Table, bindparam, select
+from sqlalchemy import ColumnElement, Connection, FromClause, Join, Table, bindparam, select
 
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 from safeaccess.server.store.schema import (
@@ -37,8 +38,12 @@ from safeaccess.server.store.schema import (
     QssSettingsRow,
 )
 
-if TYPE_CHECKING:
-    from safeaccess.server.store import Store
+
+class Statements(Protocol):
+    """What the settings read of a store: one statement (`database.Database` has it; the
+    database imports the migrations, which import this module, so it is named here)."""
+
+    def one_statement(self) -> AbstractContextManager[Connection]: ...
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class StepSettings:
     version_ids: tuple[int, ...] = ()
 
     @classmethod
-    def read(cls, store: Store, dataset_id: int) -> StepSettings | None:
+    def read(cls, store: Statements, dataset_id: int) -> StepSettings | None:
         """The settings of dataset version `dataset_id` now, in one statement (None: no such
         version)."""
         with store.one_statement() as conn:
@@ -121,7 +126,7 @@ class StepSettings:
 
 @dataclass
 class _Scope:
-    store: Store
+    store: Statements
     by_id: dict[int, StepSettings] = field(default_factory=dict)
     by_name: dict[str, StepSettings] = field(default_factory=dict)
 
@@ -130,7 +135,7 @@ _CURRENT: ContextVar[_Scope | None] = ContextVar("safeaccess_step_settings", def
 
 
 @contextlib.contextmanager
-def settings_scope(store: Store) -> Iterator[None]:
+def settings_scope(store: Statements) -> Iterator[None]:
     """Within the `with`, each dataset version's settings are read from `store` at most once
     (a scope already open for the same store is reused: nested requests share it)."""
     current = _CURRENT.get()
@@ -144,7 +149,7 @@ def settings_scope(store: Store) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def prime(store: Store, settings: StepSettings) -> None:
+def prime(store: Statements, settings: StepSettings) -> None:
     """Hand the open scope (if any, over `store`) settings read by another statement."""
     scope = _CURRENT.get()
     if scope is not None and scope.store is store:
@@ -152,13 +157,13 @@ def prime(store: Store, settings: StepSettings) -> None:
         scope.by_name[settings.name] = settings
 
 
-def scope_is_empty(store: Store) -> bool:
+def scope_is_empty(store: Statements) -> bool:
     """Whether a scope over `store` is open here and has read nothing yet."""
     scope = _CURRENT.get()
     return scope is not None and scope.store is store and not scope.by_id
 
 
-def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
+def settings_of(store: Statements, dataset_id: int) -> StepSettings | None:
     """The settings of version `dataset_id`: from the open scope if it read them, else read
     now (and kept by the scope, if one is open)."""
     scope = _CURRENT.get()
@@ -172,7 +177,7 @@ def settings_of(store: Store, dataset_id: int) -> StepSettings | None:
     return settings
 
 
-def scoped_by_id(store: Store, dataset_id: int) -> StepSettings | None:
+def scoped_by_id(store: Statements, dataset_id: int) -> StepSettings | None:
     """The settings the open scope over `store` holds for version `dataset_id` (never read
     here), or None."""
     scope = _CURRENT.get()
@@ -181,13 +186,13 @@ def scoped_by_id(store: Store, dataset_id: int) -> StepSettings | None:
     return scope.by_id.get(dataset_id)
 
 
-def in_scope(store: Store) -> bool:
+def in_scope(store: Statements) -> bool:
     """Whether a scope over `store` is open here."""
     scope = _CURRENT.get()
     return scope is not None and scope.store is store
 
 
-def scoped_by_name(store: Store, name: str) -> StepSettings | None:
+def scoped_by_name(store: Statements, name: str) -> StepSettings | None:
     """The settings the open scope holds for dataset name `name` (any of its versions: the
     auditor settings, DP configuration and claims belong to the name), or None."""
     scope = _CURRENT.get()

@@ -16,6 +16,7 @@ import pandas as pd
 
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Label, QuerySet
+from safeaccess.rules.table_facts import label_text as label_text
 from safeaccess.rules.tabulate import Coded as Coded
 from safeaccess.rules.tabulate import TooManyCells, code_levels, declared_label, group_cells
 from safeaccess.sandbox.runner.stored_codes import key_for
@@ -124,11 +125,6 @@ def group(frame: pd.DataFrame, names: list[str], metadata: DatasetMetadata) -> C
     except TooManyCells as exc:
         raise AnalysisError("too_many_cells", too_many_groups(exc.names, exc.cells)) from None
     return Cells(labels=labels, codes=codes, levels=levels)
-
-
-def label_text(labels: list[Label]) -> str:
-    """A human name of a cell/group label tuple."""
-    return ", ".join("(missing)" if v is None else str(v) for v in labels) or "all"
 
 
 def query_set(labels: list[str], frame: pd.DataFrame, cell: np.ndarray, n_records: int) -> QuerySet:

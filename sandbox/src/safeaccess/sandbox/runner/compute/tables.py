@@ -18,12 +18,12 @@ import pandas as pd
 from safeaccess.client.analyses import FrequencyTable, Histogram, MagnitudeTable
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import TableOutput
+from safeaccess.rules.table_facts import cell_names
 from safeaccess.rules.tabulate import Coded, Tabulated, TooManyCells, tabulate
 from safeaccess.sandbox.runner.compute._common import (
     MAX_CELLS,
     AnalysisError,
     declared_levels,
-    label_text,
     numeric_values,
     query_set,
     require_columns,
@@ -66,11 +66,7 @@ def _released(done: Tabulated, frame: pd.DataFrame, n_records: int) -> TableOutp
     out = done.output
     n_rows = len(out.row_labels) - (1 if out.margins else 0)
     n_cols = len(out.col_labels) - (1 if out.margins and out.col_vars else 0)
-    names = [
-        " | ".join(label_text(part) for part in (r, c) if part) or "all"
-        for r in out.row_labels[:n_rows]
-        for c in out.col_labels[:n_cols]
-    ]
+    names = cell_names(out.row_labels[:n_rows], out.col_labels[:n_cols])
     out.facts.query_set = query_set(names, frame, done.record_cells(), n_records)
     return out
 

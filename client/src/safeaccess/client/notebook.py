@@ -187,8 +187,16 @@ def rehearsal_html(report: Rehearsal) -> str:
             f"<td>{verdict}</td><td>{detail}</td></tr>"
         )
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+    offline = (
+        f"<p><strong>Offline</strong>: the centre could not be reached; rehearsed on this "
+        f"machine on the {esc(report.mock_source)}, with the catalogue and rules cached at the "
+        "last connection. DP requests meet your DP budget only when you seal.</p>"
+        if report.offline
+        else ""
+    )
     body = (
-        f"<p><strong>{esc(report.disclaimer)}</strong></p>"
+        offline
+        + f"<p><strong>{esc(report.disclaimer)}</strong></p>"
         + (f"<ul>{notes}</ul>" if notes else "")
         + "<table><tr><th>step</th><th>kind</th><th>on the mock</th><th>why</th></tr>"
         + "".join(rows)

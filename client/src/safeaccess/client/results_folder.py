@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from safeaccess.client.protocol.errors import ProtocolError
 from safeaccess.client.protocol.sealed import SealedSequence
 from safeaccess.client.results import StepResult
 
@@ -93,6 +94,26 @@ def _check_folder(directory: Path, sequence_id: str) -> None:
         raise ResultsFolderError(
             f"{directory} already holds the results of another sequence ({earlier}); "
             "choose an empty folder"
+        )
+
+
+def check_folder_for(sealed: SealedSequence, directory: str | Path) -> None:
+    """Before any step runs: refuse a folder that holds another sealed sequence's results, so
+    that `run --out DIR` fails before revealing anything rather than after every step ran."""
+    folder = Path(directory).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ResultsFolderError(f"{folder} is a file; give a folder for the results")
+    if not (folder / "summary.json").exists():
+        return
+    try:
+        kept = SealedSequence.from_json((folder / "sealed.json").read_bytes())
+        same = kept.header == sealed.header
+    except (OSError, ValueError, ProtocolError):
+        same = False
+    if not same:
+        raise ResultsFolderError(
+            f"{folder} already holds the results of another sequence; choose an empty folder "
+            "(nothing was revealed)"
         )
 
 
@@ -215,4 +236,4 @@ def _readme(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Results", "ResultsFolderError", "save_results"]
+__all__ = ["Results", "ResultsFolderError", "check_folder_for", "save_results"]

@@ -1,0 +1,159 @@
+"""Researcher experience through the real server and client.
+
+The local journal of sealed sequences: a script step stops `run` at review; the sealed sequence
+was never written anywhere by the researcher, yet after the checker releases the step
+`session.resume(id)` and `safeaccess resume ID` reveal the rest. Offline rehearsal: with the
+centre gone, `plan.rehearse()` runs the same checks here on what the last connection cached."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from e2e_helpers import Centre
+
+from safeaccess.client.analyses import FrequencyTable, Script
+from safeaccess.client.cli import main as client_main
+from safeaccess.client.journal import Journal
+from safeaccess.client.plan import Plan
+from safeaccess.client.session import NotInJournal, OfflineUnavailable, connect
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.review import decisions as review
+from safeaccess.server.service import Service
+
+SCRIPT = Script(code="result = 1")
+TABLE = FrequencyTable(rows=["region"], cols=["sex"])
+
+
+def _release_script(service: Service, sequence_id: str, index: int) -> None:
+    assert service.scripts.wait_idle(120)  # the script runs in the background
+    review.decide(service.store, sequence_id, index, approve=True, reviewer="checker")
+
+
+def _key_file(centre: Centre, path: Path) -> Path:
+    path.write_bytes(
+        centre.keys["ada"].private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+    return path
+
+
+def test_a_sequence_stopped_at_review_is_resumed_from_the_journal(
+    centre: Centre, server: tuple[Service, EmbeddedServer]
+) -> None:
+    service, srv = server
+    sealed = centre.seal([SCRIPT, TABLE])  # never written to a file by the researcher
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        first = session.run(sealed)
+        assert [r.status for r in first] == ["review"]
+        sequence_id = first[0].sequence_id
+        journal = Journal()
+        kept = [e for e in journal.entries() if e.sequence_id == sequence_id]
+        assert len(kept) == 1 and kept[0].sealed == sealed and kept[0].server_url == srv.url
+        assert stat.S_IMODE(os.stat(kept[0].path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(journal.directory).st_mode) == 0o700
+        listed = {s["id"]: s for s in session.sequences()}
+        assert listed[sequence_id]["resumable"] is True
+        assert listed[sequence_id]["journal"] == str(kept[0].path)
+
+        _release_script(service, sequence_id, 1)
+        results = session.resume(sequence_id)
+        assert [r.status for r in results] == ["released", "released"]
+        assert results[1].output is not None and results[1].kind == "frequency_table"
+        assert {s["id"]: s for s in session.sequences()}[sequence_id]["resumable"] is False
+
+        other = centre.seal([TABLE])
+        opened = session.open(other)  # opened without run(): nothing kept in the journal
+        with pytest.raises(NotInJournal, match="not in the journal"):
+            session.resume(opened.sequence_id)
+
+
+def test_cli_resume_reveals_the_rest_and_out_is_checked_before_anything_runs(
+    centre: Centre,
+    server: tuple[Service, EmbeddedServer],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service, srv = server
+    key = _key_file(centre, tmp_path / "ada.key")
+    connection = ["--server", srv.url, "--key", str(key), "--researcher", "ada"]
+    sealed_file = tmp_path / "sequence.json"
+    sealed_file.write_text(centre.seal([SCRIPT, TABLE]).to_json())
+
+    assert client_main(["run", str(sealed_file), *connection]) == 1
+    printed = capsys.readouterr().out
+    sequence_id = printed.split("sequence ")[-1].split(":")[0]
+    assert f"continue later with: safeaccess resume {sequence_id}" in printed
+    sealed_file.unlink()  # the journal keeps it
+
+    assert client_main(["sequences", *connection]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(sequence_id))
+    assert line.split()[-1] == "resumable"
+
+    _release_script(service, sequence_id, 1)
+    out = tmp_path / "results"
+    assert client_main(["resume", sequence_id, *connection, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"sequence {sequence_id}: finished, all 2 steps released" in printed
+    assert (out / "summary.json").exists()
+
+    # --out into that folder with another sequence is refused before anything is opened.
+    another = tmp_path / "another.json"
+    another.write_text(centre.seal([TABLE, TABLE]).to_json())
+    before = len(service.store.list_sequences("ada"))
+    assert client_main(["run", str(another), *connection, "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert "already holds the results of another sequence" in error
+    assert error.count("\n") == 1
+    assert len(service.store.list_sequences("ada")) == before
+
+
+def test_rehearse_without_the_centre_runs_the_same_checks_on_what_was_cached(
+    centre: Centre, server: tuple[Service, EmbeddedServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    service, _ = server
+    with EmbeddedServer(create_app(service)) as srv:  # a centre that goes away below
+        session = connect(srv.url, centre.keys["ada"], "ada", retry_wait=0.01)
+        plan = (
+            session.plan("census")
+            .frequency_table("region", "sex")
+            .frequency_table("region", "sex", where="age >= 93")  # few mock rows per cell
+            .dp_count(epsilon=1.0, delta=1e-5)  # census answers no DP kinds
+            .script("result = df.shape[0]")
+            .ols("income ~ age + C(sex)")
+        )
+        online = plan.rehearse(show=False)
+        url = srv.url
+    offline = plan.rehearse()  # the centre is unreachable now
+    printed = capsys.readouterr().out
+    assert not online.offline and offline.offline
+    assert offline.steps == online.steps  # the same checks on the same mock
+    assert (offline.dataset, offline.rows, offline.mock_rows, offline.ruleset) == (
+        online.dataset,
+        online.rows,
+        online.mock_rows,
+        online.ruleset,
+    )
+    assert offline.disclaimer == online.disclaimer and offline.notes == online.notes
+    assert [s.mock_verdict for s in offline.steps[:2]] == ["release", "withhold"]
+    assert "does not answer differentially private kinds" in offline.steps[2].refused[0]
+    assert printed.splitlines()[1].startswith("OFFLINE: the centre could not be reached")
+    assert "Offline" in offline._repr_html_()
+
+    session.close()  # a closed session rehearses offline too (it raised RuntimeError before)
+    assert plan.rehearse(show=False).steps == online.steps
+
+    # A centre this client never reached: nothing cached, one clear error.
+    assert plan.metadata is not None
+    stranger = connect(url + "/elsewhere", centre.keys["ada"], "ada")
+    with pytest.raises(OfflineUnavailable, match="connect once while it is reachable"):
+        Plan("census@1", plan.metadata).frequency_table("region", "sex").rehearse(stranger)
+    stranger.close()

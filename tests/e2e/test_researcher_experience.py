@@ -7,6 +7,7 @@ centre gone, `plan.rehearse()` runs the same checks here on what the last connec
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -20,6 +21,9 @@ from safeaccess.client.cli import main as client_main
 from safeaccess.client.journal import Journal
 from safeaccess.client.plan import Plan
 from safeaccess.client.session import NotInJournal, OfflineUnavailable, connect
+from safeaccess.client.validation import AnalysisInvalid
+from safeaccess.server.admin.cli import main as server_cli
+from safeaccess.server.demo.data import census_metadata
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.review import decisions as review
@@ -157,3 +161,68 @@ def test_rehearse_without_the_centre_runs_the_same_checks_on_what_was_cached(
     with pytest.raises(OfflineUnavailable, match="connect once while it is reachable"):
         Plan("census@1", plan.metadata).frequency_table("region", "sex").rehearse(stranger)
     stranger.close()
+
+
+def _metadata_file(path: Path, name: str, notes: dict[str, object]) -> Path:
+    raw = json.loads(census_metadata(name).model_dump_json())
+    raw["columns"].append({"name": "notes", **notes})
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_free_text_is_kept_out_of_every_analysis_and_bad_types_get_one_line(
+    centre: Centre,
+    server: tuple[Service, EmbeddedServer],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service, srv = server
+    frame = centre.census.head(400).assign(notes=[f"Mr Smith at {i} High St" for i in range(400)])
+    csv = tmp_path / "people.csv"
+    frame.to_csv(csv, index=False)
+    meta = tmp_path / "people.json"
+    add = ["dataset", "add", "people", "--data", str(csv), "--metadata", str(meta)]
+    add += ["--project", "p1", "--data-dir", str(centre.root)]
+
+    _metadata_file(meta, "people", {"type": "timestamp"})
+    assert server_cli(add) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "errors.pydantic.dev" not in error
+    assert "column 'notes': type 'timestamp' is not supported; use one of categorical, " in error
+    assert "identifier, text" in error
+
+    _metadata_file(meta, "people", {"type": "categorical"})  # free text posing as a category
+    assert server_cli(add) == 2
+    assert "notes: declared categorical without levels, and 400 of its values read as free " in (
+        capsys.readouterr().err
+    )
+
+    _metadata_file(meta, "people", {"type": "text"})
+    assert server_cli(add) == 0
+    capsys.readouterr()
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        listed = {c["name"]: c["type"] for c in session.metadata("people").model_dump()["columns"]}
+        assert listed["notes"] == "text"
+        plan = session.plan("people")
+        for add_step in (
+            lambda: plan.frequency_table("notes"),
+            lambda: plan.frequency_table("region", where="notes == 'Mr Smith at 1 High St'"),
+            lambda: plan.script("result = 1", where="notes != ''"),
+        ):
+            with pytest.raises(AnalysisInvalid, match="'notes' is free text"):
+                add_step()
+        # A plan sealed without the metadata check is refused by the centre alike.
+        unchecked = Plan("people@1").frequency_table("notes")
+        sealed = unchecked.seal(
+            centre.keys["ada"], researcher="ada", project="p1", server=centre.server_id
+        )
+        refused = session.run(sealed)[0]
+        assert refused.status == "failed" and refused.error_code == "invalid_analysis"
+        assert "free text" in (refused.error_message or "")
+        # A script's data frame does not hold the column.
+        script = session.run(session.seal(session.plan("people").script("result = list(df)")))
+        assert script[0].status == "review"
+        _release_script(service, script[0].sequence_id, 1)
+        columns = session.resume(script[0].sequence_id)[0].output
+    assert columns is not None and "region" in columns["result"]
+    assert "notes" not in columns["result"]

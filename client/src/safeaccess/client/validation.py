@@ -176,6 +176,13 @@ class _Checker:
                 f"column {name!r} is an identifier; identifiers cannot be used in analyses",
             )
             return None
+        if col.type == "text":
+            self.add(
+                field,
+                f"column {name!r} is free text; text columns are kept out of every analysis "
+                "(filters, tables, models, scripts)",
+            )
+            return None
         return col
 
     def grouping(self, field: str, name: str) -> None:

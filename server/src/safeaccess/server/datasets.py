@@ -22,8 +22,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+from pydantic import ValidationError
 
-from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.metadata import DatasetMetadata, metadata_errors
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
 from safeaccess.sandbox.codes import codes_dir, sha256_file, write_codes
 from safeaccess.server.config import DataDir, QssSettings, TimingConfig
@@ -54,9 +55,15 @@ def load_metadata(path: Path) -> DatasetMetadata:
         raise InvalidRequest(f"cannot read metadata file {path}: {exc.strerror}") from exc
     try:
         raw: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        return DatasetMetadata.model_validate(raw)
     except (ValueError, yaml.YAMLError) as exc:
-        raise InvalidRequest(f"{path} is not valid dataset metadata: {exc}") from exc
+        raise InvalidRequest(f"{path} is not valid JSON or YAML: {exc}") from exc
+    try:
+        return DatasetMetadata.model_validate(raw)
+    except ValidationError as exc:
+        # One line naming the column and what to change, not the library's dump.
+        raise InvalidRequest(
+            f"{path} is not valid dataset metadata: {metadata_errors(exc, raw)}"
+        ) from None
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -125,10 +132,22 @@ def _level_key(value: object) -> str:
     return str(value)
 
 
+#: A categorical value with this many words, or longer than this many characters, reads as free
+#: text (a name and address, a note) rather than a category: "Mr Smith at 12 High St".
+FREE_TEXT_WORDS = 4
+FREE_TEXT_CHARS = 40
+
+
+def looks_like_free_text(value: object) -> bool:
+    text = str(value)
+    return len(text) > FREE_TEXT_CHARS or len(text.split()) >= FREE_TEXT_WORDS
+
+
 @dataclass
 class _ColumnFacts:
     """What the metadata check needs to know of one column, gathered batch by batch."""
 
+    free_text: int = 0  # values of a categorical without levels that read as free text
     missing: bool = False
     unknown: set[str] = field(default_factory=set)
     non_numeric: bool = False
@@ -158,6 +177,8 @@ class MetadataCheck:
             facts.missing = facts.missing or len(values) < len(frame)
             if column.levels is not None:
                 facts.unknown |= {_level_key(v) for v in values.unique()}
+            elif column.type in ("categorical", "ordinal"):
+                facts.free_text += sum(looks_like_free_text(v) for v in values.unique())
             numeric = column.type in ("integer", "continuous") or column.bounds is not None
             if numeric and not pd.api.types.is_numeric_dtype(values):
                 facts.non_numeric = True
@@ -194,6 +215,13 @@ class MetadataCheck:
                     problems.append(
                         f"{column.name}: {len(unknown)} value(s) not among its declared levels"
                     )
+            if facts.free_text:
+                # Its values would become table labels: released as they are.
+                problems.append(
+                    f"{column.name}: declared {column.type} without levels, and "
+                    f"{facts.free_text} of its values read as free text (a name, an address, a "
+                    "note); declare it type: text (kept out of every analysis) or list its levels"
+                )
             if facts.non_numeric:
                 problems.append(f"{column.name}: declared {column.type} but not numeric")
                 continue

@@ -53,7 +53,8 @@ def mock_frame(metadata: DatasetMetadata, rows: int, version: int = 1) -> pd.Dat
     """The mock of `metadata` with `mock_rows(rows)` records, in column order."""
     n = mock_rows(rows)
     rng = np.random.default_rng(_seed(metadata, version))
-    return pd.DataFrame({c.name: _column(c, n, rng) for c in metadata.columns})
+    # Free text never reaches the sandbox, so the mock has none either.
+    return pd.DataFrame({c.name: _column(c, n, rng) for c in metadata.columns if c.type != "text"})
 
 
 def mock_notes(metadata: DatasetMetadata, rows: int) -> list[str]:

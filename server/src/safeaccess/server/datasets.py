@@ -10,6 +10,7 @@ the sandbox reads holds neither the key nor any identifier column.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -66,11 +67,25 @@ def load_metadata(path: Path) -> DatasetMetadata:
         ) from None
 
 
+def _check_csv_header(path: Path) -> None:
+    """Refuse a CSV header naming a column twice, by that name: pandas would read the second as
+    `age.1`, and the error would then name a column the file does not have."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        header = next(csv.reader(handle), [])
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise InvalidRequest(
+            f"{path}: the header names {', '.join(repr(n) for n in repeated)} more than once; "
+            "give every column its own name"
+        )
+
+
 def read_table(path: Path) -> pd.DataFrame:
     """Read a CSV or Parquet file."""
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
+            _check_csv_header(path)
             return pd.read_csv(path)
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path)

@@ -125,6 +125,7 @@ def save_results(results: list[StepResult], sealed: SealedSequence, directory: s
     sequence_id = results[0].sequence_id
     _check_folder(folder, sequence_id)
     files: dict[str, str] = {}
+    records: dict[str, bytes] = {}  # released files (synthetic records), written as received
     steps: list[dict[str, Any]] = []
     sealed_text = sealed.to_json() + "\n"
     files["sealed.json"] = sealed_text
@@ -153,6 +154,12 @@ def save_results(results: list[StepResult], sealed: SealedSequence, directory: s
             files[name] = _dump(result.output)
             entry["output"] = name
             entry["output_sha256"] = _sha256(files[name].encode())
+            if result.file_data is not None:
+                # The synthetic records, byte for byte as released (their SHA-256 is the one in
+                # the output, which the receipt commits to).
+                records[f"steps/{stem}.parquet"] = result.file_data
+                entry["file"] = f"steps/{stem}.parquet"
+                entry["file_sha256"] = _sha256(result.file_data)
             table = _csv(result)
             if table is not None:
                 files[f"steps/{stem}.csv"] = table
@@ -188,6 +195,8 @@ def save_results(results: list[StepResult], sealed: SealedSequence, directory: s
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+    for name, data in records.items():
+        (folder / name).write_bytes(data)
     return folder
 
 
@@ -212,7 +221,8 @@ def _readme(summary: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for step in summary["steps"]:
-        files = ", ".join(f"[{p}]({p})" for p in (step["output"], step["csv"]) if p) or "—"
+        shown = (step["output"], step["csv"], step.get("file"))
+        files = ", ".join(f"[{p}]({p})" for p in shown if p) or "—"
         receipt = f"[{step['receipt']}]({step['receipt']})" if step["receipt"] else "—"
         lines.append(
             f"| {step['index']} | {step['kind']} | {step['status']} | {files} | {receipt} |"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import json
 import ssl
@@ -755,6 +756,7 @@ class Session:
                     poll_interval=poll_interval,
                 )
             self._check_receipt(current, sealed)
+            current = self._with_file(current)
             results.append(current)
             step_done(current)
             if not current.released or current.last:
@@ -774,12 +776,20 @@ class Session:
         steps = [StepResult.from_json(s) for s in existing["steps"]]
         if not steps:
             return self.reveal(existing["id"], sealed, 1)
-        for step in steps[:-1]:
-            self._check_receipt(step, sealed)
+        for earlier in steps[:-1]:
+            self._check_receipt(earlier, sealed)
+            step = self._with_file(earlier)
             results.append(step)
             if on_step is not None:
                 on_step(step)
         return steps[-1]
+
+    def _with_file(self, result: StepResult) -> StepResult:
+        """A released step with its file (synthetic records) fetched and hash-checked, so the
+        results folder and the card hold the records themselves."""
+        if not result.released or result.output is None or "file" not in result.output:
+            return result
+        return dataclasses.replace(result, file_data=self.step_file(result))
 
     def _check_receipt(self, result: StepResult, sealed: SealedSequence) -> None:
         if result.status not in FINAL_STATES:

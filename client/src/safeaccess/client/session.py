@@ -360,9 +360,14 @@ class Session:
         published = entry.get("mock")
         if not published or self.cache.mock(entry["name"], published["manifest"]["sha256"]):
             return
+        from safeaccess.client.mock import MockInvalid
+
         newest = self.cache.entry(entry["name"])
         if newest is not None and int(newest["version"]) == int(entry["version"]):
-            self._mock_payload(entry["name"])
+            # Planning does not depend on the mock: one that cannot be fetched or does not
+            # verify is not kept, and an offline rehearsal then says it never had it.
+            with contextlib.suppress(ServerError, MockInvalid):
+                self._mock_payload(entry["name"])
 
     def rehearse(self, plan: Plan) -> Rehearsal:
         """Dry-run `plan` on a mock of its dataset built from the metadata (declared levels,

@@ -12,6 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from cryptography.hazmat.primitives import serialization
 from e2e_helpers import Centre
@@ -165,7 +167,7 @@ def test_rehearse_without_the_centre_runs_the_same_checks_on_what_was_cached(
 
 def _metadata_file(path: Path, name: str, notes: dict[str, object]) -> Path:
     raw = json.loads(census_metadata(name).model_dump_json())
-    raw["columns"].append({"name": "notes", **notes})
+    raw["columns"].append({"name": "notes", **notes})  # a "name" in `notes` renames it
     path.write_text(json.dumps(raw))
     return path
 
@@ -226,3 +228,52 @@ def test_free_text_is_kept_out_of_every_analysis_and_bad_types_get_one_line(
         columns = session.resume(script[0].sequence_id)[0].output
     assert columns is not None and "region" in columns["result"]
     assert "notes" not in columns["result"]
+
+
+def test_a_date_column_is_stored_as_dates_and_filters_by_day(
+    centre: Centre,
+    server: tuple[Service, EmbeddedServer],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service, srv = server
+    days = pd.to_datetime("2019-01-01") + pd.to_timedelta(np.arange(600) % 730, unit="D")
+    frame = centre.census.head(600).assign(admitted=days.strftime("%Y-%m-%d"))
+    csv = tmp_path / "admissions.csv"
+    frame.to_csv(csv, index=False)
+    meta = tmp_path / "admissions.json"
+    add = ["dataset", "add", "admissions", "--data", str(csv), "--metadata", str(meta)]
+    add += ["--project", "p1", "--data-dir", str(centre.root)]
+    _metadata_file(
+        meta,
+        "admissions",
+        {"name": "admitted", "type": "date", "date_bounds": ["2019-01-01", "2019-12-31"]},
+    )
+    assert server_cli(add) == 2  # 2020 dates past the declared last date
+    assert "admitted: dates outside the declared date_bounds 2019-01-01..2019-12-31" in (
+        capsys.readouterr().err
+    )
+    span = ["2019-01-01", "2020-12-31"]
+    _metadata_file(meta, "admissions", {"name": "admitted", "type": "date", "date_bounds": span})
+    assert server_cli(add) == 0
+    capsys.readouterr()
+
+    where = "admitted >= '2019-07-01' and admitted < '2020-01-01'"
+    expected = frame[(frame.admitted >= "2019-07-01") & (frame.admitted < "2020-01-01")]
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        plan = session.plan("admissions")
+        with pytest.raises(AnalysisInvalid, match="compare it with a date written 'YYYY-MM-DD'"):
+            plan.frequency_table("sex", where="admitted >= 'July 2019'")
+        with pytest.raises(AnalysisInvalid, match="'admitted' is a date"):
+            plan.frequency_table("admitted")
+        plan.frequency_table("sex", where=where).script("result = str(df['admitted'].dtype)")
+        rehearsed = plan.rehearse(show=False)  # the mock draws days within date_bounds
+        assert rehearsed.steps[0].mock_verdict == "release" and not rehearsed.notes
+        results = session.run(session.seal(plan))
+        assert results[0].status == "released", results[0].reasons
+        _release_script(service, results[1].sequence_id, 2)
+        stored = session.resume(results[1].sequence_id)[1].output
+    counts = results[0].frame()
+    assert counts is not None  # the released counts are pandas' on the same days
+    assert counts["count"].to_dict() == expected["sex"].value_counts().to_dict()
+    assert stored is not None and stored["result"].startswith("datetime64")

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from datetime import date
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-ColumnType = Literal["categorical", "ordinal", "integer", "continuous", "identifier", "text"]
+ColumnType = Literal[
+    "categorical", "ordinal", "integer", "continuous", "date", "identifier", "text"
+]
 #: The column types, in the order error messages list them.
 COLUMN_TYPES: tuple[str, ...] = get_args(ColumnType)
 #: Column types no analysis, filter, model or script ever sees: identifiers (a person number)
@@ -33,6 +36,10 @@ class Column(BaseModel):
     )
     scale: tuple[int, int] | None = Field(
         default=None, description="(lowest, highest) point of an ordinal or small-integer scale."
+    )
+    date_bounds: tuple[date, date] | None = Field(
+        default=None,
+        description="Declared (first, last) dates of a date column, written 'YYYY-MM-DD'.",
     )
     unit: str | None = Field(default=None, description="Unit of measurement, e.g. 'EUR'.")
     contributor: bool = Field(
@@ -58,6 +65,16 @@ class Column(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Column:
+        if self.type == "date":
+            if self.levels is not None or self.bounds is not None or self.scale is not None:
+                raise ValueError(
+                    f"column {self.name}: a date column has no levels, bounds or scale; declare "
+                    "its first and last dates as date_bounds: ['YYYY-MM-DD', 'YYYY-MM-DD']"
+                )
+            if self.date_bounds is not None and self.date_bounds[0] > self.date_bounds[1]:
+                raise ValueError(f"column {self.name}: the first date is after the last")
+        elif self.date_bounds is not None:
+            raise ValueError(f"column {self.name}: date_bounds apply to date columns only")
         if self.type == "text" and (
             self.levels is not None or self.bounds is not None or self.scale is not None
         ):

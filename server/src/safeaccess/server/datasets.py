@@ -163,6 +163,8 @@ class _ColumnFacts:
     """What the metadata check needs to know of one column, gathered batch by batch."""
 
     free_text: int = 0  # values of a categorical without levels that read as free text
+    not_dates: int = 0  # values of a date column that are not 'YYYY-MM-DD' dates
+    out_of_dates: bool = False  # dates outside the declared date_bounds
     missing: bool = False
     unknown: set[str] = field(default_factory=set)
     non_numeric: bool = False
@@ -194,6 +196,15 @@ class MetadataCheck:
                 facts.unknown |= {_level_key(v) for v in values.unique()}
             elif column.type in ("categorical", "ordinal"):
                 facts.free_text += sum(looks_like_free_text(v) for v in values.unique())
+            if column.type == "date":
+                dates = _dates(values)
+                facts.not_dates += int(dates.isna().sum())
+                if column.date_bounds is not None and dates.notna().any():
+                    first, last = (pd.Timestamp(d) for d in column.date_bounds)
+                    facts.out_of_dates = facts.out_of_dates or bool(
+                        (dates.min() < first) or (dates.max() > last)
+                    )
+                continue
             numeric = column.type in ("integer", "continuous") or column.bounds is not None
             if numeric and not pd.api.types.is_numeric_dtype(values):
                 facts.non_numeric = True
@@ -230,6 +241,16 @@ class MetadataCheck:
                     problems.append(
                         f"{column.name}: {len(unknown)} value(s) not among its declared levels"
                     )
+            if facts.not_dates:
+                problems.append(
+                    f"{column.name}: declared date but {facts.not_dates} value(s) are not dates "
+                    "written YYYY-MM-DD"
+                )
+            if facts.out_of_dates and column.date_bounds is not None:
+                first, last = column.date_bounds
+                problems.append(
+                    f"{column.name}: dates outside the declared date_bounds {first}..{last}"
+                )
             if facts.free_text:
                 # Its values would become table labels: released as they are.
                 problems.append(
@@ -251,6 +272,22 @@ class MetadataCheck:
                         f"{column.name}: values outside the declared bounds {low}..{high}"
                     )
         return problems
+
+
+def _dates(values: pd.Series) -> pd.Series:
+    """The values of a date column as dates (NaT where one is not a 'YYYY-MM-DD' date)."""
+    if pd.api.types.is_datetime64_any_dtype(values.dtype):
+        return values.dt.normalize()
+    return pd.to_datetime(values.astype(str), format="%Y-%m-%d", errors="coerce")
+
+
+def as_dates(frame: pd.DataFrame, metadata: DatasetMetadata) -> pd.DataFrame:
+    """`frame` with its date columns stored as dates (datetime64, at midnight), as the
+    sandbox's copy keeps them; the check has made sure every value is one."""
+    dated = [c.name for c in metadata.columns if c.type == "date" and c.name in frame.columns]
+    if not dated:
+        return frame
+    return frame.assign(**{name: _dates(frame[name]) for name in dated})
 
 
 def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[str]:
@@ -278,7 +315,7 @@ class _FrameRows:
         return self.frame
 
     def write_sandbox_copy(self, target: Path, metadata: DatasetMetadata) -> None:
-        sandbox_copy(self.frame, metadata).to_parquet(target, index=False)
+        sandbox_copy(as_dates(self.frame, metadata), metadata).to_parquet(target, index=False)
 
 
 class _ParquetRows:

@@ -21,6 +21,20 @@ REQUIRE_SANDBOX = "SAFEACCESS_REQUIRE_SANDBOX"
 REQUIRE_POSTGRES = "SAFEACCESS_REQUIRE_POSTGRES"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def safeaccess_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The researcher's safeaccess directory (journal of sealed sequences, catalogue cache) in a
+    temporary folder, so that no test writes into the home directory of whoever runs it."""
+    before = os.environ.get("SAFEACCESS_HOME")
+    home = str(tmp_path_factory.mktemp("safeaccess-home"))
+    os.environ["SAFEACCESS_HOME"] = home
+    yield home
+    if before is None:
+        os.environ.pop("SAFEACCESS_HOME", None)
+    else:
+        os.environ["SAFEACCESS_HOME"] = before
+
+
 def _skip_unless_required(variable: str, reason: str) -> NoReturn:
     if os.environ.get(variable) == "1":
         pytest.fail(f"{variable}=1 but {reason}", pytrace=False)

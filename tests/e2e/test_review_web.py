@@ -537,3 +537,27 @@ def test_the_audit_log_with_checker_records_verifies(
 
 def _sessions(web: Web) -> Any:
     return web.app.state.review_web.sessions
+
+
+def test_withheld_steps_are_listed_and_a_large_table_fits_the_screen(web: Web, page: Any) -> None:
+    # A 2-way table with many small cells (80 ages by sex): the rules withhold it.
+    sealed = web.centre.seal([FrequencyTable(rows=["age"], cols=["sex"])])
+    with connect(web.url, web.centre.keys["ada"], "ada") as session:
+        first = session.open(sealed)
+    assert first.status == "withheld"
+    _login(web, page, _new_checker(web, "wren"))
+    page.locator("p.counts a[href$='/review/withheld']").click()
+    assert page.url.endswith("/review/withheld")
+    assert "withheld step(s)" in page.locator("p.counts").inner_text()
+    page.locator(f"a[href$='/review/steps/{first.sequence_id}/1']").click()
+    assert page.locator("h1").inner_text() == "Step 1: frequency_table"
+    _shot(web, page, "09-withheld-large-table")
+    viewport = page.viewport_size
+    width = page.evaluate("document.documentElement.scrollWidth")
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert width <= viewport["width"], width
+    assert height <= 4 * viewport["height"], height
+    # The output table scrolls inside its frame, every cell still there.
+    output = page.locator("div.frame[aria-label='The output']")
+    assert output.evaluate("e => e.scrollHeight > e.clientHeight")
+    assert output.locator("tbody tr").count() >= 80  # a row per age at least

@@ -8,7 +8,9 @@ sensitivity sqrt(K) worked out by hand, and the synthetic file's hash recomputed
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from e2e_helpers import HtmlCards
 
 from safeaccess.client.analyses import Analysis, SyntheticData, to_body
 from safeaccess.client.keys import fingerprint, public_key_text
@@ -257,14 +260,37 @@ def test_mst_charges_the_ledger_exactly_mu_squared_and_shows_only_the_verdict(
 
 
 def test_released_file_is_downloaded_hash_checked_and_decoded(
-    server: tuple[Service, EmbeddedServer], centre: SynthCentre
+    server: tuple[Service, EmbeddedServer],
+    centre: SynthCentre,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     analysis = SyntheticData(columns=CMC_COLUMNS, epsilon=5.0, delta=1e-9, rows=800)
     sealed = centre.seal([analysis], dataset="cmcopen")
     with connect(server[1].url, centre.keys["ada"], "ada") as session:
-        (result,) = session.run(sealed)  # verifies the signed receipt over the output
+        results = session.run(sealed)  # verifies the signed receipt over the output
+        (result,) = results
         assert result.status == "released", _step_row(server, result).decision
         synthetic = session.synthetic(result)
+    # run() fetched the records with the step: the results folder holds them, hash in summary.
+    assert result.file_data == synthetic.data
+    folder = results.save(tmp_path / "results")
+    summary = json.loads((folder / "summary.json").read_text())
+    step = summary["steps"][0]
+    assert step["file"] == "steps/01-synthetic_data.parquet"
+    assert (folder / step["file"]).read_bytes() == synthetic.data
+    assert step["file_sha256"] == hashlib.sha256(synthetic.data).hexdigest()
+    assert step["file_sha256"] == (result.output or {})["file"]["sha256"]
+    pd.testing.assert_frame_equal(result.frame(), pd.read_parquet(folder / step["file"]))
+    # The card: privacy figures and a preview of the records, not the output as JSON.
+    card = HtmlCards(result._repr_html_())
+    assert "μ = " in card.words and "first 10 of 800 synthetic records" in card.words
+    assert '"measurements"' not in result._repr_html_()
+    # Without pyarrow, one line naming what to install.
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match=r"needs pandas and pyarrow .*client\[synthetic\]"):
+        synthetic.frame()
+    monkeypatch.undo()
     out = result.output
     assert out is not None
     assert hashlib.sha256(synthetic.data).hexdigest() == out["file"]["sha256"]

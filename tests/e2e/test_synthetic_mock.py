@@ -182,6 +182,24 @@ def test_a_plan_rehearses_locally_on_the_mock(
     ]
 
 
+def test_offline_rehearsal_runs_on_the_published_mock_the_plan_fetched(
+    server: EmbeddedServer, centre: tuple[Path, str, Ed25519PrivateKey]
+) -> None:
+    _, _, key = centre
+    with connect(server.url, key, "ada") as session:
+        plan = session.plan("cmcmock").frequency_table("husband_education", "wife_education")
+        plain = session.plan("cmcnomock").frequency_table("husband_education", "wife_education")
+        mock = session.mock("cmcmock")
+    # The session is closed: both rehearse here, on what plan() cached.
+    report = plan.rehearse(show=False)
+    assert report.offline and report.mock_source == "published DP mock"
+    assert report.mock_rows == len(mock) == 500 and report.rows == len(cmc_frame())
+    assert report.steps[0].mock_verdict in ("release", "withhold", "review")
+    other = plain.rehearse(show=False)
+    assert other.offline and other.mock_source.startswith("mock from the published metadata")
+    assert other.mock_rows == len(cmc_frame())
+
+
 def test_a_mock_the_budget_cannot_cover_is_refused_by_the_cli_and_charges_nothing(
     centre: tuple[Path, str, Ed25519PrivateKey], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -138,13 +138,20 @@ def _add_keys(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     rot.set_defaults(handler=_keys_sign_rotation)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _drive(args: argparse.Namespace, sealed_file: Path | None, sequence_id: str | None) -> int:
+    """Run a sealed file (`run`) or a sequence from the journal (`resume`): print each step,
+    save the results folder with --out, exit 0 when every step was released."""
     from safeaccess.client.protocol.sealed import SealedSequence
     from safeaccess.client.results import StepResult, format_output
-    from safeaccess.client.results_folder import ResultsFolderError
+    from safeaccess.client.results_folder import ResultsFolderError, check_folder_for
     from safeaccess.client.session import SessionError, connect
 
-    sealed = SealedSequence.from_json(Path(args.sealed).read_bytes())
+    sealed = SealedSequence.from_json(sealed_file.read_bytes()) if sealed_file else None
+    if sealed is not None and args.out is not None:
+        try:
+            check_folder_for(sealed, args.out)
+        except ResultsFolderError as exc:
+            raise CommandError(str(exc)) from exc
 
     def show(result: StepResult) -> None:
         print(result.describe())
@@ -152,6 +159,12 @@ def _run(args: argparse.Namespace) -> int:
             print(format_output(result))
         print()
 
+    options = {
+        "review_timeout": args.review_timeout,
+        "on_step": show,
+        # Only the lines between results: each result is printed by `show`.
+        "progress": lambda line: print(line, flush=True) if line.endswith("…") else None,
+    }
     server_key = load_public_key(args.server_key) if args.server_key is not None else None
     try:
         with connect(
@@ -161,14 +174,14 @@ def _run(args: argparse.Namespace) -> int:
             server_key=server_key,
             ca_bundle=args.ca_bundle,
         ) as session:
-            results = session.run(
-                sealed,
-                review_timeout=args.review_timeout,
-                on_step=show,
-                # Only the lines between results: each result is printed by `show`.
-                progress=lambda line: print(line, flush=True) if line.endswith("…") else None,
-            )
-    except SessionError as exc:
+            if sealed is None:
+                assert sequence_id is not None
+                entry = session.journal_entry(sequence_id)
+                if args.out is not None:
+                    check_folder_for(entry.sealed, args.out)
+                sealed = entry.sealed
+            results = session.run(sealed, **options)
+    except (SessionError, ResultsFolderError) as exc:
         raise CommandError(str(exc)) from exc
     if args.out is not None:
         try:
@@ -181,33 +194,64 @@ def _run(args: argparse.Namespace) -> int:
         print(f"sequence {final.sequence_id}: finished, all {final.index} steps released")
         return EXIT_OK
     print(f"sequence {final.sequence_id}: stopped at step {final.index} ({final.status})")
+    if final.status in ("review", "pending"):
+        print(f"continue later with: safeaccess resume {final.sequence_id} --server ...")
     return 1
 
 
-def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    run = subparsers.add_parser(
-        "run", help="run a sealed sequence on a server, revealing each step after a release"
-    )
-    run.add_argument("sealed", metavar="SEALED.json", type=Path, help="sealed-sequence file")
-    run.add_argument("--server", required=True, help="server URL, e.g. https://sac.example.org")
-    run.add_argument("--key", required=True, type=Path, help="your private key file")
-    run.add_argument("--researcher", required=True, help="your researcher name on the server")
-    run.add_argument(
+def _run(args: argparse.Namespace) -> int:
+    return _drive(args, Path(args.sealed), None)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    return _drive(args, None, args.sequence_id)
+
+
+def _sequences(args: argparse.Namespace) -> int:
+    from safeaccess.client.session import SessionError, connect
+
+    server_key = load_public_key(args.server_key) if args.server_key is not None else None
+    try:
+        with connect(
+            args.server, args.key, args.researcher, server_key=server_key, ca_bundle=args.ca_bundle
+        ) as session:
+            listed = session.sequences()
+    except SessionError as exc:
+        raise CommandError(str(exc)) from exc
+    if not listed:
+        print("no sequences")
+    for s in listed:
+        mark = "resumable" if s["resumable"] else ("-" if s["journal"] is None else "kept")
+        print(
+            f"{s['id']}  {s['dataset']}@{s['dataset_version']}  {s['state']:<17} "
+            f"step {s['current_index']}  {mark}"
+        )
+    return EXIT_OK
+
+
+def _connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", required=True, help="server URL, e.g. https://sac.example.org")
+    parser.add_argument("--key", required=True, type=Path, help="your private key file")
+    parser.add_argument("--researcher", required=True, help="your researcher name on the server")
+    parser.add_argument(
         "--ca-bundle", type=Path, help="PEM file of the CA that issued the centre's TLS certificate"
     )
-    run.add_argument(
+    parser.add_argument(
         "--server-key",
         type=Path,
         default=None,
         help="the centre's public key (PEM) to pin; receipts must verify with it",
     )
-    run.add_argument(
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--review-timeout",
         type=float,
         default=0.0,
         help="seconds to wait for an output checker on a step in review (default: do not wait)",
     )
-    run.add_argument(
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -215,7 +259,31 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="write the results folder here: outputs (CSV, JSON), receipts, the sealed sequence, "
         "summary.json and README.md",
     )
+
+
+def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = subparsers.add_parser(
+        "run", help="run a sealed sequence on a server, revealing each step after a release"
+    )
+    run.add_argument("sealed", metavar="SEALED.json", type=Path, help="sealed-sequence file")
+    _connection_options(run)
+    _run_options(run)
     run.set_defaults(handler=_run)
+
+    resume = subparsers.add_parser(
+        "resume",
+        help="continue a sequence from the journal of sealed sequences (after a review, ...)",
+    )
+    resume.add_argument("sequence_id", metavar="ID", help="the sequence id `run` printed")
+    _connection_options(resume)
+    _run_options(resume)
+    resume.set_defaults(handler=_resume)
+
+    listing = subparsers.add_parser(
+        "sequences", help="list your sequences at a centre and which can be resumed"
+    )
+    _connection_options(listing)
+    listing.set_defaults(handler=_sequences)
 
 
 def _add_audit(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

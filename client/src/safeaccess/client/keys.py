@@ -16,6 +16,8 @@ from typing import Final
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from safeaccess.client.localstore import safeaccess_home
+
 PRIVATE_SUFFIX: Final = ".key"
 PUBLIC_SUFFIX: Final = ".pub"
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -31,9 +33,7 @@ class KeyExistsError(KeyFileError):
 
 def default_key_dir() -> Path:
     """$SAFEACCESS_HOME/keys if SAFEACCESS_HOME is set, else ~/.safeaccess/keys."""
-    home = os.environ.get("SAFEACCESS_HOME")
-    base = Path(home) if home else Path.home() / ".safeaccess"
-    return base / "keys"
+    return safeaccess_home() / "keys"
 
 
 def check_key_name(name: str) -> str:

@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Literal
+from datetime import date
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-ColumnType = Literal["categorical", "ordinal", "integer", "continuous", "identifier"]
+ColumnType = Literal[
+    "categorical", "ordinal", "integer", "continuous", "date", "identifier", "text"
+]
+#: The column types, in the order error messages list them.
+COLUMN_TYPES: tuple[str, ...] = get_args(ColumnType)
+#: Column types no analysis, filter, model or script ever sees: identifiers (a person number)
+#: and free text (names, addresses, notes), which the sandbox's copy of the data leaves out.
+HIDDEN_TYPES = ("identifier", "text")
 
 
 class Column(BaseModel):
@@ -28,6 +36,10 @@ class Column(BaseModel):
     )
     scale: tuple[int, int] | None = Field(
         default=None, description="(lowest, highest) point of an ordinal or small-integer scale."
+    )
+    date_bounds: tuple[date, date] | None = Field(
+        default=None,
+        description="Declared (first, last) dates of a date column, written 'YYYY-MM-DD'.",
     )
     unit: str | None = Field(default=None, description="Unit of measurement, e.g. 'EUR'.")
     contributor: bool = Field(
@@ -53,6 +65,23 @@ class Column(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Column:
+        if self.type == "date":
+            if self.levels is not None or self.bounds is not None or self.scale is not None:
+                raise ValueError(
+                    f"column {self.name}: a date column has no levels, bounds or scale; declare "
+                    "its first and last dates as date_bounds: ['YYYY-MM-DD', 'YYYY-MM-DD']"
+                )
+            if self.date_bounds is not None and self.date_bounds[0] > self.date_bounds[1]:
+                raise ValueError(f"column {self.name}: the first date is after the last")
+        elif self.date_bounds is not None:
+            raise ValueError(f"column {self.name}: date_bounds apply to date columns only")
+        if self.type == "text" and (
+            self.levels is not None or self.bounds is not None or self.scale is not None
+        ):
+            raise ValueError(
+                f"column {self.name}: a text column has no levels, bounds or scale (it is kept "
+                "out of every analysis); declare it categorical with its levels to analyse it"
+            )
         if self.bounds is not None:
             if not all(math.isfinite(b) for b in self.bounds):
                 raise ValueError(f"column {self.name}: bounds must be finite numbers")
@@ -156,6 +185,11 @@ class DatasetMetadata(BaseModel):
         """Columns of type 'identifier': never visible to analyses or scripts."""
         return [c.name for c in self.columns if c.type == "identifier"]
 
+    @property
+    def text_columns(self) -> list[str]:
+        """Columns of type 'text' (free text): never stored for the sandbox, never analysed."""
+        return [c.name for c in self.columns if c.type == "text"]
+
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
 
@@ -167,6 +201,32 @@ class DatasetMetadata(BaseModel):
     @property
     def contributor_column(self) -> str | None:
         return next((c.name for c in self.columns if c.contributor), None)
+
+
+def metadata_errors(exc: ValidationError, raw: Any = None) -> str:
+    """One line for what is wrong with dataset metadata: each problem by where it is (the
+    column's name where there is one) and, for an unknown column type, the supported ones."""
+    problems = []
+    for error in exc.errors():
+        loc = list(error["loc"])
+        where = ".".join(str(p) for p in loc) or "metadata"
+        column = where
+        if len(loc) >= 2 and loc[0] == "columns" and isinstance(loc[1], int):
+            try:
+                column = f"column {raw['columns'][loc[1]]['name']!r}"
+                rest = ".".join(str(p) for p in loc[2:])
+                where = column + (f" ({rest})" if rest else "")
+            except (TypeError, KeyError, IndexError):
+                pass
+        if loc[-1:] == ["type"] and error["type"] == "literal_error":
+            problems.append(
+                f"{column}: type {error.get('input')!r} is not supported; use one of "
+                f"{', '.join(COLUMN_TYPES)}"
+            )
+        else:
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"{where}: {message}")
+    return "; ".join(problems)
 
 
 def split_dataset(dataset: str) -> tuple[str, int | None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from safeaccess.client.analyses import ModelTraining
-from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.metadata import HIDDEN_TYPES, Column, DatasetMetadata
 
 FeatureKind = Literal["numeric", "categorical"]
 
@@ -49,7 +49,7 @@ def model_problems(analysis: ModelTraining, metadata: DatasetMetadata) -> list[t
     """(field, message) for each reason the analysis cannot run on this dataset."""
     problems: list[tuple[str, str]] = []
     target = metadata.column(analysis.target)
-    if target is not None and target.type != "identifier":
+    if target is not None and target.type not in HIDDEN_TYPES:
         if target.type not in ("categorical", "ordinal") or not target.levels:
             problems.append(
                 (
@@ -62,7 +62,7 @@ def model_problems(analysis: ModelTraining, metadata: DatasetMetadata) -> list[t
             problems.append(("target", f"the target {analysis.target!r} declares one level"))
     for i, name in enumerate(analysis.features):
         col = metadata.column(name)
-        if col is None or col.type == "identifier":
+        if col is None or col.type in HIDDEN_TYPES:
             continue  # reported by the column check
         if name == analysis.target:
             problems.append((f"features[{i}]", f"{name!r} is the target; it cannot be a feature"))
@@ -89,7 +89,7 @@ def model_problems(analysis: ModelTraining, metadata: DatasetMetadata) -> list[t
     fairness = analysis.fairness
     if fairness is not None:
         col = metadata.column(fairness.protected)
-        if col is not None and col.type != "identifier":
+        if col is not None and col.type not in HIDDEN_TYPES:
             if col.type not in ("categorical", "ordinal") or not col.levels:
                 problems.append(
                     (

@@ -131,7 +131,51 @@ def step_html(result: StepResult) -> str:
     return card("step", title, "".join(parts))
 
 
+#: Synthetic records shown in a card's preview.
+PREVIEW_ROWS = 10
+
+
+def synthetic_html(output: dict[str, Any], data: bytes | None) -> str:
+    """A released synthetic_data output: the privacy figures, the file and a preview of the
+    records (instead of the whole output as JSON)."""
+    from safeaccess.client.synthetic_result import INSTALL_HINT, read_records
+
+    privacy = output.get("privacy", {})
+    file = output.get("file", {})
+    pairs: list[tuple[str, object]] = [
+        (
+            "privacy",
+            f"μ = {privacy.get('mu'):.4g} (ε = {privacy.get('epsilon'):.4g} at "
+            f"δ = {privacy.get('delta'):.3g}), method {privacy.get('method')}",
+        ),
+        (
+            "noise sd",
+            f"one-way marginals σ = {privacy.get('sigma_oneway'):.4g}, "
+            f"cliques σ = {privacy.get('sigma_cliques'):.4g}",
+        ),
+        ("tree", ", ".join(f"{a}–{b}" for a, b in privacy.get("tree", [])) or "none"),
+        ("records", f"{file.get('rows')} synthetic rows, {file.get('bytes')} bytes of Parquet"),
+        ("SHA-256", file.get("sha256")),
+        ("measurements", f"{len(output.get('measurements', []))} noisy marginals released"),
+    ]
+    body = _rows(pairs)
+    if data is None:
+        return (
+            body + "<p>the records are not attached: fetch them with session.synthetic(result)</p>"
+        )
+    try:
+        frame = read_records(data)
+    except ImportError:
+        return (
+            body + f"<p>a preview of the records needs pandas and pyarrow: {esc(INSTALL_HINT)}</p>"
+        )
+    body += f"<p>first {min(PREVIEW_ROWS, len(frame))} of {len(frame)} synthetic records:</p>"
+    return body + frame_html(frame.head(PREVIEW_ROWS))
+
+
 def _output_html(result: StepResult) -> str:
+    if result.output is not None and result.output.get("type") == "synthetic_data":
+        return synthetic_html(result.output, result.file_data)
     try:
         frame = result.frame()
     except ImportError:
@@ -187,8 +231,16 @@ def rehearsal_html(report: Rehearsal) -> str:
             f"<td>{verdict}</td><td>{detail}</td></tr>"
         )
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+    offline = (
+        f"<p><strong>Offline</strong>: the centre could not be reached; rehearsed on this "
+        f"machine on the {esc(report.mock_source)}, with the catalogue and rules cached at the "
+        "last connection. DP requests meet your DP budget only when you seal.</p>"
+        if report.offline
+        else ""
+    )
     body = (
-        f"<p><strong>{esc(report.disclaimer)}</strong></p>"
+        offline
+        + f"<p><strong>{esc(report.disclaimer)}</strong></p>"
         + (f"<ul>{notes}</ul>" if notes else "")
         + "<table><tr><th>step</th><th>kind</th><th>on the mock</th><th>why</th></tr>"
         + "".join(rows)

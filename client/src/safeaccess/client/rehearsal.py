@@ -58,6 +58,10 @@ class Rehearsal:
     notes: tuple[str, ...]
     disclaimer: str
     steps: tuple[RehearsedStep, ...]
+    # Rehearsed on this machine because the centre could not be reached (see
+    # `Session.rehearse_offline`), and on which mock.
+    offline: bool = False
+    mock_source: str = "mock from the published metadata and row count"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Rehearsal:
@@ -87,6 +91,10 @@ class Rehearsal:
                 )
                 for s in data["steps"]
             ),
+            offline=bool(data.get("offline", False)),
+            mock_source=str(
+                data.get("mock_source", "mock from the published metadata and row count")
+            ),
         )
 
     def _repr_html_(self) -> str:
@@ -105,6 +113,13 @@ class Rehearsal:
             f"({self.mock_rows} mock rows for {self.rows} real ones; rules {self.ruleset})",
             f"NOTE: {self.disclaimer}",
         ]
+        if self.offline:
+            lines.insert(
+                1,
+                f"OFFLINE: the centre could not be reached; rehearsed on this machine on the "
+                f"{self.mock_source}, with the catalogue and rules cached at the last "
+                "connection. DP requests meet your DP budget only when you seal.",
+            )
         lines += [f"  mock: {n}" for n in self.notes]
         lines += [s.describe() for s in self.steps]
         return "\n".join(lines)

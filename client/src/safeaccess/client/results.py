@@ -81,6 +81,9 @@ class StepResult:
     withhold_budget: WithholdBudget | None = None
     dataset: str | None = None
     dataset_version: int | None = None
+    # A released synthetic_data step's Parquet file, fetched by `Session.run` and checked
+    # against the SHA-256 in the output (which the receipt commits to); None otherwise.
+    file_data: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def dataset_label(self) -> str | None:
@@ -194,6 +197,10 @@ class StepResult:
         """
         if self.output is None:
             return None
+        if self.output.get("type") == "synthetic_data" and self.file_data is not None:
+            from safeaccess.client.synthetic_result import read_records
+
+            return read_records(self.file_data)  # the synthetic records themselves
         try:
             import pandas as pd
         except ImportError as exc:  # pragma: no cover - depends on the environment

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from safeaccess.client.protocol.errors import ProtocolError
 from safeaccess.client.protocol.sealed import SealedSequence
 from safeaccess.client.results import StepResult
 
@@ -96,6 +97,26 @@ def _check_folder(directory: Path, sequence_id: str) -> None:
         )
 
 
+def check_folder_for(sealed: SealedSequence, directory: str | Path) -> None:
+    """Before any step runs: refuse a folder that holds another sealed sequence's results, so
+    that `run --out DIR` fails before revealing anything rather than after every step ran."""
+    folder = Path(directory).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ResultsFolderError(f"{folder} is a file; give a folder for the results")
+    if not (folder / "summary.json").exists():
+        return
+    try:
+        kept = SealedSequence.from_json((folder / "sealed.json").read_bytes())
+        same = kept.header == sealed.header
+    except (OSError, ValueError, ProtocolError):
+        same = False
+    if not same:
+        raise ResultsFolderError(
+            f"{folder} already holds the results of another sequence; choose an empty folder "
+            "(nothing was revealed)"
+        )
+
+
 def save_results(results: list[StepResult], sealed: SealedSequence, directory: str | Path) -> Path:
     """Write the results folder of `results` (the steps of `sealed`) into `directory`."""
     if not results:
@@ -104,6 +125,7 @@ def save_results(results: list[StepResult], sealed: SealedSequence, directory: s
     sequence_id = results[0].sequence_id
     _check_folder(folder, sequence_id)
     files: dict[str, str] = {}
+    records: dict[str, bytes] = {}  # released files (synthetic records), written as received
     steps: list[dict[str, Any]] = []
     sealed_text = sealed.to_json() + "\n"
     files["sealed.json"] = sealed_text
@@ -132,6 +154,12 @@ def save_results(results: list[StepResult], sealed: SealedSequence, directory: s
             files[name] = _dump(result.output)
             entry["output"] = name
             entry["output_sha256"] = _sha256(files[name].encode())
+            if result.file_data is not None:
+                # The synthetic records, byte for byte as released (their SHA-256 is the one in
+                # the output, which the receipt commits to).
+                records[f"steps/{stem}.parquet"] = result.file_data
+                entry["file"] = f"steps/{stem}.parquet"
+                entry["file_sha256"] = _sha256(result.file_data)
             table = _csv(result)
             if table is not None:
                 files[f"steps/{stem}.csv"] = table
@@ -167,6 +195,8 @@ def save_results(results: list[StepResult], sealed: SealedSequence, directory: s
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+    for name, data in records.items():
+        (folder / name).write_bytes(data)
     return folder
 
 
@@ -191,7 +221,8 @@ def _readme(summary: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for step in summary["steps"]:
-        files = ", ".join(f"[{p}]({p})" for p in (step["output"], step["csv"]) if p) or "—"
+        shown = (step["output"], step["csv"], step.get("file"))
+        files = ", ".join(f"[{p}]({p})" for p in shown if p) or "—"
         receipt = f"[{step['receipt']}]({step['receipt']})" if step["receipt"] else "—"
         lines.append(
             f"| {step['index']} | {step['kind']} | {step['status']} | {files} | {receipt} |"
@@ -215,4 +246,4 @@ def _readme(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Results", "ResultsFolderError", "save_results"]
+__all__ = ["Results", "ResultsFolderError", "check_folder_for", "save_results"]

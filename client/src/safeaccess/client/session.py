@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import json
 import ssl
@@ -27,7 +28,9 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from safeaccess.client.budgets import Budgets, DPBudget
+from safeaccess.client.centre_cache import CentreCache
 from safeaccess.client.httpsig import sign_request
+from safeaccess.client.journal import Journal, JournalEntry
 from safeaccess.client.keyrotation import KeyStatus
 from safeaccess.client.keys import (
     fingerprint,
@@ -112,6 +115,23 @@ class UnknownDataset(SessionError):
     code = "unknown_dataset"
 
 
+class OfflineUnavailable(SessionError):
+    """The centre cannot be reached and the client cannot rehearse without it (nothing cached,
+    or the sandbox and rules packages not installed); the message says which."""
+
+    code = "offline_unavailable"
+
+
+class NotInJournal(SessionError):
+    """`resume` asked for a sequence whose sealed file this client did not keep."""
+
+    code = "not_in_journal"
+
+
+#: Sequence states in which nothing more can be revealed.
+CLOSED_STATES = ("finished", "aborted")
+
+
 class BadReceipt(SessionError):
     """The server's receipt for a step did not verify; nothing more is revealed."""
 
@@ -178,8 +198,13 @@ class Session:
         retry_wait: float = 1.0,
         server_key: Ed25519PublicKey | None = None,
         ca_bundle: Path | str | None = None,
+        journal: Journal | bool = True,
     ):
         self.url = url.rstrip("/")
+        # Every sealed sequence run is kept here (0600) so it can be resumed; False: none kept.
+        self.journal: Journal | None = (
+            Journal() if journal is True else (journal if isinstance(journal, Journal) else None)
+        )
         self.server_key = server_key
         self.researcher = researcher
         self._key = key
@@ -187,6 +212,8 @@ class Session:
         self.retry_wait = retry_wait
         self._reached = False
         self._verify = tls_verify(ca_bundle)
+        # The catalogue, rules, key and mocks of this centre, for rehearsing offline.
+        self.cache = CentreCache(self.url)
         self._http = httpx.Client(
             base_url=self.url,
             auth=_Signer(key, researcher, self.url + "/v1/health"),
@@ -286,11 +313,13 @@ class Session:
     def health(self) -> dict[str, Any]:
         """The server's id, key fingerprint and sandbox (unauthenticated)."""
         result: dict[str, Any] = self._retrying(lambda: self._request("GET", "/v1/health"))
+        self.cache.save_health(result)
         return result
 
     def datasets(self) -> list[dict[str, Any]]:
         """The catalogue of datasets you may analyse: names, descriptions, column metadata."""
         data = self._retrying(lambda: self._request("GET", "/v1/datasets"))
+        self.cache.save_catalogue(list(data["datasets"]))
         return list(data["datasets"])
 
     def catalogue_entry(self, dataset: str) -> dict[str, Any]:
@@ -309,13 +338,7 @@ class Session:
 
     def metadata(self, dataset: str) -> DatasetMetadata:
         """The published metadata of `dataset` ('name@version', or the newest 'name')."""
-        entry = self.catalogue_entry(dataset)
-        return DatasetMetadata(
-            name=entry["name"],
-            version=int(entry["version"]),
-            description=entry.get("description", ""),
-            columns=[Column.model_validate(c) for c in entry["columns"]],
-        )
+        return _metadata_of(self.catalogue_entry(dataset))
 
     def plan(self, dataset: str) -> Plan:
         """A plan on `dataset` with its metadata from the catalogue, so every analysis added is
@@ -324,10 +347,27 @@ class Session:
         `census@2` pins that version; a bare `census` is pinned to the newest version the
         catalogue lists now, the one whose metadata the plan is checked against.
         """
-        metadata = self.metadata(dataset)
+        entry = self.catalogue_entry(dataset)
+        metadata = _metadata_of(entry)
+        self._cache_mock(entry)
         plan = Plan(metadata.label, metadata)
         plan.session = self  # so that plan.rehearse() knows where to ask
         return plan
+
+    def _cache_mock(self, entry: dict[str, Any]) -> None:
+        """Keep the version's published DP mock for rehearsing offline, once (the centre serves
+        the newest version's mock only: an older version's is not fetched)."""
+        published = entry.get("mock")
+        if not published or self.cache.mock(entry["name"], published["manifest"]["sha256"]):
+            return
+        from safeaccess.client.mock import MockInvalid
+
+        newest = self.cache.entry(entry["name"])
+        if newest is not None and int(newest["version"]) == int(entry["version"]):
+            # Planning does not depend on the mock: one that cannot be fetched or does not
+            # verify is not kept, and an offline rehearsal then says it never had it.
+            with contextlib.suppress(ServerError, MockInvalid):
+                self._mock_payload(entry["name"])
 
     def rehearse(self, plan: Plan) -> Rehearsal:
         """Dry-run `plan` on a mock of its dataset built from the metadata (declared levels,
@@ -335,11 +375,61 @@ class Session:
         analysis, what refuses it whatever the data and what the rules said on the mock. The
         centre touches no data and logs or charges nothing. A mock predicts nothing about the
         real verdicts."""
-        name, version = split_dataset(plan.dataset)
-        body = {"version": version, "analyses": [a.model_dump(mode="json") for a in plan]}
-        return Rehearsal.from_json(
-            self._retrying(lambda: self._request("POST", f"/v1/datasets/{name}/rehearse", body))
+        if not self._http.is_closed:
+            name, version = split_dataset(plan.dataset)
+            body = {"version": version, "analyses": [a.model_dump(mode="json") for a in plan]}
+            try:
+                return Rehearsal.from_json(
+                    self._retrying(
+                        lambda: self._request("POST", f"/v1/datasets/{name}/rehearse", body)
+                    )
+                )
+            except Unreachable:
+                pass
+        return self.rehearse_offline(plan)
+
+    def rehearse_offline(self, plan: Plan) -> Rehearsal:
+        """Rehearse `plan` here, without the centre, with what the last connection cached: the
+        same checks as the centre's rehearsal, on the version's published DP mock when one was
+        fetched (`plan()` fetches it), else on the mock drawn from the metadata and row count.
+        Needs safeaccess-sandbox and safeaccess-rules installed; the DP budget is checked only
+        when sealing."""
+        import importlib
+
+        from safeaccess.client.mock import mock_frame, verify_mock
+
+        entry = self.cache.entry(plan.dataset)
+        if entry is None:
+            raise OfflineUnavailable(
+                f"the centre at {self.url} cannot be reached and this client has cached no "
+                f"catalogue entry for {plan.dataset}; connect once while it is reachable"
+            )
+        try:
+            # optional: the client distribution does not depend on the sandbox's
+            offline = importlib.import_module("safeaccess.sandbox.mock.offline")
+        except ImportError:
+            raise OfflineUnavailable(
+                "rehearsing without the centre runs its checks here: install safeaccess-sandbox "
+                "and safeaccess-rules (pip install './sandbox' './rules')"
+            ) from None
+        frame = None
+        published = entry.get("mock")
+        payload = (
+            self.cache.mock(entry["name"], published["manifest"]["sha256"]) if published else None
         )
+        health = self.cache.health()
+        if payload is not None and (self.server_key is not None or health is not None):
+            key = self.server_key or public_key_from_raw(
+                base64.b64decode(str(health["server_public_key"]) if health else "")
+            )
+            frame = mock_frame(*verify_mock(payload, key))
+        report: dict[str, Any] = offline.rehearse_offline(list(plan), entry, frame)
+        if published and frame is None:
+            report["notes"].append(
+                "the published DP mock was never fetched by this client; rehearsed on a mock "
+                "drawn from the metadata instead"
+            )
+        return Rehearsal.from_json(report)
 
     def budgets(self, dataset: str) -> Budgets:
         """Your remaining DP budget and withhold budget on `dataset`, from the catalogue."""
@@ -393,9 +483,43 @@ class Session:
         )
 
     def sequences(self) -> list[dict[str, Any]]:
-        """Your sequences, each with the state of its steps."""
+        """Your sequences, each with the state of its steps; `resumable` says whether
+        `resume(id)` can continue it (still open at the centre and its sealed sequence kept in
+        this client's journal, at `journal`)."""
         data = self._retrying(lambda: self._request("GET", "/v1/sequences"))
-        return list(data["sequences"])
+        listed = []
+        for sequence in data["sequences"]:
+            entry = self.journal.by_digest(sequence["header_sha256"]) if self.journal else None
+            listed.append(
+                {
+                    **sequence,
+                    "journal": str(entry.path) if entry is not None else None,
+                    "resumable": entry is not None and sequence["state"] not in CLOSED_STATES,
+                }
+            )
+        return listed
+
+    def resume(self, sequence_id: str, **options: Any) -> Results:
+        """Continue sequence `sequence_id` from this client's journal of sealed sequences: the
+        steps already decided are returned, and the remaining ones are revealed as by `run`
+        (which takes the same `options`: review_timeout, on_step, progress, ...)."""
+        return self.run(self.journal_entry(sequence_id).sealed, **options)
+
+    def journal_entry(self, sequence_id: str) -> JournalEntry:
+        """The journal's entry for `sequence_id` (raises `NotInJournal` if it has none)."""
+        entry = None
+        if self.journal is not None:
+            entry = next((e for e in self.journal.entries() if e.sequence_id == sequence_id), None)
+            if entry is None:
+                digest = self.sequence(sequence_id)["header_sha256"]
+                entry = self.journal.by_digest(digest)
+        if entry is None:
+            where = self.journal.directory if self.journal is not None else "(journal off)"
+            raise NotInJournal(
+                f"sequence {sequence_id} is not in the journal of sealed sequences {where}; "
+                "run its sealed file with `safeaccess run FILE`"
+            )
+        return entry
 
     def sequence(self, sequence_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._retrying(
@@ -453,9 +577,18 @@ class Session:
         sequences: results on it predict nothing about the real data's results or verdicts."""
         from safeaccess.client.mock import mock_frame, verify_mock
 
-        payload = self._retrying(lambda: self._request("GET", f"/v1/datasets/{dataset}/mock"))
-        manifest, data = verify_mock(payload, self.centre_key())
-        return mock_frame(manifest, data)
+        return mock_frame(*verify_mock(self._mock_payload(dataset), self.centre_key()))
+
+    def _mock_payload(self, dataset: str) -> dict[str, Any]:
+        """The published mock's answer, its signature and hash checked, kept for offline use."""
+        from safeaccess.client.mock import verify_mock
+
+        payload: dict[str, Any] = self._retrying(
+            lambda: self._request("GET", f"/v1/datasets/{dataset}/mock")
+        )
+        verify_mock(payload, self.centre_key())
+        self.cache.save_mock(dataset, payload)  # for rehearsing offline
+        return payload
 
     # -- the protocol ---------------------------------------------------------------------------
 
@@ -575,6 +708,9 @@ class Session:
                 f"{self.url} announces a different signing key than the one pinned for it; "
                 "nothing was revealed"
             )
+        if self.journal is not None:
+            # Kept before anything is revealed: a stop at review must not lose the later steps.
+            self.journal.record(sealed, server_url=self.url, researcher=self.researcher)
         results = Results(sealed)
         existing = self.find(sealed)
         if existing is None:
@@ -592,6 +728,13 @@ class Session:
         else:
             say(f"resuming sequence {existing['id']}")
             current = self._resume(existing, sealed, results, step_done)
+        if self.journal is not None:
+            self.journal.record(
+                sealed,
+                server_url=self.url,
+                researcher=self.researcher,
+                sequence_id=current.sequence_id,
+            )
         while True:
             if current.status == "pending" and review_timeout > 0:
                 # Past the withhold budget: wait for a checker to approve opening the sequence.
@@ -618,6 +761,7 @@ class Session:
                     poll_interval=poll_interval,
                 )
             self._check_receipt(current, sealed)
+            current = self._with_file(current)
             results.append(current)
             step_done(current)
             if not current.released or current.last:
@@ -637,12 +781,20 @@ class Session:
         steps = [StepResult.from_json(s) for s in existing["steps"]]
         if not steps:
             return self.reveal(existing["id"], sealed, 1)
-        for step in steps[:-1]:
-            self._check_receipt(step, sealed)
+        for earlier in steps[:-1]:
+            self._check_receipt(earlier, sealed)
+            step = self._with_file(earlier)
             results.append(step)
             if on_step is not None:
                 on_step(step)
         return steps[-1]
+
+    def _with_file(self, result: StepResult) -> StepResult:
+        """A released step with its file (synthetic records) fetched and hash-checked, so the
+        results folder and the card hold the records themselves."""
+        if not result.released or result.output is None or "file" not in result.output:
+            return result
+        return dataclasses.replace(result, file_data=self.step_file(result))
 
     def _check_receipt(self, result: StepResult, sealed: SealedSequence) -> None:
         if result.status not in FINAL_STATES:
@@ -652,6 +804,15 @@ class Session:
             verify_receipt(result, self.server_key, sealed)
         except ReceiptInvalid as exc:
             raise BadReceipt(str(exc)) from exc
+
+
+def _metadata_of(entry: dict[str, Any]) -> DatasetMetadata:
+    return DatasetMetadata(
+        name=entry["name"],
+        version=int(entry["version"]),
+        description=entry.get("description", ""),
+        columns=[Column.model_validate(c) for c in entry["columns"]],
+    )
 
 
 def _b64(data: bytes) -> str:

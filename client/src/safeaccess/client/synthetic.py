@@ -116,6 +116,9 @@ def _column(
     if col.type == "identifier":
         problems.append((field, f"column {col.name!r} is an identifier and is never synthesised"))
         return None
+    if col.type == "text":
+        problems.append((field, f"column {col.name!r} is free text and is never synthesised"))
+        return None
     if col.contributor:
         problems.append(
             (field, f"column {col.name!r} is the contributor column and is never synthesised")

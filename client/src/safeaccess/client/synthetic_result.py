@@ -27,6 +27,24 @@ def check_file(output: dict[str, Any], data: bytes) -> bytes:
     return data
 
 
+#: What to install to read synthetic records, said in one line when it is missing.
+INSTALL_HINT = "pip install './client[synthetic]'"
+
+
+def read_records(data: bytes) -> pd.DataFrame:
+    """The synthetic records of a released Parquet file; ImportError in one line naming the
+    packages (pandas and pyarrow) when they are missing."""
+    try:
+        import pandas as pd
+        import pyarrow  # noqa: F401  (pandas reads Parquet through it)
+    except ImportError as exc:
+        raise ImportError(
+            f"reading synthetic records needs pandas and pyarrow ({exc.name} is missing): "
+            f"{INSTALL_HINT}"
+        ) from None
+    return pd.read_parquet(io.BytesIO(data), engine="pyarrow")
+
+
 @dataclass(frozen=True)
 class SyntheticDataResult:
     """The released output of a `synthetic_data` step and its Parquet file's bytes."""
@@ -35,10 +53,8 @@ class SyntheticDataResult:
     data: bytes
 
     def frame(self) -> pd.DataFrame:
-        """The synthetic records (pandas extra)."""
-        import pandas as pd
-
-        return pd.read_parquet(io.BytesIO(self.data))
+        """The synthetic records (needs the client's `synthetic` extra: pandas and pyarrow)."""
+        return read_records(self.data)
 
     @property
     def privacy(self) -> dict[str, Any]:

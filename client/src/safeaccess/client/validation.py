@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Iterable
+from datetime import date
 
 from pydantic import ValidationError
 
@@ -174,6 +175,20 @@ class _Checker:
             self.add(
                 field,
                 f"column {name!r} is an identifier; identifiers cannot be used in analyses",
+            )
+            return None
+        if col.type == "date" and field != "where":
+            self.add(
+                field,
+                f"column {name!r} is a date; a date column selects records in a filter "
+                f"(where=\"{name} >= '2020-01-01'\"), it is not analysed itself",
+            )
+            return None
+        if col.type == "text":
+            self.add(
+                field,
+                f"column {name!r} is free text; text columns are kept out of every analysis "
+                "(filters, tables, models, scripts)",
             )
             return None
         return col
@@ -564,6 +579,15 @@ class _Checker:
                 )
 
     def _literal_type_ok(self, col: Column, value: Scalar) -> bool:
+        if col.type == "date":
+            if not is_iso_date(value):
+                self.add(
+                    "where",
+                    f"column {col.name!r} is a date but is compared with {value!r}; compare it "
+                    "with a date written 'YYYY-MM-DD', e.g. '2020-01-31'",
+                )
+                return False
+            return True
         numeric_col = is_numeric(col)
         if isinstance(value, str) and numeric_col:
             self.add(
@@ -580,6 +604,18 @@ class _Checker:
             )
             return False
         return True
+
+
+def is_iso_date(value: object) -> bool:
+    """A quoted calendar date 'YYYY-MM-DD' (ten characters: compared as text, such dates
+    order as the days do, which is how the runner's filters compare a date column)."""
+    if not isinstance(value, str) or len(value) != 10:
+        return False
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_level(col: Column, value: Scalar) -> bool:

@@ -126,7 +126,7 @@ def write_codes(parquet: Path, metadata: DatasetMetadata) -> Path:
         declared: list[Label] | None = (
             list(meta.levels) if meta is not None and meta.levels else None
         )
-        if meta is not None and (meta.type == "identifier" or meta.type == "continuous"):
+        if meta is not None and meta.type in ("identifier", "continuous", "date"):
             continue
         if not _codable(meta, declared):
             continue

@@ -10,6 +10,7 @@ the sandbox reads holds neither the key nor any identifier column.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -22,8 +23,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+from pydantic import ValidationError
 
-from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.metadata import DatasetMetadata, metadata_errors
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
 from safeaccess.sandbox.codes import codes_dir, sha256_file, write_codes
 from safeaccess.server.config import DataDir, QssSettings, TimingConfig
@@ -54,9 +56,28 @@ def load_metadata(path: Path) -> DatasetMetadata:
         raise InvalidRequest(f"cannot read metadata file {path}: {exc.strerror}") from exc
     try:
         raw: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        return DatasetMetadata.model_validate(raw)
     except (ValueError, yaml.YAMLError) as exc:
-        raise InvalidRequest(f"{path} is not valid dataset metadata: {exc}") from exc
+        raise InvalidRequest(f"{path} is not valid JSON or YAML: {exc}") from exc
+    try:
+        return DatasetMetadata.model_validate(raw)
+    except ValidationError as exc:
+        # One line naming the column and what to change, not the library's dump.
+        raise InvalidRequest(
+            f"{path} is not valid dataset metadata: {metadata_errors(exc, raw)}"
+        ) from None
+
+
+def _check_csv_header(path: Path) -> None:
+    """Refuse a CSV header naming a column twice, by that name: pandas would read the second as
+    `age.1`, and the error would then name a column the file does not have."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        header = next(csv.reader(handle), [])
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise InvalidRequest(
+            f"{path}: the header names {', '.join(repr(n) for n in repeated)} more than once; "
+            "give every column its own name"
+        )
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -64,6 +85,7 @@ def read_table(path: Path) -> pd.DataFrame:
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
+            _check_csv_header(path)
             return pd.read_csv(path)
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path)
@@ -125,10 +147,24 @@ def _level_key(value: object) -> str:
     return str(value)
 
 
+#: A categorical value with this many words, or longer than this many characters, reads as free
+#: text (a name and address, a note) rather than a category: "Mr Smith at 12 High St".
+FREE_TEXT_WORDS = 4
+FREE_TEXT_CHARS = 40
+
+
+def looks_like_free_text(value: object) -> bool:
+    text = str(value)
+    return len(text) > FREE_TEXT_CHARS or len(text.split()) >= FREE_TEXT_WORDS
+
+
 @dataclass
 class _ColumnFacts:
     """What the metadata check needs to know of one column, gathered batch by batch."""
 
+    free_text: int = 0  # values of a categorical without levels that read as free text
+    not_dates: int = 0  # values of a date column that are not 'YYYY-MM-DD' dates
+    out_of_dates: bool = False  # dates outside the declared date_bounds
     missing: bool = False
     unknown: set[str] = field(default_factory=set)
     non_numeric: bool = False
@@ -158,6 +194,17 @@ class MetadataCheck:
             facts.missing = facts.missing or len(values) < len(frame)
             if column.levels is not None:
                 facts.unknown |= {_level_key(v) for v in values.unique()}
+            elif column.type in ("categorical", "ordinal"):
+                facts.free_text += sum(looks_like_free_text(v) for v in values.unique())
+            if column.type == "date":
+                dates = _dates(values)
+                facts.not_dates += int(dates.isna().sum())
+                if column.date_bounds is not None and dates.notna().any():
+                    first, last = (pd.Timestamp(d) for d in column.date_bounds)
+                    facts.out_of_dates = facts.out_of_dates or bool(
+                        (dates.min() < first) or (dates.max() > last)
+                    )
+                continue
             numeric = column.type in ("integer", "continuous") or column.bounds is not None
             if numeric and not pd.api.types.is_numeric_dtype(values):
                 facts.non_numeric = True
@@ -194,6 +241,23 @@ class MetadataCheck:
                     problems.append(
                         f"{column.name}: {len(unknown)} value(s) not among its declared levels"
                     )
+            if facts.not_dates:
+                problems.append(
+                    f"{column.name}: declared date but {facts.not_dates} value(s) are not dates "
+                    "written YYYY-MM-DD"
+                )
+            if facts.out_of_dates and column.date_bounds is not None:
+                first, last = column.date_bounds
+                problems.append(
+                    f"{column.name}: dates outside the declared date_bounds {first}..{last}"
+                )
+            if facts.free_text:
+                # Its values would become table labels: released as they are.
+                problems.append(
+                    f"{column.name}: declared {column.type} without levels, and "
+                    f"{facts.free_text} of its values read as free text (a name, an address, a "
+                    "note); declare it type: text (kept out of every analysis) or list its levels"
+                )
             if facts.non_numeric:
                 problems.append(f"{column.name}: declared {column.type} but not numeric")
                 continue
@@ -208,6 +272,22 @@ class MetadataCheck:
                         f"{column.name}: values outside the declared bounds {low}..{high}"
                     )
         return problems
+
+
+def _dates(values: pd.Series) -> pd.Series:
+    """The values of a date column as dates (NaT where one is not a 'YYYY-MM-DD' date)."""
+    if pd.api.types.is_datetime64_any_dtype(values.dtype):
+        return values.dt.normalize()
+    return pd.to_datetime(values.astype(str), format="%Y-%m-%d", errors="coerce")
+
+
+def as_dates(frame: pd.DataFrame, metadata: DatasetMetadata) -> pd.DataFrame:
+    """`frame` with its date columns stored as dates (datetime64, at midnight), as the
+    sandbox's copy keeps them; the check has made sure every value is one."""
+    dated = [c.name for c in metadata.columns if c.type == "date" and c.name in frame.columns]
+    if not dated:
+        return frame
+    return frame.assign(**{name: _dates(frame[name]) for name in dated})
 
 
 def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[str]:
@@ -235,7 +315,7 @@ class _FrameRows:
         return self.frame
 
     def write_sandbox_copy(self, target: Path, metadata: DatasetMetadata) -> None:
-        sandbox_copy(self.frame, metadata).to_parquet(target, index=False)
+        sandbox_copy(as_dates(self.frame, metadata), metadata).to_parquet(target, index=False)
 
 
 class _ParquetRows:

@@ -29,7 +29,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, Analysis, parse_analysis
-from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.metadata import HIDDEN_TYPES, DatasetMetadata
 from safeaccess.rules.outputs import Output
 from safeaccess.sandbox.backend import (
     RunnerError,
@@ -166,7 +166,13 @@ def _read_dataset(
 
     wanted = needed_columns(analysis, metadata)
     if wanted is None and never_whole:
-        wanted = [metadata.columns[0].name]
+        # The first column the sandbox's copy holds (identifiers and free text are left out).
+        wanted = [
+            next(
+                (c.name for c in metadata.columns if c.type not in HIDDEN_TYPES or c.contributor),
+                metadata.columns[0].name,
+            )
+        ]
     if isinstance(dataset, int):  # a descriptor shared with other jobs: read at our own offset
         from safeaccess.sandbox.runner.duckdb_source import PreadFile
 

@@ -90,6 +90,16 @@ def _column(frame: pd.DataFrame, name: str, cache: dict[str, _Column]) -> _Colum
             series.cat.categories.dtype if len(series.cat.categories) else object
         )
     null = np.asarray(pd.isna(series), dtype=bool)
+    if pd.api.types.is_datetime64_any_dtype(series.dtype):
+        # A date column is compared with 'YYYY-MM-DD' strings (validation checks the form):
+        # as ISO text, dates order as the days do.
+        text = np.full(len(series), "", dtype=object)
+        text[~null] = np.datetime_as_string(
+            np.asarray(series[~null], dtype="datetime64[D]"), unit="D"
+        )
+        col = _Column("string", text, null)
+        cache[name] = col
+        return col
     kind = _kind_of(series, null, name)
     if kind == "number":
         values = np.zeros(len(series), dtype=np.float64)

@@ -33,6 +33,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from itertools import pairwise, product
 from types import EllipsisType
 from typing import Any, NamedTuple, cast
@@ -53,6 +54,7 @@ from safeaccess.client.grammar.filters import (
 )
 from safeaccess.client.grammar.formulas import formula_columns, parse_formula
 from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.validation import is_iso_date
 from safeaccess.rules.outputs import Output, extra_query_sets_of, query_set_of
 from safeaccess.rules.qss import Admission
 from safeaccess.sandbox.backend import RunnerRequest
@@ -611,6 +613,14 @@ def _points(col: Column, constants: set[Any], numbers: set[float]) -> list[Any]:
     if col.type == "identifier":
         numeric = sorted(float(v) for v in constants if isinstance(v, int | float))
         return _numeric_points(numeric, None, integer=True) or [0]
+    if col.type == "date":
+        # Days are the places records can be: the dates the filters name, their neighbours
+        # and the declared first and last dates cut the calendar into pieces, as for integers.
+        days = sorted(float(date.fromisoformat(v).toordinal()) for v in constants if is_iso_date(v))
+        span = col.date_bounds
+        bounds = (float(span[0].toordinal()), float(span[1].toordinal())) if span else None
+        points = _numeric_points(days, bounds, integer=True)
+        return [date.fromordinal(int(p)).isoformat() for p in points if int(p) >= 1]
     cuts = sorted(
         {float(v) for v in constants if isinstance(v, int | float) and not isinstance(v, bool)}
         | numbers
@@ -652,6 +662,8 @@ def _numeric_points(
 
 
 def _filler(col: Column) -> Any:
+    if col.type == "date":
+        return (col.date_bounds[0] if col.date_bounds else date(2000, 1, 1)).isoformat()
     if col.type in ("categorical", "ordinal"):
         return (col.levels or ["(any)"])[0]
     if col.bounds is not None:
@@ -662,6 +674,8 @@ def _filler(col: Column) -> Any:
 
 
 def _typed(col: Column, values: list[Any]) -> Any:
+    if col.type == "date":
+        return pd.to_datetime(pd.Series(values, dtype=object), format="%Y-%m-%d")
     if col.type in ("categorical", "ordinal"):
         return pd.Series(values, dtype=object)
     if col.type in ("integer", "identifier"):

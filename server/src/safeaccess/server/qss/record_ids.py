@@ -127,8 +127,10 @@ def pseudonyms(values: pd.Series) -> pd.Series:
 
 
 def dropped_columns(metadata: DatasetMetadata) -> list[str]:
-    """The identifier columns the sandbox's copy leaves out (all but the contributor's)."""
-    return [n for n in metadata.identifier_columns if n != metadata.contributor_column]
+    """The columns the sandbox's copy leaves out: identifiers (all but the contributor's) and
+    free text, so that no analysis or script can ever read them."""
+    identifiers = [n for n in metadata.identifier_columns if n != metadata.contributor_column]
+    return identifiers + metadata.text_columns
 
 
 def sandbox_copy(frame: pd.DataFrame, metadata: DatasetMetadata) -> pd.DataFrame:

@@ -18,15 +18,7 @@ from __future__ import annotations
 
 from safeaccess.rules.decision import Decision, Finding
 from safeaccess.rules.ruleset import RuleSet
-
-#: Runner codes decided by the analysis (or the centre's own setup), never by the records.
-DECIDABLE_RUNNER_CODES = frozenset(
-    {
-        "bad_analysis",  # the runner cannot parse the analysis, or a variable is listed twice
-        "bad_request",  # the server sent a malformed request: the centre's problem
-        "dataset_unreadable",  # the stored file cannot be read: the same for every analysis
-    }
-)
+from safeaccess.sandbox.failures import DECIDABLE_RUNNER_CODES
 
 #: The check name under which a data-dependent failure is recorded for output checkers.
 FAILURE_CHECK = "computation"

@@ -389,6 +389,11 @@ class Store(Database):
     def review_queue(self) -> list[tuple[SequenceRow, StepRow]]:
         return review.review_queue(self)
 
+    def withheld_steps(
+        self, *, limit: int, offset: int = 0
+    ) -> tuple[int, list[tuple[SequenceRow, StepRow]]]:
+        return review.withheld_steps(self, limit=limit, offset=offset)
+
     def decide_review(
         self,
         sequence_id: str,

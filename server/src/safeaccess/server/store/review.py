@@ -196,6 +196,25 @@ def review_queue(store: Database) -> list[tuple[SequenceRow, StepRow]]:
         return [(row[0], row[1]) for row in s.execute(query)]
 
 
+def withheld_steps(
+    store: Store, *, limit: int, offset: int = 0
+) -> tuple[int, list[tuple[SequenceRow, StepRow]]]:
+    """(how many steps are withheld, one page of them with their sequences, newest first): by
+    the rules or by a checker, for the review workspace's "withheld" list."""
+    with store.transaction() as s:
+        withheld = StepRow.state == StepState.WITHHELD.value
+        total = int(s.scalar(select(func.count()).select_from(StepRow).where(withheld)) or 0)
+        query = (
+            select(SequenceRow, StepRow)
+            .join(StepRow, StepRow.sequence_id == SequenceRow.id)
+            .where(withheld)
+            .order_by(StepRow.updated_at.desc(), StepRow.sequence_id, StepRow.index)
+            .limit(limit)
+            .offset(offset)
+        )
+        return total, [(row[0], row[1]) for row in s.execute(query)]
+
+
 def decide_review(
     store: Database,
     sequence_id: str,

@@ -20,7 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.analyses import SYNTH_MAX_EPSILON, SyntheticData
-from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.metadata import HIDDEN_TYPES, DatasetMetadata
 from safeaccess.client.protocol import canonical
 from safeaccess.rules.dp import GaussianLedger
 from safeaccess.rules.outputs import SynthTablesOutput
@@ -102,7 +102,7 @@ def make_mock(
         )
     config = DPConfig.model_validate(raw)
     metadata = DatasetMetadata.model_validate(row.dataset_metadata)
-    columns = [c.name for c in metadata.columns if c.type != "identifier" and not c.contributor]
+    columns = [c.name for c in metadata.columns if c.type not in HIDDEN_TYPES and not c.contributor]
     allowed = GaussianLedger().remaining_for(config.epsilon, config.delta)
     pub = store.dp_ledger(public_ledger_key(name))
     charge = mu * mu

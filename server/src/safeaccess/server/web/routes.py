@@ -365,6 +365,7 @@ def queue(
             "kind": sorted({i.kind or "" for i in items}),
         },
         openings=len(review.openings(_web(request).service.store)),
+        withheld=_web(request).service.store.withheld_steps(limit=0)[0],
         bad_age=bool(older_than_hours.strip()) and min_age is None,
     )
 
@@ -516,6 +517,47 @@ def step_decision(
 
 
 # -- openings past the withhold budget ------------------------------------------------------------
+
+
+#: Withheld steps listed per page of the "withheld" list.
+WITHHELD_PAGE = 50
+
+
+@router.get("/withheld")
+def withheld_page(request: Request, page: str = "1") -> Response:
+    """Every withheld step, newest first, by the rules or by a checker, each linked to its
+    page: the queue shows only what waits, and a checker must find a withhold to explain it."""
+    session = _checker(request)
+    if isinstance(session, RedirectResponse):
+        return session
+    number = int(page) if page.isdigit() and int(page) >= 1 else 1
+    store = _web(request).service.store
+    total, rows = store.withheld_steps(limit=WITHHELD_PAGE, offset=(number - 1) * WITHHELD_PAGE)
+    datasets: dict[int, str] = {}
+    items = []
+    for seq, step in rows:
+        if seq.dataset_id not in datasets:
+            datasets[seq.dataset_id] = store.get_dataset(seq.dataset_id).name
+        decision = Decision.model_validate(step.decision) if step.decision else None
+        items.append(
+            {
+                "seq": seq,
+                "step": step,
+                "dataset": datasets[seq.dataset_id],
+                "by": step.reviewer or "the rules",
+                "checks": sorted({f.check for f in decision.findings} if decision else set()),
+            }
+        )
+    pages = max(1, -(-total // WITHHELD_PAGE))
+    return _page(
+        request,
+        "withheld.html",
+        session,
+        items=items,
+        total=total,
+        page=number,
+        pages=pages,
+    )
 
 
 @router.get("/openings")

@@ -96,6 +96,14 @@ def _fit(family: str, y: np.ndarray, x: np.ndarray) -> Any:
 
 
 def _fit_stats(family: str, result: Any) -> dict[str, float | None]:
+    # A fit with a constant outcome (the query-set grid's synthetic rows, say) has no R²: numpy
+    # divides by a zero total sum of squares, and `fnum` turns the inf or nan into None. Its
+    # RuntimeWarning would only be noise on the server's console.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _fit_stats_of(family, result)
+
+
+def _fit_stats_of(family: str, result: Any) -> dict[str, float | None]:
     stats: dict[str, float | None] = {
         "llf": fnum(result.llf),
         "aic": fnum(result.aic),

@@ -197,7 +197,7 @@ def review_queue(store: Database) -> list[tuple[SequenceRow, StepRow]]:
 
 
 def withheld_steps(
-    store: Store, *, limit: int, offset: int = 0
+    store: Database, *, limit: int, offset: int = 0
 ) -> tuple[int, list[tuple[SequenceRow, StepRow]]]:
     """(how many steps are withheld, one page of them with their sequences, newest first): by
     the rules or by a checker, for the review workspace's "withheld" list."""

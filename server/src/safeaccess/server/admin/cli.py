@@ -18,6 +18,7 @@ from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
 from safeaccess.server.admin import commands as cli_admin
 from safeaccess.server.admin import db as admin_db
+from safeaccess.server.admin import queue as admin_queue
 from safeaccess.server.admin import sandbox as cli_sandbox
 from safeaccess.server.config import DataDir, default_data_dir, initialise
 from safeaccess.server.errors import ConfigError, Forbidden, ServiceError
@@ -604,17 +605,12 @@ def _dataset_checkers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _log_to_stderr() -> None:
-    """The server's own log (authentication failure causes, step outcomes) to standard error:
-    uvicorn configures only its own loggers, so without this it reached no handler."""
-    import logging
+def _log_to_stderr(args: argparse.Namespace) -> None:
+    """The server's own log (authentication failure causes, step outcomes), procrastinate's and
+    uvicorn's to standard error, as text or JSON lines (`logs.py`)."""
+    from safeaccess.server import logs
 
-    logger = logging.getLogger("safeaccess")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logs.configure(args.log_format, args.log_level)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -622,19 +618,21 @@ def _serve(args: argparse.Namespace) -> int:
 
     from safeaccess.server.heap import freeze_startup_objects
     from safeaccess.server.http.app import create_app
+    from safeaccess.server.readiness import sandbox_mode
     from safeaccess.server.service import Service
 
-    _log_to_stderr()
+    _log_to_stderr(args)
     service = Service(_data(args).root)
     print(
         f"safeaccess server {service.server_id} on http://{args.host}:{args.port} "
-        f"(sandbox: {service.backend.name})",
+        f"(sandbox: {service.backend.name}, mode {sandbox_mode(service.backend)})",
         flush=True,
     )
     try:
         app = create_app(service)
         freeze_startup_objects()
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+        # log_config=None: uvicorn keeps the handlers `_log_to_stderr` set (text or JSON).
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, log_config=None)
     finally:
         service.close()
     return EXIT_OK
@@ -643,7 +641,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from safeaccess.server.jobs.worker import WorkerOptions, run_worker
 
-    _log_to_stderr()
+    _log_to_stderr(args)
     queues = tuple(q.strip() for q in args.queues.split(",") if q.strip())
     if not queues:
         raise ConfigError("--queues needs at least one queue, e.g. steps,scripts")
@@ -655,6 +653,8 @@ def _worker(args: argparse.Namespace) -> int:
             backend=args.backend,
             queues=queues,
             name=args.name,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         ),
     )
     return EXIT_OK
@@ -694,6 +694,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_sandbox.register(sub)
     # db current / db upgrade: the schema's migrations.
     admin_db.register(sub, common)
+    # queue status / failed / retry / fail: the job queue.
+    admin_queue.register(sub, common)
     # key show; list/remove of accounts and projects; dataset rules.
     cli_admin.register(
         sub,
@@ -720,11 +722,28 @@ def _add_init_command(sub: Group, common: argparse.ArgumentParser) -> None:
     init.set_defaults(handler=_init)
 
 
+def _add_log_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="standard error's log lines: text, or JSON lines with request, sequence and step "
+        "ids (default text)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="info",
+        help="the least severe level logged (debug adds a failed job's traceback)",
+    )
+
+
 def _add_serving_commands(sub: Group, common: argparse.ArgumentParser) -> None:
     """serve, demo."""
     serve = sub.add_parser("serve", parents=[common], help="serve the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    _add_log_options(serve)
     serve.set_defaults(handler=_serve)
 
     worker = sub.add_parser(
@@ -746,6 +765,19 @@ def _add_serving_commands(sub: Group, common: argparse.ArgumentParser) -> None:
         help="queues to serve: steps, steps.<pool>, scripts (comma-separated)",
     )
     worker.add_argument("--name", default=None, help="this worker's name in logs (default: host)")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (/metrics; default: none)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of the metrics port (default 127.0.0.1; the private network's to scrape "
+        "from another host)",
+    )
+    _add_log_options(worker)
     worker.set_defaults(handler=_worker)
 
     demo = sub.add_parser(

@@ -95,7 +95,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve_and_release(python: Path, root: Path, env: dict[str, str], log: Path) -> None:
+def _serve_and_release(
+    python: Path, root: Path, env: dict[str, str], log: Path, start_seconds: float = 120
+) -> None:
     """Serve the centre, release one step through the real client, and check the log."""
     key = Ed25519PrivateKey.generate()
     _centre(root, key)
@@ -109,7 +111,7 @@ def _serve_and_release(python: Path, root: Path, env: dict[str, str], log: Path)
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + start_seconds
         while True:
             try:
                 if httpx.get(url + "/v1/ready", timeout=2).status_code == 200:
@@ -170,4 +172,5 @@ def test_a_plain_pip_install_of_the_four_distributions_serves_on_sqlite(
     )
     assert check.returncode != 0, "psycopg was installed without the postgresql extra"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    _serve_and_release(plain_venv, tmp_path / "data" / "centre", env, tmp_path / "log")
+    # The first start compiles every module of the new environment (installed --no-compile).
+    _serve_and_release(plain_venv, tmp_path / "data" / "centre", env, tmp_path / "log", 600)

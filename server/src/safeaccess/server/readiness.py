@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from sqlalchemy import text
 
 from safeaccess.sandbox.backend import Backend, SandboxError
+from safeaccess.server import metrics
 
 if TYPE_CHECKING:
     from safeaccess.server.service import Service
@@ -53,6 +54,7 @@ def sandbox_mode(backend: Backend) -> str:
 def announce_sandbox(backend: Backend, role: str) -> None:
     """Log the sandbox mode at start; the slow fallback loudly."""
     mode = sandbox_mode(backend)
+    metrics.SANDBOX_MODE.labels(backend=backend.name, mode=mode).set(1)
     log.info("%s: sandbox %s, mode %s", role, backend.name, mode)
     if backend.name == "process" and mode != "forkserver":
         log.warning(

@@ -46,16 +46,81 @@ def _store(data: DataDir) -> Store:
     return Store(data.database_url(data.load_config()))
 
 
+def _database_problem(url: str, exc: Exception) -> ConfigError:
+    """A database `init` cannot use, in one line with what to do."""
+    if isinstance(exc, ModuleNotFoundError):
+        return ConfigError(
+            f"the database driver is not installed ({exc.name}): install the server with its "
+            "postgresql extra, e.g. pip install 'safeaccess-server[postgresql]'"
+        )
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    hint = ""
+    if "no password supplied" in first or "password authentication failed" in first:
+        hint = (
+            "; give the password in a libpq password file (mode 0600) and set PGPASSFILE to it "
+            "before running init (docs/deploy.md, step 3)"
+        )
+    return ConfigError(f"cannot use the database {_redacted(url)}: {first}{hint}")
+
+
 def _init(args: argparse.Namespace) -> int:
+    """Create the data directory, its key and its database's schema: all of them, or, when
+    any step fails, none (a retry then starts afresh instead of "already initialised")."""
     data = _data(args)
+    if args.database_url is not None and not (data.config_path.exists() or data.key_path.exists()):
+        # Reach the database before anything is written: the commonest failure (no password,
+        # a wrong host) then leaves nothing behind to clean up.
+        _probe_database(args.database_url)
+    existed = data.root.exists()
     config = initialise(data.root, server_id=args.server_id, database_url=args.database_url)
-    _store(data).close()
+    try:
+        _store(data).close()
+    except Exception as exc:
+        _undo_init(data, existed)
+        url = data.database_url(config)
+        if isinstance(exc, USER_ERRORS):
+            raise
+        raise _database_problem(url, exc) from exc
     print(f"initialised {data.root}")
     print(f"  database:    {_redacted(data.database_url(config))}")
     print(f"  server id:   {config.server_id}")
     print(f"  config:      {data.config_path} (sandbox backend: {config.sandbox.backend})")
     print(f"  signing key: {data.key_path} (mode 0600)")
     return EXIT_OK
+
+
+def _probe_database(url: str) -> None:
+    """Connect to the database at `url` once, or raise a one-line ConfigError."""
+    from sqlalchemy import create_engine, text
+
+    try:
+        engine = create_engine(url)
+    except (ModuleNotFoundError, ValueError) as exc:
+        raise _database_problem(url, exc) from exc
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as exc:
+        raise _database_problem(url, exc) from exc
+    finally:
+        engine.dispose()
+
+
+def _undo_init(data: DataDir, existed: bool) -> None:
+    """Remove what a failed `init` created: its config, its key, its empty folders (a SQLite
+    database it made goes too, with the folder it is in)."""
+    import contextlib
+    import shutil
+
+    for path in (data.config_path, data.key_path):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    if not existed:
+        shutil.rmtree(data.root, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        data.datasets.rmdir()  # only if empty
 
 
 def _redacted(url: str) -> str:

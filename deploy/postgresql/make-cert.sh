@@ -14,6 +14,8 @@ name=${SAFEACCESS_DB_NAME:?set SAFEACCESS_DB_NAME to the name in the database UR
 addr=${SAFEACCESS_DB_LISTEN:?set SAFEACCESS_DB_LISTEN to the database host address}
 umask 077
 mkdir -p "$dir"
+# PostgreSQL passes through to its certificate and key; the CA's key stays root's alone.
+chmod 0711 "$dir"
 cd "$dir"
 if [ ! -f ca.key ]; then
   openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 -days 3650 \

@@ -109,13 +109,13 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
                 check=_check(context).verify,
                 carried=carried if context.job.attempts == 0 else None,
             )
-        log.info(
-            "job %s step %d for %s: %s",
-            sequence_id,
-            index,
-            researcher,
-            "ran" if ran else "already settled",
-        )
+            log.info(
+                "job %s step %d for %s: %s",
+                sequence_id,
+                index,
+                researcher,
+                "ran" if ran else "already settled",
+            )
 
     @app.task(name=SCRIPT_TASK, pass_context=True, retry=retry)
     def run_script(
@@ -134,6 +134,6 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
                 return
             _check(context).verify(service.store.get_dataset(seq.dataset_id))
             service.scripts.run_now(sequence_id, index)
-        log.info("script job %s step %d for %s ran", sequence_id, index, researcher)
+            log.info("script job %s step %d for %s ran", sequence_id, index, researcher)
 
     return app

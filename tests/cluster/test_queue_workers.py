@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
@@ -514,3 +515,42 @@ def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Bala
     finally:
         store.close()
     assert step is not None and step.error_code is None and step.output is not None, step
+
+
+def test_every_sandbox_process_of_a_sigkilled_worker_dies_with_it(queued: Balanced) -> None:
+    # bwrap --die-with-parent (PR_SET_PDEATHSIG) ends each sandbox when the worker's thread
+    # that started it dies, and the sandbox's own processes die with bwrap (the pid namespace's
+    # init): a worker SIGKILLed mid-job leaves nothing running.
+    sleeper = Script(code="import time\ntime.sleep(60)\nresult = 1")
+    stop_worker(queued, 1)
+    try:
+        with queued.session("ada") as ada:
+            run = ada.open(queued.seal("ada", "census", [sleeper]))
+            ada.open(queued.seal("ada", "census", [FrequencyTable(rows=["region"])]))
+        wait_until(
+            "worker0 runs the script",
+            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] == "doing",
+        )
+        worker0 = queued.workers[0]
+        assert worker0 is not None
+        under = descendants(worker0.pid)
+        assert len(under) >= 2, under  # the script's sandbox and the table's templates
+        worker0.send_signal(signal.SIGKILL)  # the worker alone, not its process tree
+        worker0.wait()
+        queued.workers[0] = None
+
+        def all_gone() -> bool:
+            return not [pid for pid in under if Path(f"/proc/{pid}").exists() and not zombie(pid)]
+
+        wait_until("every sandbox process of the killed worker is gone", all_gone, timeout=10)
+    finally:
+        for i in (0, 1):
+            if queued.workers[i] is None:
+                queued.start_worker(i)
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 import yaml
-from cluster_centre import LEASE_SECONDS, Balanced
+from cluster_centre import LEASE_SECONDS, Balanced, start_worker
 from cluster_start import start_cluster
 from cluster_support import descendants, signal_all
 from prometheus_client.parser import text_string_to_metric_families
@@ -554,3 +554,27 @@ def zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_a_worker_that_cannot_read_a_dataset_refuses_to_start(queued: Balanced) -> None:
+    # (the shared storage not mounted, or a data directory another user owns: the worker would
+    # take that dataset's jobs and fail each one, so it does not start)
+    store = queued.store()
+    try:
+        dataset = store.find_dataset("census2")
+    finally:
+        store.close()
+    assert dataset is not None
+    data = queued.root / dataset.path
+    hidden = data.with_name(data.name + ".away")
+    data.rename(hidden)
+    log = queued.folder / "worker-unreadable.log"
+    try:
+        with pytest.raises(RuntimeError, match="worker did not start"):
+            start_worker(queued.root, log, "--name", "unreadable")
+    finally:
+        hidden.rename(data)
+    text_ = log.read_text()
+    assert "cannot read 1 dataset file(s), so it will not start" in text_, text_
+    assert str(data) in text_ and "No such file or directory" in text_, text_
+    assert "Traceback" not in text_, text_

@@ -21,10 +21,10 @@ import time
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
-from sqlalchemy import text
 
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.server import metrics
+from safeaccess.server.store.reachable import ping
 
 if TYPE_CHECKING:
     from safeaccess.server.service import Service
@@ -90,8 +90,7 @@ class ReadinessCheck:
         problems: list[str] = []
         database = True
         try:
-            with service.store.engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
+            ping(service.store.engine)
         except Exception as exc:  # any failure to reach it: the database is what is named
             database = False
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

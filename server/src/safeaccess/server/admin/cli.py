@@ -48,6 +48,12 @@ def _store(data: DataDir) -> Store:
 
 def _database_problem(url: str, exc: Exception) -> ConfigError:
     """A database `init` cannot use, in one line with what to do."""
+    from sqlalchemy.exc import ArgumentError
+
+    if isinstance(exc, ArgumentError):
+        return ConfigError(
+            "--database-url is not a database URL (e.g. postgresql+psycopg://user@host/safeaccess)"
+        )
     if isinstance(exc, ModuleNotFoundError):
         return ConfigError(
             f"the database driver is not installed ({exc.name}): install the server with its "
@@ -92,19 +98,12 @@ def _init(args: argparse.Namespace) -> int:
 
 def _probe_database(url: str) -> None:
     """Connect to the database at `url` once, or raise a one-line ConfigError."""
-    from sqlalchemy import create_engine, text
+    from safeaccess.server.store.reachable import probe
 
     try:
-        engine = create_engine(url)
-    except (ModuleNotFoundError, ValueError) as exc:
-        raise _database_problem(url, exc) from exc
-    try:
-        with engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
+        probe(url)
     except Exception as exc:
         raise _database_problem(url, exc) from exc
-    finally:
-        engine.dispose()
 
 
 def _undo_init(data: DataDir, existed: bool) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import time
@@ -30,7 +31,7 @@ from safeaccess.sandbox.factory import make_backend
 from safeaccess.server.config import DataDir, QueueConfig
 from safeaccess.server.errors import ConfigError
 from safeaccess.server.jobs.affinity import AffinityJobManager, WarmDatasets
-from safeaccess.server.jobs.datasets import DatasetCheck
+from safeaccess.server.jobs.datasets import DatasetCheck, unreadable
 from safeaccess.server.jobs.draining import DrainingWorker
 from safeaccess.server.jobs.leases import settle_stalled
 from safeaccess.server.jobs.names import SCRIPTS, STEPS
@@ -127,6 +128,18 @@ def run_worker(root: Path, options: WorkerOptions) -> None:
     except SandboxError as exc:
         raise ConfigError(f"the sandbox backend is unusable on this worker: {exc}") from exc
     service = Service(root, backend=backend, role="worker")
+    # A worker that cannot read a dataset would take that dataset's jobs and fail every one of
+    # them: it refuses to start instead, and says which files and why.
+    problems = unreadable(service.data.root, service.store.all_datasets())
+    if problems:
+        service.close()
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
+        raise ConfigError(
+            f"this worker (uid {os.getuid()}) cannot read {len(problems)} dataset file(s), so "
+            f"it will not start: {shown} (run it as the user that owns the data directory)"
+        )
     if options.metrics_port is not None:
         # prometheus-client's own HTTP server, in a thread: /metrics of this worker.
         from prometheus_client import start_http_server

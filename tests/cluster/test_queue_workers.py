@@ -514,8 +514,7 @@ def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Bala
     finally:
         store.close()
     assert step is not None and step.error_code is None and step.output is not None, step
-    stop_worker(queued, 1)  # back to the module's two workers on every queue
-    queued.start_worker(1)
+    # (worker1 serves tables only from here: the next test stops it and starts it as before)
 
 
 def test_every_sandbox_process_of_a_sigkilled_worker_dies_with_it(queued: Balanced) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -381,6 +382,11 @@ def test_metrics_of_a_worker_and_a_replica_and_their_logs_carry_ids(queued: Bala
             timeout=10,
         )
         replica_metrics = httpx.get(replica_url(queued) + "/metrics", timeout=10).text
+        # From outside, through HAProxy, the metrics are not there (encoded or not).
+        verify = ssl.create_default_context(cafile=str(queued.ca_file))
+        for path in ("/metrics", "/%6detrics"):
+            outside = httpx.get(queued.haproxy.url + path, verify=verify, timeout=10)
+            assert outside.status_code == 404 and "safeaccess_" not in outside.text, path
     finally:
         queued.start_worker(0)
     steps = samples(worker_metrics, "safeaccess_steps_total")

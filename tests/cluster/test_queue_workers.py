@@ -13,20 +13,28 @@ backend) behind two replicas and HAProxy, on one PostgreSQL (docs/deploy.md).
 
 from __future__ import annotations
 
+import json
 import signal
+import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
+import httpx
 import pytest
 import yaml
-from cluster_centre import LEASE_SECONDS, Balanced
+from cluster_centre import LEASE_SECONDS, Balanced, start_worker
 from cluster_start import start_cluster
 from cluster_support import descendants, signal_all
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from test_balanced_cluster import audit_verifies, check_receipts, step_events
 
+from pg_throwaway import free_port
 from safeaccess.client.analyses import Analysis, FrequencyTable, Script
 from safeaccess.client.protocol import SealedSequence
 from safeaccess.client.session import Session, StepResult
@@ -273,3 +281,306 @@ def test_a_worker_stopped_with_sigterm_finishes_its_job_before_it_exits(queued: 
     finally:
         store.close()
     assert step is not None and step.error_code is None and step.output is not None, step
+
+
+# -- operations (issue 43): readiness, metrics, logs, the queue's commands, draining ----------
+
+
+def replica_url(cluster: Balanced, i: int = 0) -> str:
+    return f"http://127.0.0.1:{cluster.ports[i]}"
+
+
+def ready(cluster: Balanced, i: int = 0) -> tuple[int, list[str]]:
+    answer = httpx.get(replica_url(cluster, i) + "/v1/ready", timeout=10)
+    return answer.status_code, answer.json()["problems"]
+
+
+def wait_ready(cluster: Balanced, status: int, timeout: float = 60) -> list[str]:
+    """Wait until replica 0's readiness answers `status`; its problems then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code, problems = ready(cluster)
+        if code == status:
+            return problems
+        assert time.monotonic() < deadline, (code, problems)
+        time.sleep(0.1)
+
+
+def samples(text_: str, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    """Every sample of metric `name` in a Prometheus exposition, by its labels."""
+    found = {}
+    for family in text_string_to_metric_families(text_):
+        for sample in family.samples:
+            if sample.name == name:
+                found[frozenset(sample.labels.items())] = sample.value
+    return found
+
+
+def safeaccess_server(cluster: Balanced, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "safeaccess.server.admin.cli",
+            *command,
+            "--data-dir",
+            str(cluster.root),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_readiness_fails_without_the_database_or_any_worker_and_haproxy_follows_it(
+    queued: Balanced,
+) -> None:
+    assert wait_ready(queued, 200) == []
+    health = httpx.get(replica_url(queued) + "/v1/health", timeout=10).json()
+    assert health["sandbox"] == "process" and health["sandbox_mode"] in ("forkserver", "warm")
+    queued.postgres.stop()
+    try:
+        problems = wait_ready(queued, 503)
+        assert any("database does not answer" in p for p in problems), problems
+        # Liveness is unaffected: the process answers.
+        assert httpx.get(replica_url(queued) + "/v1/health", timeout=10).status_code == 200
+        # HAProxy checks readiness: both replicas out while the database is away.
+        queued.haproxy.wait_for("api1", "DOWN", timeout=30)
+        queued.haproxy.wait_for("api2", "DOWN", timeout=30)
+    finally:
+        queued.postgres.start()
+    assert wait_ready(queued, 200) == []
+    queued.haproxy.wait_for("api1", "UP", timeout=30)
+    # No worker: both stopped (they unregister), the replica says so at once.
+    stop_worker(queued, 0)
+    stop_worker(queued, 1)
+    try:
+        problems = wait_ready(queued, 503)
+        assert problems == ["no worker is registered with the job queue"], problems
+    finally:
+        queued.start_worker(0)
+        queued.start_worker(1)
+    assert wait_ready(queued, 200) == []
+    queued.haproxy.wait_for("api1", "UP", timeout=30)
+    queued.haproxy.wait_for("api2", "UP", timeout=30)
+
+
+def test_metrics_of_a_worker_and_a_replica_and_their_logs_carry_ids(queued: Balanced) -> None:
+    port = free_port()
+    stop_worker(queued, 1)
+    queued.start_worker(1, "--slots", "2", "--metrics-port", str(port), "--log-format", "json")
+    stop_worker(queued, 0)  # worker1 alone runs the step
+    try:
+        with queued.session("bob") as bob:
+            result = bob.open(queued.seal("bob", "census", [FrequencyTable(rows=["sex"])]))
+        assert result.released, result
+        worker_metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        # A refused request with an id of the caller's: the id is returned and logged.
+        refused = httpx.get(
+            replica_url(queued) + "/v1/sequences",
+            headers={"X-Request-ID": "ops-43-refused", "Signature": "nonsense"},
+            timeout=10,
+        )
+        replica_metrics = httpx.get(replica_url(queued) + "/metrics", timeout=10).text
+        # From outside, through HAProxy, the metrics are not there (encoded or not).
+        verify = ssl.create_default_context(cafile=str(queued.ca_file))
+        for path in ("/metrics", "/%6detrics"):
+            outside = httpx.get(queued.haproxy.url + path, verify=verify, timeout=10)
+            assert outside.status_code == 404 and "safeaccess_" not in outside.text, path
+    finally:
+        queued.start_worker(0)
+    steps = samples(worker_metrics, "safeaccess_steps_total")
+    assert steps[frozenset({("kind", "frequency_table"), ("outcome", "released")})] >= 1, steps
+    runs = samples(worker_metrics, "safeaccess_sandbox_runs_total")
+    assert runs[frozenset({("backend", "process")})] >= 1, runs
+    durations = samples(worker_metrics, "safeaccess_step_seconds_count")
+    assert durations[frozenset({("kind", "frequency_table")})] >= 1, durations
+    admissions = samples(worker_metrics, "safeaccess_admission_seconds_count")
+    assert admissions[frozenset()] >= 1, admissions
+    # The replica reports the queue (jobs by queue and state) and the workers' heartbeats.
+    jobs_by_state = samples(replica_metrics, "safeaccess_jobs")
+    assert jobs_by_state[frozenset({("queue", "steps"), ("state", "succeeded")})] >= 1
+    beats = samples(replica_metrics, "safeaccess_worker_heartbeat_age_seconds")
+    assert beats and all(age <= LEASE_SECONDS for age in beats.values()), beats
+    assert refused.status_code == 401
+    assert refused.headers["X-Request-ID"] == "ops-43-refused"
+    failures = samples(replica_metrics, "safeaccess_auth_failures_total")
+    assert failures[frozenset({("kind", "researcher"), ("reason", "unauthenticated")})] >= 1
+    replica_log = queued.logs[0].read_text()
+    assert any(
+        "authentication failed" in line and "[request=ops-43-refused]" in line
+        for line in replica_log.splitlines()
+    ), replica_log[-2000:]
+    # The worker's log: JSON lines; its lines about the step carry the sequence and step.
+    worker_log = sorted(queued.folder.glob("worker1.*.log"), key=lambda p: p.stat().st_mtime)[-1]
+    lines = [json.loads(line) for line in worker_log.read_text().splitlines() if line.strip()]
+    about = [line for line in lines if result.sequence_id in line["message"]]
+    assert about, lines[-20:]
+    assert all(
+        line.get("sequence_id") == result.sequence_id and line.get("step") == 1 for line in about
+    ), about
+
+
+def test_the_queue_commands_show_retry_and_fail_jobs(queued: Balanced) -> None:
+    status = safeaccess_server(queued, "queue", "status")
+    assert status.returncode == 0, status.stderr
+    assert "queue steps:" in status.stdout and "last heartbeat" in status.stdout, status.stdout
+    with queued.session("ada") as ada:
+        done = ada.open(queued.seal("ada", "census", [FrequencyTable(rows=["region"])]))
+    assert done.released, done
+    (job,) = jobs(queued, done.sequence_id, 1)
+    # A job the centre failed (as when every try found the sandbox unavailable).
+    store = queued.store()
+    try:
+        with store.engine.begin() as connection:
+            connection.execute(
+                text("UPDATE procrastinate_jobs SET status = 'failed' WHERE id = :id"),
+                {"id": job["id"]},
+            )
+    finally:
+        store.close()
+    failed = safeaccess_server(queued, "queue", "failed")
+    assert failed.returncode == 0 and str(job["id"]) in failed.stdout, failed
+    assert done.sequence_id in failed.stdout, failed.stdout
+    retried = safeaccess_server(queued, "queue", "retry", str(job["id"]))
+    assert retried.returncode == 0, retried.stderr
+    # A worker runs it again; its step was settled already, so nothing more is recorded.
+    wait_until(
+        "the retried job has run",
+        lambda: jobs(queued, done.sequence_id, 1)[0]["status"] == "succeeded",
+    )
+    again = safeaccess_server(queued, "queue", "retry", str(job["id"]))
+    assert again.returncode == 2 and "only a failed job" in again.stderr, again
+    # A job no worker serves (pool docker, no docker worker now): given up, its step withheld.
+    answer: list[StepResult] = []
+    sealed = queued.seal("carol", "census2", [FrequencyTable(rows=["sex"])])
+
+    def open_it() -> None:
+        with queued.session("carol") as carol:
+            answer.append(carol.open(sealed))
+
+    waiting = threading.Thread(target=open_it)
+    waiting.start()
+    try:
+        wait_until("carol's job is queued", lambda: bool(todo_jobs(queued, "steps.docker")))
+        (stuck,) = todo_jobs(queued, "steps.docker")
+        gave_up = safeaccess_server(queued, "queue", "fail", str(stuck))
+        assert gave_up.returncode == 0, gave_up.stderr
+        assert "withheld" in gave_up.stdout, gave_up.stdout
+    finally:
+        waiting.join(timeout=90)
+    assert answer and answer[0].status == "withheld", answer
+
+
+def todo_jobs(cluster: Balanced, queue: str) -> list[int]:
+    store = cluster.store()
+    try:
+        with store.engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT id FROM procrastinate_jobs WHERE queue_name = :q AND status = 'todo'"),
+                {"q": queue},
+            )
+            return [int(r[0]) for r in rows]
+    finally:
+        store.close()
+
+
+def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Balanced) -> None:
+    # The script outlives the lease by far after the SIGTERM, while another worker (serving
+    # only tables, so the script goes to worker0) looks for stalled jobs: the stopping worker's
+    # heartbeat goes on while it drains, so the job is neither run again nor recorded as
+    # crashed (issue 43).
+    seconds = 4 * LEASE_SECONDS
+    sleeper = Script(code=f"import time\ntime.sleep({seconds})\nresult = 1")
+    stop_worker(queued, 1)
+    queued.start_worker(1, "--slots", "2", "--queues", "steps")
+    try:
+        with queued.session("ada") as ada:
+            run = ada.open(queued.seal("ada", "census", [sleeper]))
+        assert run.status == "review", run
+        wait_until(
+            "worker0 runs the script",
+            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] == "doing",
+        )
+        stopped = time.monotonic()
+        stop_worker(queued, 0)  # SIGTERM, then wait until it has drained and exited
+        took = time.monotonic() - stopped
+    finally:
+        for i in (0, 1):
+            if queued.workers[i] is None:
+                queued.start_worker(i)
+    # It drained for longer than a lease: without its heartbeat, worker1 would have taken the
+    # job for lost within LEASE_SECONDS.
+    assert took > 1.5 * LEASE_SECONDS, took
+    (job,) = jobs(queued, run.sequence_id, 1)
+    assert job["status"] == "succeeded" and job["attempts"] == 1, job
+    store = queued.store()
+    try:
+        step = store.get_step(run.sequence_id, 1)
+    finally:
+        store.close()
+    assert step is not None and step.error_code is None and step.output is not None, step
+    # (worker1 serves tables only from here: the next test stops it and starts it as before)
+
+
+def test_every_sandbox_process_of_a_sigkilled_worker_dies_with_it(queued: Balanced) -> None:
+    # bwrap --die-with-parent (PR_SET_PDEATHSIG) ends each sandbox when the worker's thread
+    # that started it dies, and the sandbox's own processes die with bwrap (the pid namespace's
+    # init): a worker SIGKILLed mid-job leaves nothing running.
+    sleeper = Script(code="import time\ntime.sleep(60)\nresult = 1")
+    stop_worker(queued, 1)
+    try:
+        with queued.session("ada") as ada:
+            run = ada.open(queued.seal("ada", "census", [sleeper]))
+            ada.open(queued.seal("ada", "census", [FrequencyTable(rows=["region"])]))
+        wait_until(
+            "worker0 runs the script",
+            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] == "doing",
+        )
+        worker0 = queued.workers[0]
+        assert worker0 is not None
+        under = descendants(worker0.pid)
+        assert len(under) >= 2, under  # the script's sandbox and the table's templates
+        worker0.send_signal(signal.SIGKILL)  # the worker alone, not its process tree
+        worker0.wait()
+        queued.workers[0] = None
+
+        def all_gone() -> bool:
+            return not [pid for pid in under if Path(f"/proc/{pid}").exists() and not zombie(pid)]
+
+        wait_until("every sandbox process of the killed worker is gone", all_gone, timeout=10)
+    finally:
+        for i in (0, 1):
+            if queued.workers[i] is None:
+                queued.start_worker(i)
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_worker_that_cannot_read_a_dataset_refuses_to_start(queued: Balanced) -> None:
+    # (the shared storage not mounted, or a data directory another user owns: the worker would
+    # take that dataset's jobs and fail each one, so it does not start)
+    store = queued.store()
+    try:
+        dataset = store.find_dataset("census2")
+    finally:
+        store.close()
+    assert dataset is not None
+    data = queued.root / dataset.path
+    hidden = data.with_name(data.name + ".away")
+    data.rename(hidden)
+    log = queued.folder / "worker-unreadable.log"
+    try:
+        with pytest.raises(RuntimeError, match="worker did not start"):
+            start_worker(queued.root, log, "--name", "unreadable")
+    finally:
+        hidden.rename(data)
+    text_ = log.read_text()
+    assert "cannot read 1 dataset file(s), so it will not start" in text_, text_
+    assert str(data) in text_ and "No such file or directory" in text_, text_
+    assert "Traceback" not in text_, text_

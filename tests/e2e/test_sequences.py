@@ -221,7 +221,8 @@ def test_every_researcher_endpoint_checks_its_path_then_the_signature(
     service, srv = server
     well_formed = {"{sequence_id}": "a" * 32, "{index}": "1", "{name}": "census"}
     malformed = {"{sequence_id}": "not-an-id", "{index}": "0", "{name}": "no space"}
-    open_paths = {"/v1/health", "/v1/keys/{fingerprint}"}  # answered without a signature
+    # answered without a signature
+    open_paths = {"/v1/health", "/v1/ready", "/v1/keys/{fingerprint}"}
     routes = [
         (method, route.path)
         for route in create_app(service).routes

@@ -366,3 +366,25 @@ def test_auditor_add_registers_a_key_for_the_audit_endpoints_only(
         assert len(added) == 1 and added[0].data["auditor"] == "eve"
     finally:
         store.close()
+
+
+def test_init_on_an_unreachable_database_changes_nothing_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("psycopg")
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = tmp_path / "data"
+    url = f"postgresql+psycopg://safeaccess:secret@127.0.0.1:{port}/safeaccess"
+    code = main(["init", "--data-dir", str(root), "--database-url", url])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    (line,) = err.strip().splitlines()  # one line, no traceback
+    assert line.startswith("safeaccess-server: error: cannot use the database"), line
+    assert "secret" not in line and "127.0.0.1" in line, line
+    assert not root.exists()  # nothing left behind: a retry starts afresh
+    assert main(["init", "--data-dir", str(root), "--server-id", "sac-retry"]) == 0
+    assert DataDir(root).config_path.exists() and DataDir(root).key_path.exists()

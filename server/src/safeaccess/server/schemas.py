@@ -272,4 +272,9 @@ class Health(BaseModel):
         description="The server's Ed25519 public key (32 raw bytes, base64): verifies receipts."
     )
     sandbox: str
+    sandbox_mode: str = Field(
+        default="",
+        description="How the sandbox runs: the process backend's 'forkserver' (fast) or 'warm' "
+        "(slow fallback), else the backend's name.",
+    )
     api_version: Literal["v1"] = "v1"

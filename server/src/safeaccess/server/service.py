@@ -12,7 +12,7 @@ import base64
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -21,7 +21,7 @@ from safeaccess.rules.qss.admit import pin_one_blas_thread
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend, SandboxError
 from safeaccess.sandbox.factory import make_backend
-from safeaccess.server import datasets
+from safeaccess.server import datasets, metrics
 from safeaccess.server.auditors import (
     AuditService,
     configuration_record,
@@ -35,6 +35,7 @@ from safeaccess.server.errors import ConfigError, NotFound, Unavailable
 from safeaccess.server.jobs.names import step_job
 from safeaccess.server.qss.scope import LOCK_TIMEOUT_SECONDS
 from safeaccess.server.ratelimit import DatabaseFailureLimiter, FailureLimiter
+from safeaccess.server.readiness import ReadinessCheck, announce_sandbox
 from safeaccess.server.review import decisions as review
 from safeaccess.server.schemas import (
     DatasetView,
@@ -48,14 +49,16 @@ from safeaccess.server.steps.flow import Flow
 from safeaccess.server.steps.orphans import OrphanSweeper
 from safeaccess.server.steps.scheduler import FairScheduler
 from safeaccess.server.steps.scripts import RunContext, ScriptRuns
-from safeaccess.server.steps.sequence_leases import SequenceLeases
 from safeaccess.server.steps.views import AWAITING_APPROVAL as AWAITING_APPROVAL
 from safeaccess.server.steps.views import Views
 from safeaccess.server.store import Store
 from safeaccess.server.store.schema import DatasetRow
-from safeaccess.server.store.settled import SettledListener
 from safeaccess.server.synth.mock import mock_paths, published_mock
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
+
+if TYPE_CHECKING:  # PostgreSQL only (see Service.__init__)
+    from safeaccess.server.steps.sequence_leases import SequenceLeases
+    from safeaccess.server.store.settled import SettledListener
 
 log = logging.getLogger("safeaccess.server")
 
@@ -119,6 +122,18 @@ class Service:
             enqueue=self._enqueue_script if queued else None,
         )
         self.views = Views(self.store, self.signing_key, self.server_id, self.ruleset_for)
+        # Both speak to PostgreSQL through psycopg, which only the `postgresql` extra installs:
+        # imported here, where PostgreSQL is configured, so that SQLite needs no extra.
+        listener: SettledListener | None = None
+        leases: SequenceLeases | None = None
+        if queued and role == "api":
+            from safeaccess.server.store.settled import SettledListener
+
+            listener = SettledListener(self.data.database_url(self.config))
+        if replicas_run_steps:
+            from safeaccess.server.steps.sequence_leases import SequenceLeases
+
+            leases = SequenceLeases(self.data.database_url(self.config), LOCK_TIMEOUT_SECONDS)
         self.flow = Flow(
             data=self.data,
             config=self.config,
@@ -129,20 +144,19 @@ class Service:
             scripts=self.scripts,
             ruleset_for=self.ruleset_for,
             views=self.views,
-            listener=(
-                SettledListener(self.data.database_url(self.config))
-                if queued and role == "api"
-                else None
-            ),
-            leases=(
-                SequenceLeases(self.data.database_url(self.config), LOCK_TIMEOUT_SECONDS)
-                if replicas_run_steps
-                else None
-            ),
+            listener=listener,
+            leases=leases,
         )
         # Replicas running steps themselves on PostgreSQL run again the steps of one that died.
         self.orphans = OrphanSweeper(self.flow) if replicas_run_steps else None
         self.audit = AuditService(self.store, self.config, self.signing_key, self.auth_limiter)
+        self.readiness = ReadinessCheck(self)
+        announce_sandbox(self.backend, role)
+        # The queue's state in the metrics, from the API replicas (the workers report their
+        # own runs; each replica reports the same cluster-wide queue: take their maximum).
+        self._stop_queue_metrics = (
+            metrics.register_queue(self.store) if queued and role == "api" else None
+        )
         if role == "api":
             resumed = self.scripts.resume()
             if resumed:
@@ -166,6 +180,9 @@ class Service:
         )
 
     def close(self) -> None:
+        if self._stop_queue_metrics is not None:
+            self._stop_queue_metrics()
+            self._stop_queue_metrics = None
         if self.orphans is not None:
             self.orphans.close()
         # The auditor's full states being written in the background are written before the

@@ -368,7 +368,7 @@ class ProcessBackend:
             spawner = self._spawner
         command = self.command(dataset, self.limits, None, template=True)
         family = str(key[-1])
-        return spawner.submit(TemplateProcess, command, template_rlimits, family).result()
+        return spawner.submit(TemplateProcess, command, template_rlimits(), family).result()
 
     def templates(self) -> list[TemplateProcess]:
         """The running fork server templates (for tests and benchmarks)."""

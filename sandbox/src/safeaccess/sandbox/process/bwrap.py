@@ -9,9 +9,11 @@ when and with which of these a sandbox starts.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import shutil
+import signal
 import site
 import sys
 from collections.abc import Callable
@@ -93,6 +95,25 @@ def bind_arguments() -> list[str]:
     return args
 
 
+_PR_SET_PDEATHSIG = 1
+#: Resolved once, here: between fork and exec nothing should be looked up.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def die_with_parent(parent: int) -> None:
+    """Between fork and exec of bubblewrap: SIGKILL this child when the thread that started it
+    dies, and exit now if that already happened.
+
+    bwrap's own `--die-with-parent` takes effect only once bwrap runs; a server SIGKILLed
+    between the fork and that point (while it starts a template or a warm sandbox) left the
+    sandbox running, re-parented to init, with nobody to end it (issue 43: four processes
+    alive after one SIGKILL in six). Set here, before exec, the parent-death signal covers the
+    whole life of bubblewrap; the check of the parent closes the window before the prctl."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
     """The function that applies a job's resource limits (`nproc` processes), between fork and exec."""
     memory = limits.memory_mb * 1024 * 1024
@@ -101,9 +122,11 @@ def rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
     # reservations, which are not memory a job uses (pandas + pyarrow map ~0.5 GB of them).
     address_space = memory + ADDRESS_SPACE_HEADROOM
     fsize = limits.tmp_mb * 1024 * 1024
+    parent = os.getpid()
 
     def apply() -> None:
         # Runs in the child between fork and exec: only setrlimit calls, nothing that allocates.
+        die_with_parent(parent)
         resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
@@ -115,11 +138,18 @@ def rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
     return apply
 
 
-def template_rlimits() -> None:
-    """A template's own limit, between fork and exec of its bubblewrap."""
-    # Between fork and exec of a template's bubblewrap: no core dumps. Its jobs set their own
-    # limits; the template itself serves for as long as its dataset version is current.
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def template_rlimits() -> Callable[[], None]:
+    """The function a template's bubblewrap runs between fork and exec (made in the server,
+    so that it knows the server's pid): no core dumps, and death with the server."""
+    parent = os.getpid()
+
+    def apply() -> None:
+        die_with_parent(parent)
+        # Its jobs set their own limits; the template itself serves for as long as its
+        # dataset version is current.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
 
 
 def command(

@@ -18,6 +18,7 @@ from safeaccess.client.httpsig import valid_keyid
 from safeaccess.client.keys import KeyFileError, fingerprint, load_public_key, public_key_text
 from safeaccess.server.admin import commands as cli_admin
 from safeaccess.server.admin import db as admin_db
+from safeaccess.server.admin import queue as admin_queue
 from safeaccess.server.admin import sandbox as cli_sandbox
 from safeaccess.server.config import DataDir, default_data_dir, initialise
 from safeaccess.server.errors import ConfigError, Forbidden, ServiceError
@@ -45,16 +46,80 @@ def _store(data: DataDir) -> Store:
     return Store(data.database_url(data.load_config()))
 
 
+def _database_problem(url: str, exc: Exception) -> ConfigError:
+    """A database `init` cannot use, in one line with what to do."""
+    from sqlalchemy.exc import ArgumentError
+
+    if isinstance(exc, ArgumentError):
+        return ConfigError(
+            "--database-url is not a database URL (e.g. postgresql+psycopg://user@host/safeaccess)"
+        )
+    if isinstance(exc, ModuleNotFoundError):
+        return ConfigError(
+            f"the database driver is not installed ({exc.name}): install the server with its "
+            "postgresql extra, e.g. pip install 'safeaccess-server[postgresql]'"
+        )
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    hint = ""
+    if "no password supplied" in first or "password authentication failed" in first:
+        hint = (
+            "; give the password in a libpq password file (mode 0600) and set PGPASSFILE to it "
+            "before running init (docs/deploy.md, step 3)"
+        )
+    return ConfigError(f"cannot use the database {_redacted(url)}: {first}{hint}")
+
+
 def _init(args: argparse.Namespace) -> int:
+    """Create the data directory, its key and its database's schema: all of them, or, when
+    any step fails, none (a retry then starts afresh instead of "already initialised")."""
     data = _data(args)
+    if args.database_url is not None and not (data.config_path.exists() or data.key_path.exists()):
+        # Reach the database before anything is written: the commonest failure (no password,
+        # a wrong host) then leaves nothing behind to clean up.
+        _probe_database(args.database_url)
+    existed = data.root.exists()
     config = initialise(data.root, server_id=args.server_id, database_url=args.database_url)
-    _store(data).close()
+    try:
+        _store(data).close()
+    except Exception as exc:
+        _undo_init(data, existed)
+        url = data.database_url(config)
+        if isinstance(exc, USER_ERRORS):
+            raise
+        raise _database_problem(url, exc) from exc
     print(f"initialised {data.root}")
     print(f"  database:    {_redacted(data.database_url(config))}")
     print(f"  server id:   {config.server_id}")
     print(f"  config:      {data.config_path} (sandbox backend: {config.sandbox.backend})")
     print(f"  signing key: {data.key_path} (mode 0600)")
     return EXIT_OK
+
+
+def _probe_database(url: str) -> None:
+    """Connect to the database at `url` once, or raise a one-line ConfigError."""
+    from safeaccess.server.store.reachable import probe
+
+    try:
+        probe(url)
+    except Exception as exc:
+        raise _database_problem(url, exc) from exc
+
+
+def _undo_init(data: DataDir, existed: bool) -> None:
+    """Remove what a failed `init` created: its config, its key, its empty folders (a SQLite
+    database it made goes too, with the folder it is in)."""
+    import contextlib
+    import shutil
+
+    for path in (data.config_path, data.key_path):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    if not existed:
+        shutil.rmtree(data.root, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        data.datasets.rmdir()  # only if empty
 
 
 def _redacted(url: str) -> str:
@@ -605,17 +670,12 @@ def _dataset_checkers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _log_to_stderr() -> None:
-    """The server's own log (authentication failure causes, step outcomes) to standard error:
-    uvicorn configures only its own loggers, so without this it reached no handler."""
-    import logging
+def _log_to_stderr(args: argparse.Namespace) -> None:
+    """The server's own log (authentication failure causes, step outcomes), procrastinate's and
+    uvicorn's to standard error, as text or JSON lines (`logs.py`)."""
+    from safeaccess.server import logs
 
-    logger = logging.getLogger("safeaccess")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logs.configure(args.log_format, args.log_level)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -623,19 +683,21 @@ def _serve(args: argparse.Namespace) -> int:
 
     from safeaccess.server.heap import freeze_startup_objects
     from safeaccess.server.http.app import create_app
+    from safeaccess.server.readiness import sandbox_mode
     from safeaccess.server.service import Service
 
-    _log_to_stderr()
+    _log_to_stderr(args)
     service = Service(_data(args).root)
     print(
         f"safeaccess server {service.server_id} on http://{args.host}:{args.port} "
-        f"(sandbox: {service.backend.name})",
+        f"(sandbox: {service.backend.name}, mode {sandbox_mode(service.backend)})",
         flush=True,
     )
     try:
         app = create_app(service)
         freeze_startup_objects()
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+        # log_config=None: uvicorn keeps the handlers `_log_to_stderr` set (text or JSON).
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, log_config=None)
     finally:
         service.close()
     return EXIT_OK
@@ -644,7 +706,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from safeaccess.server.jobs.worker import WorkerOptions, run_worker
 
-    _log_to_stderr()
+    _log_to_stderr(args)
     queues = tuple(q.strip() for q in args.queues.split(",") if q.strip())
     if not queues:
         raise ConfigError("--queues needs at least one queue, e.g. steps,scripts")
@@ -656,6 +718,8 @@ def _worker(args: argparse.Namespace) -> int:
             backend=args.backend,
             queues=queues,
             name=args.name,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         ),
     )
     return EXIT_OK
@@ -695,6 +759,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_sandbox.register(sub)
     # db current / db upgrade: the schema's migrations.
     admin_db.register(sub, common)
+    # queue status / failed / retry / fail: the job queue.
+    admin_queue.register(sub, common)
     # key show; list/remove of accounts and projects; dataset rules.
     cli_admin.register(
         sub,
@@ -721,11 +787,28 @@ def _add_init_command(sub: Group, common: argparse.ArgumentParser) -> None:
     init.set_defaults(handler=_init)
 
 
+def _add_log_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="standard error's log lines: text, or JSON lines with request, sequence and step "
+        "ids (default text)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="info",
+        help="the least severe level logged (debug adds a failed job's traceback)",
+    )
+
+
 def _add_serving_commands(sub: Group, common: argparse.ArgumentParser) -> None:
     """serve, demo."""
     serve = sub.add_parser("serve", parents=[common], help="serve the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    _add_log_options(serve)
     serve.set_defaults(handler=_serve)
 
     worker = sub.add_parser(
@@ -747,6 +830,19 @@ def _add_serving_commands(sub: Group, common: argparse.ArgumentParser) -> None:
         help="queues to serve: steps, steps.<pool>, scripts (comma-separated)",
     )
     worker.add_argument("--name", default=None, help="this worker's name in logs (default: host)")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (/metrics; default: none)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of the metrics port (default 127.0.0.1; the private network's to scrape "
+        "from another host)",
+    )
+    _add_log_options(worker)
     worker.set_defaults(handler=_worker)
 
     demo = sub.add_parser(

@@ -19,15 +19,25 @@ from fastapi import FastAPI, Path, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from safeaccess.client.keyrotation import KeyStatus
-from safeaccess.server.errors import InvalidRequest, PayloadTooLarge, ServiceError, Unavailable
+from safeaccess.server import metrics
+from safeaccess.server.errors import (
+    InvalidRequest,
+    PayloadTooLarge,
+    ServiceError,
+    Unauthenticated,
+    Unavailable,
+)
 from safeaccess.server.http import audit as api_audit
+from safeaccess.server.logs import RequestIds
 from safeaccess.server.ratelimit import TooManyFailures
+from safeaccess.server.readiness import Readiness, sandbox_mode
 from safeaccess.server.schemas import (
     Catalogue,
     Health,
@@ -199,8 +209,11 @@ def create_app(service: Service) -> FastAPI:
     app.state.service = service
 
     @app.exception_handler(ServiceError)
-    async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
         headers = {"Retry-After": "5"} if isinstance(exc, Unavailable) else None
+        if isinstance(exc, Unauthenticated | TooManyFailures):
+            who = "auditor" if request.url.path.startswith("/v1/audit") else "researcher"
+            metrics.AUTH_FAILURES.labels(kind=who, reason=exc.code).inc()
         if isinstance(exc, TooManyFailures):
             headers = {"Retry-After": str(math.ceil(exc.retry_after))}
         return JSONResponse(error_body(exc.code, exc.message), exc.status, headers=headers)
@@ -234,14 +247,35 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/v1/health", response_model=Health, tags=["service"])
     def health() -> Health:
-        """Liveness and identity of this centre (no authentication)."""
+        """Liveness and identity of this centre (no authentication): the process answers.
+        Whether it can serve a step now is `/v1/ready`."""
         return Health(
             status="ok",
             server_id=service.server_id,
             server_key=service.server_fingerprint,
             server_public_key=service.server_public_key,
             sandbox=service.backend.name,
+            sandbox_mode=sandbox_mode(service.backend),
         )
+
+    @app.get(
+        "/v1/ready",
+        response_model=Readiness,
+        tags=["service"],
+        responses={503: {"model": Readiness, "description": "not ready, and why"}},
+    )
+    def ready() -> Response:
+        """Readiness (no authentication): 200 when this replica can serve a step now, 503
+        with the reasons while its database does not answer, no worker has been seen (job
+        queue) or its sandbox cannot start. The load balancer's health check."""
+        answer = service.readiness()
+        return json_reply(answer, 200 if answer.ready else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        """Prometheus metrics of this replica (`metrics.py`); HAProxy refuses this path from
+        outside, Prometheus scrapes each replica on the private network."""
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/keys/{fingerprint}", response_model=KeyStatus, tags=["service"])
     def key_status(fingerprint: KeyFingerprint) -> KeyStatus:
@@ -369,4 +403,6 @@ def create_app(service: Service) -> FastAPI:
 
     web.mount(app, service)
     app.add_middleware(BodyLimit, limit=service.config.max_body_bytes)
+    # Outermost: every line logged for the request, even a refused body's, carries its id.
+    app.add_middleware(RequestIds)
     return app

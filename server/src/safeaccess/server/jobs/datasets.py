@@ -44,3 +44,21 @@ class DatasetCheck:
             )
         with self._lock:
             self._checked[dataset.id] = seen
+
+
+def unreadable(data_root: Path, datasets: list[DatasetRow]) -> list[str]:
+    """The files of `datasets` this process cannot open for reading (the data, its record ids
+    and its key registry), each as "path: reason". Opened, not merely `os.access`ed: a root
+    worker on a root-squashed NFS mount passes `access` and still cannot read."""
+    from safeaccess.server.qss.record_ids import ids_path
+
+    problems = []
+    for dataset in datasets:
+        data = data_root / dataset.path
+        for path in (data, ids_path(data)):
+            try:
+                with path.open("rb") as fh:
+                    fh.read(1)
+            except OSError as exc:
+                problems.append(f"{path}: {exc.strerror or exc}")
+    return problems

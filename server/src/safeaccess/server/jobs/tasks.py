@@ -8,7 +8,9 @@ computes and is recorded the same way wherever it runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import procrastinate
@@ -19,6 +21,7 @@ from sqlalchemy.exc import OperationalError
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.jobs.datasets import DatasetCheck
 from safeaccess.server.jobs.names import SCRIPT_TASK, TABLE_TASK
+from safeaccess.server.logs import step_context
 
 if TYPE_CHECKING:
     from safeaccess.server.service import Service
@@ -37,6 +40,28 @@ def _service(context: JobContext) -> Service:
 def _check(context: JobContext) -> DatasetCheck:
     check: DatasetCheck = context.additional_context["datasets"]
     return check
+
+
+@contextlib.contextmanager
+def _reported(context: JobContext, what: str, sequence_id: str, index: int) -> Iterator[None]:
+    """Every line of the job carries its sequence id and step; a failure is logged in one line
+    with its cause (the traceback at debug level) and raised on to procrastinate."""
+    with step_context(sequence_id, index):
+        try:
+            yield
+        except Exception as exc:
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            log.error(
+                "%s %s step %d failed (run %d): %s%s",
+                what,
+                sequence_id,
+                index,
+                context.job.attempts + 1,
+                type(exc).__name__,
+                f": {cause}" if cause else "",
+            )
+            log.debug("%s %s step %d: traceback", what, sequence_id, index, exc_info=True)
+            raise
 
 
 def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
@@ -77,19 +102,20 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
         # (`dataset` is for the claim's affinity, `store/affinity.py`; the step names its own.)
         # `carried`: the rows as the step was queued (`queue.Carried`), used on the job's first
         # attempt only; any later one (its worker died, or a retry) reads them afresh.
-        ran = _service(context).flow.run_job(
-            sequence_id,
-            index,
-            check=_check(context).verify,
-            carried=carried if context.job.attempts == 0 else None,
-        )
-        log.info(
-            "job %s step %d for %s: %s",
-            sequence_id,
-            index,
-            researcher,
-            "ran" if ran else "already settled",
-        )
+        with _reported(context, "job", sequence_id, index):
+            ran = _service(context).flow.run_job(
+                sequence_id,
+                index,
+                check=_check(context).verify,
+                carried=carried if context.job.attempts == 0 else None,
+            )
+            log.info(
+                "job %s step %d for %s: %s",
+                sequence_id,
+                index,
+                researcher,
+                "ran" if ran else "already settled",
+            )
 
     @app.task(name=SCRIPT_TASK, pass_context=True, retry=retry)
     def run_script(
@@ -102,11 +128,12 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     ) -> None:
         # (`carried`: accepted for symmetry with `run_step`; a script's job carries nothing.)
         service = _service(context)
-        seq = service.store.get_sequence(sequence_id)
-        if seq is None:
-            return
-        _check(context).verify(service.store.get_dataset(seq.dataset_id))
-        service.scripts.run_now(sequence_id, index)
-        log.info("script job %s step %d for %s ran", sequence_id, index, researcher)
+        with _reported(context, "script job", sequence_id, index):
+            seq = service.store.get_sequence(sequence_id)
+            if seq is None:
+                return
+            _check(context).verify(service.store.get_dataset(seq.dataset_id))
+            service.scripts.run_now(sequence_id, index)
+            log.info("script job %s step %d for %s ran", sequence_id, index, researcher)
 
     return app

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import time
@@ -30,7 +31,8 @@ from safeaccess.sandbox.factory import make_backend
 from safeaccess.server.config import DataDir, QueueConfig
 from safeaccess.server.errors import ConfigError
 from safeaccess.server.jobs.affinity import AffinityJobManager, WarmDatasets
-from safeaccess.server.jobs.datasets import DatasetCheck
+from safeaccess.server.jobs.datasets import DatasetCheck, unreadable
+from safeaccess.server.jobs.draining import DrainingWorker
 from safeaccess.server.jobs.leases import settle_stalled
 from safeaccess.server.jobs.names import SCRIPTS, STEPS
 from safeaccess.server.jobs.pruning import PRUNE_SECONDS, prune_finished
@@ -52,6 +54,9 @@ class WorkerOptions:
     backend: BackendName | None = None  # None: the configured one
     queues: tuple[str, ...] = (STEPS, SCRIPTS)
     name: str | None = None
+    #: Serve Prometheus metrics on this port (`metrics.py`), on `metrics_host`; None: none.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 def _one_line_when_the_database_is_away(record: logging.LogRecord) -> bool:
@@ -68,14 +73,35 @@ def _one_line_when_the_database_is_away(record: logging.LogRecord) -> bool:
     return True
 
 
+def _job_failure_without_traceback(record: logging.LogRecord) -> bool:
+    """procrastinate logs a failed job with its traceback (about 75 lines). The task logs the
+    failure in one line with its cause (`tasks.py`), the traceback at debug level only, so
+    procrastinate's own line of a failed job is left out, and any other end-of-job line it
+    writes loses its traceback."""
+    action = getattr(record, "action", None)
+    if action in FAILED_JOB_ACTIONS:
+        return False
+    if record.exc_info and action in JOB_OUTCOME_ACTIONS:
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
+#: procrastinate's `action` of the lines that end a job (`Worker._log_job_outcome`).
+FAILED_JOB_ACTIONS = frozenset({"job_error", "job_error_retry"})
+JOB_OUTCOME_ACTIONS = frozenset({"job_success", "job_aborted", "job_aborted_retry"})
+
+
 def _log_procrastinate() -> None:
-    """procrastinate's warnings and errors to standard error, beside the server's own log."""
+    """procrastinate's warnings and errors to standard error, beside the server's own log
+    (with the handler `logs.configure` gave it, if any)."""
     logger = logging.getLogger("procrastinate")
+    logger.addFilter(_one_line_when_the_database_is_away)
+    logger.addFilter(_job_failure_without_traceback)
     if logger.handlers:
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(_one_line_when_the_database_is_away)
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)
 
@@ -102,6 +128,24 @@ def run_worker(root: Path, options: WorkerOptions) -> None:
     except SandboxError as exc:
         raise ConfigError(f"the sandbox backend is unusable on this worker: {exc}") from exc
     service = Service(root, backend=backend, role="worker")
+    # A worker that cannot read a dataset would take that dataset's jobs and fail every one of
+    # them: it refuses to start instead, and says which files and why.
+    problems = unreadable(service.data.root, service.store.all_datasets())
+    if problems:
+        service.close()
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
+        raise ConfigError(
+            f"this worker (uid {os.getuid()}) cannot read {len(problems)} dataset file(s), so "
+            f"it will not start: {shown} (run it as the user that owns the data directory)"
+        )
+    if options.metrics_port is not None:
+        # prometheus-client's own HTTP server, in a thread: /metrics of this worker.
+        from prometheus_client import start_http_server
+
+        start_http_server(options.metrics_port, addr=options.metrics_host)
+        log.info("metrics on http://%s:%d/metrics", options.metrics_host, options.metrics_port)
     freeze_startup_objects()
     try:
         asyncio.run(
@@ -179,7 +223,10 @@ async def _claim_loop(
     (the jobs the old one held were settled as stalled)."""
     while not stop.is_set():
         try:
-            await app.run_worker_async(queues=queues, concurrency=slots, name=name, **options)
+            # procrastinate's worker, whose heartbeat lasts while it drains (`draining.py`).
+            await DrainingWorker(
+                app=app, queues=queues, concurrency=slots, name=name, **options
+            ).run()
             if stop.is_set():
                 return
             log.warning("worker loop %s stopped by itself; starting it again", name)

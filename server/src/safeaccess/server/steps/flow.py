@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -35,6 +35,7 @@ from safeaccess.client.protocol import (
 )
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import Backend
+from safeaccess.server import metrics
 from safeaccess.server.audit import records as audit_records
 from safeaccess.server.auth import AUTHENTICATION_FAILED, Authenticator
 from safeaccess.server.config import DataDir, DPConfig, ServerConfig, ledger_key
@@ -49,6 +50,7 @@ from safeaccess.server.errors import (
     Unavailable,
 )
 from safeaccess.server.jobs.names import step_job
+from safeaccess.server.logs import step_context
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.qss.admission import Admission
 from safeaccess.server.qss.record_ids import read_ids
@@ -61,7 +63,6 @@ from safeaccess.server.steps.pipeline import StepContext, lost_outcome, run_step
 from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.steps.scheduler import FairScheduler
 from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
-from safeaccess.server.steps.sequence_leases import SequenceLeases
 from safeaccess.server.steps.timing import hold_until_padded
 from safeaccess.server.steps.views import Views
 from safeaccess.server.steps.withhold_budget import count_at_settle, opening_needs_approval
@@ -69,10 +70,13 @@ from safeaccess.server.store import Store, WithholdCount
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
 from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
-from safeaccess.server.store.settled import SettledListener
 from safeaccess.server.store.step_settings import prime, settings_of, settings_scope
 from safeaccess.server.synth.mock import public_spent
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
+
+if TYPE_CHECKING:  # PostgreSQL only: psycopg is the `postgresql` extra's
+    from safeaccess.server.steps.sequence_leases import SequenceLeases
+    from safeaccess.server.store.settled import SettledListener
 
 log = logging.getLogger("safeaccess.server")
 
@@ -203,7 +207,7 @@ class Flow:
     def resume_orphan(self, sequence_id: str, index: int) -> bool:
         """Run again a step left `running` by a server that died mid-step, as a re-sent reveal
         would; the caller holds the sequence's lock and lease. False if it is running no more."""
-        with settings_scope(self.store):
+        with settings_scope(self.store), step_context(sequence_id, index):
             seq, step = self.store.get_sequence_step(sequence_id, index)
             if seq is None or step is None or not _still_running(seq, step, index):
                 return False
@@ -395,7 +399,7 @@ class Flow:
             last=revealed.last,
         )
         header_hash = sha256_hex(request.header)
-        with self.lock(sequence_id):
+        with self.lock(sequence_id), step_context(sequence_id, 1):
             # The budget's lock covers reading the budget and recording the sequence (which then
             # counts as a possible withhold), not the step: it is shared with every replica.
             with self._budget_lock(researcher, dataset.name):
@@ -449,7 +453,7 @@ class Flow:
         """Accept the reveal of step `index` after a release, or answer a repeated reveal;
         `key` as in `open_sequence`."""
         # The dataset's settings are read once for the whole request (`store/step_settings.py`).
-        with self.lock(sequence_id), settings_scope(self.store):
+        with self.lock(sequence_id), settings_scope(self.store), step_context(sequence_id, index):
             seq, existing = self.store.get_sequence_step(sequence_id, index)
             # Another researcher's sequence is reported as absent (as in `own_sequence`).
             if seq is None or seq.researcher != researcher:
@@ -646,7 +650,7 @@ class Flow:
         rows the job carries (`queue.Carried`), given on its first attempt only; without them
         (a later attempt, a job queued by an older release or by `ensure`) the rows are read."""
         # The dataset's settings are read once for the whole job, as for a request.
-        with self.lock(sequence_id), settings_scope(self.store):
+        with self.lock(sequence_id), settings_scope(self.store), step_context(sequence_id, index):
             rows = carried_rows(carried, sequence_id, index)
             if rows is not None:
                 # The rows as the reveal's transaction wrote them, with the settings it read:
@@ -689,7 +693,7 @@ class Flow:
         withheld: what kills a worker host may depend on the records, so it is answered like
         any data-dependent failure (`failures.py`), and the sequence stops. False if the step
         was settled already."""
-        with self.lock(sequence_id):
+        with self.lock(sequence_id), step_context(sequence_id, index):
             seq = self.store.get_sequence(sequence_id)
             step = self.store.get_step(sequence_id, index)
             if seq is None or step is None or step.state != StepState.RUNNING:
@@ -746,7 +750,7 @@ class Flow:
                         backend=self.backend,
                         limits=self.config.sandbox.limits,
                         ruleset=ruleset,
-                        audit=admission.admit,
+                        audit=metrics.timed(metrics.ADMISSION_SECONDS, admission.admit),
                         n_records=dataset.rows,
                         dp=dp,
                         synth_files=self.data.root / SYNTH_DIR,
@@ -773,6 +777,15 @@ class Flow:
                 )
 
             (seq, step), outcome = admission.settle(outcome, record)
+        facts = outcome.dp_facts or {}
+        charge = facts.get("charge") if facts.get("verdict") == "release" else None
+        metrics.step_recorded(
+            outcome.kind,
+            outcome.state.value,
+            time.monotonic() - started,
+            float(charge) if isinstance(charge, int | float) else None,
+            dataset.name,
+        )
         log.info(
             "sequence %s step %d (%s) by %s: %s%s",
             seq.id,

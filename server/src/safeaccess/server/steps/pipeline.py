@@ -51,6 +51,7 @@ from safeaccess.sandbox.backend import (
     SandboxError,
 )
 from safeaccess.server import dp as dp_release
+from safeaccess.server import metrics
 from safeaccess.server.digests import json_hash
 from safeaccess.server.dp import DPContext
 from safeaccess.server.errors import Unavailable
@@ -218,9 +219,19 @@ def _run(admitted: _Admitted, context: StepContext) -> RunResult | StepOutcome:
         dataset=context.dataset_path,
         limits=admitted.limits,
     )
+    backend = context.backend.name
+    metrics.SANDBOX_RUNS.labels(backend=backend).inc()
     try:
         return context.backend.run(job)
-    except AnalysisFailed as exc:
+    except SandboxError as exc:
+        # (the analysis's own failures too: the dashboard tells them apart by reason)
+        metrics.SANDBOX_FAILURES.labels(backend=backend, reason=exc.code).inc()
+        return _failure_outcome(exc, kind, ruleset)
+
+
+def _failure_outcome(exc: SandboxError, kind: str, ruleset: RuleSet) -> StepOutcome:
+    """A sandbox run's failure as the step's outcome, or `Unavailable` for the centre's own."""
+    if isinstance(exc, AnalysisFailed):
         # Runner messages and codes for declarative kinds come from our own code. A script
         # controls the runner process and can answer on its response pipe itself, so neither its
         # error text nor its error code may reach the researcher: both could carry data.
@@ -229,21 +240,18 @@ def _run(admitted: _Admitted, context: StepContext) -> RunResult | StepOutcome:
         if is_data_dependent(exc.runner_code):
             return _withheld(exc.runner_code, str(exc), kind, ruleset)
         return _failed(exc.runner_code, str(exc), kind)
-    except LimitExceeded as exc:
+    if isinstance(exc, LimitExceeded):
         message = f"the analysis exceeded the {exc.limit} limit"
         if kind == SCRIPT_KIND:
             return _failed("limit_exceeded", message, kind)
         # How long or how much memory a declarative analysis takes depends on the records.
         return _withheld("limit_exceeded", message, kind, ruleset)
-    except JobCrashed as exc:
-        if kind == SCRIPT_KIND:
-            # The script controls its process: a crash or a forged answer is its own doing. Were
-            # it a retryable outage, the researcher could re-run the script without limit and
-            # without review, reading data from whether (and when) it crashes.
-            return _failed("script_crashed", "the script ended without a valid result", kind)
-        raise _unavailable(exc.code) from exc
-    except SandboxError as exc:
-        raise _unavailable(exc.code) from exc
+    if isinstance(exc, JobCrashed) and kind == SCRIPT_KIND:
+        # The script controls its process: a crash or a forged answer is its own doing. Were
+        # it a retryable outage, the researcher could re-run the script without limit and
+        # without review, reading data from whether (and when) it crashes.
+        return _failed("script_crashed", "the script ended without a valid result", kind)
+    raise _unavailable(exc.code) from exc
 
 
 def _decide(admitted: _Admitted, result: RunResult, context: StepContext) -> StepOutcome:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
 
@@ -27,7 +27,8 @@ from safeaccess.server import metrics
 from safeaccess.server.store.reachable import ping
 
 if TYPE_CHECKING:
-    from safeaccess.server.service import Service
+    from safeaccess.server.config import ServerConfig
+    from safeaccess.server.store import Store
 
 log = logging.getLogger("safeaccess.server")
 
@@ -66,10 +67,24 @@ def announce_sandbox(backend: Backend, role: str) -> None:
         )
 
 
+class Checked(Protocol):
+    """What readiness reads of a service (a protocol, so this module does not import the
+    service that holds its check)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def config(self) -> ServerConfig: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def backend(self) -> Backend: ...
+
+
 class ReadinessCheck:
     """The checks behind `/v1/ready`, for one service (see the module's docstring)."""
 
-    def __init__(self, service: Service):
+    def __init__(self, service: Checked):
         self.service = service
         self._lock = threading.Lock()
         self._cached: tuple[float, Readiness] | None = None

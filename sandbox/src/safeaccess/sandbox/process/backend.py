@@ -90,7 +90,7 @@ WARM_MAX_AGE = 600.0
 Mode = Literal["forkserver", "warm"]
 # How long the start-up check of the fork server may take (a bubblewrap and a Python start).
 PROBE_SECONDS = 60.0
-_PROBE = "from safeaccess.sandbox.process.template_privileges import probe; probe()"
+_PROBE = "from safeaccess.sandbox.process.isolate import probe; probe()"
 # How often the runner's source files are checked for changes (a change restarts templates).
 RUNNER_CHECK_SECONDS = 5.0
 

@@ -31,10 +31,15 @@ import fcntl
 import os
 import resource
 import signal
-from typing import NoReturn
+import sys
+from typing import NoReturn, Protocol
 
-from safeaccess.sandbox.backend import Limits
-from safeaccess.sandbox.process.template_privileges import TEMPLATE_UID, set_capabilities
+from safeaccess.sandbox.process.template_privileges import (
+    JOB_UID_FIRST,
+    TEMPLATE_UID,
+    enter_own_user_namespace,
+    set_capabilities,
+)
 
 CLONE_NEWNS = 0x0002_0000
 CLONE_NEWUTS = 0x0400_0000
@@ -151,6 +156,29 @@ def _only_fds(keep: dict[int, int]) -> None:
                 os.close(fd)
 
 
+class JobLimits(Protocol):
+    """What isolation reads of a job's `safeaccess.sandbox.backend.Limits` (a protocol, so that
+    the start-up probe need not import pydantic: it runs once per server start)."""
+
+    @property
+    def memory_mb(self) -> int: ...
+    @property
+    def cpu_seconds(self) -> int: ...
+    @property
+    def tmp_mb(self) -> int: ...
+    @property
+    def max_processes(self) -> int: ...
+
+
+class ProbeLimits:
+    """Small limits for the start-up probe's job."""
+
+    memory_mb = 256
+    cpu_seconds = 10
+    tmp_mb = 16
+    max_processes = 16
+
+
 def _status_value(key: str) -> int:
     """A `Vm*` size of this process in bytes, from /proc/self/status."""
     with open("/proc/self/status", "rb") as fh:
@@ -160,7 +188,7 @@ def _status_value(key: str) -> int:
     return 0
 
 
-def _rlimits(limits: Limits) -> None:
+def _rlimits(limits: JobLimits) -> None:
     memory = limits.memory_mb * 1024 * 1024
     # The job inherits the template's libraries and dataset (shared pages it did not allocate):
     # its memory allowance comes on top of them.
@@ -272,7 +300,7 @@ def new_pid_namespace(own: int) -> None:
     _check(_libc.unshare(CLONE_NEWPID), "unshare of the pid namespace")
 
 
-def _isolate(uid: int, limits: Limits) -> None:
+def _isolate(uid: int, limits: JobLimits) -> None:
     """Steps 2, 3, 5 and 6 of the module's list (namespaces, mounts, rlimits, uid, capabilities)."""
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET), "unshare")
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
@@ -288,7 +316,7 @@ def _isolate(uid: int, limits: Limits) -> None:
     _clear_capabilities()
 
 
-def isolation_probe(uid: int, limits: Limits) -> NoReturn:
+def isolation_probe(uid: int, limits: JobLimits) -> NoReturn:
     """In a child forked by `template_privileges.probe`: isolate as a job would; exit 0 if
     that worked, else print why and exit with EXIT_SETUP_FAILED."""
     try:
@@ -302,7 +330,7 @@ def isolation_probe(uid: int, limits: Limits) -> NoReturn:
 
 
 def run_isolated_job(
-    *, channel: int, stderr: int, uid: int, limits: Limits, dataset: object, program: bytes
+    *, channel: int, stderr: int, uid: int, limits: JobLimits, dataset: object, program: bytes
 ) -> NoReturn:
     """In the child the template just forked: isolate, run one job, exit (never returns).
 
@@ -332,4 +360,27 @@ def run_isolated_job(
         [request] if isinstance(request, bytes) else runner.reply_for(request, dataset)
     )
     _write_all(JOB_FD, reply)
+    os._exit(0)
+
+
+def probe() -> None:
+    """Check, inside a template's sandbox, that a fork server job can isolate itself here:
+    the template's privileges, a pid namespace per job, and in the job its mount namespace,
+    fresh /proc and (unprivileged server) its own user namespace. Exits 0 if so; otherwise
+    prints why and exits 1. `ProcessBackend.check_available` runs it once at start, in a sandbox built
+    as a template's."""
+    try:
+        enter_own_user_namespace()
+        own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        new_pid_namespace(own)
+        child = os.fork()
+        if child == 0:
+            isolation_probe(JOB_UID_FIRST, ProbeLimits())
+        _, status = os.waitpid(child, 0)
+        if status != 0:
+            raise PermissionError("a job could not isolate itself")
+    except BaseException as exc:
+        print(f"fork server probe: {exc}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
     os._exit(0)

@@ -241,28 +241,3 @@ def _stay_unprivileged() -> None:
     keep_only(TEMPLATE_CAPS)
     if _status_caps("CapAmb") or _status_caps("CapInh"):  # pragma: no cover - a kernel change
         raise PermissionError("the template kept inheritable or ambient capabilities")
-
-
-def probe() -> None:
-    """Check, inside a template's sandbox, that a fork server job can isolate itself here:
-    the template's privileges, a pid namespace per job, and in the job its mount namespace,
-    fresh /proc and (unprivileged server) its own user namespace. Exits 0 if so; otherwise
-    prints why and exits 1. `ProcessBackend.check_available` runs it once at start."""
-    try:
-        enter_own_user_namespace()
-        from safeaccess.sandbox.backend import Limits
-        from safeaccess.sandbox.process.isolate import isolation_probe, new_pid_namespace
-
-        own = os.open(f"{PROC}/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-        new_pid_namespace(own)
-        child = os.fork()
-        if child == 0:
-            isolation_probe(JOB_UID_FIRST, Limits())
-        _, status = os.waitpid(child, 0)
-        if status != 0:
-            raise PermissionError("a job could not isolate itself")
-    except BaseException as exc:
-        print(f"fork server probe: {exc}", file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(1)
-    os._exit(0)

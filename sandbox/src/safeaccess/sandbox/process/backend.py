@@ -22,6 +22,10 @@ a fresh unprivileged uid/gid chosen per job (so parallel jobs do not share a pro
 no_new_privs set by bubblewrap. Non-root: bubblewrap creates a user namespace; the process limit
 then counts every process of the server's user, so it is set to the user's current count plus the
 job's allowance.
+
+That is warm mode. The default, the fork server, serves root and unprivileged servers alike (an
+unprivileged server's jobs each get a user namespace of their own: `isolate`); `check_available`
+probes it once, logs the mode, and falls back to warm mode with a WARNING if the kernel refuses.
 """
 
 from __future__ import annotations

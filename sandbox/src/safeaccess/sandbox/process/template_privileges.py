@@ -25,6 +25,10 @@ privileges itself, first thing, before it imports a library or parses a byte of 
 6. the template keeps `TEMPLATE_CAPS` in its own user namespace only (permitted, effective and
    bounding; nothing inheritable or ambient), and returns to serve.
 
+An unprivileged server's template (`_stay_unprivileged`) is already in bubblewrap's user
+namespace, owned by the service user: it unshares a user and pid namespace of its own mapping
+its one id and forks the template proper likewise; its jobs give themselves user namespaces.
+
 Whatever the template or a job holds is thus a capability of a namespace that is a child of the
 host's, and none of the host's: it cannot read a file of host root, signal or trace a host
 process, mount in the sandbox's mount namespace or load anything into the kernel.

@@ -30,6 +30,8 @@ import pytest
 
 USER = "safeaccess-sbtest"
 REPO = Path(__file__).resolve().parents[2]
+# Empty directories `_as_user` moved a mount through (removed with the user).
+_KEEP: list[str] = []
 
 # The owner: build the backend as make_backend does, run a table, then start a job that
 # double-forks (the grandchild sleeps) and report; then wait to be killed.
@@ -118,6 +120,9 @@ def service_user(missing_isolation: Callable[[str], NoReturn]) -> Iterator[pwd.s
         created = True
         entry = pwd.getpwnam(USER)
     yield entry
+    for keep in _KEEP:
+        with contextlib.suppress(OSError):
+            os.rmdir(keep)
     if created:
         subprocess.run(["userdel", USER], check=False)
 
@@ -135,6 +140,7 @@ def _as_user(user: str, argv: list[str]) -> list[str]:
             if closed.is_dir() and not closed.stat().st_mode & 0o001:
                 inner = Path(*parts[: depth + 1])
                 keep = tempfile.mkdtemp(prefix="sb-keep-")
+                _KEEP.append(keep)
                 script += [
                     f"mount --bind '{inner}' '{keep}'",
                     f"mountpoint -q '{closed}' || mount -t tmpfs -o mode=0755 tmpfs '{closed}'",

@@ -118,6 +118,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
             b.check_available()
         except SandboxUnavailable as exc:
             request.getfixturevalue("missing_isolation")(str(exc))
+        if request.param == "forkserver" and b.mode != "forkserver":  # fell back at the probe
+            request.getfixturevalue("missing_isolation")(b.mode_reason)
     else:
         from safeaccess.sandbox.config import DockerOptions
         from safeaccess.sandbox.docker import DockerBackend

@@ -41,6 +41,8 @@ def backend(missing_isolation: Callable[[str], NoReturn]) -> Iterator[ProcessBac
         b.check_available()
     except SandboxUnavailable as exc:
         missing_isolation(str(exc))
+    if b.mode != "forkserver":  # the start-up probe fell back to warm sandboxes
+        missing_isolation(b.mode_reason)
     yield b
     b.close()
 

@@ -22,12 +22,17 @@ a fresh unprivileged uid/gid chosen per job (so parallel jobs do not share a pro
 no_new_privs set by bubblewrap. Non-root: bubblewrap creates a user namespace; the process limit
 then counts every process of the server's user, so it is set to the user's current count plus the
 job's allowance.
+
+That is warm mode. The default, the fork server, serves root and unprivileged servers alike (an
+unprivileged server's jobs each get a user namespace of their own: `isolate`); `check_available`
+probes it once, logs the mode, and falls back to warm mode with a WARNING if the kernel refuses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -54,7 +59,7 @@ from safeaccess.sandbox.backend import (
     side_arrays,
 )
 from safeaccess.sandbox.process import bwrap
-from safeaccess.sandbox.process.bwrap import find_bwrap, package_roots, rlimits, template_rlimits
+from safeaccess.sandbox.process.bwrap import find_bwrap, package_roots, rlimits, template_preexec
 from safeaccess.sandbox.process.forkserver import (
     ForkServer,
     TemplateDamaged,
@@ -71,6 +76,8 @@ from safeaccess.sandbox.supervise import (
     read_reply,
 )
 
+log = logging.getLogger(__name__)
+
 # Fresh uids for sandboxed jobs when the server runs as root: far above any real account, and
 # inside the range a fork server template's user namespace maps.
 UID_BASE = JOB_UID_FIRST
@@ -83,8 +90,11 @@ WARM_MAX_AGE = 600.0
 
 # How jobs start: forked from a long-lived template per dataset version (the default), or each in
 # its own bubblewrap sandbox started ahead of time ("warm", the earlier design, kept for
-# comparison and for servers that do not run as root).
+# comparison, and the fallback where the kernel refuses what a template needs).
 Mode = Literal["forkserver", "warm"]
+# How long the start-up check of the fork server may take (a bubblewrap and a Python start).
+PROBE_SECONDS = 60.0
+_PROBE = "from safeaccess.sandbox.process.isolate import probe; probe()"
 # How often the runner's source files are checked for changes (a change restarts templates).
 RUNNER_CHECK_SECONDS = 5.0
 
@@ -175,7 +185,8 @@ class ProcessBackend:
         mode: Mode = "forkserver",
     ):
         """`mode` "forkserver" forks each job from a template per dataset version, for the
-        `max_warm` most recently used ones (needs a root server; otherwise "warm" is used).
+        `max_warm` most recently used ones (root or not; if `check_available` finds the kernel
+        refuses what a template needs, it falls back to "warm" with a warning).
         In "warm" mode, `warm_per_dataset` keeps one pre-started sandbox for each of the
         `max_warm` most recently used (dataset, limits) pairs. `bwrap` overrides the bubblewrap
         executable."""
@@ -189,9 +200,9 @@ class ProcessBackend:
         self._warm: dict[tuple[object, ...], list[tuple[subprocess.Popen[bytes], float]]] = {}
         self._closed = False
         self._spawner: ThreadPoolExecutor | None = None
-        # The fork server needs root: its jobs each switch to a fresh uid and mount their own
-        # /proc and /tmp, which a user namespace mapping a single id cannot do.
-        self.mode: Mode = mode if os.geteuid() == 0 else "warm"
+        self.mode: Mode = mode
+        # Why this mode (set by check_available; logged at start and shown to operators).
+        self.mode_reason = "requested" if mode == "warm" else "not checked yet"
         # Up to max_warm datasets, each with its two template families.
         self._forks = ForkServer(self._start_template, max_templates=2 * self.max_warm)
         self._runner_version = (0.0, _runner_version())
@@ -263,7 +274,56 @@ class ProcessBackend:
                     "bubblewrap cannot create the sandbox here (user/network namespaces may be "
                     f"disabled): {reason or f'exit status {done.returncode}'}"
                 )
+            if self.mode == "forkserver":
+                self._check_fork_server(probe)
+            self._log_mode()
             self._checked = True
+
+    def _check_fork_server(self, probe: Path) -> None:
+        """Start a template's sandbox that isolates one job as the fork server would; fall back
+        to warm sandboxes (about 8x slower per step) if the kernel refuses any part of it."""
+        args = self.command(probe, self.limits, None, template=True)
+        args = [*args[: args.index("--") + 1], sys.executable, "-I", "-c", _PROBE]
+        try:
+            done = subprocess.run(
+                args,
+                capture_output=True,
+                timeout=PROBE_SECONDS,
+                preexec_fn=template_preexec(os.getpid()),
+                check=False,
+            )
+            failure = done.stderr.decode("utf-8", "replace").strip()[-500:]
+            if done.returncode == 0:
+                failure = ""
+            elif not failure:
+                failure = f"exit status {done.returncode}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            failure = str(exc)
+        if not failure:
+            self.mode_reason = (
+                "root server: fresh host uid per job"
+                if self.as_root
+                else "unprivileged server: a user namespace per job"
+            )
+            return
+        self.mode = "warm"
+        self.mode_reason = f"fork server unavailable: {failure}"
+
+    def _log_mode(self) -> None:
+        user = "root" if self.as_root else f"uid {os.geteuid()} (unprivileged)"
+        if self.mode == "forkserver":
+            log.info(
+                "sandbox: process backend in fork-server mode as %s (%s)", user, self.mode_reason
+            )
+        elif self.mode_reason == "requested":
+            log.info("sandbox: process backend in warm mode as %s (requested)", user)
+        else:
+            log.warning(
+                "SANDBOX FALLBACK: the process backend runs in its slow warm mode as %s, about "
+                "8x slower per step than the fork server (%s); see docs/sandbox.md",
+                user,
+                self.mode_reason,
+            )
 
     def _nproc(self, limits: Limits) -> int:
         """RLIMIT_NPROC for a job: its allowance, on top of the user's tasks when not root."""
@@ -318,7 +378,7 @@ class ProcessBackend:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=rlimits(limits, nproc),
+                preexec_fn=rlimits(limits, nproc, owner=os.getpid()),
                 close_fds=True,
             )
         except OSError as exc:
@@ -368,7 +428,8 @@ class ProcessBackend:
             spawner = self._spawner
         command = self.command(dataset, self.limits, None, template=True)
         family = str(key[-1])
-        return spawner.submit(TemplateProcess, command, template_rlimits(), family).result()
+        preexec = template_preexec(os.getpid())
+        return spawner.submit(TemplateProcess, command, preexec, family).result()
 
     def templates(self) -> list[TemplateProcess]:
         """The running fork server templates (for tests and benchmarks)."""

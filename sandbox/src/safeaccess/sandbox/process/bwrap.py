@@ -26,6 +26,9 @@ from safeaccess.sandbox.codes import codes_dir
 SANDBOX_TMP = "/tmp"  # noqa: S108
 SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache")
 ADDRESS_SPACE_HEADROOM = 1024 * 1024 * 1024
+PR_SET_PDEATHSIG = 1
+# Bound once, here: a lookup (dlsym) between fork and exec could take a lock another thread held.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 def find_bwrap() -> str | None:
@@ -95,38 +98,31 @@ def bind_arguments() -> list[str]:
     return args
 
 
-_PR_SET_PDEATHSIG = 1
-#: Resolved once, here: between fork and exec nothing should be looked up.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
+def die_with_owner(owner: int) -> None:
+    """Between fork and exec of a bubblewrap: SIGKILL when the server process `owner` dies.
 
-
-def die_with_parent(parent: int) -> None:
-    """Between fork and exec of bubblewrap: SIGKILL this child when the thread that started it
-    dies, and exit now if that already happened.
-
-    bwrap's own `--die-with-parent` takes effect only once bwrap runs; a server SIGKILLed
-    between the fork and that point (while it starts a template or a warm sandbox) left the
-    sandbox running, re-parented to init, with nobody to end it (issue 43: four processes
-    alive after one SIGKILL in six). Set here, before exec, the parent-death signal covers the
-    whole life of bubblewrap; the check of the parent closes the window before the prctl."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
+    The parent-death signal is armed before exec (it survives exec of bubblewrap, which is not
+    set-user-ID), so no window is left where the owner could die unnoticed; and if the owner
+    died between the fork and this call (the child was then reparented), the signal would never
+    come, so the child ends at once. Bubblewrap's own `--die-with-parent` arms the same signal
+    only after it started, which leaves that window open (see docs/sandbox.md, "No orphans")."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != owner:
         os._exit(1)
 
 
-def rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
-    """The function that applies a job's resource limits (`nproc` processes), between fork and exec."""
+def rlimits(limits: Limits, nproc: int, owner: int | None = None) -> Callable[[], None]:
+    """The function that applies a job's resource limits (`nproc` processes), between fork and
+    exec; with `owner`, it also ties the sandbox's life to that process (`die_with_owner`)."""
     memory = limits.memory_mb * 1024 * 1024
     # The memory limit is on data (heap, anonymous mappings, thread stacks): what a job
     # allocates. Address space is capped too, with room for the libraries' code mappings and
     # reservations, which are not memory a job uses (pandas + pyarrow map ~0.5 GB of them).
     address_space = memory + ADDRESS_SPACE_HEADROOM
     fsize = limits.tmp_mb * 1024 * 1024
-    parent = os.getpid()
 
     def apply() -> None:
         # Runs in the child between fork and exec: only setrlimit calls, nothing that allocates.
-        die_with_parent(parent)
         resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
@@ -134,20 +130,21 @@ def rlimits(limits: Limits, nproc: int) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+        if owner is not None:
+            die_with_owner(owner)
 
     return apply
 
 
-def template_rlimits() -> Callable[[], None]:
-    """The function a template's bubblewrap runs between fork and exec (made in the server,
-    so that it knows the server's pid): no core dumps, and death with the server."""
-    parent = os.getpid()
+def template_preexec(owner: int) -> Callable[[], None]:
+    """Between fork and exec of a template's bubblewrap: no core dumps, and death with `owner`.
+
+    Its jobs set their own limits; the template itself serves for as long as its dataset
+    version is current."""
 
     def apply() -> None:
-        die_with_parent(parent)
-        # Its jobs set their own limits; the template itself serves for as long as its
-        # dataset version is current.
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        die_with_owner(owner)
 
     return apply
 
@@ -187,7 +184,16 @@ def command(
     ]
     if uid is not None or template:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    if template:
+    unprivileged_template = template and os.geteuid() != 0
+    if unprivileged_template:
+        # An unprivileged server: bubblewrap builds the sandbox in a user namespace owned by the
+        # service user, mapping that one id, and these capabilities are the namespace's only
+        # (none of the host's): each job needs them to make its own namespaces and mounts.
+        # The template keeps TEMPLATE_CAPS of them; every job empties its sets.
+        args += ["--unshare-user"]
+        for cap in ("CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_KILL"):
+            args += ["--cap-add", cap]
+    elif template:
         # Only until it enters its own user namespace: detaching bubblewrap's covers below
         # /proc (so that each job may mount a fresh proc there), and, with CAP_SETUID and
         # CAP_SETGID, writing that namespace's uid and gid maps. Whatever the template

@@ -11,7 +11,8 @@ data. In order:
 3. in the new mount namespace: a fresh /proc (of the job's pid namespace only) and a fresh,
    size-capped tmpfs on /tmp, invisible to every other job and empty;
 4. stdin/stdout on /dev/null, stderr on the job's pipe, the job channel on fd 3, nothing else;
-5. rlimits (memory and address space on top of what the job inherited from the template, CPU,
+5. (an unprivileged server's job) a user namespace of its own, mapping its fresh uid to the
+   service user's one id; then rlimits (memory and address space on top of what the job inherited from the template, CPU,
    file size, processes, no core dumps);
 6. an empty capability bounding set and ambient set, then a fresh unprivileged uid/gid (no
    supplementary groups), which empties the permitted and effective sets, then an empty
@@ -30,15 +31,21 @@ import fcntl
 import os
 import resource
 import signal
-from typing import NoReturn
+import sys
+from typing import NoReturn, Protocol
 
-from safeaccess.sandbox.backend import Limits
-from safeaccess.sandbox.process.template_privileges import TEMPLATE_UID, set_capabilities
+from safeaccess.sandbox.process.template_privileges import (
+    JOB_UID_FIRST,
+    TEMPLATE_UID,
+    enter_own_user_namespace,
+    set_capabilities,
+)
 
 CLONE_NEWNS = 0x0002_0000
 CLONE_NEWUTS = 0x0400_0000
 CLONE_NEWIPC = 0x0800_0000
 CLONE_NEWPID = 0x2000_0000
+CLONE_NEWUSER = 0x1000_0000
 CLONE_NEWNET = 0x4000_0000
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -149,6 +156,29 @@ def _only_fds(keep: dict[int, int]) -> None:
                 os.close(fd)
 
 
+class JobLimits(Protocol):
+    """What isolation reads of a job's `safeaccess.sandbox.backend.Limits` (a protocol, so that
+    the start-up probe need not import pydantic: it runs once per server start)."""
+
+    @property
+    def memory_mb(self) -> int: ...
+    @property
+    def cpu_seconds(self) -> int: ...
+    @property
+    def tmp_mb(self) -> int: ...
+    @property
+    def max_processes(self) -> int: ...
+
+
+class ProbeLimits:
+    """Small limits for the start-up probe's job."""
+
+    memory_mb = 256
+    cpu_seconds = 10
+    tmp_mb = 16
+    max_processes = 16
+
+
 def _status_value(key: str) -> int:
     """A `Vm*` size of this process in bytes, from /proc/self/status."""
     with open("/proc/self/status", "rb") as fh:
@@ -158,7 +188,7 @@ def _status_value(key: str) -> int:
     return 0
 
 
-def _rlimits(limits: Limits) -> None:
+def _rlimits(limits: JobLimits) -> None:
     memory = limits.memory_mb * 1024 * 1024
     # The job inherits the template's libraries and dataset (shared pages it did not allocate):
     # its memory allowance comes on top of them.
@@ -195,9 +225,40 @@ def _clear_capabilities() -> None:
     set_capabilities(0, 0)
 
 
+def unprivileged_template() -> bool:
+    """Whether this template (or job, before its switch) belongs to an unprivileged server:
+    a root server's template runs as TEMPLATE_UID in a namespace that maps the jobs' range."""
+    return os.getuid() not in (0, TEMPLATE_UID)
+
+
+def _own_user_namespace(uid: int) -> None:
+    """An unprivileged server's job: a user namespace of its own, mapping `uid` (its fresh uid)
+    to the one id the template has. The kernel counts RLIMIT_NPROC per user namespace and uid,
+    so the job's process limit counts its own processes only, as a root server's fresh host uid
+    does; and the job holds no capability in the template's namespace (nor over its siblings,
+    each in a namespace of its own). Done before the rlimits: a namespace also caps the counts
+    of its ancestors at its creator's RLIMIT_NPROC, which must stay the template's."""
+    outer_uid, outer_gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare of the job's user namespace")
+    # setgroups is already denied in the service user's namespace (the kernel requires it of
+    # an unprivileged map of gids): the job keeps that user's groups, and can never change them.
+    for name, data in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {outer_uid} 1\n"),
+        ("gid_map", f"{uid} {outer_gid} 1\n"),
+    ):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(data)
+
+
 def _switch_user(uid: int) -> None:
-    if os.getuid() not in (0, TEMPLATE_UID):
-        return  # a non-root server's template runs in a user namespace mapping one id only
+    if unprivileged_template():
+        # The job's own namespace already maps it to `uid` (its groups cannot be emptied there).
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        if os.getuid() != uid or os.geteuid() != uid or os.getgid() != uid:
+            raise PermissionError("could not switch to the job's user")
+        return
     # In a root server's template, the job's uid is mapped (the same number) in the template's
     # user namespace, and the template's CAP_SETUID/CAP_SETGID there allow the switch.
     os.setgroups([])
@@ -239,8 +300,37 @@ def new_pid_namespace(own: int) -> None:
     _check(_libc.unshare(CLONE_NEWPID), "unshare of the pid namespace")
 
 
+def _isolate(uid: int, limits: JobLimits) -> None:
+    """Steps 2, 3, 5 and 6 of the module's list (namespaces, mounts, rlimits, uid, capabilities)."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET), "unshare")
+    _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    size = limits.tmp_mb * 1024 * 1024
+    _fresh_tmp(size)
+    os.chdir(TMP)
+    if unprivileged_template():
+        _own_user_namespace(uid)
+    _rlimits(limits)
+    _drop_bounding_set()
+    _switch_user(uid)
+    _clear_capabilities()
+
+
+def isolation_probe(uid: int, limits: JobLimits) -> NoReturn:
+    """In a child forked by `template_privileges.probe`: isolate as a job would; exit 0 if
+    that worked, else print why and exit with EXIT_SETUP_FAILED."""
+    try:
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        _isolate(uid, limits)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(2, f"job isolation failed: {exc}\n".encode())
+        os._exit(EXIT_SETUP_FAILED)
+    os._exit(0)
+
+
 def run_isolated_job(
-    *, channel: int, stderr: int, uid: int, limits: Limits, dataset: object, program: bytes
+    *, channel: int, stderr: int, uid: int, limits: JobLimits, dataset: object, program: bytes
 ) -> NoReturn:
     """In the child the template just forked: isolate, run one job, exit (never returns).
 
@@ -258,16 +348,7 @@ def run_isolated_job(
             keep[DATASET_FD] = dataset
             dataset = DATASET_FD
         _only_fds(keep)
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET), "unshare")
-        _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-        size = limits.tmp_mb * 1024 * 1024
-        _fresh_tmp(size)
-        os.chdir(TMP)
-        _rlimits(limits)
-        _drop_bounding_set()
-        _switch_user(uid)
-        _clear_capabilities()
+        _isolate(uid, limits)
         seccomp.load_compiled(program)
     except BaseException as exc:
         with contextlib.suppress(OSError):
@@ -279,4 +360,27 @@ def run_isolated_job(
         [request] if isinstance(request, bytes) else runner.reply_for(request, dataset)
     )
     _write_all(JOB_FD, reply)
+    os._exit(0)
+
+
+def probe() -> None:
+    """Check, inside a template's sandbox, that a fork server job can isolate itself here:
+    the template's privileges, a pid namespace per job, and in the job its mount namespace,
+    fresh /proc and (unprivileged server) its own user namespace. Exits 0 if so; otherwise
+    prints why and exits 1. `ProcessBackend.check_available` runs it once at start, in a sandbox built
+    as a template's."""
+    try:
+        enter_own_user_namespace()
+        own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        new_pid_namespace(own)
+        child = os.fork()
+        if child == 0:
+            isolation_probe(JOB_UID_FIRST, ProbeLimits())
+        _, status = os.waitpid(child, 0)
+        if status != 0:
+            raise PermissionError("a job could not isolate itself")
+    except BaseException as exc:
+        print(f"fork server probe: {exc}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
     os._exit(0)

@@ -25,6 +25,10 @@ privileges itself, first thing, before it imports a library or parses a byte of 
 6. the template keeps `TEMPLATE_CAPS` in its own user namespace only (permitted, effective and
    bounding; nothing inheritable or ambient), and returns to serve.
 
+An unprivileged server's template (`_stay_unprivileged`) is already in bubblewrap's user
+namespace, owned by the service user: it unshares a user and pid namespace of its own mapping
+its one id and forks the template proper likewise; its jobs give themselves user namespaces.
+
 Whatever the template or a job holds is thus a capability of a namespace that is a child of the
 host's, and none of the host's: it cannot read a file of host root, signal or trace a host
 process, mount in the sandbox's mount namespace or load anything into the kernel.
@@ -175,9 +179,11 @@ def enter_own_user_namespace() -> None:
 
     Returns in the template proper, pid 1 of a new pid namespace, holding `TEMPLATE_CAPS` in
     its own user namespace and no capability in the host's; the process that called it never
-    returns (it waits for the template and exits with its status). Only a root-started
-    template does this; otherwise it returns at once."""
+    returns (it waits for the template and exits with its status). A template of an
+    unprivileged server is already in a user namespace of the service user's (bubblewrap's):
+    `_stay_unprivileged` keeps only what its jobs need there."""
     if os.getuid() != 0:
+        _stay_unprivileged()
         return
     _uncover_proc()
     writer, go = _start_map_writer(os.getpid())
@@ -206,3 +212,36 @@ def enter_own_user_namespace() -> None:
     if os.getuid() == 0 or os.geteuid() == 0:  # pragma: no cover - a broken map
         print("template: still root after entering its namespace", file=sys.stderr)
         raise PermissionError("the template could not leave root")
+
+
+def _stay_unprivileged() -> None:
+    """The template of an unprivileged server, in bubblewrap's user namespace (which maps the
+    service user's id only). Bubblewrap granted CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID,
+    CAP_SETPCAP and CAP_KILL of that namespace, none of the host's.
+
+    As a root server's template does, it unshares a user namespace and a pid namespace of its
+    own (the jobs' pid namespaces must be owned by a namespace where the template holds
+    CAP_SYS_ADMIN, and bubblewrap's pid namespace is owned by an outer one of bubblewrap's),
+    maps there the one id it has (the kernel lets a process map its own id), and forks the
+    template proper as pid 1 of the new pid namespace, keeping `TEMPLATE_CAPS` of that namespace
+    (permitted, effective and bounding; nothing inheritable or ambient). No second id can be
+    mapped without host privileges: each job gives itself a user namespace of its own instead
+    (`safeaccess.sandbox.process.isolate`)."""
+    _uncover_proc()
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWPID), "unshare of user and pid namespaces")
+    # setgroups is denied already (bubblewrap's namespace); the map of one's own gid needs it.
+    for name, data in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1\n"),
+        ("gid_map", f"{gid} {gid} 1\n"),
+    ):
+        with open(f"{PROC}/self/{name}", "w") as fh:
+            fh.write(data)
+    template = os.fork()
+    if template != 0:
+        _wait_and_exit(template)
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    keep_only(TEMPLATE_CAPS)
+    if _status_caps("CapAmb") or _status_caps("CapInh"):  # pragma: no cover - a kernel change
+        raise PermissionError("the template kept inheritable or ambient capabilities")

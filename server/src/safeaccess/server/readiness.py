@@ -60,10 +60,11 @@ def announce_sandbox(backend: Backend, role: str) -> None:
     if backend.name == "process" and mode != "forkserver":
         log.warning(
             "%s: SLOW SANDBOX: the process backend runs in %r mode, not the fork server "
-            "(which needs the server to run as root here): each step starts a sandbox of its "
-            "own, several times slower (docs/sandbox.md)",
+            "(%s): each step starts a sandbox of its own, several times slower "
+            "(docs/sandbox.md)",
             role,
             mode,
+            getattr(backend, "mode_reason", "reason unknown"),
         )
 
 

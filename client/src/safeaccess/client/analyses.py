@@ -116,6 +116,18 @@ class Summary(_Analysis):
             )
         if "quantiles" in self.statistics and not self.quantiles:
             raise ValueError("statistic 'quantiles' needs a list of probabilities in 'quantiles'")
+        if self.quantiles and "quantiles" not in self.statistics:
+            # Honoured only through the statistic: refused rather than sealed and ignored.
+            raise ValueError(
+                "field 'quantiles' is given but 'statistics' does not ask for them: add "
+                "'quantiles' to 'statistics' or leave 'quantiles' out"
+            )
+        if self.quantile_type != 7 and not ({"quantiles", "iqr"} & set(self.statistics)):
+            raise ValueError(
+                "field 'quantile_type' is given but no statistic uses it (the median is the "
+                "middle window whatever the type): ask for 'quantiles' or 'iqr', or leave "
+                "'quantile_type' out"
+            )
         return self
 
 

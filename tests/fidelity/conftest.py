@@ -138,8 +138,22 @@ def fidelity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fidelity]:
     finally:
         store.close()
     # A budget large enough for every DP release of the suite (each asks its own epsilon).
-    assert admin(["dataset", "dp", "dpsurvey", "--epsilon", "400", "--delta", "1e-5",
-                  "--data-dir", str(root)]) == 0
+    assert (
+        admin(
+            [
+                "dataset",
+                "dp",
+                "dpsurvey",
+                "--epsilon",
+                "400",
+                "--delta",
+                "1e-5",
+                "--data-dir",
+                str(root),
+            ]
+        )
+        == 0
+    )
     service = Service(root)
     with service, EmbeddedServer(create_app(service)) as srv:
         yield Fidelity(

@@ -252,14 +252,14 @@ def default_weights(analysis: Analysis, shape: Layout) -> list[float] | None:
 
 __all__ = [
     "DP_QUERY_TYPES",
-    "MISSING",
     "MAX_COMPONENTS",
+    "MISSING",
     "DPQuery",
     "Layout",
     "LayoutError",
     "declared_levels",
     "default_weights",
-    "region_weights",
     "group_levels",
     "layout",
+    "region_weights",
 ]

@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, DPMeanTest
-from safeaccess.client.analyses import DPMean
+from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, DPMean, DPMeanTest
 from safeaccess.client.dpquery import (
     DPQuery,
     Layout,
@@ -286,8 +285,9 @@ def _useless_mean(
         se = math.sqrt(sd_s**2 + (h * sd_n) ** 2) / n
         if 1.959963984540054 * se > h:
             asked = (
-                f"epsilon = {analysis.epsilon:g}" if analysis.sigma is None else
-                f"sigma = {analysis.sigma:g}"
+                f"epsilon = {analysis.epsilon:g}"
+                if analysis.sigma is None
+                else f"sigma = {analysis.sigma:g}"
             )
             return (
                 f"dp_mean of {name!r} at {asked} cannot give a mean within its bounds' range: "
@@ -373,7 +373,9 @@ def answer(
         noisy, test = _mean_test(analysis, dp_plan, statistic)
         # Its statistics carry their own noise (the documented shares of mu^2), not sigma.
         d = len(analysis.variables)
-        sds = [[float(test["sigma_sum"])] * d + [float(test["sigma_count"])] for _ in shape.groups]
+        block: list[float | None] = [float(test["sigma_sum"])] * d
+        block.append(float(test["sigma_count"]))
+        sds = [list(block) for _ in shape.groups]
     else:
         exact = [v for row in statistic.facts.values for v in row]
         weights = dp_plan.weights

@@ -35,7 +35,7 @@ from safeaccess.client.analyses import (
     to_body,
 )
 from safeaccess.client.keys import fingerprint, public_key_text
-from safeaccess.client.protocol import SealedSequence, seal
+from safeaccess.client.protocol import SealedSequence, canonical, seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import ServerError, connect
 from safeaccess.rules.dp.transform import confidence_region, likelihood_ratio_test, power
@@ -619,7 +619,21 @@ def test_dp_mean_test_answers_the_privatised_hotelling_test(
 def test_dp_mean_test_refuses_sigma(
     server: tuple[Service, EmbeddedServer], centre: DPCentre
 ) -> None:
-    analysis = DPMeanTest(variables=["age"], group="sex", sigma=5.0)
-    (result,) = _run(server, centre, centre.seal([analysis], dataset="dpcensus"), "ada")
+    # Refused when the plan is written ...
+    with pytest.raises(ValueError, match="'sigma' is not used by dp_mean_test"):
+        DPMeanTest(variables=["age"], group="sex", sigma=5.0)
+    # ... and at reveal, for a body sealed without the client's models.
+    body = canonical.dumps(
+        {"kind": "dp_mean_test", "variables": ["age"], "group": "sex", "sigma": 5.0}
+    )
+    sealed = seal(
+        [body],
+        centre.keys["ada"],
+        researcher="ada",
+        project="p1",
+        dataset="dpcensus",
+        server=centre.server_id,
+    )
+    (result,) = _run(server, centre, sealed, "ada")
     assert result.failed and result.error_code == "invalid_analysis"
-    assert "epsilon" in (result.error_message or "")
+    assert "'sigma'" in (result.error_message or "") and "epsilon" in (result.error_message or "")

@@ -95,6 +95,6 @@ def test_mean_test_second_moments() -> None:
     )
     # The record with a missing x is left out, not counted at the midpoint.
     frame = pd.DataFrame({"s": ["F", "F", "M", "M"], "x": [0.0, 2.0, 1.5, np.nan]})
-    out = execute(DPMeanTest(variables=["x"], group="s", sigma=1.0), frame, meta)
+    out = execute(DPMeanTest(variables=["x"], group="s", epsilon=1.0, delta=1e-6), frame, meta)
     assert out.facts.values == [[0.0, 2.0], [0.5, 1.0]]
     assert out.facts.second_moments == [[[2.0]], [[0.25]]]

@@ -10,7 +10,7 @@ from fidelity_data import RESEARCHERS, Fidelity, make_frame, metadata
 
 from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, initialise
+from safeaccess.server.config import DataDir, QssSettings, initialise
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
@@ -31,9 +31,18 @@ def fidelity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fidelity]:
         for name, key in keys.items():
             pub = key.public_key()
             store.add_researcher(name, public_key_text(pub), fingerprint(pub), ["p1"])
-        for name in ("survey", "dpsurvey"):
+        for name in ("dpsurvey", "survey"):
             register_dataset(
-                data, store, name=name, frame=frame, metadata=metadata(name), project="p1"
+                data,
+                store,
+                name=name,
+                frame=frame,
+                metadata=metadata(name),
+                project="p1",
+                # Audited per researcher: each test (its own researcher) is compared with its
+                # reference alone; a mean of the present incomes per region after the region
+                # counts would rightly isolate a small region's few missing incomes.
+                qss=QssSettings(scope="researcher"),
             )
     finally:
         store.close()

@@ -32,7 +32,6 @@ def make_frame(rows: int = ROWS, seed: int = 42) -> pd.DataFrame:
     sex = rng.choice(["F", "M"], size=rows)
     age = rng.integers(18, 91, size=rows)
     employed = (rng.random(rows) < 0.35 + 0.006 * (age - 18)).astype(int)
-    employed[age > 80] = 0
     income = np.exp(rng.normal(10.3, 0.5, rows)) * (1 + 0.1 * (sex == "M")) + 300 * (age - 18)
     income = np.minimum(income, 240_000.0).round(2)
     income[rng.random(rows) < 0.06] = 0.0  # exact zeros

@@ -5,6 +5,8 @@ released and equal to the reference up to floating-point rounding (rel 1e-9 unle
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,6 +18,7 @@ from safeaccess.client.analyses import (
     FrequencyTable,
     Histogram,
     MagnitudeTable,
+    ModelTraining,
     Regression,
     StatTest,
     Summary,
@@ -76,6 +79,53 @@ def test_summary_equals_pandas_describe(fidelity: Fidelity) -> None:
         assert row["mean"] == pytest.approx(values.mean(), rel=1e-12)
         assert row["sd"] == pytest.approx(values.std(ddof=1), rel=1e-12)
         assert row["var"] == pytest.approx(values.var(ddof=1), rel=1e-12)
+
+
+def _windowed(values: pd.Series, position: float) -> float:
+    """docs/analyses.md: the mean of the 10 order statistics nearest the Hyndman-Fan position
+    (1-based; ties of the rounding go up), slid inside 1..n at the ends."""
+    ordered = np.sort(values.dropna().to_numpy())
+    start = math.floor(position - 4.5 + 0.5)
+    start = min(max(start, 1), len(ordered) - 9)
+    return float(ordered[start - 1 : start + 9].mean())
+
+
+def test_windowed_quantiles_follow_their_documented_definition(fidelity: Fidelity) -> None:
+    frame = fidelity.frame
+    probs = [0.1, 0.25, 0.5, 0.75]
+    r7, r6 = _released(
+        fidelity.run(
+            [
+                Summary(
+                    variables=["income"],
+                    statistics=["quantiles", "median"],
+                    quantiles=probs,
+                    by=["sex"],
+                ),
+                Summary(
+                    variables=["income"],
+                    statistics=["quantiles"],
+                    quantiles=probs,
+                    quantile_type=6,
+                    by=["sex"],
+                ),
+            ]
+        )
+    )
+    for result, position in (
+        (r7, lambda n, p: (n - 1) * p + 1),  # type 7 (R's default): h = (n - 1) p + 1
+        (r6, lambda n, p: (n + 1) * p),  # type 6 (SPSS): h = (n + 1) p
+    ):
+        for _, row in result.frame().iterrows():
+            values = frame.loc[frame["sex"] == row["sex"], "income"]
+            n = values.count()
+            for p in probs:
+                expected = _windowed(values, min(max(position(n, p), 1), n))
+                assert row[f"q{p!r}"] == pytest.approx(expected, rel=1e-12)
+            if "median" in row:
+                assert row["median"] == pytest.approx(_windowed(values, (n + 1) / 2), rel=1e-12)
+    # With 10 values in the window the windowed median is within the middle order statistics.
+    assert r7.frame()["median"].between(30_000, 50_000).all()
 
 
 def _coefficients(result: StepResult) -> pd.DataFrame:
@@ -186,3 +236,43 @@ def test_survival_equals_lifelines(fidelity: Fidelity) -> None:
         assert [s["ci_low"] for s in steps] == pytest.approx(ci.iloc[:, 0].tolist(), rel=1e-9)
         assert [s["ci_high"] for s in steps] == pytest.approx(ci.iloc[:, 1].tolist(), rel=1e-9)
         assert [s["at_risk"] for s in steps] == kmf.event_table.loc[times, "at_risk"].tolist()
+
+
+def test_a_trained_tree_equals_scikit_learn_on_the_documented_split(fidelity: Fidelity) -> None:
+    from sklearn.metrics import accuracy_score, balanced_accuracy_score, roc_auc_score
+    from sklearn.model_selection import train_test_split
+    from sklearn.tree import DecisionTreeClassifier
+
+    frame = fidelity.frame[fidelity.frame["region"].isin(["west", "isles"])]
+    (result,) = _released(
+        fidelity.run(
+            [
+                ModelTraining(
+                    family="decision_tree",
+                    target="employed",
+                    features=["age", "visits"],
+                    params={"max_depth": 3, "min_samples_leaf": 40},
+                    seed=5,
+                    # A few hundred records: the release checks' attacks on the model take
+                    # seconds per thousand.
+                    where="region in ('west', 'isles')",
+                )
+            ]
+        )
+    )
+    # docs/models.md, "What the runner does, exactly": complete records in stored order, the
+    # target coded by its declared level, a stratified split with the seed, a tree with it.
+    y = frame["employed"].to_numpy()
+    x = frame[["age", "visits"]].to_numpy(dtype=float)
+    train, test = train_test_split(np.arange(len(y)), test_size=0.3, random_state=5, stratify=y)
+    tree = DecisionTreeClassifier(max_depth=3, min_samples_leaf=40, random_state=5)
+    tree.fit(x[train], y[train])
+    proba = tree.predict_proba(x[test])
+    assert result.output is not None
+    assert (result.output["n_train"], result.output["n_test"]) == (len(train), len(test))
+    metrics = result.output["metrics"]
+    assert metrics["accuracy"] == accuracy_score(y[test], proba.argmax(axis=1))
+    assert metrics["balanced_accuracy"] == balanced_accuracy_score(y[test], proba.argmax(axis=1))
+    assert metrics["roc_auc"] == pytest.approx(roc_auc_score(y[test], proba[:, 1]), rel=1e-12)
+    released = result.output["model"]["trees"][0]
+    assert released["threshold"][0] == pytest.approx(float(tree.tree_.threshold[0]), rel=1e-6)

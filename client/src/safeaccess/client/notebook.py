@@ -181,7 +181,14 @@ def rehearsal_html(report: Rehearsal) -> str:
             verdict, detail = badge("not rehearsed"), esc(step.note or "")
         else:
             verdict = badge(step.mock_verdict)
-            detail = "<br>".join(esc(c) for c in step.checks) or "passed every check on the mock"
+            detail = "<br>".join(esc(c) for c in step.checks)
+            if not detail:
+                # Never "passed every check" beside a withhold: say why it was not released.
+                detail = (
+                    "passed every check on the mock"
+                    if step.mock_verdict == "release"
+                    else esc(step.note or f"{step.mock_verdict} on the mock")
+                )
         rows.append(
             f"<tr><td>{step.index}</td><td><code>{esc(step.kind)}</code></td>"
             f"<td>{verdict}</td><td>{detail}</td></tr>"

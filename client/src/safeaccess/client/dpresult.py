@@ -236,7 +236,13 @@ class DPResult:
         led = self.ledger
         lines = [
             f"{self.kind}: sigma = {self.sigma:.6g}, sensitivity = {self.sensitivity:.6g}"
-            + (" (transformed query)" if self.weights is not None else ""),
+            + (
+                " (transformed query)"
+                if self.transform is not None
+                else " (noise split per component; see standard_errors())"
+                if self.weights is not None
+                else ""
+            ),
             f"  budget ({led['scope']}): epsilon spent {led['epsilon_spent']:.4g} of "
             f"{led['epsilon_budget']:g} at delta {led['delta']:g} after {led['releases']} "
             f"release(s); remaining mu {led['mu_remaining']:.4g}",

@@ -39,7 +39,15 @@ def test_tables_equal_crosstab_and_groupby(fidelity: Fidelity) -> None:
     # One researcher each: the query-set audit rightly refuses a mean of the present incomes
     # per region after the region's full count (their difference isolates the few missing ones).
     (freq,) = _released(fidelity.run([FrequencyTable(rows=["region"], cols=["sex"])]))
-    (mag,) = _released(fidelity.run([MagnitudeTable(value="income", agg="mean", rows=["region"])]))
+    mag, total, spread = _released(
+        fidelity.run(
+            [
+                MagnitudeTable(value="income", agg=agg, rows=["region"])
+                for agg in ("mean", "sum", "std")
+            ]
+        )
+    )
+
     (hist,) = _released(
         fidelity.run([Histogram(variable="age", edges=[16, 30, 45, 60, 75, 95], by=["sex"])])
     )
@@ -52,6 +60,14 @@ def test_tables_equal_crosstab_and_groupby(fidelity: Fidelity) -> None:
     means = frame.groupby("region", observed=False)["income"].mean()
     assert mag.output is not None
     assert [v for (v,) in mag.output["values"]] == pytest.approx(means.tolist(), rel=1e-12)
+    grouped = frame.groupby("region", observed=False)["income"]
+    assert total.output is not None and spread.output is not None
+    assert [v for (v,) in total.output["values"]] == pytest.approx(
+        grouped.sum().tolist(), rel=1e-12
+    )
+    assert [v for (v,) in spread.output["values"]] == pytest.approx(
+        grouped.std(ddof=1).tolist(), rel=1e-12
+    )
     assert hist.output is not None
     for row, sex in zip(hist.output["values"], ["F", "M"], strict=True):
         counts, _ = np.histogram(frame.loc[frame["sex"] == sex, "age"], [16, 30, 45, 60, 75, 95])

@@ -24,7 +24,9 @@ from safeaccess.client.analyses import (
     Summary,
     Survival,
 )
+from safeaccess.client.protocol import canonical, seal
 from safeaccess.client.results import StepResult
+from safeaccess.client.session import connect
 
 
 def _released(results: list[StepResult]) -> list[StepResult]:
@@ -292,3 +294,30 @@ def test_a_trained_tree_equals_scikit_learn_on_the_documented_split(fidelity: Fi
     assert metrics["roc_auc"] == pytest.approx(roc_auc_score(y[test], proba[:, 1]), rel=1e-12)
     released = result.output["model"]["trees"][0]
     assert released["threshold"][0] == pytest.approx(float(tree.tree_.threshold[0]), rel=1e-6)
+
+
+def test_quantiles_nobody_asked_for_are_refused_at_reveal_not_dropped(fidelity: Fidelity) -> None:
+    # The case, sealed as raw bytes (the client's models refuse it before sealing).
+    body = canonical.dumps(
+        {
+            "kind": "summary",
+            "variables": ["income"],
+            "statistics": ["count", "mean", "sd"],
+            "quantiles": [0.25, 0.5, 0.75],
+        }
+    )
+    who = fidelity.free.pop()
+    sealed = seal(
+        [body],
+        fidelity.keys[who],
+        researcher=who,
+        project="p1",
+        dataset="survey",
+        server=fidelity.server_id,
+    )
+    with connect(fidelity.url, fidelity.keys[who], who) as session:
+        (result,) = session.run(sealed)
+    assert result.status == "failed" and result.error_code == "invalid_analysis"
+    assert "'quantiles'" in (result.error_message or "")
+    with pytest.raises(ValueError, match="'quantiles'"):
+        Summary(variables=["income"], statistics=["count"], quantiles=[0.5])

@@ -4,6 +4,7 @@ scipy) against scipy, the inversion of transformed answers, the test's decision 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,3 +89,49 @@ def test_means_divide_centred_sums_by_the_count() -> None:
     assert row["variable"] == "x"
     assert row["mean"] == pytest.approx(7.0)
     assert row["std_error"] == pytest.approx(math.sqrt(1 / 100 + 400 / 10**4))
+
+
+def _mean_answer() -> dict[str, Any]:
+    return {
+        "type": "dp_answer",
+        "kind": "dp_mean",
+        "sigma": 10.0,
+        "sensitivity": 5.0,
+        "by": ["sex"],
+        "groups": [["F"], ["M"]],
+        "components": ["sum(x - 5)", "count", "missing"],
+        # The transformed answer sqrt(w) f: estimates S = 100, n = 50, missing 3 (F)
+        "values": [[100.0, 500.0, 30.0], [-40.0, -20.0, 5.0]],
+        "centres": [5.0, 0.0, 0.0],
+        "weights": [1.0, 100.0, 100.0] * 2,
+        "noise_sd": [[10.0, 1.0, 1.0], [10.0, 1.0, 1.0]],
+        "ledger": {
+            "scope": "researcher",
+            "epsilon_spent": 1.0,
+            "epsilon_budget": 2.0,
+            "delta": 1e-6,
+            "releases": 1,
+            "mu_remaining": 0.3,
+        },
+        "risk": {"tpr_at_fpr": {"0.05": 0.1}, "auc": 0.6},
+    }
+
+
+def test_mean_standard_error_carries_the_noise_of_the_sum_and_of_the_count() -> None:
+    dp = DPResult(_mean_answer())
+    assert dp.standard_errors()[0] == [10.0, 1.0, 1.0]  # the released noise_sd, per component
+    f, m = dp.means()
+    # Delta method for c + S / n: Var = sd_S^2 / n^2 + S^2 sd_n^2 / n^4 (S = 100, n = 50).
+    assert f["mean"] == pytest.approx(5.0 + 100.0 / 50.0)
+    assert f["std_error"] == pytest.approx(math.sqrt(100 / 50**2 + 100**2 / 50**4), rel=1e-12)
+    assert (f["count"], f["missing"]) == (50.0, 3.0)
+    # A noisy count that is not positive gives no mean, not a wild one.
+    assert m["mean"] is None and m["std_error"] is None
+
+
+def test_the_card_shows_the_means_with_their_counts() -> None:
+    from safeaccess.client.notebook import dp_html
+
+    html = dp_html(DPResult(_mean_answer()))
+    assert "<td>7 ± 0.204</td><td>50</td><td>3</td>" in html
+    assert "left out (missing)" in html

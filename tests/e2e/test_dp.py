@@ -35,7 +35,7 @@ from safeaccess.client.analyses import (
     to_body,
 )
 from safeaccess.client.keys import fingerprint, public_key_text
-from safeaccess.client.protocol import SealedSequence, seal
+from safeaccess.client.protocol import SealedSequence, canonical, seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import ServerError, connect
 from safeaccess.rules.dp.transform import confidence_region, likelihood_ratio_test, power
@@ -210,18 +210,35 @@ def test_each_dp_kind_answers_with_its_sigma_sensitivity_and_shape(
     # At epsilon 2 the noise is below the (1, 1e-5) calibration and above half of it.
     assert 0.5 * SIGMA_RATIO_1_1E5 < mean.sigma / mean.sensitivity < SIGMA_RATIO_1_1E5
     assert mean.groups == [["F"], ["M"]]
-    assert mean.components == ["sum(age - 55.5)", "sum(income - 1e+06)", "count"]
+    assert mean.components == ["sum(age - 55.5)", "sum(income - 1e+06)", "count", "missing"]
     assert results[2].output is not None and results[2].output["centres"][:2] == [55.5, 1e6]
+    # The default split for the means: equal shares of mu^2 for the two sums, sqrt(2) shares
+    # for the count (C / (2 + sqrt 2) each), and the missing count the whole block's, so each
+    # component's noise is sigma / sqrt(xi) and the count is not buried under income's sigma.
+    c = 39.5**2 + 1e6**2 + 1
+    share = c / (2 + math.sqrt(2))
+    xi = [share / 39.5**2, share / 1e6**2, math.sqrt(2) * share, c]
+    assert mean.weights == pytest.approx(xi * 2, rel=1e-12)
+    sds = mean.standard_errors()
+    assert sds[0] == pytest.approx([mean.sigma / math.sqrt(w) for w in xi], rel=1e-12)
+    assert sds[0][2] < 10  # records, at epsilon 2
+    for row in mean.means():
+        truth = census.loc[census["sex"] == row["group"][0], ["age", "income"]].dropna()
+        v = row["variable"]
+        assert abs(row["mean"] - truth[v].clip(*((16, 95) if v == "age" else (0, 2e6))).mean()) < (
+            5 * row["std_error"]
+        )
 
     hist = results[3].dp
     assert hist is not None
     assert hist.sensitivity == 1.0  # one record lies in one bin of one group
     assert hist.sigma == 3.0
-    assert len(hist.values) == 2 and all(len(row) == 4 for row in hist.values)
+    assert len(hist.values) == 2 and all(len(row) == 5 for row in hist.values)  # 4 bins, missing
     for g, (sex,) in enumerate(hist.groups):
-        ages = census.loc[census["sex"] == sex, "age"].clip(16, 95)
-        counts, _ = np.histogram(ages, bins=hist_edges)
-        assert np.all(np.abs(np.array(hist.values[g]) - counts) < 6 * 3.0)
+        ages = census.loc[census["sex"] == sex, "age"]
+        counts, _ = np.histogram(ages.dropna().clip(16, 95), bins=hist_edges)
+        truth = [*counts, int(ages.isna().sum())]
+        assert np.all(np.abs(np.array(hist.values[g]) - truth) < 6 * 3.0)
 
     # Each answer carries the ledger and the risk report; the ledger grows release by release.
     spent = [r.dp.ledger["epsilon_spent"] for r in results if r.dp is not None]
@@ -504,12 +521,16 @@ def test_dp_configuration_errors_change_nothing(centre: DPCentre) -> None:
 def test_region_transformation_is_inverted_by_the_client_and_is_smaller(
     server: tuple[Service, EmbeddedServer], centre: DPCentre
 ) -> None:
-    plain = DPMean(variables=["age"], epsilon=1.0, delta=1e-5)
-    shaped = DPMean(variables=["age"], epsilon=1.0, delta=1e-5, transform={"goal": "region"})
+    # Two variables: the default split favours the count (sqrt 2 shares), the region equal ones.
+    plain = DPMean(variables=["age", "income"], epsilon=1.0, delta=1e-5)
+    shaped = DPMean(
+        variables=["age", "income"], epsilon=1.0, delta=1e-5, transform={"goal": "region"}
+    )
     results = _run(server, centre, centre.seal([plain, shaped], dataset="dpcensus"), "ada")
     assert [r.status for r in results] == ["released", "released"]
     a, b = results[0].dp, results[1].dp
-    assert a is not None and b is not None and b.weights is not None and a.weights is None
+    assert a is not None and b is not None and b.weights is not None and a.weights is not None
+    assert a.weights != b.weights  # the default split for the mean, against the region's
     # Both answer at (1, 1e-5): sigma is the reference ratio times each query's sensitivity.
     assert a.sigma == pytest.approx(SIGMA_RATIO_1_1E5 * a.sensitivity, rel=1e-9)
     assert b.sigma == pytest.approx(SIGMA_RATIO_1_1E5 * b.sensitivity, rel=1e-9)
@@ -526,7 +547,8 @@ def test_region_transformation_is_inverted_by_the_client_and_is_smaller(
     # At equal (epsilon, delta) the transformed region has the smaller volume.
     assert b.confidence_region(0.05).log_volume_factor < a.confidence_region(0.05).log_volume_factor
     truth_n = len(centre.census)
-    assert abs(eb[-1] - truth_n) < 6 * sb[-1]
+    at = b.components.index("count")
+    assert abs(eb[at] - truth_n) < 6 * sb[at]
 
 
 def test_test_transformation_gives_the_decision_and_power(
@@ -578,6 +600,9 @@ def test_dp_mean_test_answers_the_privatised_hotelling_test(
     assert dp.groups == [["F"], ["M"]]
     assert dp.components == ["sum(age - 55.5)", "sum(income - 1e+06)", "count"]
     test = result.output["test"] if result.output else {}
+    # Each statistic's standard error is the noise it was given (its share of mu^2), not sigma.
+    assert dp.standard_errors() == [[test["sigma_sum"]] * 2 + [test["sigma_count"]]] * 2
+    assert test["sigma_count"] != dp.sigma
     assert set(test) >= {"statistic", "critical_value", "p_value", "reject", "means"}
     assert 0.0 < test["p_value"] <= 1.0
     assert test["reject"] == (test["statistic"] > test["critical_value"])
@@ -594,7 +619,21 @@ def test_dp_mean_test_answers_the_privatised_hotelling_test(
 def test_dp_mean_test_refuses_sigma(
     server: tuple[Service, EmbeddedServer], centre: DPCentre
 ) -> None:
-    analysis = DPMeanTest(variables=["age"], group="sex", sigma=5.0)
-    (result,) = _run(server, centre, centre.seal([analysis], dataset="dpcensus"), "ada")
+    # Refused when the plan is written ...
+    with pytest.raises(ValueError, match="'sigma' is not used by dp_mean_test"):
+        DPMeanTest(variables=["age"], group="sex", sigma=5.0)
+    # ... and at reveal, for a body sealed without the client's models.
+    body = canonical.dumps(
+        {"kind": "dp_mean_test", "variables": ["age"], "group": "sex", "sigma": 5.0}
+    )
+    sealed = seal(
+        [body],
+        centre.keys["ada"],
+        researcher="ada",
+        project="p1",
+        dataset="dpcensus",
+        server=centre.server_id,
+    )
+    (result,) = _run(server, centre, sealed, "ada")
     assert result.failed and result.error_code == "invalid_analysis"
-    assert "epsilon" in (result.error_message or "")
+    assert "'sigma'" in (result.error_message or "") and "epsilon" in (result.error_message or "")

@@ -46,24 +46,31 @@ def test_count_covers_declared_levels_and_drops_undeclared(frame: pd.DataFrame) 
 
 def test_sum_clips_to_bounds(frame: pd.DataFrame) -> None:
     out = execute(DPSum(variable="x", by=["g"], sigma=1.0), frame, _meta())
-    # a: 1 + min(25, 10) + (missing adds nothing); b: max(-3, 0)
-    assert out.facts.values == [[11.0], [0.0], [0.0]]
+    # a: 1 + min(25, 10), and one record left out for its missing value; b: max(-3, 0)
+    assert out.components == ["sum(x)", "missing"]
+    assert out.facts.values == [[11.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
 
 
-def test_mean_centres_at_midpoint_and_counts(frame: pd.DataFrame) -> None:
+def test_mean_uses_the_complete_records_and_counts_the_rest(frame: pd.DataFrame) -> None:
     out = execute(DPMean(variables=["x", "y"], by=["g"], sigma=1.0), frame, _meta())
-    assert out.components == ["sum(x - 5)", "sum(y - 0)", "count"]
-    # a: x centred (1-5)+(10-5)+(missing: 0) = 1; y clipped 1+2+3 = 6; count 3
-    assert out.facts.values[0] == [1.0, 6.0, 3.0]
-    assert out.facts.values[1] == [-5.0, 5.0, 1.0]
-    assert out.facts.values[2] == [0.0, 0.0, 0.0]
+    assert out.components == ["sum(x - 5)", "sum(y - 0)", "count", "missing"]
+    # a: the third record's x is missing, so it is left out of both sums (listwise) and counted
+    # as missing: x centred (1-5)+(10-5) = 1; y clipped 1+2 = 3; count 2; missing 1
+    assert out.facts.values[0] == [1.0, 3.0, 2.0, 1.0]
+    assert out.facts.values[1] == [-5.0, 5.0, 1.0, 0.0]
+    assert out.facts.values[2] == [0.0, 0.0, 0.0, 0.0]
+    # The means of the complete records, as pandas gives them on the clipped values.
+    complete = frame.assign(x=frame["x"].clip(0, 10), y=frame["y"].clip(-5, 5)).dropna()
+    a = complete[complete["g"] == "a"]
+    assert 5 + out.facts.values[0][0] / out.facts.values[0][2] == pytest.approx(a["x"].mean())
+    assert out.facts.values[0][1] / out.facts.values[0][2] == pytest.approx(a["y"].mean())
 
 
 def test_histogram_bins_clipped_values(frame: pd.DataFrame) -> None:
     out = execute(DPHistogram(variable="x", edges=[0, 5, 10], sigma=1.0), frame, _meta())
-    # clipped: 1, 10, 0, 4, 5, nan -> [0,5): 1, 0, 4 ; [5,10]: 10, 5
-    assert out.components == ["[0, 5)", "[5, 10]"]
-    assert out.facts.values == [[3.0, 2.0]]
+    # clipped: 1, 10, 0, 4, 5, nan -> [0,5): 1, 0, 4 ; [5,10]: 10, 5; missing: 1
+    assert out.components == ["[0, 5)", "[5, 10]", "missing"]
+    assert out.facts.values == [[3.0, 2.0, 1.0]]
 
 
 def test_empty_selection_answers_zeros_not_an_error(frame: pd.DataFrame) -> None:
@@ -86,7 +93,8 @@ def test_mean_test_second_moments() -> None:
             Column(name="x", type="continuous", bounds=(0.0, 2.0)),
         ],
     )
-    frame = pd.DataFrame({"s": ["F", "F", "M"], "x": [0.0, 2.0, 1.5]})
-    out = execute(DPMeanTest(variables=["x"], group="s", sigma=1.0), frame, meta)
+    # The record with a missing x is left out, not counted at the midpoint.
+    frame = pd.DataFrame({"s": ["F", "F", "M", "M"], "x": [0.0, 2.0, 1.5, np.nan]})
+    out = execute(DPMeanTest(variables=["x"], group="s", epsilon=1.0, delta=1e-6), frame, meta)
     assert out.facts.values == [[0.0, 2.0], [0.5, 1.0]]
     assert out.facts.second_moments == [[[2.0]], [[0.25]]]

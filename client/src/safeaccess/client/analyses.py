@@ -116,6 +116,18 @@ class Summary(_Analysis):
             )
         if "quantiles" in self.statistics and not self.quantiles:
             raise ValueError("statistic 'quantiles' needs a list of probabilities in 'quantiles'")
+        if self.quantiles and "quantiles" not in self.statistics:
+            # Honoured only through the statistic: refused rather than sealed and ignored.
+            raise ValueError(
+                "field 'quantiles' is given but 'statistics' does not ask for them: add "
+                "'quantiles' to 'statistics' or leave 'quantiles' out"
+            )
+        if self.quantile_type != 7 and not ({"quantiles", "iqr"} & set(self.statistics)):
+            raise ValueError(
+                "field 'quantile_type' is given but no statistic uses it (the median is the "
+                "middle window whatever the type): ask for 'quantiles' or 'iqr', or leave "
+                "'quantile_type' out"
+            )
         return self
 
 
@@ -167,6 +179,15 @@ class StatTest(_Analysis):
             raise ValueError("chi2_independence needs 'rows' and 'cols'")
         if self.test == "t_two_sample" and not (self.variable and self.group):
             raise ValueError("t_two_sample needs 'variable' and 'group'")
+        # A field of the other test would be sealed and ignored: refuse it by name.
+        unused = (
+            ["variable", "group", "equal_var"]
+            if self.test == "chi2_independence"
+            else ["rows", "cols"]
+        )
+        for name in unused:
+            if name in self.model_fields_set and getattr(self, name) not in (None, False):
+                raise ValueError(f"field '{name}' is not used by {self.test}: leave it out")
         return self
 
 
@@ -318,6 +339,20 @@ class DPMeanTest(_DPAnalysis):
     variables: list[str] = Field(min_length=1, max_length=20)
     group: str
     alpha: float = Field(default=0.05, gt=0.0, lt=0.5)
+
+    @model_validator(mode="after")
+    def _fields_used(self) -> DPMeanTest:
+        # Inherited fields this kind cannot honour are refused, not sealed and ignored.
+        if self.by:
+            raise ValueError(
+                "field 'by' is not used by dp_mean_test: its two groups are the levels of 'group'"
+            )
+        if self.sigma is not None:
+            raise ValueError(
+                "field 'sigma' is not used by dp_mean_test: its budget is split over several "
+                "statistics, so give 'epsilon' and 'delta'"
+            )
+        return self
 
 
 #: Largest epsilon a `synthetic_data` request may name. Far beyond any meaningful guarantee: the

@@ -153,7 +153,13 @@ class DPResult:
         return [flat[g * k : (g + 1) * k] for g in range(len(self.groups))]
 
     def standard_errors(self) -> list[list[float]]:
+        """The standard error of each component's estimate: the noise it was answered with
+        (`noise_sd`, per component: sigma / sqrt(w_i), or a mean test's own sigma per statistic;
+        infinite where a test transformation gave no weight)."""
         k = len(self.components)
+        released = self.output.get("noise_sd")
+        if released is not None:
+            return [[math.inf if v is None else float(v) for v in row] for row in released]
         flat = [self.sigma / math.sqrt(w) if w > 0 else math.inf for w in self._weights()]
         return [flat[g * k : (g + 1) * k] for g in range(len(self.groups))]
 
@@ -194,19 +200,24 @@ class DPResult:
         )
 
     def means(self) -> list[dict[str, Any]]:
-        """dp_mean: per group, each variable's mean c_v + S_v / n with a delta-method standard
-        error (None when the noisy count is not positive)."""
+        """dp_mean: per group, each variable's mean c_v + S_v / n over the records where every
+        variable is present, with the delta-method standard error of the ratio, which carries
+        both noises: Var = sd_S^2 / n^2 + S^2 sd_n^2 / n^4 (None when the noisy count is not
+        positive), the noisy count n and the noisy number of records left out for a missing
+        value (`missing`; None for a mean test, which does not release it)."""
         if self.kind not in ("dp_mean", "dp_mean_test"):
             raise ValueError("means() is for dp_mean answers")
         centres = self.output.get("centres") or []
-        names = [c.removeprefix("sum(").split(" - ")[0] for c in self.components[:-1]]
+        count_at = self.components.index("count")
+        missing_at = self.components.index("missing") if "missing" in self.components else None
+        names = [c.removeprefix("sum(").split(" - ")[0] for c in self.components[:count_at]]
         est, se = self.estimates(), self.standard_errors()
         rows = []
         for g, labels in enumerate(self.groups):
-            n, sd_n = est[g][-1], se[g][-1]
+            n, sd_n = est[g][count_at], se[g][count_at]
             for v, name in enumerate(names):
                 s, sd_s = est[g][v], se[g][v]
-                ok = n > 0 and math.isfinite(n)
+                ok = n > 0 and math.isfinite(n) and math.isfinite(s)
                 rows.append(
                     {
                         "group": labels,
@@ -216,6 +227,7 @@ class DPResult:
                             math.sqrt(sd_s**2 / n**2 + (s**2) * sd_n**2 / n**4) if ok else None
                         ),
                         "count": n,
+                        "missing": est[g][missing_at] if missing_at is not None else None,
                     }
                 )
         return rows
@@ -224,7 +236,13 @@ class DPResult:
         led = self.ledger
         lines = [
             f"{self.kind}: sigma = {self.sigma:.6g}, sensitivity = {self.sensitivity:.6g}"
-            + (" (transformed query)" if self.weights is not None else ""),
+            + (
+                " (transformed query)"
+                if self.transform is not None
+                else " (noise split per component; see standard_errors())"
+                if self.weights is not None
+                else ""
+            ),
             f"  budget ({led['scope']}): epsilon spent {led['epsilon_spent']:.4g} of "
             f"{led['epsilon_budget']:g} at delta {led['delta']:g} after {led['releases']} "
             f"release(s); remaining mu {led['mu_remaining']:.4g}",

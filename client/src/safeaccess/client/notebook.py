@@ -225,7 +225,14 @@ def rehearsal_html(report: Rehearsal) -> str:
             verdict, detail = badge("not rehearsed"), esc(step.note or "")
         else:
             verdict = badge(step.mock_verdict)
-            detail = "<br>".join(esc(c) for c in step.checks) or "passed every check on the mock"
+            detail = "<br>".join(esc(c) for c in step.checks)
+            if not detail:
+                # Never "passed every check" beside a withhold: say why it was not released.
+                detail = (
+                    "passed every check on the mock"
+                    if step.mock_verdict == "release"
+                    else esc(step.note or f"{step.mock_verdict} on the mock")
+                )
         rows.append(
             f"<tr><td>{step.index}</td><td><code>{esc(step.kind)}</code></td>"
             f"<td>{verdict}</td><td>{detail}</td></tr>"
@@ -269,8 +276,34 @@ def _dp_table(dp: DPResult) -> str:
     return f"<table class='dp'><tr><th>group</th>{head}</tr>{rows}</table>"
 
 
+def _dp_means(dp: DPResult) -> str:
+    """A dp_mean's means (with their standard errors, carrying both noises), the noisy count of
+    the records they rest on and of those left out for a missing value."""
+    if dp.kind != "dp_mean":
+        return ""
+    try:
+        rows = dp.means()
+    except (KeyError, ValueError, ZeroDivisionError):
+        return ""
+
+    def num(v: float | None, fmt: str) -> str:
+        return "—" if v is None else format(v, fmt)
+
+    body = "".join(
+        f"<tr><th>{esc(', '.join(str(v) for v in r['group']) or 'all')}</th>"
+        f"<td>{esc(r['variable'])}</td><td>{num(r['mean'], '.6g')} ± "
+        f"{num(r['std_error'], '.3g')}</td><td>{num(r['count'], '.0f')}</td>"
+        f"<td>{num(r['missing'], '.0f')}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<table class='dp'><tr><th>group</th><th>variable</th><th>mean ± SE</th>"
+        "<th>records used</th><th>left out (missing)</th></tr>" + body + "</table>"
+    )
+
+
 def dp_html(dp: DPResult) -> str:
-    body = _dp_table(dp) + f"<pre>{esc(dp.describe())}</pre>"
+    body = _dp_means(dp) + _dp_table(dp) + f"<pre>{esc(dp.describe())}</pre>"
     return card("dp", f"DP answer <code>{esc(dp.kind)}</code>", body)
 
 

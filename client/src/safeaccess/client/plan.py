@@ -420,7 +420,15 @@ class Plan:
         null: Sequence[float] | None = None,
         alpha: float = 0.05,
     ) -> Plan:
-        """A differentially private sum of a bounded variable (values clipped to its bounds)."""
+        """A differentially private sum of a bounded variable (per declared group of `by`): the
+        present values clipped to its bounds, and `missing`, the records whose value is missing
+        (answered at no extra budget: a record moves one of the two).
+
+        Give `epsilon` and `delta` (sigma is calibrated) or `sigma` (each component's noise).
+        `region=True` asks for the transformation giving the smallest confidence region of the
+        whole answer; `test_against=eta` (one value per component, groups x components) for the
+        most powerful test of `null` (default 0) against `null + eta`, at level `alpha`.
+        """
         return self._build(
             DPSum,
             variable=variable,
@@ -451,8 +459,22 @@ class Plan:
         null: Sequence[float] | None = None,
         alpha: float = 0.05,
     ) -> Plan:
-        """Differentially private means of bounded variables (one Gaussian vector of centred
-        sums and the count per group; the result divides)."""
+        """Differentially private means of bounded variables per declared group of `by`.
+
+        Per group the answer holds the sums of the values centred at their bounds' midpoints and
+        the count of the records where every variable is present (a record with a missing value
+        is left out and counted in `missing`); `result.frame()` / `result.dp.means()` divide,
+        with a standard error that carries the noise of both the sum and the count.
+
+        Calibrated by `epsilon` and `delta`, the noise is split for the means' error: the sums
+        and the count get equal shares of the budget (the count sqrt(p) shares for p variables),
+        so each component has its own sigma (`result.dp.standard_errors()`); a request whose
+        mean would have a 95 % interval wider than the bounds, at the average group size, is
+        refused before it is sealed. With `sigma`, every component gets that noise as asked.
+        `region=True` instead shapes the noise for the smallest confidence region of the whole
+        answer (Shoham & Rinott); `test_against=eta` for the most powerful test of `null`
+        against `null + eta` (one value per component).
+        """
         return self._build(
             DPMean,
             variables=_names(variables),
@@ -484,7 +506,10 @@ class Plan:
         null: Sequence[float] | None = None,
         alpha: float = 0.05,
     ) -> Plan:
-        """Differentially private counts of a bounded variable between declared `edges`."""
+        """Differentially private counts of a bounded variable between declared `edges`
+        ([e_i, e_i+1), the last closed), then `missing`, the records whose value is missing;
+        present values outside the edges are in no bin. `region` and `test_against` as for
+        `dp_count`."""
         return self._build(
             DPHistogram,
             variable=variable,

@@ -546,6 +546,12 @@ class DPAnswerOutput(_Model):
     delta: float | None = None
     centres: list[float] = Field(default_factory=list, description="dp_mean: midpoints c_v.")
     weights: list[float] | None = None
+    noise_sd: list[list[float | None]] | None = Field(
+        default=None,
+        description="Per group and component: the standard deviation of the noise in that "
+        "component's estimate (sigma / sqrt(weight); the mean test's own sigma per statistic; "
+        "None where a test transformation gave the component no weight).",
+    )
     transform: dict[str, Any] | None = None
     test: dict[str, Any] | None = Field(default=None, description="dp_mean_test's result.")
     risk: DPRisk

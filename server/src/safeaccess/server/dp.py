@@ -27,8 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, DPMeanTest
-from safeaccess.client.dpquery import DPQuery, Layout, LayoutError, layout
+from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, DPMean, DPMeanTest
+from safeaccess.client.dpquery import (
+    DPQuery,
+    Layout,
+    LayoutError,
+    default_weights,
+    layout,
+    region_weights,
+)
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.protocol import canonical
 from safeaccess.rules.decision import Decision, Finding
@@ -75,6 +82,9 @@ class DPContext:
     # mu^2 of the dataset's public ledger (its published mocks): every scope ledger composes
     # with it, so a release must fit the budget together with it
     public_spent: float = 0.0
+    # The dataset version's record count, published in the catalogue: the plan-time judgement
+    # of whether a DP mean can be useful rests on it (never on the data of a group).
+    rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +192,14 @@ def plan(analysis: DPQuery, metadata: DatasetMetadata, context: DPContext) -> DP
             error_code="invalid_analysis",
             error_message=f"this DP request cannot be calibrated: {exc}",
         )
+    useless = _useless_mean(analysis, shape, weights, sigma, context.rows)
+    if useless is not None:
+        return StepOutcome(
+            state=StepState.FAILED,
+            kind=analysis.kind,
+            error_code="invalid_analysis",
+            error_message=useless,
+        )
     cfg = context.config
     ledger = _ledger(context)
     facts = {
@@ -233,6 +251,55 @@ def plan(analysis: DPQuery, metadata: DatasetMetadata, context: DPContext) -> DP
     )
 
 
+def component_sds(
+    shape: Layout, weights: list[float] | None, sigma: float
+) -> list[list[float | None]]:
+    """The noise standard deviation of each component's estimate: sigma / sqrt(xi)."""
+    k = len(shape.components)
+    w = weights if weights is not None else [1.0] * shape.size
+    flat = [sigma / math.sqrt(x) if x > 0 else None for x in w]
+    return [flat[g * k : (g + 1) * k] for g in range(len(shape.groups))]
+
+
+def _useless_mean(
+    analysis: DPQuery,
+    shape: Layout,
+    weights: list[float] | None,
+    sigma: float,
+    rows: int | None,
+) -> str | None:
+    """Why a dp_mean cannot answer within its bounds' range, judged on public figures only: at
+    the average group size (the published record count over the number of groups) the mean's
+    standard error, sqrt(sigma_S^2 + h^2 sigma_n^2) / n at the worst mean (a bound), would make
+    its 95 % interval wider than the bounds themselves."""
+    if not isinstance(analysis, DPMean) or rows is None or rows <= 0:
+        return None
+    sds = component_sds(shape, weights, sigma)[0]
+    d = len(analysis.variables)
+    sd_n = sds[d]
+    n = rows / len(shape.groups)
+    for v, name in enumerate(analysis.variables):
+        sd_s, h = sds[v], shape.psi[v]
+        if sd_s is None or sd_n is None:
+            continue  # a test transformation chose not to estimate this mean
+        se = math.sqrt(sd_s**2 + (h * sd_n) ** 2) / n
+        if 1.959963984540054 * se > h:
+            asked = (
+                f"epsilon = {analysis.epsilon:g}"
+                if analysis.sigma is None
+                else f"sigma = {analysis.sigma:g}"
+            )
+            return (
+                f"dp_mean of {name!r} at {asked} cannot give a mean within its bounds' range: "
+                f"for a group of the average size ({rows} records / {len(shape.groups)} groups "
+                f"= {n:.6g}) its standard error would be up to {se:.6g}, so its 95 % interval "
+                f"would be wider than the bounds [{shape.centres[v] - h:g}, "
+                f"{shape.centres[v] + h:g}]; ask for a larger epsilon, fewer groups in 'by' or "
+                "narrower declared bounds"
+            )
+    return None
+
+
 def _calibrate(
     analysis: DPQuery, shape: Layout, records_per_unit: int
 ) -> tuple[list[float] | None, float, float]:
@@ -246,6 +313,10 @@ def _calibrate(
             raise DPParameterError("every variable's declared bounds must have a positive width")
         return None, 1.0, 1.0 / gaussian_mu_for(analysis.epsilon, analysis.delta)
     weights = _weights(analysis, shape)
+    if weights is None and analysis.sigma is None:
+        # No planned inference of the researcher's: shape the noise for the kind's own answer
+        # (the mean's error, the missing count at no extra cost), at the plain query's Δ.
+        weights = default_weights(analysis, shape)
     # Block-aware: one unit moves one group's components (at most m groups' with m records),
     # which is never looser than the whole-vector sensitivity of the transform's Lemma 1.
     sensitivity = shape.l2_sensitivity(weights, records_per_unit=records_per_unit)
@@ -264,6 +335,9 @@ def _weights(analysis: DPQuery, shape: Layout) -> list[float] | None:
     transform = getattr(analysis, "transform", None)
     if transform is None:
         return None
+    if transform.goal == "region":
+        # Theorem 1 per part: a record moves the statistic or its missing count, not both.
+        return region_weights(shape)
     xi = optimal_transform(shape.psi_vector(), transform.goal, transform.eta)
     return [float(w) for w in xi]
 
@@ -294,8 +368,14 @@ def answer(
     cfg = context.config
     risk = risk_report(dp_plan.sensitivity, dp_plan.sigma)
     test: dict[str, Any] | None = None
+    sds = component_sds(shape, dp_plan.weights, dp_plan.sigma)
     if isinstance(analysis, DPMeanTest):
         noisy, test = _mean_test(analysis, dp_plan, statistic)
+        # Its statistics carry their own noise (the documented shares of mu^2), not sigma.
+        d = len(analysis.variables)
+        block: list[float | None] = [float(test["sigma_sum"])] * d
+        block.append(float(test["sigma_count"]))
+        sds = [list(block) for _ in shape.groups]
     else:
         exact = [v for row in statistic.facts.values for v in row]
         weights = dp_plan.weights
@@ -316,6 +396,7 @@ def answer(
         delta=analysis.delta,
         centres=shape.centres,
         weights=dp_plan.weights,
+        noise_sd=sds,
         transform=transform.model_dump(mode="json") if transform is not None else None,
         test=test,
         risk=DPRisk(

@@ -69,7 +69,12 @@ def _context(store: Store, dataset: DatasetRow, researcher: str, config: DPConfi
         dataset.name, config.scope, researcher=researcher, project=dataset.project
     )
     return DPContext(
-        config=config, dataset=dataset.name, key=key, owner=owner, ledger=store.dp_ledger(key)
+        config=config,
+        dataset=dataset.name,
+        key=key,
+        owner=owner,
+        ledger=store.dp_ledger(key),
+        rows=dataset.rows,
     )
 
 
@@ -124,6 +129,7 @@ def plan_check(
             owner=context.owner,
             ledger=DPLedgerState(spent=ledger.spent, releases=ledger.releases),
             public_spent=context.public_spent,
+            rows=context.rows,
         )
         assert isinstance(analysis, DPCount | DPSum | DPMean | DPHistogram | DPMeanTest)
         planned = dp_release.plan(analysis, metadata, ctx)

@@ -292,6 +292,7 @@ class Flow:
             ruleset_label=self.ruleset_for(dataset).label,
             ruleset_hash=self.ruleset_for(dataset).content_hash(),
             public_spent=public_spent(self.store, dataset.name),
+            rows=dataset.rows,
         )
 
     def _budget_lock(

@@ -9,7 +9,8 @@ request: the mock (`safeaccess.sandbox.mock.data`) is drawn from the metadata al
 seed fixed by the dataset's name and version.
 
 What it does not rehearse, and says so: scripts (they always go to an output checker), DP answers
-(their protection is noise, not rules; only the budget is checked), and the query-set audit
+and synthetic data (their protection is noise, and synthetic data's release a check against the
+real records; only the budget is checked), and the query-set audit
 across outputs (it depends on what was released, which a mock cannot stand in for).
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from safeaccess.client.analyses import DP_KINDS, ModelTraining, parse_analysis
+from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, ModelTraining, parse_analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.checks.models import param_problems
 from safeaccess.rules.engine import check
@@ -76,6 +77,17 @@ def _step(
             mock_verdict="not_rehearsed",
             note="a DP answer is protected by its noise, not by output rules; only its budget "
             "is checked before sealing",
+        )
+    if kind in SYNTH_KINDS:
+        # Its release is decided by the noise and by the disclosure check of the sampled records
+        # against the real ones, neither of which a mock can stand in for.
+        return RehearsalStep(
+            index=index,
+            kind=kind,
+            mock_verdict="not_rehearsed",
+            note="synthetic data is protected by its noise and released after a disclosure "
+            "check of the sampled records against the real ones; only its budget is checked "
+            "before sealing",
         )
     request = RunnerRequest(
         analysis=analysis.model_dump(mode="json"),

@@ -57,6 +57,17 @@ def numeric_values(frame: pd.DataFrame, name: str) -> np.ndarray:
     column = frame[name]
     if pd.api.types.is_bool_dtype(column.dtype):
         return column.astype("float64").to_numpy()
+    if isinstance(column.dtype, pd.CategoricalDtype) or column.dtype == object:
+        # A categorical column of numbers (declared levels 0/1, say) is numeric wherever it is
+        # stored as categories or Python objects: the same answer as for its int64 copy.
+        values = column.cat.categories if isinstance(column.dtype, pd.CategoricalDtype) else column
+        kind = pd.api.types.infer_dtype(values, skipna=True)
+        if kind in ("integer", "floating", "mixed-integer-float", "boolean"):
+            return (
+                pd.to_numeric(column.astype(object), errors="raise")
+                .astype("float64")
+                .to_numpy(na_value=np.nan)
+            )
     if not pd.api.types.is_numeric_dtype(column.dtype):
         raise AnalysisError(
             "not_numeric", f"variable {name} is not numeric; this analysis needs a numeric variable"

@@ -5,8 +5,10 @@ zeros), the components `safeaccess.client.dpquery.layout` names, with
 
 - records whose grouping value is missing or not a declared level in no group (dropped), so the
   answer's shape never depends on the data;
-- numeric values clipped to the column's declared bounds; a missing value adds nothing to a sum
-  and counts at the midpoint of its bounds in a mean (its centred value is 0);
+- numeric values clipped to the column's declared bounds; a record whose value is missing is
+  left out of the statistic and counted in its group's `missing` component (a mean of several
+  variables uses the records where all of them are present, as a regression does; so does the
+  mean test, whose answer has no `missing` component);
 - under the contributor-unit relation, at most `max_records_per_unit` records of each unit (the
   first in stored order; a record without a unit is a unit of its own).
 
@@ -103,27 +105,36 @@ def dp_statistic(
     if isinstance(analysis, DPCount):
         values[:, 0] = np.bincount(g, minlength=n_groups)
     elif isinstance(analysis, DPSum):
-        x = np.nan_to_num(_clipped(frame, analysis.variable, metadata)[keep], nan=0.0)
-        values[:, 0] = np.bincount(g, weights=x, minlength=n_groups)
+        x = _clipped(frame, analysis.variable, metadata)[keep]
+        present = np.isfinite(x)
+        values[:, 0] = np.bincount(g[present], weights=x[present], minlength=n_groups)
+        values[:, 1] = np.bincount(g[~present], minlength=n_groups)
     elif isinstance(analysis, DPMean | DPMeanTest):
-        centred = []
-        for j, name in enumerate(analysis.variables):
-            x = _clipped(frame, name, metadata)[keep] - shape.centres[j]
-            x = np.nan_to_num(x, nan=0.0)
-            centred.append(x)
-            values[:, j] = np.bincount(g, weights=x, minlength=n_groups)
-        values[:, k - 1] = np.bincount(g, minlength=n_groups)
-        if isinstance(analysis, DPMeanTest):
-            z = np.column_stack(centred)
-            second = [(z[g == i].T @ z[g == i]).tolist() for i in range(n_groups)]
+        columns = [
+            _clipped(frame, name, metadata)[keep] - shape.centres[j]
+            for j, name in enumerate(analysis.variables)
+        ]
+        z = np.column_stack(columns)
+        complete = np.isfinite(z).all(axis=1)
+        gc, zc = g[complete], z[complete]
+        d = len(analysis.variables)
+        for j in range(d):
+            values[:, j] = np.bincount(gc, weights=zc[:, j], minlength=n_groups)
+        values[:, d] = np.bincount(gc, minlength=n_groups)
+        if isinstance(analysis, DPMean):
+            values[:, d + 1] = np.bincount(g[~complete], minlength=n_groups)
+        else:
+            second = [(zc[gc == i].T @ zc[gc == i]).tolist() for i in range(n_groups)]
     else:
         assert isinstance(analysis, DPHistogram)
         x = _clipped(frame, analysis.variable, metadata)[keep]
         edges = np.asarray(analysis.edges, dtype=np.float64)
-        finite = np.isfinite(x) & (x >= edges[0]) & (x <= edges[-1])
-        bins = np.searchsorted(edges, x[finite], side="right") - 1
+        present = np.isfinite(x)
+        # Present values outside the declared edges are in no bin (the edges are the question).
+        inside = present & (x >= edges[0]) & (x <= edges[-1])
+        bins = np.searchsorted(edges, x[inside], side="right") - 1
         bins = np.minimum(bins, len(edges) - 2)  # the last bin is closed on the right
-        flat = g[finite] * k + bins
+        flat = np.concatenate([g[inside] * k + bins, g[~present] * k + (k - 1)])
         values[:, :] = np.bincount(flat, minlength=n_groups * k).reshape(n_groups, k)
     return DPStatisticOutput(
         kind=analysis.kind,

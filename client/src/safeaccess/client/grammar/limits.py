@@ -1,8 +1,8 @@
 """Plan-time limits on a filter's size, where the size is what the centre pays for.
 
 The query-set auditor's domain grid (`server/qss/grid.py`) gives every constant a filter uses
-its own points, and the grid's work grows with them: an `in` list of 200 values cost 8 s at
-admission, one of 1 000 values minutes. A filter that large is refused when it is planned, with
+its own points, and the grid's work grows with them (issue 41 reported an `in` list of 200
+values at 8 s of admission, one of 1 000 values at minutes). A filter that large is refused when it is planned, with
 what to change, on the client and again at the server (both run `validation.py`).
 """
 

@@ -58,6 +58,7 @@ from safeaccess.client.grammar import (
     parse_filter,
     parse_formula,
 )
+from safeaccess.client.grammar.limits import filter_size_problems
 from safeaccess.client.metadata import Column, DatasetMetadata
 
 #: Largest script accepted, in UTF-8 bytes.
@@ -114,9 +115,11 @@ def check_grammar(analysis: Analysis) -> None:
     problems: list[Problem] = []
     if analysis.where is not None:
         try:
-            parse_filter(analysis.where)
+            parsed = parse_filter(analysis.where)
         except GrammarError as exc:
             problems.append(Problem("where", str(exc)))
+        else:
+            problems.extend(Problem("where", p) for p in filter_size_problems(parsed))
     if isinstance(analysis, Regression):
         try:
             parse_formula(analysis.formula)
@@ -541,6 +544,11 @@ class _Checker:
             ast = parse_filter(text)
         except GrammarError as exc:
             self.add("where", str(exc))
+            return None
+        too_large = filter_size_problems(ast)
+        for problem in too_large:
+            self.add("where", problem)
+        if too_large:
             return None
         self._filter(ast)
         return ast

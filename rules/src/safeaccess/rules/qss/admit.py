@@ -28,6 +28,7 @@ from safeaccess.rules.qss.constraints import (
     null_vector,
     row_sums,
 )
+from safeaccess.rules.qss.guard import Budget
 from safeaccess.rules.qss.partition import CellArray, Int32Array, Refinement, extend, refine
 from safeaccess.rules.qss.policy import AuditMode, AuditPolicy
 from safeaccess.rules.qss.search import (
@@ -48,6 +49,9 @@ _COST_WHY = {
     "atom_cap": "the partition would have more atoms than the auditor's atom cap ({cap})",
     "search_nodes": "the exact search for a determined combination exceeded its budget of "
     "{nodes} branch(es)",
+    # the operation count and the CPU guard (guard.py) end a search with the same answer: which
+    # one ran out first is not the researcher's to see (the CPU clock depends on the load)
+    "search_budget": "the exact search for a determined combination exceeded its budget of work",
 }
 
 
@@ -213,10 +217,9 @@ def _admit(
                 "refused rather than released (a chance event: the next output is unaffected)"
             )
         if isinstance(outcome, _Costly):
-            facts["cost"] = "search_nodes"
-            return refused(
-                "refused for cost: " + _COST_WHY["search_nodes"].format(nodes=policy.search_nodes)
-            )
+            cost = "search_nodes" if outcome.limit == "nodes" else "search_budget"
+            facts["cost"] = cost
+            return refused("refused for cost: " + _COST_WHY[cost].format(nodes=policy.search_nodes))
         isolated, new_constraints, kept_keys, dependencies = outcome
     else:
         facts["rule"] = "atoms"
@@ -271,6 +274,7 @@ class _Unverified:
 @dataclass(frozen=True)
 class _Costly:
     nodes: int
+    limit: str
 
 
 def _span_audit(
@@ -325,7 +329,7 @@ def _span_audit(
         if early is not None:
             return early, grown, [], []
         verdict, kept = decide_scratch(
-            grown.indptr, grown.indices, sizes, k, full[0].p, policy.search_nodes
+            grown.indptr, grown.indices, sizes, k, full[0].p, policy.search_nodes, Budget()
         )
     facts["certificate"] = {
         "verdict": type(verdict).__name__.lower(),
@@ -343,7 +347,8 @@ def _span_audit(
         ),
     }
     if isinstance(verdict, TooCostly):
-        return _Costly(verdict.nodes)
+        facts["certificate"].update(limit=verdict.limit, operations=verdict.operations)
+        return _Costly(verdict.nodes, verdict.limit)
     if isinstance(verdict, Determined):
         found = Isolated(atoms=verdict.atoms, size=verdict.records)
         facts["conflicts_with"] = sorted(

@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 from safeaccess.rules.qss import kept as kept_sets
 from safeaccess.rules.qss import modp
+from safeaccess.rules.qss.guard import Budget, Exhausted
 from safeaccess.rules.qss.kept import KeptSets
 
 Int64Array = npt.NDArray[np.int64]
@@ -76,10 +77,13 @@ class Determined:
 
 @dataclass(frozen=True)
 class TooCostly:
-    """The exact search exceeded its budget of branches: refused for cost, never released."""
+    """The exact search exceeded its budget (`limit`: its branches, its operations or its CPU
+    time, `guard.py`): refused for cost, never released."""
 
     nodes: int
     quotient_dim: int
+    limit: str = "nodes"
+    operations: int = 0
 
 
 Verdict = Certified | Determined | TooCostly
@@ -161,7 +165,7 @@ class _Packing:
 
 
 def _pack_by_size(
-    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
+    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int, spend: Budget
 ) -> _Packing:
     """Greedy disjoint completing sets, one after the other, largest atoms first, until the sum
     of their smallest atoms reaches `budget` or the atoms left no longer complete a set: every
@@ -188,6 +192,7 @@ def _pack_by_size(
             start = stop
             if useful.size == 0:
                 continue
+            spend.charge(int(useful.size), d, basis.rank)
             added = basis.insert(q.columns(useful))
             members.extend(int(x) for x in useful[added])
             # a batch that adds nothing says the span is nearly full: read further at a time
@@ -202,7 +207,7 @@ def _pack_by_size(
 
 
 def _pack_first_fit(
-    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
+    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int, spend: Budget
 ) -> _Packing:
     """Disjoint completing sets filled side by side in one pass over the atoms (random order):
     each batch goes to the first set it extends, what is left to the next. An atom in the span
@@ -238,6 +243,7 @@ def _pack_first_fit(
                 break
             if basis.rank == d:
                 continue
+            spend.charge(int(pending.size), d, basis.rank)
             added = basis.insert(q.columns(pending))
             if added:
                 chosen.extend(int(x) for x in pending[added])
@@ -250,13 +256,13 @@ def _pack_first_fit(
 
 
 def _best_packing(
-    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int
+    q: _Quotient, sizes: Int64Array, excluded: frozenset[int], budget: int, spend: Budget
 ) -> _Packing:
     """The first-fit packing in random order, or the largest-first one when that falls short."""
-    fast = _pack_first_fit(q, sizes, excluded, budget)
+    fast = _pack_first_fit(q, sizes, excluded, budget, spend)
     if fast.bound >= budget or (not fast.sets and fast.failed is not None):
         return fast
-    slow = _pack_by_size(q, sizes, excluded, budget)
+    slow = _pack_by_size(q, sizes, excluded, budget, spend)
     return slow if slow.bound > fast.bound else fast
 
 
@@ -268,6 +274,7 @@ def decide(
     k: int,
     p: int,
     max_nodes: int = MAX_NODES,
+    spend: Budget | None = None,
 ) -> Verdict:
     """Decide the criterion for the CSR rows (independent mod p) over atoms of these sizes.
 
@@ -275,13 +282,19 @@ def decide(
     product, several times faster): a certificate found there is sound all the same, because a
     completing set of rank R mod any prime proves rank R over the rationals. Only when that
     attempt does not certify (a determined combination, or a rank that may have dropped mod the
-    small prime) is the decision made again in p, whose verdict stands."""
+    small prime) is the decision made again in p, whose verdict stands.
+
+    Both attempts share one `spend` (`guard.Budget`): the search's operations and CPU time are
+    bounded over the whole decision. A search that ran out of its budget in the small prime is
+    refused for cost at once (the large prime would search the same atoms again, and a rank
+    drop mod the small prime, the only thing it could undo, has probability below 2**-10)."""
+    spend = spend if spend is not None else Budget()
     fast = _decide(
-        indptr, indices, n_atoms, sizes, k, modp.random_prime(1 << 20, 1 << 21), max_nodes
+        indptr, indices, n_atoms, sizes, k, modp.random_prime(1 << 20, 1 << 21), max_nodes, spend
     )
-    if isinstance(fast, Certified):
+    if isinstance(fast, Certified | TooCostly):
         return fast
-    return _decide(indptr, indices, n_atoms, sizes, k, p, max_nodes)
+    return _decide(indptr, indices, n_atoms, sizes, k, p, max_nodes, spend)
 
 
 def carry_kept(
@@ -344,6 +357,7 @@ def decide_scratch(
     k: int,
     p: int,
     max_nodes: int,
+    spend: Budget | None = None,
 ) -> tuple[Verdict, KeptSets | None]:
     """Decide from scratch, and keep new completing sets for the next admission. The kept sets
     are built first (`kept.build`): when they certify they are the proof, and the exact
@@ -351,7 +365,7 @@ def decide_scratch(
     built = kept_sets.build(indptr, indices, sizes, k, k)
     if built is not None and built.certifies(sizes, k):
         return _certified_by(built, sizes, k, int(indptr.shape[0]) - 1, kept=False), built
-    verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes)
+    verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes, spend)
     if isinstance(verdict, Certified):
         return verdict, kept_sets.build(indptr, indices, sizes, k, k)
     return verdict, None
@@ -384,6 +398,7 @@ def _decide(
     k: int,
     p: int,
     max_nodes: int,
+    spend: Budget,
 ) -> Verdict:
     n_rows = int(indptr.shape[0]) - 1
     if n_rows == 0:
@@ -393,6 +408,7 @@ def _decide(
     big_atoms = np.flatnonzero(sizes >= k)
     big = modp.ColumnBasis(n_rows, p)
     for start in range(0, int(big_atoms.shape[0]), _CHUNK):
+        spend.check()
         big.insert(_dense(csc, big_atoms[start : start + _CHUNK]))
         if big.rank == n_rows:
             break
@@ -419,7 +435,7 @@ def _decide(
         nodes += 1
         if nodes > max_nodes:
             raise _Budget
-        packing = _best_packing(q, sizes, frozenset(removed), k - weight)
+        packing = _best_packing(q, sizes, frozenset(removed), k - weight, spend)
         if not packing.sets and packing.failed is not None:
             return removed, packing.failed  # the atoms left do not span: found
         if packing.bound >= k - weight:
@@ -441,7 +457,7 @@ def _decide(
         return None
 
     try:
-        root = _best_packing(q, sizes, frozenset(), k)
+        root = _best_packing(q, sizes, frozenset(), k, spend)
         if root.bound >= k:
             return Certified(
                 sets=len(root.sets),
@@ -450,9 +466,12 @@ def _decide(
                 big_rank=big.rank,
                 nodes=1,
             )
+        spend.searching = True
         found = search((), 0)
     except _Budget:
-        return TooCostly(nodes=nodes, quotient_dim=q.dim)
+        return TooCostly(nodes=nodes, quotient_dim=q.dim, limit="nodes", operations=spend.used)
+    except Exhausted as exc:
+        return TooCostly(nodes=nodes, quotient_dim=q.dim, limit=exc.limit, operations=spend.used)
     if found is None:
         return Certified(
             sets=len(root.sets),

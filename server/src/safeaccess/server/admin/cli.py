@@ -681,6 +681,17 @@ def _log_to_stderr(args: argparse.Namespace) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from safeaccess.server import shutdown
+    from safeaccess.server.steps.orphans import StartupResume
+
+    class _StoppingServer(uvicorn.Server):
+        """uvicorn, whose stop signal also interrupts running admissions and arms the
+        watchdog that ends the process within `shutdown.GRACE_SECONDS` (`shutdown.py`)."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            shutdown.begin()
+            super().handle_exit(sig, frame)
+
     from safeaccess.server.heap import freeze_startup_objects
     from safeaccess.server.http.app import create_app
     from safeaccess.server.readiness import sandbox_mode
@@ -696,8 +707,21 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         app = create_app(service)
         freeze_startup_objects()
-        # log_config=None: uvicorn keeps the handlers `_log_to_stderr` set (text or JSON).
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, log_config=None)
+        if service.orphans is None and service.config.execution == "local":
+            # one server owns this database (SQLite): the steps its last run left running
+            # (stopped or crashed mid-step) are run again now (PostgreSQL: the orphan sweeper)
+            StartupResume(service.flow)
+        config = uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            # None: uvicorn keeps the handlers `_log_to_stderr` set (text or JSON)
+            log_config=None,
+            # requests still running this long after SIGTERM are cancelled
+            timeout_graceful_shutdown=int(shutdown.GRACE_SECONDS // 2),
+        )
+        _StoppingServer(config).run()
     finally:
         service.close()
     return EXIT_OK

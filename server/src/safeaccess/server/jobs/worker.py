@@ -28,6 +28,7 @@ from procrastinate.exceptions import ConnectorException
 from safeaccess.sandbox.backend import SandboxError
 from safeaccess.sandbox.config import BackendName
 from safeaccess.sandbox.factory import make_backend
+from safeaccess.server import shutdown
 from safeaccess.server.config import DataDir, QueueConfig
 from safeaccess.server.errors import ConfigError
 from safeaccess.server.jobs.affinity import AffinityJobManager, WarmDatasets
@@ -170,8 +171,14 @@ async def _serve(service: Service, options: WorkerOptions, queue: QueueConfig, u
     step_queues = [q for q in options.queues if q != SCRIPTS]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def stopping() -> None:
+        # running admissions end at once; the process ends within seconds whatever runs
+        shutdown.begin()
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stopping)
     common: dict[str, Any] = {
         "additional_context": context,
         "install_signal_handlers": False,

@@ -1,9 +1,14 @@
 """Query-set admission of one step, from the scope's lock to the recorded step: one owner.
 
 The sandbox runs outside any lock. Once the rules have checked the output, `Admission.admit`
-takes the scope's lock, reads the scope's state pointer, admits the output or refuses it
-(`qss_gate.gate`) and writes an admitted state's file. The lock is then held until the step and
-the pointer's move are recorded in one transaction (`Admission.settle`). Before the output, the
+reads the scope's state pointer and admits the output or refuses it (`qss_gate.gate`), writing
+an admitted state's file, *without* the scope's lock: one researcher's long admission never
+makes a colleague's step in the scope wait for it. It then takes the lock and keeps that
+decision only if the scope's state has not moved meanwhile (the pointer it started from is
+still the current one); if it has, it decides again against the new state (once more without
+the lock, then under it). The decision under the lock is bounded by the auditor's guard
+(`rules/qss/guard.py`), so others wait seconds at most. The lock is then held until the step
+and the pointer's move are recorded in one transaction (`Admission.settle`). Before the output, the
 state admits the populations of the dataset's versions it has not decided yet
 (`qss_universe`): their row counts are published, so they are released before anything else.
 
@@ -27,6 +32,7 @@ import numpy as np
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.outputs import Output
+from safeaccess.rules.qss.guard import Interrupted
 from safeaccess.server.config import QssSettings, scope_key
 from safeaccess.server.errors import Conflict, Unavailable
 from safeaccess.server.outcome import VERDICT_STATE, QssCommit, QssPointer, StepOutcome
@@ -41,6 +47,9 @@ from safeaccess.server.qss.universe import (
 
 log = logging.getLogger("safeaccess.server")
 
+#: Decisions made without the scope's lock before one is made under it (each is discarded
+#: when another step of the scope was recorded while it ran).
+UNLOCKED_ATTEMPTS = 2
 #: How many times a step is recorded before a moved scope state is an error: a second
 #: admission in between needs two processes admitting in one scope without a shared lock.
 SETTLE_ATTEMPTS = 3
@@ -105,17 +114,27 @@ class Admission:
         self.release()
 
     def admit(self, output: Output, decision: Decision) -> Decision:
-        """The pipeline's audit: take the scope's lock (kept until `release`) and admit the
-        checked output and its decision against the scope's state; the final decision."""
+        """The pipeline's audit: admit the checked output and its decision against the scope's
+        state, and take the scope's lock (kept until `release`); the final decision. The
+        decision is made without the lock and kept if the state did not move meanwhile."""
         self._checked = (output, decision)
         if not self._held:
+            for _ in range(UNLOCKED_ATTEMPTS):
+                decided = self._gate()
+                self._lock.acquire()
+                self._held = True
+                if self.auditor.pointer(self.scope) == self._pointer:
+                    return decided
+                # another step of the scope was recorded meanwhile: decide again on its state
+                self._held = False
+                self._lock.release()
             self._lock.acquire()
             self._held = True
         return self._gate()
 
     def _gate(self) -> Decision:
-        """Admit the checked output against the scope's current state (lock held)."""
-        assert self._checked is not None and self._held
+        """Admit the checked output against the scope's current state."""
+        assert self._checked is not None
         output, decision = self._checked
         files = self.auditor.files
         pointer = self._pointer = self.auditor.pointer(self.scope)
@@ -145,6 +164,12 @@ class Admission:
             if universe:
                 result.facts["populations"] = universe
             self.commit = commit_for(files, self.scope, pointer, result, prepared)
+        except Interrupted as exc:
+            # the process is stopping: nothing was decided, the step stays running and is run
+            # again at the next start (steps/restart.py) or by another replica
+            raise Unavailable(
+                "the centre is stopping; retry the same reveal later", code="audit_unavailable"
+            ) from exc
         except AuditUnavailable as exc:
             raise Unavailable(
                 f"the query-set audit could not run ({exc}); retry the same reveal later",

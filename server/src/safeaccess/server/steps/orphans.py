@@ -64,3 +64,51 @@ class OrphanSweeper:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+
+
+def resume_at_start(flow: Flow) -> int:
+    """Run every step left `running` by this server's previous run (a stop or a crash mid-step),
+    once, when a server that is the only one running steps on its database starts (SQLite: the
+    database file belongs to one server process, so every running step is an orphan). Each is
+    run as a re-sent reveal would be: the same stored body and checks, recorded once; a
+    centre's failure (`Unavailable`) leaves it running for the next start or the client's
+    re-sent reveal. The number run."""
+    resumed = 0
+    for sequence_id, index in running_steps(flow.store):
+        with flow.local_lock(sequence_id):
+            try:
+                if flow.resume_orphan(sequence_id, index):
+                    resumed += 1
+            except Exception as exc:  # this step's own failure: the others are still run
+                log.warning(
+                    "sequence %s step %d left running by the last run: not run again (%s)",
+                    sequence_id,
+                    index,
+                    exc,
+                )
+    return resumed
+
+
+class StartupResume:
+    """`resume_at_start` in a thread, so that the server answers meanwhile (a step the client
+    re-sends first is computed once: both take the sequence's lock and the later one finds it
+    settled)."""
+
+    def __init__(self, flow: Flow):
+        self.resumed = 0
+        self._thread = threading.Thread(
+            target=self._run, args=(flow,), name="resume-steps", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, flow: Flow) -> None:
+        try:
+            self.resumed = resume_at_start(flow)
+        except Exception as exc:  # the database away at start: the client's re-sent reveal
+            log.warning("resuming the steps left running by the last run failed: %s", exc)
+            return
+        if self.resumed:
+            log.info("ran %d step(s) left running by the last run", self.resumed)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)

@@ -12,7 +12,10 @@ treated like a small difference and refused: both branches of such a probe are r
 The two are told apart from the metadata alone, on a domain grid: every declared level of the
 categorical columns the outputs name, and for numeric columns the constants the outputs use with
 their neighbours, the points between them and the declared bounds (every integer when an integer
-column's bounds span few). Each output's analysis is run on the grid frame with the runner's own
+column's bounds span few); a continuous column's constants inside its bounds are points of their
+own, and a column tested with `is null` gets a missing value (an exact value is a place one
+person can be: without its point, the "no" branch of `C or (age >= 96 and income in (...))` was
+a repeat on the grid, released while the "yes" branch was refused). Each output's analysis is run on the grid frame with the runner's own
 compute code (nothing there is confidential: the frame is built from metadata), each row is found
 by its cell label, and the dependency's coefficients (exact mod the lane's prime) are applied: a
 combination that is zero on the grid is structural; one that is not is a data-revealed zero.

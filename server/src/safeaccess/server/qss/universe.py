@@ -43,7 +43,14 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, StateFormatError, admit
+from safeaccess.rules.qss import (
+    AuditMode,
+    AuditPolicy,
+    AuditState,
+    QuerySetError,
+    StateFormatError,
+    admit,
+)
 from safeaccess.rules.qss.delta import Grow, Refine, Step, apply_deltas, encode_delta
 from safeaccess.rules.qss.encoding import decode_fields
 from safeaccess.rules.qss.encoding import encode_parts as encode_state_parts
@@ -397,7 +404,13 @@ def _reserve(
     decided yet, each as the threshold rule would release it (cells of fewer than k records
     suppressed), in order; one the auditor refuses (it conflicts with an earlier release, or
     its suppressed cells are determined) is recorded as refused and left to be audited like
-    any output. Updates `origins`, `reserved` and `facts` in place."""
+    any output. Updates `origins`, `reserved` and `facts` in place.
+
+    Only in span mode: the atoms rule refuses any output that leaves an atom below k, and the
+    reserved tables' cross-classification would make its atoms so fine that ordinary outputs
+    split them below k (a count of `age < 90` after them, on 3 000 people)."""
+    if policy.mode is not AuditMode.SPAN:
+        return current
     for table in population.reserved:
         key = f"{population.version}:{table.name}"
         if key in reserved:

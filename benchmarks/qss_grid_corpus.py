@@ -6,7 +6,9 @@ edges, regressions, a correlation and a t-test, with filters people write: `age 
 `employment == 'employed'`, `income > 0`). Each output is computed with the runner's code and
 admitted through `qss_gate.gate` exactly as a step is (populations first, state carried through
 the state file's envelope), with every rule check taken as passed, so only the auditor decides.
-Prints the fraction released, and per output the admission time and the grid check's time.
+The scope reserves the census's standard one- and two-way tables after the population, as the
+server does (`--no-reserve`: without them, as before issue 41). Prints the fraction released,
+and per output the admission time and the grid check's time.
 
     python benchmarks/qss_grid_corpus.py --rows 200000
 """
@@ -36,6 +38,7 @@ from safeaccess.rules.qss import AuditMode, AuditPolicy, AuditState
 from safeaccess.sandbox.runner import execute
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.qss.gate import Gate, gate
+from safeaccess.server.qss.reserved import reserved_tables
 from safeaccess.server.qss.universe import Population, ScopeState, admit_populations, decode, encode
 
 AGE_EDGES = [16.0, 25.0, 35.0, 45.0, 55.0, 65.0, 75.0, 96.0]
@@ -72,13 +75,14 @@ RELEASE = Decision(verdict="release", findings=[], ruleset="corpus", ruleset_has
 
 
 def run_corpus(
-    frame: pd.DataFrame, metadata: DatasetMetadata, k: int = 10
+    frame: pd.DataFrame, metadata: DatasetMetadata, k: int = 10, *, reserve: bool = True
 ) -> list[tuple[str, Analysis, Gate, float]]:
     """Each output of `corpus()` admitted in turn; (researcher, output, gate, seconds)."""
     n = len(frame)
     policy = AuditPolicy(mode=AuditMode.SPAN, k=k)
+    tables = reserved_tables(frame, metadata) if reserve else []
     scope, _ = admit_populations(
-        ScopeState(AuditState.empty(n)), [Population.of(1, np.arange(n))], policy
+        ScopeState(AuditState.empty(n)), [Population.of(1, np.arange(n), tables)], policy
     )
     results = []
     for who, analysis in corpus():
@@ -97,7 +101,8 @@ def run_corpus(
         )
         if result.state is not None and result.origin is not None:
             origins = {**scope.origins, result.origin[0]: result.origin[1]}
-            scope = decode(encode(ScopeState(result.state, scope.populations, origins)))
+            kept = ScopeState(result.state, scope.populations, origins, scope.reserved)
+            scope = decode(encode(kept))
         results.append((who, analysis, result, time.perf_counter() - started))
     return results
 
@@ -105,9 +110,12 @@ def run_corpus(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument(
+        "--no-reserve", action="store_true", help="reserve no standard table (before issue 41)"
+    )
     args = parser.parse_args()
     frame = generate_census(args.rows)
-    results = run_corpus(frame, census_metadata())
+    results = run_corpus(frame, census_metadata(), reserve=not args.no_reserve)
     released = sum(r.decision.verdict == "release" for _, _, r, _ in results)
     print(f"rows {args.rows}: {released}/{len(results)} released")
     for who, analysis, result, seconds in results:

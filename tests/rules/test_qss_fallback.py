@@ -82,13 +82,46 @@ def test_past_its_branch_budget_the_exact_search_refuses_for_cost() -> None:
     assert exact.smallest_isolated == 4
 
 
-def test_state_from_atoms_mode_is_audited_by_the_atoms_rule_in_span_mode() -> None:
+def test_atoms_mode_keeps_constraints_and_reports_dependencies() -> None:
+    # the atoms rule on top of the span audit: the state keeps its constraints, so a repeat
+    # the records alone imply reaches the server's data-revealed-zero check in this mode too
+    outputs = _two_margins()
+    policy = AuditPolicy(mode=AuditMode.ATOMS, k=10)
+    state = _admit_all(AuditState.empty(N), outputs[:1], policy)
+    assert state.tracks_constraints and state.n_constraints == 8
+    again = admit(state, outputs[0], policy)
+    assert again.admitted and again.facts["rule"] == "atoms"
+    assert {d.key for d in again.dependencies} == {(0, cell) for cell in range(8)}
+    assert not admit(state, outputs[1], policy).admitted  # small atoms: the atoms rule
+
+
+def _without_constraints(state: AuditState) -> AuditState:
+    """`state` as atoms mode stored it before it kept constraints."""
+    return AuditState(state.atom_of, state.sizes, state.outside, state.n_query_sets, None)
+
+
+def test_state_without_constraints_is_audited_by_the_atoms_rule_in_span_mode() -> None:
     outputs = _two_margins()
     state = _admit_all(AuditState.empty(N), outputs[:1], AuditPolicy(mode=AuditMode.ATOMS, k=10))
-    assert not state.tracks_constraints
+    state = _without_constraints(state)
     result = admit(state, outputs[1], AuditPolicy(k=10))
     assert not result.admitted and result.facts["fallback"] == "no_constraints"
     assert result.reason is not None and "atoms mode" in result.reason
+
+
+def test_without_constraints_a_cell_that_splits_nothing_is_refused_too() -> None:
+    # Its "no" branch (a union of earlier atoms) refused like the "yes" branch (a small atom):
+    # such a state cannot tell a repeat from a zero only the records reveal.
+    outputs = _two_margins()
+    state = _admit_all(AuditState.empty(N), outputs[:1], AuditPolicy(mode=AuditMode.ATOMS, k=10))
+    state = _without_constraints(state)
+    for mode in (AuditMode.ATOMS, AuditMode.SPAN):
+        repeat = admit(state, outputs[0], AuditPolicy(mode=mode, k=10))
+        assert not repeat.admitted and repeat.facts["unsplit_cell"]
+        assert repeat.reason is not None and "no oracle" in repeat.reason
+        # every cell splits an atom into pieces of k or more: released
+        halves = (np.arange(N) % 2).astype(np.int32)
+        assert admit(state, [halves], AuditPolicy(mode=mode, k=5)).admitted
 
 
 def test_facts_are_json_and_name_what_was_decided() -> None:

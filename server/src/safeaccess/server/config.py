@@ -324,7 +324,8 @@ class QssSettings(BaseModel):
 
     Set per dataset name (so they span its versions) when its first version is registered:
     `mode` is `span` (default; refuse what would *determine* an aggregate over fewer than k
-    records) or `atoms` (refuse what would create a non-empty atom of fewer than k records);
+    records) or `atoms` (refuse, besides that, what would create a non-empty atom of fewer than
+    k records);
     `scope` says whose releases are audited together: `researcher`, `project` (default:
     colleagues in one project share a state, so they cannot collude) or `dataset` (everyone);
     an output that would split the partition into more than `atom_cap` atoms is refused for

@@ -106,6 +106,25 @@ def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> lis
     return arrays
 
 
+def _unsplit_cell(refinements: list[Refinement]) -> bool:
+    """Whether some non-empty cell of the output is a union of whole atoms it found: every
+    atom in it kept its id (below `n_before`) and no piece was split from it."""
+    for ref in refinements:
+        inside = ref.cell >= 0
+        if not inside.any():
+            continue
+        ids = np.arange(ref.cell.shape[0])
+        split = np.zeros(ref.cell.shape[0], dtype=bool)
+        split[ref.parent] = True  # atoms that lost a piece
+        changed = (ids >= ref.n_before) | split
+        cells = ref.cell[inside]
+        touched = np.bincount(cells, minlength=ref.n_cells)
+        broken = np.bincount(cells, weights=changed[inside], minlength=ref.n_cells)
+        if bool(np.any((touched > 0) & (broken == 0))):
+            return True
+    return False
+
+
 def _atoms_rule(sizes: npt.NDArray[np.int64], k: int) -> Isolated | None:
     small = np.flatnonzero((sizes > 0) & (sizes < k))
     if small.size == 0:
@@ -205,8 +224,21 @@ def _admit(
     new_constraints: Constraints | None = None
     kept_keys: list[CellKey] = []
     dependencies: list[Dependency] = []
-    if policy.mode is AuditMode.SPAN and constraints is not None:
-        facts["rule"] = "span"
+    if policy.mode is AuditMode.ATOMS and constraints is not None:
+        # The atoms rule, on top of the span audit below: the state keeps its constraints and
+        # the admission its dependencies, so a query set the records alone make a repeat is
+        # refused like a small atom (the server's data-revealed-zero check) and a refusal is
+        # no oracle in this mode either.
+        facts["rule"] = "atoms"
+        isolated = _atoms_rule(sizes, k)
+        if isolated is not None:
+            facts["smallest_atom"] = int(sizes.min())
+            return refused(
+                f"would isolate {isolated.size} record(s), fewer than k={k}, as {_kind(isolated)}",
+                isolated,
+            )
+    if constraints is not None:
+        facts.setdefault("rule", "span")
         if m_after > policy.atom_cap:
             facts["cost"] = "atom_cap"
             return refused("refused for cost: " + _COST_WHY["atom_cap"].format(cap=policy.atom_cap))
@@ -225,6 +257,18 @@ def _admit(
         facts["rule"] = "atoms"
         facts["fallback"] = fallback
         isolated = _atoms_rule(sizes, k)
+        if isolated is None and _unsplit_cell(refinements):
+            # A state without constraints (admitted under atoms mode before it kept them)
+            # cannot tell a repeat from a zero only the records reveal; releasing a cell that
+            # splits no atom while refusing the one that isolates a record would make each
+            # refusal an oracle, so both are refused.
+            facts["unsplit_cell"] = True
+            return refused(
+                "this scope's state has no constraint record (it was admitted under atoms mode "
+                "before constraints were kept), so a query set that is a union of earlier atoms "
+                "may be a zero only the records reveal: refused like a small atom so that the "
+                "refusal is no oracle"
+            )
 
     facts["smallest_atom"] = int(sizes.min()) if sizes.size else None
     if isolated is not None:

@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class AuditMode(StrEnum):
-    """`atoms`: every atom of the partition holds at least k records (strict, any statistic).
+    """`atoms`: every atom of the partition holds at least k records (strict, any statistic),
+    on top of the span audit (so the state keeps its constraints and a repeat only the records
+    imply is refused as in span mode: no refusal oracle).
     `span`: no aggregate over fewer than k records is determined by the released linear
     aggregates (admits ordinary overlapping research that `atoms` refuses)."""
 

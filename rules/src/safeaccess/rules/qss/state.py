@@ -1,10 +1,10 @@
 """The auditor's state for one scope: an immutable value.
 
 `atom_of[r]` is the atom of record id r; `sizes[a]` the number of records in atom a; `outside`
-the atom of the records outside every admitted query set (-1 when there are none). In span mode
-the state also carries the admitted aggregates as linear constraints over atoms (see
-`constraints.py`); a state admitted under `atoms` mode, or grown past span mode's atom cap, does
-not: `atoms` mode never needs them, and past the cap span mode applies the atoms rule for good.
+the atom of the records outside every admitted query set (-1 when there are none). The state
+also carries the admitted aggregates as linear constraints over atoms (see `constraints.py`), in
+both modes; a state admitted under `atoms` mode before issue 41 does not, and is audited by the
+atoms rule with every cell that splits no atom refused (`admit`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from safeaccess.rules.qss.guard import Interrupted
 from safeaccess.server.config import QssSettings, scope_key
 from safeaccess.server.errors import Conflict, Unavailable
 from safeaccess.server.outcome import VERDICT_STATE, QssCommit, QssPointer, StepOutcome
-from safeaccess.server.qss.gate import AuditUnavailable, commit_for, gate, policy_for
+from safeaccess.server.qss.gate import AuditUnavailable, Gate, commit_for, gate, policy_for
 from safeaccess.server.qss.scope import ScopeAuditor
 from safeaccess.server.qss.universe import (
     Population,
@@ -164,6 +164,13 @@ class Admission:
             if universe:
                 result.facts["populations"] = universe
             self.commit = commit_for(files, self.scope, pointer, result, prepared)
+            if self.commit is None and universe:
+                # The populations and reserved tables decided before a withheld output are
+                # kept all the same (they come before any output): otherwise every withheld
+                # step of a new scope decided them again, and the reserved tables' admissions
+                # made its refusals seconds slower than its releases.
+                kept = Gate(result.decision, result.facts, prepared.state)
+                self.commit = commit_for(files, self.scope, pointer, kept, prepared)
         except Interrupted as exc:
             # the process is stopping: nothing was decided, the step stays running and is run
             # again at the next start (steps/restart.py) or by another replica

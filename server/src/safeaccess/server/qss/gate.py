@@ -616,7 +616,7 @@ def commit_for(
         origins[result.origin[0]] = result.origin[1]
     if populations is None or not result.arrays:
         # nothing to replay from: a full state
-        after = ScopeState(result.state, before.populations, origins)
+        after = ScopeState(result.state, before.populations, origins, before.reserved)
     else:
         after = replace(before.refined(result.state, result.arrays), origins=origins)
     digest = files.save(scope, after)

@@ -12,7 +12,10 @@ treated like a small difference and refused: both branches of such a probe are r
 The two are told apart from the metadata alone, on a domain grid: every declared level of the
 categorical columns the outputs name, and for numeric columns the constants the outputs use with
 their neighbours, the points between them and the declared bounds (every integer when an integer
-column's bounds span few). Each output's analysis is run on the grid frame with the runner's own
+column's bounds span few); a continuous column's constants inside its bounds are points of their
+own, and a column tested with `is null` gets a missing value (an exact value is a place one
+person can be: without its point, the "no" branch of `C or (age >= 96 and income in (...))` was
+a repeat on the grid, released while the "yes" branch was refused). Each output's analysis is run on the grid frame with the runner's own
 compute code (nothing there is confidential: the frame is built from metadata), each row is found
 by its cell label, and the dependency's coefficients (exact mod the lane's prime) are applied: a
 combination that is zero on the grid is structural; one that is not is a data-revealed zero.
@@ -428,7 +431,11 @@ class _GridEvaluator:
             analyses = list(distinct.values())
             constants = _constants(analyses)
             numbers = _numbers(analyses)
-            axes = [_points(self.columns[n], constants.get(n, set()), numbers) for n in names]
+            nulls = _null_columns(analyses)
+            axes = [
+                _points(self.columns[n], constants.get(n, set()), numbers) + _null(n in nulls)
+                for n in names
+            ]
             size = math.prod(len(a) for a in axes) if axes else 1
             grid: GridId | None = None
             if size <= GRID_CAP:
@@ -591,6 +598,34 @@ def _literals(node: Filter) -> Iterator[tuple[str, Any]]:
             yield from _literals(o)
 
 
+def _null_columns(analyses: Sequence[dict[str, Any] | None]) -> set[str]:
+    """The columns the analyses' filters test with `is null` / `is not null`."""
+    out: set[str] = set()
+
+    def walk(node: Filter) -> None:
+        if isinstance(node, IsNull):
+            out.add(node.column)
+        elif isinstance(node, Not):
+            walk(node.operand)
+        elif not isinstance(node, Compare | In | Between):
+            for o in node.operands:
+                walk(o)
+
+    for analysis in analyses:
+        for text in _strings(analysis or {}):
+            node = _parsed(text)
+            if node is not None:
+                walk(node)
+    return out
+
+
+def _null(missing: bool) -> list[Any]:
+    """The missing value's own point, for a column a filter tests with `is null`: otherwise
+    `C or (age >= 96 and income is null)` would equal `C` on the grid, and its "no" branch
+    would be released as a repeat while its "yes" branch (one person more) is refused."""
+    return [None] if missing else []
+
+
 def _constants(analyses: Sequence[dict[str, Any] | None]) -> dict[str, set[Any]]:
     """The literal values each column is compared with in the analyses' filters."""
     out: dict[str, set[Any]] = {}
@@ -637,12 +672,17 @@ def _points(col: Column, constants: set[Any], numbers: set[float]) -> list[Any]:
 def _numeric_points(
     cuts: list[float], bounds: tuple[float, float] | None, *, integer: bool
 ) -> list[Any]:
-    """Representatives of the intervals `cuts` and `bounds` make. An integer column gets the
+    """Representatives of the pieces `cuts` and `bounds` make. An integer column gets the
     marks themselves and their neighbours (each integer is a place records can be). A
-    continuous one gets only points strictly between marks (and beyond them when unbounded):
-    a single value of a continuous variable is no place a group can hide in, and counting it
-    would make `income > 0` under bounds (0, ...) a zero only the data reveal. What that leaves
-    learnable, one probe at a time, is whether someone has exactly a guessed value."""
+    continuous one gets the points strictly between marks (and beyond them when unbounded) and
+    every cut strictly inside the declared bounds as a point of its own: an exact value
+    (`income == x`, `income in (...)`, a closed `between` end, `income < x or income > x`) is a
+    place a person can be, and without its point the "no" branch of a probe
+    `C or (age >= 96 and income in (...))` equals `C` on the grid, so it was released as a
+    repeat while the "yes" branch was refused: a membership oracle. The declared bounds' own
+    values get no point: `income > 0` under bounds (0, ...) stays a zero the metadata implies
+    (what that leaves learnable, one probe at a time, is whether someone has exactly a
+    declared bound's value)."""
     marks = sorted(set(cuts) | (set(bounds) if bounds is not None else set()))
     if bounds is not None:
         marks = [m for m in marks if bounds[0] <= m <= bounds[1]]
@@ -652,7 +692,8 @@ def _numeric_points(
     if bounds is None:
         between |= {marks[0] - 1, marks[-1] + 1}
     if not integer:
-        return sorted(between) or [marks[0]]
+        exact = {m for m in marks if bounds is None or bounds[0] < m < bounds[1]}
+        return sorted(between | exact) or [marks[0]]
     ints: set[int] = set()
     for x in set(marks) | between:
         for y in (math.floor(x) - 1, math.floor(x), math.ceil(x), math.ceil(x) + 1):
@@ -678,6 +719,11 @@ def _typed(col: Column, values: list[Any]) -> Any:
         return pd.to_datetime(pd.Series(values, dtype=object), format="%Y-%m-%d")
     if col.type in ("categorical", "ordinal"):
         return pd.Series(values, dtype=object)
+    missing = any(v is None for v in values)
     if col.type in ("integer", "identifier"):
+        if missing:  # as the data hold a missing integer: pandas' nullable integers
+            return pd.array([None if v is None else int(v) for v in values], dtype="Int64")
         return np.asarray([int(v) for v in values], dtype=np.int64)
+    if missing:
+        return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
     return np.asarray(values, dtype=np.float64)

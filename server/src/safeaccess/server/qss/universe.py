@@ -43,7 +43,14 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, StateFormatError, admit
+from safeaccess.rules.qss import (
+    AuditMode,
+    AuditPolicy,
+    AuditState,
+    QuerySetError,
+    StateFormatError,
+    admit,
+)
 from safeaccess.rules.qss.delta import Grow, Refine, Step, apply_deltas, encode_delta
 from safeaccess.rules.qss.encoding import decode_fields
 from safeaccess.rules.qss.encoding import encode_parts as encode_state_parts
@@ -62,18 +69,39 @@ class PopulationUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class Reserved:
+    """A standard table reserved at a scope's start (`reserved_tables`): its name (the
+    columns, e.g. `region*ethnicity`), its analysis as a researcher would send it, the cell
+    labels of its query-set array and the array itself over the version's positions (a cell
+    per record, -1 for none), before the threshold's suppression."""
+
+    name: str
+    analysis: dict[str, Any]
+    labels: list[list[str]]
+    cells: npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True)
 class Population:
-    """One dataset version's whole population: its record ids (stable across versions) and
-    the number of record ids they span (the largest plus one)."""
+    """One dataset version's whole population: its record ids (stable across versions), the
+    number of record ids they span (the largest plus one) and the standard tables reserved
+    for it (`reserved_tables`)."""
 
     version: int
     ids: npt.NDArray[np.integer[Any]]
     span: int
+    reserved: tuple[Reserved, ...] = ()
 
     @classmethod
-    def of(cls, version: int, ids: npt.NDArray[np.integer[Any]]) -> Population:
+    def of(
+        cls,
+        version: int,
+        ids: npt.NDArray[np.integer[Any]],
+        reserved: Sequence[Reserved] = (),
+    ) -> Population:
         """A version's population; computes its span once (a pass over the ids)."""
-        return cls(version=version, ids=ids, span=int(ids.max()) + 1 if len(ids) else 0)
+        span = int(ids.max()) + 1 if len(ids) else 0
+        return cls(version=version, ids=ids, span=span, reserved=tuple(reserved))
 
 
 @dataclass(frozen=True)
@@ -88,6 +116,8 @@ class ScopeState:
     state: AuditState
     populations: Mapping[int, Outcome] = field(default_factory=dict)
     origins: Mapping[int, Origin] = field(default_factory=dict)
+    #: The reserved standard tables decided, by "<version>:<name>" (`reserved_tables`).
+    reserved: Mapping[str, Outcome] = field(default_factory=dict)
     base: str | None = None
     depth: int = 0
     steps: tuple[Step, ...] = ()
@@ -136,6 +166,7 @@ class _Header(BaseModel):
     format: Literal[1, 2, 3]
     populations: dict[int, Outcome]
     origins: dict[int, Origin] = {}
+    reserved: dict[str, Outcome] = {}
     parent: str | None = None
     depth: int = 0
 
@@ -178,6 +209,8 @@ def _header(scope_state: ScopeState, parent: str | None, depth: int) -> bytes:
         "format": 2 if parent is None else 3,
         "populations": {str(v): o for v, o in sorted(scope_state.populations.items())},
     }
+    if scope_state.reserved:  # absent in a scope that reserved nothing (and in older files)
+        fields["reserved"] = dict(sorted(scope_state.reserved.items()))
     listed = scope_state.origins
     if parent is not None:
         fields.update(parent=parent, depth=depth)
@@ -229,7 +262,7 @@ def decode_sealed(raw: bytes, name: str) -> ScopeState:
     if len(raw) < start + _DIGEST or sealed_name(raw[:start], raw[-_DIGEST:]) != name:
         raise StateFormatError("the full state file does not match its name")
     state = AuditState(*decode_fields(memoryview(raw)[start:]))  # checks the state's SHA-256
-    return ScopeState(state, dict(header.populations), dict(header.origins))
+    return ScopeState(state, dict(header.populations), dict(header.origins), dict(header.reserved))
 
 
 def parent_of(raw: bytes) -> str | None:
@@ -270,7 +303,9 @@ def decode(
     if header.parent is None:
         # a view, not a copy of the 40 MB a full state holds at 10 M records
         state = AuditState(*decode_fields(memoryview(raw)[start:], verified=verified))
-        return ScopeState(state, dict(header.populations), dict(header.origins))
+        return ScopeState(
+            state, dict(header.populations), dict(header.origins), dict(header.reserved)
+        )
     if parent is None:
         raise StateFormatError("the scope state is a delta and its parent is not at hand")
     return decode_chain(parent(header.parent), [raw])
@@ -297,7 +332,9 @@ def decode_chain(base: ScopeState, raws: Sequence[bytes]) -> ScopeState:
     if header is None:
         return base
     state = apply_deltas(base.state, bodies)
-    return ScopeState(state, dict(header.populations), origins, depth=header.depth)
+    return ScopeState(
+        state, dict(header.populations), origins, dict(header.reserved), depth=header.depth
+    )
 
 
 def records_needed(populations: Sequence[Population]) -> int:
@@ -323,9 +360,12 @@ def admit_populations(
     current = scope_state
     decided = dict(scope_state.populations)
     origins = dict(scope_state.origins)
+    reserved = dict(scope_state.reserved)
     facts: dict[str, Any] = {}
     for population in sorted(populations, key=lambda p: p.version):
         if population.version in decided:
+            if decided[population.version] == "admitted":
+                current = _reserve(current, population, policy, origins, reserved, facts)
             continue
         current = current.grown(records_needed([population]))
         array = population_set(population.ids, current.state.n_records)
@@ -338,7 +378,10 @@ def admit_populations(
             current = current.refined(admission.state, [array])
             decided[population.version] = "admitted"
             facts.setdefault("versions_admitted", []).append(population.version)
-        elif admission.smallest_isolated is not None:
+            current = _reserve(current, population, policy, origins, reserved, facts)
+        elif admission.smallest_isolated is not None or admission.facts.get("unsplit_cell"):
+            # (`unsplit_cell`: a scope state without constraints, from atoms mode before it
+            # kept them, cannot admit a set of whole atoms; recorded like a conflict)
             decided[population.version] = "refused"
             facts.setdefault("versions_refused", []).append(population.version)
             facts.setdefault("refusals", {})[str(population.version)] = admission.reason
@@ -346,4 +389,66 @@ def admit_populations(
             raise PopulationUnavailable(
                 f"the population of version {population.version}: {admission.reason}"
             )
-    return replace(current, populations=decided, origins=origins), facts
+    return replace(current, populations=decided, origins=origins, reserved=reserved), facts
+
+
+def _reserve(
+    current: ScopeState,
+    population: Population,
+    policy: AuditPolicy,
+    origins: dict[int, Origin],
+    reserved: dict[str, Outcome],
+    facts: dict[str, Any],
+) -> ScopeState:
+    """Admit the standard tables reserved for `population`'s version that the scope has not
+    decided yet, each as the threshold rule would release it (cells of fewer than k records
+    suppressed), in order; one the auditor refuses (it conflicts with an earlier release, or
+    its suppressed cells are determined) is recorded as refused and left to be audited like
+    any output. Updates `origins`, `reserved` and `facts` in place.
+
+    Only in span mode: the atoms rule refuses any output that leaves an atom below k, and the
+    reserved tables' cross-classification would make its atoms so fine that ordinary outputs
+    split them below k (a count of `age < 90` after them, on 3 000 people)."""
+    if policy.mode is not AuditMode.SPAN:
+        return current
+    for table in population.reserved:
+        key = f"{population.version}:{table.name}"
+        if key in reserved:
+            continue
+        current = current.grown(records_needed([population]))
+        array = _reserved_set(table.cells, population.ids, current.state.n_records, policy.k)
+        try:
+            admission = admit(current.state, [array], policy)
+        except QuerySetError as exc:
+            raise PopulationUnavailable(str(exc)) from exc
+        if admission.admitted and admission.state is not None:
+            number = int(admission.facts.get("origin", -1))
+            origins[number] = origin_of(table.analysis, table.labels, admission)
+            current = current.refined(admission.state, [array])
+            reserved[key] = "admitted"
+            facts.setdefault("tables_reserved", []).append(key)
+        elif (
+            admission.smallest_isolated is not None
+            or admission.facts.get("cost")
+            or admission.facts.get("unsplit_cell")
+        ):
+            reserved[key] = "refused"
+            facts.setdefault("tables_refused", []).append(key)
+        else:
+            raise PopulationUnavailable(f"the reserved table {key}: {admission.reason}")
+    return current
+
+
+def _reserved_set(
+    cells: npt.NDArray[np.int32], ids: npt.NDArray[np.integer[Any]], n_records: int, k: int
+) -> npt.NDArray[np.int32]:
+    """A reserved table's query set over record ids, its cells of fewer than k records
+    suppressed (left out, -1), as the threshold rule's mitigation releases them."""
+    inside = cells >= 0
+    counts = np.bincount(cells[inside], minlength=int(cells.max()) + 1 if inside.any() else 0)
+    kept = np.where(inside, cells, -1)
+    if counts.size:
+        kept = np.where(inside & (counts[np.maximum(cells, 0)] >= k), cells, -1)
+    array = np.full(n_records, -1, dtype=np.int32)
+    array[ids] = kept
+    return array

@@ -54,6 +54,7 @@ from safeaccess.server.logs import step_context
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.qss.admission import Admission
 from safeaccess.server.qss.record_ids import read_ids
+from safeaccess.server.qss.reserved import read_reserved
 from safeaccess.server.qss.scope import LOCK_TIMEOUT_SECONDS, ScopeAuditor
 from safeaccess.server.qss.universe import Population
 from safeaccess.server.schemas import OpenRequest, RevealRequest, StepView
@@ -251,7 +252,10 @@ class Flow:
             population = self._population_of.get(dataset_id)
             if population is None:
                 row = self.store.get_dataset(dataset_id)
-                population = Population.of(row.version, self._record_ids(row))
+                # the standard tables each scope reserves right after the population
+                # (`qss/reserved.py`), computed once per version and process
+                reserved = read_reserved(self.data.root / row.path, self._metadata(row))
+                population = Population.of(row.version, self._record_ids(row), reserved)
                 with self._locks_guard:
                     self._population_of[dataset_id] = population
             populations.append(population)

@@ -1,0 +1,131 @@
+"""Issue 41, section 2, availability: one researcher's release must not withhold a colleague's
+ordinary table, through the real server and client.
+
+In a project scope, ada releases a count of "everyone but the 10 women of an 18-person cell"
+(region West x ethnicity E5): with the population admitted, that determines the 10 women, which
+is allowed. Before the fix, bob's ordinary region x ethnicity table was then the refused release
+(its West x E5 cell minus the 10 women leaves the 8 men), withheld on his own withhold budget.
+The scope now reserves the standard one- and two-way tables of the declared categorical columns
+before any output, so the refusal lands on ada's release, which creates the conflict, and bob's
+tables stay released.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from e2e_helpers import Centre
+
+from safeaccess.client.analyses import Analysis, FrequencyTable, Summary
+from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.session import connect
+from safeaccess.server.config import DataDir, QssSettings
+from safeaccess.server.datasets import register_dataset
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.steps import flow
+from safeaccess.server.store import Store
+
+N = 2000
+REGIONS = ["North", "South", "East", "West"]
+ETHNICITIES = ["E1", "E2", "E3", "E4", "E5"]
+CELL = "region == 'West' and ethnicity == 'E5'"
+
+
+def people() -> pd.DataFrame:
+    """N people; the West x E5 cell holds exactly 18 of them, 10 women and 8 men."""
+    rng = np.random.default_rng(41)
+    region = rng.choice(REGIONS, N)
+    ethnicity = rng.choice(ETHNICITIES[:4], N)  # nobody is E5 but the planted cell
+    sex = rng.choice(["F", "M"], N)
+    region[:18], ethnicity[:18] = "West", "E5"
+    sex[:10], sex[10:18] = "F", "M"
+    ethnicity[18:60] = "E5"  # E5 elsewhere: 42 more people, none in the West
+    region[18:60] = rng.choice(REGIONS[:3], 42)
+    return pd.DataFrame(
+        {
+            "person_id": np.arange(1, N + 1, dtype=np.int64),
+            "region": region,
+            "ethnicity": ethnicity,
+            "sex": sex,
+            "age": rng.integers(18, 90, N),
+            "income": np.round(rng.uniform(20_000, 60_000, N), 2),
+        }
+    )
+
+
+def metadata(name: str) -> DatasetMetadata:
+    return DatasetMetadata(
+        name=name,
+        record_key="person_id",
+        columns=[
+            Column(name="person_id", type="identifier"),
+            Column(name="region", type="categorical", levels=REGIONS),
+            Column(name="ethnicity", type="categorical", levels=ETHNICITIES),
+            Column(name="sex", type="categorical", levels=["F", "M"]),
+            Column(name="age", type="integer", bounds=(18, 100)),
+            Column(name="income", type="continuous", bounds=(0, 100_000)),
+        ],
+    )
+
+
+_names = itertools.count(1)
+
+
+@pytest.fixture
+def dataset(centre_server: tuple[Centre, EmbeddedServer]) -> str:
+    centre, _ = centre_server
+    name = f"reserved{next(_names)}"
+    data = DataDir(centre.root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        register_dataset(
+            data,
+            store,
+            name=name,
+            frame=people(),
+            metadata=metadata(name),
+            project="p1",
+            qss=QssSettings(scope="project"),
+        )
+    finally:
+        store.close()
+    return name
+
+
+def released(
+    centre: Centre, url: str, name: str, analyses: list[Analysis], researcher: str
+) -> list[bool]:
+    with connect(url, centre.keys[researcher], researcher) as session:
+        steps = session.run(centre.seal(analyses, researcher=researcher, dataset=name))
+    return [s.released for s in steps] + [False] * (len(analyses) - len(steps))
+
+
+@pytest.mark.parametrize("reserve", [False, True], ids=["unreserved", "reserved"])
+def test_the_refusal_lands_on_the_release_that_creates_the_conflict(
+    centre_server: tuple[Centre, EmbeddedServer],
+    dataset: str,
+    reserve: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `unreserved`: the centre before the fix (no table reserved): the harm is real
+    if not reserve:
+        monkeypatch.setattr(flow, "read_reserved", lambda parquet, metadata: [])
+    centre, srv = centre_server
+    everyone_but = Summary(
+        variables=["income"], statistics=["count"], where=f"not ({CELL} and sex == 'F')"
+    )
+    assert released(centre, srv.url, dataset, [everyone_but], "ada") == [not reserve]
+    ordinary: list[Analysis] = [
+        FrequencyTable(rows=["region"], cols=["ethnicity"]),
+        FrequencyTable(rows=["region"]),
+        FrequencyTable(rows=["sex"], cols=["ethnicity"]),
+        Summary(variables=["income"], by=["region"]),
+    ]
+    outcome = released(centre, srv.url, dataset, ordinary, "bob")
+    if reserve:
+        assert outcome == [True] * len(ordinary)
+    else:
+        assert outcome[0] is False  # bob's region x ethnicity table, on his own budget

@@ -105,7 +105,8 @@ sa_run <- function(session, sealed, review_timeout = 0, poll_interval = 2, progr
 #' With the sealed sequence (a `sa_sealed`, its file, or a results folder holding
 #' `sealed.json`), this is [sa_run()] on it: the client finds the opened sequence on the server
 #' and continues it, never opening it twice, returning the earlier steps too. With a sequence id
-#' it calls the Python client's `session.resume(sequence_id)` when the installed client has it.
+#' it calls the Python client's `session.resume(sequence_id)`, which reads the sealed sequence
+#' from the local journal of sequences this user ran (`docs/researcher.md`).
 #' @param session A `sa_session`.
 #' @param sequence A sealed sequence, its file or results folder, or a sequence id.
 #' @param ... Passed to [sa_run()] or `session.resume`.
@@ -116,15 +117,6 @@ sa_resume <- function(session, sequence, ...) {
     !file.exists(path.expand(sequence))
   if (!is_id) {
     return(sa_run(session, sequence, ...))
-  }
-  if (!reticulate::py_has_attr(session$py, "resume")) {
-    stop(structure(
-      class = c("safeaccess_no_resume", "safeaccess_error", "error", "condition"),
-      list(message = paste0(
-        "this safeaccess client has no session.resume(sequence_id); resume from the sealed ",
-        "sequence instead: sa_resume(session, \"sequence.json\") or a results folder"
-      ), call = NULL)
-    ))
   }
   py <- pcall(session$py$resume, sequence, ...)
   results_object(py, NULL)

@@ -40,14 +40,11 @@ test_that("a folder holding another sequence's results is refused with the clien
   expect_equal(tools::md5sum(file.path(dir, "summary.json")), summary)
 })
 
-test_that("sa_resume with a sequence id calls the client's session.resume where it exists", {
+test_that("sa_resume with a sequence id resumes from the client's journal", {
   run <- common_run()
   id <- run$results[[1]]$sequence_id
-  if (reticulate::py_has_attr(session$py, "resume")) {
-    expect_equal(statuses(sa_resume(session, id)), statuses(run$results))
-  } else {
-    expect_error(sa_resume(session, id), "has no session.resume", class = "safeaccess_no_resume")
-  }
+  expect_equal(statuses(sa_resume(session, id)), statuses(run$results))
+  expect_error(sa_resume(session, "no-such-sequence"), class = "safeaccess_error")
 })
 
 test_that("receipts verify from R: the centre's signature, and the audit log's entry", {

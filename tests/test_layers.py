@@ -7,9 +7,8 @@ cycle by itself (for the same reason the parent packages a submodule import runs
 Cycles are counted between modules, imports inside functions and under `if TYPE_CHECKING:`
 included: a type import is still a dependency (mypy and a reader resolve both modules at once,
 and it turns into a run-time cycle as soon as the type is used at run time); only the
-distribution-direction test reads run-time imports alone. The one cycle left, the client's
-notebook cycle, is listed by its exact modules as a known exception (another branch breaks it);
-any other cycle, or that one grown, fails the suite. No SQL and no SQLAlchemy import is left
+distribution-direction test reads run-time imports alone. No cycle is left: any cycle fails
+the suite. No SQL and no SQLAlchemy import is left
 outside the store but the modules listed below, each to be moved.
 """
 
@@ -190,29 +189,16 @@ def _cycles() -> tuple[frozenset[str], ...]:
     return tuple(found)
 
 
-#: The one cycle left, by its exact modules: the client's notebook imports every result type and
-#: they import it back (through `notebook.py`; the client's cards are to read results through a
-#: small protocol instead: another branch of the layout issue breaks it). It may shrink, never
-#: grow; once gone, `test_the_client_cycle_is_still_known` fails: remove the entry then.
-KNOWN_CYCLES: dict[str, frozenset[str]] = {
-    "client-notebook": frozenset(
-        f"safeaccess.client.{m}"
-        for m in (
-            "dpresult",
-            "models",
-            "notebook",
-            "plan",
-            "plots",
-            "protocol",
-            "protocol.sealed",
-            "protocol.verify",
-            "rehearsal",
-            "results",
-        )
-    ),
-}
 #: Cycles the layout issue has broken, checked by name so that a regression says which one.
 BROKEN_CYCLES = {
+    # The client's cards read what they show through `cards.py`'s protocols, plots read a step
+    # through their own, and the sealed sequence draws its card with `cards.py`'s helpers.
+    "client-notebook": {"safeaccess.client.notebook", "safeaccess.client.results"},
+    "client-plots-results": {"safeaccess.client.plots", "safeaccess.client.results"},
+    "client-protocol-notebook": {
+        "safeaccess.client.protocol.sealed",
+        "safeaccess.client.notebook",
+    },
     "service-audit_service": {"safeaccess.server.service", "safeaccess.server.auditors"},
     "qss-state-codec": {"safeaccess.rules.qss.state", "safeaccess.rules.qss.codec"},
     # The store's modules take a `store.database.Database`, never the `Store` facade above them.
@@ -228,23 +214,37 @@ BROKEN_CYCLES = {
 }
 
 
-def test_no_cycle_beyond_the_known_ones() -> None:
-    known = list(KNOWN_CYCLES.values())
-    new = [sorted(c) for c in _cycles() if not any(c <= k for k in known)]
-    assert new == []
-
-
-@pytest.mark.xfail(
-    strict=True, reason="the client's notebook cycle is known (KNOWN_CYCLES); remove it once broken"
-)
-def test_the_client_cycle_is_still_known() -> None:
-    assert not any("safeaccess.client.notebook" in c for c in _cycles())
+def test_no_import_cycle() -> None:
+    assert [sorted(c) for c in _cycles()] == []
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN_CYCLES))
 def test_broken_cycle_stays_broken(name: str) -> None:
     members = BROKEN_CYCLES[name]
     assert not any(members <= c for c in _cycles())
+
+
+def test_the_client_cards_import_no_result_type() -> None:
+    # The cards read plans, results, DP answers, models and rehearsals through `cards.py`'s
+    # protocols; the types import the cards to draw themselves, never the other way.
+    assert imports_of("safeaccess.client.notebook", types=True) <= {
+        "safeaccess.client.cards",
+        "safeaccess.client.protocol.sealed",
+        "safeaccess.client.synthetic_result",
+    }
+    assert imports_of("safeaccess.client.cards", types=True) == frozenset()
+
+
+def test_the_client_protocol_imports_nothing_above_it() -> None:
+    # The protocol (which the server verifies with) needs only itself and the card helpers.
+    above = {
+        dep
+        for name in MODULES
+        if name.startswith("safeaccess.client.protocol")
+        for dep in imports_of(name, types=True)
+        if not dep.startswith("safeaccess.client.protocol")
+    }
+    assert above <= {"safeaccess.client.cards"}
 
 
 def test_the_cycle_finder_sees_type_imports() -> None:

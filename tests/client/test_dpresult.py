@@ -135,3 +135,64 @@ def test_the_card_shows_the_means_with_their_counts() -> None:
     html = dp_html(DPResult(_mean_answer()))
     assert "<td>7 ± 0.204</td><td>50</td><td>3</td>" in html
     assert "left out (missing)" in html
+
+
+def _step(output: dict[str, Any]) -> Any:
+    from safeaccess.client.results import StepResult
+
+    return StepResult.from_json(
+        {"sequence_id": "s", "index": 1, "state": "released", "last": True, "output": output}
+    )
+
+
+def test_a_dp_mean_plots_its_means_with_their_standard_errors_not_the_sums() -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = _mean_answer()
+    # Both groups with a positive noisy count: F has S = 100, n = 50; M has S = -40, n = 20.
+    out["values"][1] = [-40.0, 200.0, 50.0]
+    ax = _step(out).plot()
+    heights = [p.get_height() for p in ax.patches]
+    # The released means c + S / n (hand-computed), not the noisy sums 100, -40 or counts 50, 20.
+    assert heights == pytest.approx([5.0 + 100.0 / 50.0, 5.0 - 40.0 / 20.0])
+    assert heights == pytest.approx([r["mean"] for r in DPResult(out).means()])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x"]
+    assert ax.get_ylabel() == "mean"
+    # Whiskers: ±1.96 delta-method standard errors, sqrt(sd_S^2 / n^2 + S^2 sd_n^2 / n^4).
+    half = []
+    for bars in (c for c in ax.containers if hasattr(c, "errorbar")):  # bars, not their whiskers
+        (segment,) = bars.errorbar.lines[2][0].get_segments()
+        half.append((segment[1][1] - segment[0][1]) / 2)
+    assert half == pytest.approx(
+        [
+            1.959963984540054 * math.sqrt(100 / 50**2 + 100**2 / 50**4),
+            1.959963984540054 * math.sqrt(100 / 20**2 + 40**2 / 20**4),
+        ]
+    )
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["F", "M"]
+    plt.close("all")
+
+
+def test_a_dp_mean_without_a_positive_count_draws_no_bar() -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ax = _step(_mean_answer()).plot()  # M's noisy count is -2: no mean was released for it
+    heights = [p.get_height() for p in ax.patches]
+    assert heights[0] == pytest.approx(7.0) and math.isnan(heights[1])
+    plt.close("all")
+
+
+def test_a_dp_sum_plots_its_noisy_estimates_plainly() -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = _answer([120.0, 30.0], None, 2.0)
+    out.update(kind="dp_sum", components=["sum(income)"], groups=[["F"], ["M"]])
+    ax = _step(out).plot()
+    assert [p.get_height() for p in ax.patches] == [120.0, 30.0]
+    plt.close("all")

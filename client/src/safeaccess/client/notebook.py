@@ -1,85 +1,35 @@
-"""Compact HTML cards for notebooks: what `_repr_html_` of a plan, a sealed sequence, a step
-result, a list of results, a released model and a DP answer shows.
+"""Compact HTML cards for notebooks: what `_repr_html_` of a plan, a step result, a list of
+results, a released model, a rehearsal and a DP answer shows (the sealed sequence draws its own,
+`protocol.sealed.sealed_html`, re-exported here).
 
-Plain HTML with inline styles (notebooks strip stylesheets and scripts), every value escaped.
-Each card carries a `data-safeaccess` attribute naming what it shows, and each verdict badge a
-`data-status`, so a page can be checked by machine.
+Each renderer reads the thing it shows through a protocol of `cards.py`, never by importing its
+type: the types import this module to draw themselves, so the dependency runs one way.
 """
 
 from __future__ import annotations
 
-import html
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-if TYPE_CHECKING:
-    from safeaccess.client.dpresult import DPResult
-    from safeaccess.client.models import Predictor
-    from safeaccess.client.plan import Plan
-    from safeaccess.client.protocol.sealed import SealedSequence
-    from safeaccess.client.rehearsal import Rehearsal
-    from safeaccess.client.results import StepResult
-
-_COLOURS = {
-    "released": "#1b7f3b",
-    "withheld": "#b3261e",
-    "failed": "#b3261e",
-    "review": "#9a6700",
-    "pending": "#9a6700",
-    "release": "#1b7f3b",
-    "withhold": "#b3261e",
-    "refused": "#b3261e",
-    "running": "#3b5bdb",
-}
-_CARD = (
-    "border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;margin:6px 0;"
-    "font-family:system-ui,sans-serif;font-size:13px"
+from safeaccess.client.cards import (
+    MAX_ROWS,
+    DPCard,
+    ModelCard,
+    PlanCard,
+    RehearsalCard,
+    StepCard,
+    badge,
+    card,
+    esc,
+    frame_html,
+    json_block,
+    rows,
 )
-MAX_ROWS = 30
+from safeaccess.client.protocol.sealed import sealed_html
 
 
-def esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def badge(status: str) -> str:
-    colour = _COLOURS.get(status, "#57606a")
-    return (
-        f'<span data-status="{esc(status)}" style="background:{colour};color:#fff;'
-        f'border-radius:10px;padding:1px 8px;font-size:11px;font-weight:600">'
-        f"{esc(status.upper())}</span>"
-    )
-
-
-def card(what: str, title: str, body: str) -> str:
-    return (
-        f'<div data-safeaccess="{esc(what)}" style="{_CARD}">'
-        f'<div style="font-weight:600;margin-bottom:4px">{title}</div>{body}</div>'
-    )
-
-
-def _rows(pairs: list[tuple[str, object]]) -> str:
-    cells = "".join(
-        f'<tr><th style="text-align:left;padding-right:12px">{esc(k)}</th><td>{esc(v)}</td></tr>'
-        for k, v in pairs
-    )
-    return f"<table>{cells}</table>"
-
-
-def _json(data: Any) -> str:
-    text = json.dumps(data, indent=1, sort_keys=True, default=str)
-    if len(text) > 4000:
-        text = text[:4000] + "\n..."
-    return f'<pre style="max-height:20em;overflow:auto">{esc(text)}</pre>'
-
-
-def frame_html(frame: Any) -> str:
-    """A DataFrame as HTML (pandas escapes the values), at most MAX_ROWS rows."""
-    text: str = frame.to_html(max_rows=MAX_ROWS, border=0)
-    return text
-
-
-def plan_html(plan: Plan) -> str:
+def plan_html(plan: PlanCard) -> str:
     items = "".join(
         f"<li><code>{esc(a.kind)}</code> "
         f"<span style='color:#57606a'>{esc(_brief(a.model_dump(mode='json')))}</span></li>"
@@ -94,25 +44,7 @@ def _brief(body: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in shown.items())[:300]
 
 
-def sealed_html(sealed: SealedSequence) -> str:
-    import hashlib
-
-    fields = sealed.header_fields
-    pairs: list[tuple[str, object]] = [
-        ("researcher", fields.researcher),
-        ("project", fields.project),
-        ("dataset", fields.dataset),
-        ("server", fields.server),
-        ("steps", sealed.steps),
-        ("created", fields.created.isoformat()),
-        ("expires", fields.expires.isoformat()),
-        ("header SHA-256", hashlib.sha256(sealed.header).hexdigest()),
-        ("endorsements", ", ".join(e.ca for e in sealed.endorsements) or "none"),
-    ]
-    return card("sealed", "Sealed sequence", _rows(pairs))
-
-
-def step_html(result: StepResult) -> str:
+def step_html(result: StepCard) -> str:
     on = f" on {esc(result.dataset_label)}" if result.dataset_label else ""
     title = f"Step {result.index} <code>{esc(result.kind or 'analysis')}</code>{on} " + badge(
         result.status
@@ -158,7 +90,7 @@ def synthetic_html(output: dict[str, Any], data: bytes | None) -> str:
         ("SHA-256", file.get("sha256")),
         ("measurements", f"{len(output.get('measurements', []))} noisy marginals released"),
     ]
-    body = _rows(pairs)
+    body = rows(pairs)
     if data is None:
         return (
             body + "<p>the records are not attached: fetch them with session.synthetic(result)</p>"
@@ -173,23 +105,23 @@ def synthetic_html(output: dict[str, Any], data: bytes | None) -> str:
     return body + frame_html(frame.head(PREVIEW_ROWS))
 
 
-def _output_html(result: StepResult) -> str:
+def _output_html(result: StepCard) -> str:
     if result.output is not None and result.output.get("type") == "synthetic_data":
         return synthetic_html(result.output, result.file_data)
     try:
         frame = result.frame()
     except ImportError:
         frame = None
-    body = frame_html(frame) if frame is not None else _json(result.output)
+    body = frame_html(frame) if frame is not None else json_block(result.output)
     if frame is not None and frame.attrs:
-        body += _rows([(k, v) for k, v in frame.attrs.items()])
+        body += rows([(k, v) for k, v in frame.attrs.items()])
     dp = result.dp
     if dp is not None:
         body += f"<pre>{esc(dp.describe())}</pre>"
     return body
 
 
-def results_html(results: list[StepResult]) -> str:
+def results_html(results: Sequence[StepCard]) -> str:
     if not results:
         return card("results", "No step has run", "")
     head = "".join(
@@ -201,7 +133,7 @@ def results_html(results: list[StepResult]) -> str:
     return card("results", title, summary + "".join(step_html(r) for r in results))
 
 
-def predictor_html(model: Predictor) -> str:
+def predictor_html(model: ModelCard) -> str:
     out = model.output
     pairs: list[tuple[str, object]] = [
         ("family", out.get("family")),
@@ -212,10 +144,10 @@ def predictor_html(model: Predictor) -> str:
     pairs += [(k, v) for k, v in (out.get("metrics") or {}).items()]
     if out.get("roc"):
         pairs.append(("ROC curve", f"{len(out['roc'])} points on the test split (result.roc())"))
-    return card("model", "Released model", _rows(pairs))
+    return card("model", "Released model", rows(pairs))
 
 
-def rehearsal_html(report: Rehearsal) -> str:
+def rehearsal_html(report: RehearsalCard) -> str:
     rows = []
     for step in report.steps:
         if step.refused:
@@ -260,7 +192,7 @@ def rehearsal_html(report: Rehearsal) -> str:
     return card("rehearsal", title, body)
 
 
-def _dp_table(dp: DPResult) -> str:
+def _dp_table(dp: DPCard) -> str:
     """The noisy estimates ± their standard errors, one row per group (plain HTML: no pandas)."""
     try:
         estimates, errors = dp.estimates(), dp.standard_errors()
@@ -276,7 +208,7 @@ def _dp_table(dp: DPResult) -> str:
     return f"<table class='dp'><tr><th>group</th>{head}</tr>{rows}</table>"
 
 
-def _dp_means(dp: DPResult) -> str:
+def _dp_means(dp: DPCard) -> str:
     """A dp_mean's means (with their standard errors, carrying both noises), the noisy count of
     the records they rest on and of those left out for a missing value."""
     if dp.kind != "dp_mean":
@@ -302,14 +234,18 @@ def _dp_means(dp: DPResult) -> str:
     )
 
 
-def dp_html(dp: DPResult) -> str:
+def dp_html(dp: DPCard) -> str:
     body = _dp_means(dp) + _dp_table(dp) + f"<pre>{esc(dp.describe())}</pre>"
     return card("dp", f"DP answer <code>{esc(dp.kind)}</code>", body)
 
 
 __all__ = [
+    "MAX_ROWS",
     "badge",
+    "card",
     "dp_html",
+    "esc",
+    "frame_html",
     "plan_html",
     "predictor_html",
     "rehearsal_html",

@@ -1,6 +1,8 @@
 """`result.plot()`: a matplotlib figure of a released output, drawn from the released numbers only.
 
 Histograms and DP histograms as bars over their bins (DP ones with ±1.96 standard-error whiskers),
+DP means as the means c + S / n with their delta-method standard errors (not the noisy sums and
+count they are computed from), DP counts and sums as their noisy estimates,
 frequency and magnitude tables as grouped bars, regressions as coefficients with 95 % intervals,
 survival tables as Kaplan–Meier step curves, trained models as their released ROC curve (else
 their test metrics). matplotlib
@@ -9,14 +11,29 @@ is optional: install it (or the client's `plot` extra) to plot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import math
+from typing import Any, Protocol
 
 from safeaccess.client.dpresult import DPResult
 
-if TYPE_CHECKING:
-    from safeaccess.client.results import StepResult
-
 Z95 = 1.959963984540054
+
+
+class StepResult(Protocol):
+    """What a plot reads of a step's result (`safeaccess.client.results.StepResult`): read
+    through this protocol so that the results module, which draws through this one, is not
+    imported back."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def output(self) -> dict[str, Any] | None: ...
+
+    def frame(self) -> Any: ...
 
 
 def _pyplot() -> Any:
@@ -56,7 +73,34 @@ def _table(result: StepResult, out: dict[str, Any], ax: Any) -> Any:
     return ax
 
 
+def _dp_means(result: StepResult, dp: DPResult, ax: Any) -> Any:
+    """A dp_mean: each variable's mean per group with ±1.96 delta-method standard errors (NaN, so
+    no bar, where the noisy count was not positive and no mean was released)."""
+    rows = dp.means()
+    names = list(dict.fromkeys(r["variable"] for r in rows))
+    width = 0.8 / max(1, len(dp.groups))
+    for g, labels in enumerate(dp.groups):
+        mine = rows[g * len(names) : (g + 1) * len(names)]
+        offset = (g - (len(dp.groups) - 1) / 2) * width
+        ax.bar(
+            [p + offset for p in range(len(names))],
+            [math.nan if r["mean"] is None else r["mean"] for r in mine],
+            width=width,
+            yerr=[math.nan if r["std_error"] is None else Z95 * r["std_error"] for r in mine],
+            capsize=2,
+            label=_label(labels) if labels else None,
+        )
+    ax.set_xticks(list(range(len(names))), names, rotation=45, ha="right")
+    ax.set_ylabel("mean")
+    if any(dp.groups):
+        ax.legend()
+    ax.set_title(f"step {result.index}: dp_mean (noisy means, ±95 % interval)")
+    return ax
+
+
 def _dp(result: StepResult, dp: DPResult, ax: Any) -> Any:
+    if dp.kind == "dp_mean":
+        return _dp_means(result, dp, ax)
     estimates, errors = dp.estimates(), dp.standard_errors()
     width = 0.8 / max(1, len(estimates))
     positions = range(len(dp.components))

@@ -18,6 +18,7 @@ from pydantic import (
     ValidationError,
 )
 
+from safeaccess.client.cards import card, rows
 from safeaccess.client.protocol import canonical
 from safeaccess.client.protocol._encoding import B64Bytes, TraceBytes
 from safeaccess.client.protocol.errors import (
@@ -107,8 +108,6 @@ class SealedSequence(BaseModel):
         return self.model_copy(update={"endorsements": (*self.endorsements, endorsement)})
 
     def _repr_html_(self) -> str:
-        from safeaccess.client.notebook import sealed_html
-
         return sealed_html(self)
 
     def to_json(self) -> str:
@@ -236,3 +235,21 @@ def endorse(
         return Endorsement(ca=ca, claims=claims, signature=signature)
     except ValidationError as exc:
         raise MalformedError(f"invalid endorsement: {exc.errors()[0]['msg']}") from None
+
+
+def sealed_html(sealed: SealedSequence) -> str:
+    """The sealed sequence's notebook card: who, what, when and the header's SHA-256 (drawn here
+    with `cards.py`'s helpers so that the protocol imports nothing above it)."""
+    fields = sealed.header_fields
+    pairs: list[tuple[str, object]] = [
+        ("researcher", fields.researcher),
+        ("project", fields.project),
+        ("dataset", fields.dataset),
+        ("server", fields.server),
+        ("steps", sealed.steps),
+        ("created", fields.created.isoformat()),
+        ("expires", fields.expires.isoformat()),
+        ("header SHA-256", hashlib.sha256(sealed.header).hexdigest()),
+        ("endorsements", ", ".join(e.ca for e in sealed.endorsements) or "none"),
+    ]
+    return card("sealed", "Sealed sequence", rows(pairs))

@@ -5,8 +5,10 @@ limit and setting via `budgets.plan_check`; a model's parameter limits), then th
 code as the sandbox (`safeaccess.sandbox.runner.run_request`) on the mock, the same mitigations
 and the same output rules of the dataset's rule set. Nothing touches the real records, nothing is
 logged, stored or charged, and everything in the answer is computable from the metadata and the
-request: the mock (`safeaccess.sandbox.mock.data`) is drawn from the metadata alone with a
-seed fixed by the dataset's name and version.
+request: the mock (`safeaccess.sandbox.mock.data`) is drawn from the metadata alone (with the
+coarse shares of missing values and zeros registration published) with a seed fixed by the
+dataset's name and version. The step itself is `safeaccess.sandbox.mock.rehearse_step`, the
+same code the offline rehearsal runs.
 
 What it does not rehearse, and says so: scripts (they always go to an output checker), DP answers
 and synthetic data (their protection is noise, and synthetic data's release a check against the

@@ -41,6 +41,13 @@ def coarse_share(count: int, total: int) -> Share:
     return int(min(100 - SHARE_STEP, max(SHARE_STEP, SHARE_STEP * round(percent / SHARE_STEP))))
 
 
+def coarse_level_share(count: int, total: int) -> Share:
+    """A declared level's share of the records, published: "some" under 5 % (an empty level
+    included, so that no one learns a level is empty), else as `coarse_share`."""
+    share = coarse_share(count, total)
+    return "some" if share == "none" else share
+
+
 class ColumnProfile(BaseModel):
     """Coarse facts of a column computed at registration and published with the version, so a
     rehearsal's mock has missing values and exact zeros where the data has them (a log of an
@@ -53,10 +60,15 @@ class ColumnProfile(BaseModel):
     zeros: Share | None = Field(
         default=None, description="Share of records exactly 0 (numeric columns only)."
     )
+    levels: list[Share] | None = Field(
+        default=None,
+        description="Share of records at each declared level, in the declared order "
+        "(categorical and ordinal columns with levels); 'some' includes none.",
+    )
 
     @model_validator(mode="after")
     def _coarse(self) -> ColumnProfile:
-        for share in (self.missing, self.zeros):
+        for share in (self.missing, self.zeros, *(self.levels or [])):
             if isinstance(share, int) and (share % SHARE_STEP or not SHARE_STEP <= share <= 100):
                 raise ValueError(
                     f"a published share is 'none', 'some' or a multiple of {SHARE_STEP} "
@@ -137,6 +149,12 @@ class Column(BaseModel):
                 raise ValueError(f"column {self.name}: lower bound exceeds upper bound")
         if self.scale is not None and self.scale[0] >= self.scale[1]:
             raise ValueError(f"column {self.name}: scale must be (low, high) with low < high")
+        shares = self.profile.levels if self.profile is not None else None
+        if shares is not None and len(shares) != len(self.levels or []):
+            raise ValueError(
+                f"column {self.name}: its profile has {len(shares)} level shares for "
+                f"{len(self.levels or [])} declared levels"
+            )
         if self.synth_bins is not None:
             edges = self.synth_bins
             if len(edges) < 2 or any(b <= a for a, b in itertools.pairwise(edges)):

@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 from safeaccess.client.metadata import (
     ColumnProfile,
     DatasetMetadata,
+    coarse_level_share,
     coarse_share,
     metadata_errors,
 )
@@ -173,6 +175,7 @@ class _ColumnFacts:
     missing: bool = False
     n_missing: int = 0  # for the published profile (`profile()`)
     n_zeros: int = 0
+    level_counts: Counter[str] = field(default_factory=Counter)
     unknown: set[str] = field(default_factory=set)
     non_numeric: bool = False
     fractional: bool = False
@@ -203,7 +206,9 @@ class MetadataCheck:
             facts.missing = facts.missing or len(values) < len(frame)
             facts.n_missing += len(frame) - len(values)
             if column.levels is not None:
-                facts.unknown |= {_level_key(v) for v in values.unique()}
+                keys = values.map(_level_key)
+                facts.unknown |= set(keys.unique())
+                facts.level_counts.update(keys.value_counts().to_dict())
             elif column.type in ("categorical", "ordinal"):
                 facts.free_text += sum(looks_like_free_text(v) for v in values.unique())
             if column.type == "date":
@@ -293,9 +298,18 @@ class MetadataCheck:
         for column in self.metadata.columns:
             facts = self.facts[column.name]
             numeric = column.type in ("integer", "continuous")
+            levels = (
+                [
+                    coarse_level_share(facts.level_counts[_level_key(v)], self.rows)
+                    for v in column.levels
+                ]
+                if column.levels is not None and column.type in ("categorical", "ordinal")
+                else None
+            )
             profile = ColumnProfile(
                 missing=coarse_share(facts.n_missing, self.rows),
                 zeros=coarse_share(facts.n_zeros, self.rows) if numeric else None,
+                levels=levels,
             )
             columns.append(column.model_copy(update={"profile": profile}))
         return self.metadata.model_copy(update={"columns": columns})

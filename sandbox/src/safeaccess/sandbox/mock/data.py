@@ -3,13 +3,14 @@
 Every value is drawn independently and uniformly from what the metadata declares: a categorical
 or ordinal column from its levels, a numeric column between its bounds (or on its scale), an
 identifier as a running number. So the mock has the real columns, types, levels and (up to a cap)
-row count, and nothing else: no relationship between columns, no skew, no small groups beyond
-chance. It is seeded by the dataset's name and version, so the same metadata gives the same mock.
+row count, and nothing else: no relationship between columns, no skew within a column. It is seeded by the dataset's name and version, so the same metadata gives the same mock.
 
 A column with a published profile (`ColumnProfile`, computed at registration) gets its share of
 missing values and, if numeric, of exact zeros: what decides whether `log(income)` fails or
-rows drop out of a fit. "some" (under 5 %) becomes `SOME_SHARE` of the rows, at least one. A
-column without a profile (a version registered before profiles) has neither, as before.
+rows drop out of a fit; a categorical or ordinal column draws its levels in their published
+shares, so a small group is small on the mock too. "some" (under 5 %) becomes `SOME_SHARE` of
+the rows, at least one. A column without a profile (a version registered before profiles) is
+drawn as before.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
-from safeaccess.client.metadata import Column, DatasetMetadata, Share
+from safeaccess.client.metadata import Column, ColumnProfile, DatasetMetadata, Share
 
 #: Most rows a mock has (the real row count above it): a rehearsal must stay cheap.
 MAX_MOCK_ROWS = 20_000
@@ -56,6 +57,12 @@ def _column(col: Column, n: int, rng: np.random.Generator) -> np.ndarray | pd.Se
         return pd.Series(pd.to_datetime([date.fromordinal(int(d)) for d in days]))
     if col.type in ("categorical", "ordinal"):
         levels = list(col.levels) if col.levels else list(UNDECLARED_LEVELS)
+        shares = col.profile.levels if col.profile is not None and col.levels else None
+        if shares:
+            # The published shares: a level under 5 % is a small group on the mock too.
+            weights = np.array([_fraction(share) for share in shares], dtype=float)
+            drawn = rng.choice(len(levels), n, p=weights / weights.sum())
+            return pd.Series(np.asarray(levels, dtype=object)[drawn])
         return pd.Series(np.asarray(levels, dtype=object)[rng.integers(0, len(levels), n)])
     low, high = col.bounds or (col.scale if col.scale is not None else UNBOUNDED_RANGE)
     if col.type == "integer":
@@ -63,17 +70,23 @@ def _column(col: Column, n: int, rng: np.random.Generator) -> np.ndarray | pd.Se
     return rng.uniform(float(low), float(high), n)
 
 
-def _count(share: Share | None, n: int) -> int:
-    """How many of `n` mock rows a published share stands for."""
+def _fraction(share: Share | None) -> float:
+    """The fraction of mock rows a published share stands for."""
     if share is None or share == "none":
-        return 0
-    fraction = SOME_SHARE if share == "some" else int(share) / 100
-    return min(n, max(1, round(fraction * n)))
+        return 0.0
+    return SOME_SHARE if share == "some" else int(share) / 100
 
 
-def _profiled(col: Column, values: np.ndarray | pd.Series, rng: np.random.Generator) -> pd.Series:
+def _count(share: Share | None, n: int) -> int:
+    """How many of `n` mock rows a published share stands for (at least one unless none)."""
+    fraction = _fraction(share)
+    return min(n, max(1, round(fraction * n))) if fraction else 0
+
+
+def _profiled(
+    col: Column, profile: ColumnProfile, values: np.ndarray | pd.Series, rng: np.random.Generator
+) -> pd.Series:
     """`values` with the column's published shares of exact zeros and missing values."""
-    assert col.profile is not None
     series = pd.Series(values)
     n = len(series)
     numeric = col.type in ("integer", "continuous")
@@ -83,8 +96,10 @@ def _profiled(col: Column, values: np.ndarray | pd.Series, rng: np.random.Genera
         high = series.max() if n else 0
         series = series.mask(series == 0, 1 if high >= 1 else -1 if low <= -1 else 0)
     order = rng.permutation(n)
-    missing = _count(col.profile.missing, n)
-    zeros = _count(col.profile.zeros, n - missing) if numeric and _zero_inside(col) else 0
+    missing = _count(profile.missing, n)
+    # Both shares are of all records (as registration counts them), on disjoint rows.
+    zeros = _count(profile.zeros, n) if numeric and _zero_inside(col) else 0
+    zeros = min(zeros, n - missing)
     if zeros:
         series.iloc[order[missing : missing + zeros]] = 0
     if missing:
@@ -114,8 +129,11 @@ def mock_frame(metadata: DatasetMetadata, rows: int, version: int = 1) -> pd.Dat
         if col.type == "text":
             continue
         values = _column(col, n, rng)
-        profiled = col.profile is not None and col.type != "identifier"
-        columns[col.name] = _profiled(col, values, rng) if profiled else values
+        columns[col.name] = (
+            _profiled(col, col.profile, values, rng)
+            if col.profile is not None and col.type != "identifier"
+            else values
+        )
     return pd.DataFrame(columns)
 
 
@@ -139,6 +157,8 @@ def mock_notes(metadata: DatasetMetadata, rows: int) -> list[str]:
             ]
             if said:
                 notes.append(f"{col.name}: the mock has the published " + " and ".join(said))
+            if col.profile.levels and col.levels:
+                notes.append(f"{col.name}: the mock draws its levels in the published shares")
     return notes
 
 

@@ -206,9 +206,11 @@ class MetadataCheck:
             facts.missing = facts.missing or len(values) < len(frame)
             facts.n_missing += len(frame) - len(values)
             if column.levels is not None:
-                keys = values.map(_level_key)
-                facts.unknown |= set(keys.unique())
-                facts.level_counts.update(keys.value_counts().to_dict())
+                # Counted on the distinct values, each turned into its key once.
+                for value, count in values.value_counts(sort=False).items():
+                    key = _level_key(value)
+                    facts.unknown.add(key)
+                    facts.level_counts[key] += int(count)
             elif column.type in ("categorical", "ordinal"):
                 facts.free_text += sum(looks_like_free_text(v) for v in values.unique())
             if column.type == "date":

@@ -27,6 +27,7 @@ import yaml
 from pydantic import ValidationError
 
 from safeaccess.client.metadata import (
+    HIDDEN_TYPES,
     ColumnProfile,
     DatasetMetadata,
     coarse_level_share,
@@ -298,6 +299,11 @@ class MetadataCheck:
         (docs/server.md says why that is safe to publish). A declared profile is replaced."""
         columns = []
         for column in self.metadata.columns:
+            if column.type in HIDDEN_TYPES:
+                # No analysis sees identifiers or free text, so the mock needs nothing of them:
+                # publish nothing.
+                columns.append(column.model_copy(update={"profile": None}))
+                continue
             facts = self.facts[column.name]
             numeric = column.type in ("integer", "continuous")
             levels = (

@@ -22,9 +22,9 @@ from safeaccess.client.analyses import DP_KINDS, Analysis, parse_analysis
 from safeaccess.client.dpquery import layout
 from safeaccess.rules.outputs import MembershipFacts
 from safeaccess.rules.ruleset import DEFAULT_RULESET
+from safeaccess.sandbox.release import mitigate_output
 from safeaccess.sandbox.runner import execute
 from safeaccess.sandbox.runner.compute import model_attacks
-from safeaccess.server.steps.pipeline import mitigate_output
 
 META = metadata("survey")
 FRAME = make_frame(400, seed=7).drop(columns=["person_id"])

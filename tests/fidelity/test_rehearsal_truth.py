@@ -6,18 +6,29 @@ card never puts "passed every check" beside a withhold."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 from fidelity_data import make_frame, metadata
 
-from safeaccess.client.analyses import Survival
+from safeaccess.client.analyses import Survival, parse_analysis
+from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.notebook import rehearsal_html
 from safeaccess.client.rehearsal import Rehearsal
-from safeaccess.rules.ruleset import DEFAULT_RULESET
+from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet
 from safeaccess.sandbox.mock.data import mock_frame
+from safeaccess.sandbox.mock.rehearse_step import rehearse_step
 from safeaccess.sandbox.runner import execute
-from safeaccess.server.steps.rehearsal import _step
+from safeaccess.server.schemas import RehearsalStep
 
 META = metadata("survey")
+
+
+def _step(
+    index: int, body: dict[str, Any], meta: DatasetMetadata, mock: pd.DataFrame, rs: RuleSet
+) -> RehearsalStep:
+    """The centre's rehearsal of one analysis (the step code both rehearsals share)."""
+    return RehearsalStep.model_validate(rehearse_step(index, parse_analysis(body), meta, mock, rs))
 
 
 def test_a_categorical_event_column_is_numeric_however_it_is_stored() -> None:

@@ -21,6 +21,61 @@ COLUMN_TYPES: tuple[str, ...] = get_args(ColumnType)
 #: and free text (names, addresses, notes), which the sandbox's copy of the data leaves out.
 HIDDEN_TYPES = ("identifier", "text")
 
+#: A coarse share of a column's records: "none", "some" (more than none, under 5 %), or a
+#: percentage rounded to a multiple of 5 (see `coarse_share` and docs/server.md).
+Share = Literal["none", "some"] | int
+#: The step of the published percentages.
+SHARE_STEP = 5
+
+
+def coarse_share(count: int, total: int) -> Share:
+    """`count` of `total` records as a published share: "none", "some" (under 5 %), else the
+    percentage rounded to a multiple of 5, never 0 and never 100 unless every record is."""
+    if count <= 0 or total <= 0:
+        return "none"
+    if count >= total:
+        return 100
+    percent = 100.0 * count / total
+    if percent < SHARE_STEP:
+        return "some"
+    return int(min(100 - SHARE_STEP, max(SHARE_STEP, SHARE_STEP * round(percent / SHARE_STEP))))
+
+
+def coarse_level_share(count: int, total: int) -> Share:
+    """A declared level's share of the records, published: "some" under 5 % (an empty level
+    included, so that no one learns a level is empty), else as `coarse_share`."""
+    share = coarse_share(count, total)
+    return "some" if share == "none" else share
+
+
+class ColumnProfile(BaseModel):
+    """Coarse facts of a column computed at registration and published with the version, so a
+    rehearsal's mock has missing values and exact zeros where the data has them (a log of an
+    income with zeros fails on both). Absent on versions registered before it existed: the
+    mock then has neither."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    missing: Share = Field(default="none", description="Share of records with no value.")
+    zeros: Share | None = Field(
+        default=None, description="Share of records exactly 0 (numeric columns only)."
+    )
+    levels: list[Share] | None = Field(
+        default=None,
+        description="Share of records at each declared level, in the declared order "
+        "(categorical and ordinal columns with levels); 'some' includes none.",
+    )
+
+    @model_validator(mode="after")
+    def _coarse(self) -> ColumnProfile:
+        for share in (self.missing, self.zeros, *(self.levels or [])):
+            if isinstance(share, int) and (share % SHARE_STEP or not SHARE_STEP <= share <= 100):
+                raise ValueError(
+                    f"a published share is 'none', 'some' or a multiple of {SHARE_STEP} "
+                    f"from {SHARE_STEP} to 100, not {share}"
+                )
+        return self
+
 
 class Column(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,6 +117,11 @@ class Column(BaseModel):
         default=None,
         description="Default bin edges of a numeric column in synthetic data (inside bounds).",
     )
+    profile: ColumnProfile | None = Field(
+        default=None,
+        description="Coarse shares of missing values and exact zeros, computed by the server "
+        "at registration (a declared one is replaced); absent on older versions.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Column:
@@ -89,6 +149,12 @@ class Column(BaseModel):
                 raise ValueError(f"column {self.name}: lower bound exceeds upper bound")
         if self.scale is not None and self.scale[0] >= self.scale[1]:
             raise ValueError(f"column {self.name}: scale must be (low, high) with low < high")
+        shares = self.profile.levels if self.profile is not None else None
+        if shares is not None and len(shares) != len(self.levels or []):
+            raise ValueError(
+                f"column {self.name}: its profile has {len(shares)} level shares for "
+                f"{len(self.levels or [])} declared levels"
+            )
         if self.synth_bins is not None:
             edges = self.synth_bins
             if len(edges) < 2 or any(b <= a for a, b in itertools.pairwise(edges)):

@@ -663,8 +663,9 @@ class Plan:
         logged or charged). Prints, per analysis, what is refused by the analysis alone and
         what the rules said on the mock, unless `show=False`; returns the report.
 
-        A mock predicts nothing about the real verdicts: its values are drawn uniformly within
-        the declared levels and bounds. `session` defaults to the one that made the plan.
+        A mock predicts nothing about the real verdicts: its values are drawn independently
+        within the declared levels and bounds, in the published coarse shares of missing
+        values, exact zeros and levels. `session` defaults to the one that made the plan.
 
         Given a published DP mock instead (the DataFrame of `session.mock(name)`), the plan
         runs here, with the runner's own compute code (needs `safeaccess-sandbox` installed;

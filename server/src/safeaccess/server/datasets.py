@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,14 @@ import pyarrow.parquet as pq
 import yaml
 from pydantic import ValidationError
 
-from safeaccess.client.metadata import DatasetMetadata, metadata_errors
+from safeaccess.client.metadata import (
+    HIDDEN_TYPES,
+    ColumnProfile,
+    DatasetMetadata,
+    coarse_level_share,
+    coarse_share,
+    metadata_errors,
+)
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSet, RuleSetError, load_ruleset
 from safeaccess.sandbox.codes import codes_dir, sha256_file, write_codes
 from safeaccess.server.config import DataDir, QssSettings, TimingConfig
@@ -166,6 +174,9 @@ class _ColumnFacts:
     not_dates: int = 0  # values of a date column that are not 'YYYY-MM-DD' dates
     out_of_dates: bool = False  # dates outside the declared date_bounds
     missing: bool = False
+    n_missing: int = 0  # for the published profile (`profile()`)
+    n_zeros: int = 0
+    level_counts: Counter[str] = field(default_factory=Counter)
     unknown: set[str] = field(default_factory=set)
     non_numeric: bool = False
     fractional: bool = False
@@ -181,19 +192,26 @@ class MetadataCheck:
         self.metadata = metadata
         self.columns: list[str] | None = None
         self.facts = {c.name: _ColumnFacts() for c in metadata.columns}
+        self.rows = 0
 
     def add(self, frame: pd.DataFrame) -> None:
         """Take in the next rows (every batch has the same columns)."""
         if self.columns is None:
             self.columns = [str(n) for n in frame.columns]
+        self.rows += len(frame)
         for column in self.metadata.columns:
             if column.name not in frame.columns:
                 continue
             facts = self.facts[column.name]
             values = frame[column.name].dropna()
             facts.missing = facts.missing or len(values) < len(frame)
+            facts.n_missing += len(frame) - len(values)
             if column.levels is not None:
-                facts.unknown |= {_level_key(v) for v in values.unique()}
+                # Counted on the distinct values, each turned into its key once.
+                for value, count in values.value_counts(sort=False).items():
+                    key = _level_key(value)
+                    facts.unknown.add(key)
+                    facts.level_counts[key] += int(count)
             elif column.type in ("categorical", "ordinal"):
                 facts.free_text += sum(looks_like_free_text(v) for v in values.unique())
             if column.type == "date":
@@ -211,6 +229,8 @@ class MetadataCheck:
                 continue
             if not len(values):
                 continue
+            if column.type in ("integer", "continuous"):
+                facts.n_zeros += int((values == 0).sum())
             if column.type == "integer" and not (values % 1 == 0).all():
                 facts.fractional = True
             if column.bounds is not None:
@@ -273,6 +293,35 @@ class MetadataCheck:
                     )
         return problems
 
+    def profiled(self) -> DatasetMetadata:
+        """The metadata with each column's published profile (`ColumnProfile`): the shares of
+        missing values and, of a numeric column, of exact zeros, coarsened by `coarse_share`
+        (docs/server.md says why that is safe to publish). A declared profile is replaced."""
+        columns = []
+        for column in self.metadata.columns:
+            if column.type in HIDDEN_TYPES:
+                # No analysis sees identifiers or free text, so the mock needs nothing of them:
+                # publish nothing.
+                columns.append(column.model_copy(update={"profile": None}))
+                continue
+            facts = self.facts[column.name]
+            numeric = column.type in ("integer", "continuous")
+            levels = (
+                [
+                    coarse_level_share(facts.level_counts[_level_key(v)], self.rows)
+                    for v in column.levels
+                ]
+                if column.levels is not None and column.type in ("categorical", "ordinal")
+                else None
+            )
+            profile = ColumnProfile(
+                missing=coarse_share(facts.n_missing, self.rows),
+                zeros=coarse_share(facts.n_zeros, self.rows) if numeric else None,
+                levels=levels,
+            )
+            columns.append(column.model_copy(update={"profile": profile}))
+        return self.metadata.model_copy(update={"columns": columns})
+
 
 def _dates(values: pd.Series) -> pd.Series:
     """The values of a date column as dates (NaT where one is not a 'YYYY-MM-DD' date)."""
@@ -308,8 +357,10 @@ class _FrameRows:
         self.frame = frame
         self.count = len(frame)
 
-    def problems(self, metadata: DatasetMetadata) -> list[str]:
-        return check_against_metadata(self.frame, metadata)
+    def check(self, metadata: DatasetMetadata) -> MetadataCheck:
+        check = MetadataCheck(metadata)
+        check.add(self.frame)
+        return check
 
     def key_frame(self, metadata: DatasetMetadata) -> pd.DataFrame:
         return self.frame
@@ -344,12 +395,12 @@ class _ParquetRows:
     def _column(self, name: str) -> pd.Series:
         return pq.read_table(self.source, columns=[name]).column(name).to_pandas()
 
-    def problems(self, metadata: DatasetMetadata) -> list[str]:
+    def check(self, metadata: DatasetMetadata) -> MetadataCheck:
         check = MetadataCheck(metadata)
         check.add(self.file.schema_arrow.empty_table().to_pandas())
         for table in self._batches():
             check.add(table.to_pandas())
-        return check.problems()
+        return check
 
     def key_frame(self, metadata: DatasetMetadata) -> pd.DataFrame:
         key = metadata.record_key
@@ -419,9 +470,12 @@ def register_dataset(
         raise InvalidRequest(
             f"project {project!r} does not exist; add it with 'safeaccess-server project add'"
         )
-    problems = rows.problems(metadata)
+    checked = rows.check(metadata)
+    problems = checked.problems()
     if problems:
         raise InvalidRequest("the data does not match its metadata: " + "; ".join(problems))
+    # Published with the version for the rehearsal's mock (docs/server.md, "Column profiles").
+    metadata = checked.profiled()
     if rules_file is not None:
         try:
             load_ruleset(rules_file, base=DEFAULT_RULESET)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, DPMean, DPMeanTest
+from safeaccess.client.analyses import DP_KINDS, DPMean, DPMeanTest
 from safeaccess.client.dpquery import (
     DPQuery,
     Layout,
@@ -56,6 +56,7 @@ from safeaccess.rules.outputs import (
     DPStatisticOutput,
     public,
 )
+from safeaccess.sandbox.dp_refusal import dp_refusal
 from safeaccess.server.config import DPConfig
 from safeaccess.server.outcome import DPCharge, DPLedgerState, StepOutcome
 from safeaccess.server.schemas import Reason
@@ -103,19 +104,13 @@ def config_hash(config: DPConfig) -> str:
 
 def refusal(kind: str, config: DPConfig | None, dataset: str) -> tuple[str, str] | None:
     """(error code, message) when this kind may not run on this dataset, else None."""
-    if (kind in DP_KINDS or kind in SYNTH_KINDS) and config is None:
-        return (
-            "dp_not_enabled",
-            f"dataset {dataset!r} does not answer differentially private kinds ({kind}); its "
-            "controller has not enabled DP on it. Use the rule-checked kinds instead.",
-        )
-    if kind not in DP_KINDS | SYNTH_KINDS and config is not None and config.mandatory:
-        return (
-            "dp_required",
-            f"dataset {dataset!r} answers only differentially private kinds "
-            f"({', '.join(sorted(DP_KINDS | SYNTH_KINDS))}); {kind} is refused on it.",
-        )
-    return None
+    # One implementation with the offline rehearsal's (`safeaccess.sandbox.dp_refusal`).
+    return dp_refusal(
+        kind,
+        dataset,
+        enabled=config is not None,
+        mandatory=config is not None and config.mandatory,
+    )
 
 
 def _ledger(context: DPContext) -> GaussianLedger:

@@ -21,25 +21,14 @@ from typing import Any
 
 import pandas as pd
 
-from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, Analysis, ModelTraining
+from safeaccess.client.analyses import Analysis
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
-from safeaccess.rules.checks.models import param_problems
-from safeaccess.rules.checks.models import release_view as model_release_view
-from safeaccess.rules.engine import check
-from safeaccess.rules.mitigation import mitigate
-from safeaccess.rules.outputs import ModelOutput, Output
 from safeaccess.rules.ruleset import RuleSet
-from safeaccess.sandbox.backend import RunnerRequest
-from safeaccess.sandbox.failures import DECIDABLE_RUNNER_CODES
+from safeaccess.sandbox.dp_refusal import dp_refusal
 from safeaccess.sandbox.mock.data import mock_frame, mock_notes, mock_rows
-from safeaccess.sandbox.runner import run_request
+from safeaccess.sandbox.mock.rehearse_step import DISCLAIMER, refused_step, rehearse_step
 
-DISCLAIMER = (
-    "A rehearsal on a mock predicts nothing about the real verdicts: the mock has the declared "
-    "columns, levels, bounds and row count but values drawn uniformly and independently, so "
-    "real cells, groups and fits differ. Only what is refused by the analysis alone is certain."
-)
 DP_MOCK_DISCLAIMER = (
     "A rehearsal on a mock predicts nothing about the real verdicts: the published DP mock is "
     "synthetic data with noise added, so real cells, groups and fits differ. Only what is "
@@ -50,84 +39,6 @@ OFFLINE_NOTE = (
     "cached at the last connection. DP requests are checked against your DP budget only when "
     "you seal."
 )
-
-
-def dp_refusal(kind: str, dp: dict[str, Any] | None, dataset: str) -> str | None:
-    """What the dataset's DP setting refuses whatever the data (as the centre says it)."""
-    if (kind in DP_KINDS or kind in SYNTH_KINDS) and dp is None:
-        return (
-            f"dataset {dataset!r} does not answer differentially private kinds ({kind}); its "
-            "controller has not enabled DP on it. Use the rule-checked kinds instead."
-        )
-    if kind not in DP_KINDS | SYNTH_KINDS and dp is not None and dp.get("mandatory"):
-        return (
-            f"dataset {dataset!r} answers only differentially private kinds "
-            f"({', '.join(sorted(DP_KINDS | SYNTH_KINDS))}); {kind} is refused on it."
-        )
-    return None
-
-
-def _mitigated(output: Output, analysis: Analysis, rs: RuleSet) -> Output:
-    """The output as it would be released: mitigations asked for, a model's release view."""
-    if isinstance(output, ModelOutput):
-        return model_release_view(output, rs)
-    mitigations = getattr(analysis, "mitigations", None)
-    if mitigations is None or (mitigations.round_to is None and not mitigations.suppress):
-        return output
-    result: Output = mitigate(
-        output, rs, round_to=mitigations.round_to, suppress=mitigations.suppress
-    )
-    return result
-
-
-def _step(
-    index: int,
-    analysis: Analysis,
-    metadata: DatasetMetadata,
-    frame: pd.DataFrame,
-    rs: RuleSet,
-) -> dict[str, Any]:
-    kind = analysis.kind
-    step: dict[str, Any] = {"index": index, "kind": kind, "refused": [], "checks": []}
-    if isinstance(analysis, ModelTraining):
-        broken = param_problems(
-            analysis.family, analysis.params.model_dump(), len(analysis.features), rs
-        )
-        if broken:
-            return {**step, "refused": list(broken), "mock_verdict": "failed"}
-    if kind == "script":
-        note = "a script is not run on the mock; its output always goes to an output checker"
-        return {**step, "mock_verdict": "not_rehearsed", "note": note}
-    if kind in DP_KINDS:
-        note = (
-            "a DP answer is protected by its noise, not by output rules; only its budget is "
-            "checked before sealing"
-        )
-        return {**step, "mock_verdict": "not_rehearsed", "note": note}
-    request = RunnerRequest(
-        analysis=analysis.model_dump(mode="json"),
-        metadata=metadata.model_dump(mode="json"),
-        dataset_path="mock",
-    )
-    response = run_request(request, frame)
-    if not response.ok or response.output is None:
-        error = response.error
-        code = error.code if error is not None else "analysis_failed"
-        message = error.message if error is not None else "no output"
-        if code not in DECIDABLE_RUNNER_CODES:
-            note = (
-                f"on the mock the computation failed ({code}: {message}); on real data such a "
-                "failure is a withhold"
-            )
-            return {**step, "mock_verdict": "withhold", "note": note}
-        return {**step, "refused": [message], "mock_verdict": "failed"}
-    decision = check(_mitigated(response.output, analysis, rs), rs)
-    checks = [
-        {"check": f.check, "verdict": f.verdict, "item": f.item, "message": f.message}
-        for f in decision.findings
-        if f.verdict != "release"
-    ]
-    return {**step, "mock_verdict": decision.verdict, "checks": checks}
 
 
 def rehearse_offline(
@@ -165,29 +76,19 @@ def rehearse_offline(
         try:
             validate(analysis, metadata)
         except AnalysisInvalid as exc:
-            steps.append(
-                {
-                    "index": index,
-                    "kind": analysis.kind,
-                    "refused": [str(exc)],
-                    "mock_verdict": "failed",
-                    "checks": [],
-                }
-            )
+            steps.append(refused_step(index, analysis.kind, str(exc)))
             continue
-        refused = dp_refusal(analysis.kind, entry.get("dp"), metadata.name)
+        dp = entry.get("dp")
+        refused = dp_refusal(
+            analysis.kind,
+            metadata.name,
+            enabled=dp is not None,
+            mandatory=bool(dp is not None and dp.get("mandatory")),
+        )
         if refused is not None:
-            steps.append(
-                {
-                    "index": index,
-                    "kind": analysis.kind,
-                    "refused": [refused],
-                    "mock_verdict": "failed",
-                    "checks": [],
-                }
-            )
+            steps.append(refused_step(index, analysis.kind, refused[1]))
             continue
-        steps.append(_step(index, analysis, metadata, frame, rs))
+        steps.append(rehearse_step(index, analysis, metadata, frame, rs))
     return {
         "dataset": metadata.name,
         "version": metadata.version,
@@ -202,4 +103,4 @@ def rehearse_offline(
     }
 
 
-__all__ = ["OFFLINE_NOTE", "dp_refusal", "rehearse_offline"]
+__all__ = ["OFFLINE_NOTE", "rehearse_offline"]

@@ -26,16 +26,12 @@ from safeaccess.client.dpquery import DP_QUERY_TYPES
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.rules.checks.models import param_problems as model_param_problems
-from safeaccess.rules.checks.models import release_view as model_release_view
-from safeaccess.rules.checks.regression import regression_release_view
 from safeaccess.rules.decision import Decision
 from safeaccess.rules.engine import check
-from safeaccess.rules.mitigation import MitigationError, mitigate
+from safeaccess.rules.mitigation import MitigationError
 from safeaccess.rules.outputs import (
     DPStatisticOutput,
-    ModelOutput,
     Output,
-    RegressionOutput,
     SynthTablesOutput,
     public,
 )
@@ -50,6 +46,7 @@ from safeaccess.sandbox.backend import (
     RunResult,
     SandboxError,
 )
+from safeaccess.sandbox.release import mitigate_output
 from safeaccess.server import dp as dp_release
 from safeaccess.server import metrics
 from safeaccess.server.digests import json_hash
@@ -88,21 +85,6 @@ def lost_outcome(kind: str, ruleset: RuleSet, attempts: int) -> StepOutcome:
         kind,
         ruleset,
     )
-
-
-def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
-    """The output as it would be released: mitigations asked for, a model's release view."""
-    if isinstance(output, ModelOutput):
-        return model_release_view(output, ruleset)
-    if isinstance(output, RegressionOutput):
-        return regression_release_view(output, ruleset)
-    mitigations = getattr(analysis, "mitigations", None)
-    if mitigations is None or (mitigations.round_to is None and not mitigations.suppress):
-        return output
-    result: Output = mitigate(
-        output, ruleset, round_to=mitigations.round_to, suppress=mitigations.suppress
-    )
-    return result
 
 
 # The query-set audit: given the checked output and its decision, the final decision (withhold

@@ -45,7 +45,11 @@ def test_serve_freezes_before_it_serves(
     import uvicorn
 
     seen: list[int] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.append(gc.get_freeze_count()))
+    # serve runs a uvicorn.Server of its own (stopping admissions on SIGTERM): its run, not
+    # a real server, records the freeze count at the moment serving would begin
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda self, sockets=None: seen.append(gc.get_freeze_count())
+    )
     root = tmp_path / "data"
     initialise(root, server_id="heap")
     gc.unfreeze()

@@ -126,41 +126,6 @@ def _fit_stats_of(family: str, result: Any) -> dict[str, float | None]:
     return stats
 
 
-def _image(expr: Any, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The interval a transform of a column takes, per record, when the column lies in
-    [low, high]: exact, since each allowed transform is continuous (the image of an interval
-    is an interval, and composing images is composing the transforms' images). Values outside
-    a transform's domain cannot occur in the records used (the design refuses them), so the
-    ends are clamped to the domain first."""
-    from safeaccess.client.grammar import Call, Power
-
-    if isinstance(expr, Call):
-        lo, hi = _image(expr.arg, low, high)
-        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            if expr.func == "log":
-                return np.log(np.maximum(lo, 0.0)), np.log(np.maximum(hi, 0.0))
-            if expr.func == "log1p":
-                return np.log1p(np.maximum(lo, -1.0)), np.log1p(np.maximum(hi, -1.0))
-            if expr.func == "exp":
-                return np.exp(lo), np.exp(hi)
-            if expr.func == "sqrt":
-                return np.sqrt(np.maximum(lo, 0.0)), np.sqrt(np.maximum(hi, 0.0))
-            return _abs_image(lo, hi)
-    if isinstance(expr, Power):
-        lo, hi = _image(expr.base, low, high)
-        if expr.exponent % 2 == 0:
-            lo, hi = _abs_image(lo, hi)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return lo**expr.exponent, hi**expr.exponent
-    return low, high
-
-
-def _abs_image(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    crosses = (lo < 0) & (hi > 0)
-    low = np.where(crosses, 0.0, np.minimum(np.abs(lo), np.abs(hi)))
-    return low, np.maximum(np.abs(lo), np.abs(hi))
-
-
 def outcome_facts(
     design: Any,
     y: np.ndarray,
@@ -174,27 +139,26 @@ def outcome_facts(
     standard errors give X'WX), OLS also its sum of squares (R^2 with the residual spread): a
     summary's count, mean and sd in another form, so the rules check them as one (filters on
     the outcome are bounds, spread concentration, dominance, reconstruction on small scales).
-    A transformed outcome (`log(income) ~ ...`) gets the filter's bounds on its column carried
-    through the transform, and no scale."""
-    from safeaccess.client.grammar import Var, factor_column
+    A transformed outcome (`log(income) ~ ...`) has no declared scale and no filter bounds."""
+    from safeaccess.client.grammar import Var
 
     response = design.formula.response
     rows = np.asarray(design.rows, dtype=np.int64)
-    column = factor_column(response)
-    plain = isinstance(response, Var)
+    plain = isinstance(response, Var) and response.name in frame.columns
+    name = response.name if plain else None
     bounds = None
-    if column in frame.columns:
-        found = record_bounds(where, frame, column, summary_compute._declared(column, metadata))
+    if name is not None:
+        found = record_bounds(where, frame, name, summary_compute._declared(name, metadata))
         if found is not None:
-            bounds = _image(response, found[0][rows], found[1][rows])
+            bounds = (found[0][rows], found[1][rows])
     unit = metadata.contributor_column
     units = frame[unit].to_numpy()[rows] if unit is not None and unit in frame.columns else None
     return summary_compute._facts(
         np.asarray(y, dtype=np.float64),
-        summary_compute._scale(column, metadata) if plain else None,
+        None if name is None else summary_compute._scale(name, metadata),
         units,
         bounds,
-        plain and summary_compute._is_integer(column, metadata),
+        name is not None and summary_compute._is_integer(name, metadata),
     )
 
 

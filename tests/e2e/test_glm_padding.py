@@ -34,10 +34,10 @@ from safeaccess.client.analyses import Regression
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.rules.checks import regression as regression_checks
+from safeaccess.sandbox import release
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.steps import pipeline
 from safeaccess.server.store import Store
 
 N = 400
@@ -107,7 +107,7 @@ def unguard(monkeypatch: pytest.MonkeyPatch) -> None:
     """The centre before this issue: no summary rules on a model's outcome, every fit statistic
     released."""
     monkeypatch.setattr(regression_checks, "outcome_findings", lambda *a, **k: [])
-    monkeypatch.setattr(pipeline, "regression_release_view", lambda output, rs: output)
+    monkeypatch.setattr(release, "regression_release_view", lambda output, rs: output)
 
 
 def target_from(output: dict) -> float | None:

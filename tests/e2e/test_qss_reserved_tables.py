@@ -13,6 +13,7 @@ tables stay released.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,9 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.datasets import register_dataset
+from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.service import Service
 from safeaccess.server.steps import flow
 from safeaccess.server.store import Store
 
@@ -32,6 +35,17 @@ N = 2000
 REGIONS = ["North", "South", "East", "West"]
 ETHNICITIES = ["E1", "E2", "E3", "E4", "E5"]
 CELL = "region == 'West' and ethnicity == 'E5'"
+
+
+@pytest.fixture(scope="module")
+def server(centre: Centre) -> Iterator[tuple[Service, EmbeddedServer]]:
+    """The module's server, on a centre that turned the reservation on (`config.yaml`)."""
+    data = DataDir(centre.root)
+    config = data.load_config()
+    data.save_config(config.model_copy(update={"reserve_standard_tables": True}))
+    service = Service(centre.root)
+    with service, EmbeddedServer(create_app(service)) as srv:
+        yield service, srv
 
 
 def people() -> pd.DataFrame:

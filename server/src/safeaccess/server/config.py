@@ -161,6 +161,15 @@ class ServerConfig(BaseModel):
     )
     queue: QueueConfig = Field(default_factory=QueueConfig)
     timing: TimingConfig = Field(default_factory=TimingConfig)
+    reserve_standard_tables: bool = Field(
+        default=False,
+        description="Admit each declared categorical column's one- and two-way tables into "
+        "every new query-set scope right after its population (docs/qss.md, 'Standard tables "
+        "reserved'): a colleague's standard table is then never refused because of another "
+        "researcher's release, at the cost of refusing from the start the suppressed tables "
+        "whose small cells the margins would reveal (most two-way tables of a few thousand "
+        "records). Off by default until that cost is measured on each centre's data.",
+    )
 
     @model_validator(mode="after")
     def _queue_needs_postgresql(self) -> ServerConfig:

@@ -253,8 +253,13 @@ class Flow:
             if population is None:
                 row = self.store.get_dataset(dataset_id)
                 # the standard tables each scope reserves right after the population
-                # (`qss/reserved.py`), computed once per version and process
-                reserved = read_reserved(self.data.root / row.path, self._metadata(row))
+                # (`qss/reserved.py`, where the centre turned it on), computed once per
+                # version and process
+                reserved = (
+                    read_reserved(self.data.root / row.path, self._metadata(row))
+                    if self.config.reserve_standard_tables
+                    else []
+                )
                 population = Population.of(row.version, self._record_ids(row), reserved)
                 with self._locks_guard:
                     self._population_of[dataset_id] = population

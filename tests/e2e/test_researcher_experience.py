@@ -268,7 +268,10 @@ def test_a_date_column_is_stored_as_dates_and_filters_by_day(
             plan.frequency_table("admitted")
         plan.frequency_table("sex", where=where).script("result = str(df['admitted'].dtype)")
         rehearsed = plan.rehearse(show=False)  # the mock draws days within date_bounds
-        assert rehearsed.steps[0].mock_verdict == "release" and not rehearsed.notes
+        assert rehearsed.steps[0].mock_verdict == "release"
+        # the mock drew the date column without a word about it (the column profiles add
+        # notes of their own about the levels)
+        assert not [n for n in rehearsed.notes if "admitted" in n], rehearsed.notes
         results = session.run(session.seal(plan))
         assert results[0].status == "released", results[0].reasons
         _release_script(service, results[1].sequence_id, 2)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,10 @@ def private_dir(path: Path) -> Path:
 def write_private(path: Path, data: bytes) -> None:
     """Write `data` to `path` with mode 0600, atomically (a temporary file renamed over it)."""
     private_dir(path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(temporary, flags, 0o600)
+    # mkstemp: a name of its own per call (0600, O_EXCL), so two threads or processes of one
+    # user writing the same file never share a temporary one (a name from the pid alone did)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    temporary = Path(name)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)

@@ -314,7 +314,6 @@ def test_no_sql_outside_the_store() -> None:
 #: says which one.
 MOVED_SQL = (
     "safeaccess.server.admin.accounts",
-    "safeaccess.server.audit.log",
     "safeaccess.server.config",
     "safeaccess.server.steps.claims",
     "safeaccess.server.admin.cli",
@@ -366,10 +365,7 @@ SQLALCHEMY_OUTSIDE_THE_STORE = frozenset(
 )
 #: Modules whose SQLAlchemy imports moved into the store (the audit log and its frontier are
 #: `store/auditlog.py` and `store/frontier.py`, the database URL check `store/urls.py`).
-MOVED_SQLALCHEMY = (
-    "safeaccess.server.audit.log",
-    "safeaccess.server.config",
-)
+MOVED_SQLALCHEMY = ("safeaccess.server.config",)
 
 
 def test_sqlalchemy_is_imported_only_in_the_store() -> None:

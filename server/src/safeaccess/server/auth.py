@@ -46,12 +46,6 @@ AUTHENTICATION_FAILED = (
 )
 
 
-def check_rate(limiter: FailureLimiter, key: str | None, address: str | None, who: str) -> None:
-    """Refuse (429) a key id or client address past its limit of authentication failures,
-    before its signature is checked."""
-    refuse_past_limit(limiter.retry_after(key, address), key, address, who)
-
-
 def refuse_past_limit(
     wait: float | None,
     key: str | None,
@@ -161,10 +155,6 @@ class Authenticator:
             return None if registered is None else self._loaded(name, *registered)
 
         return wait, key
-
-    def check_rate(self, key: str | None, address: str | None) -> None:
-        """Refuse (429) a key id (already namespaced) or address past its limit of failures."""
-        check_rate(self.limiter, key, address, self.kind)
 
     def _remember_nonce(self, keyid: str, nonce: str, expires: int) -> bool:
         return self.store.remember_nonce(self._prefix + keyid, nonce, expires)

@@ -53,19 +53,11 @@ def sandbox_mode(backend: Backend) -> str:
 
 
 def announce_sandbox(backend: Backend, role: str) -> None:
-    """Log the sandbox mode at start; the slow fallback loudly."""
+    """Log the sandbox mode at start and set its gauge. A slow fallback is the backend's own
+    WARNING (`SANDBOX FALLBACK: ...`, with the kernel's reason), logged once where it is found."""
     mode = sandbox_mode(backend)
     metrics.SANDBOX_MODE.labels(backend=backend.name, mode=mode).set(1)
     log.info("%s: sandbox %s, mode %s", role, backend.name, mode)
-    if backend.name == "process" and mode != "forkserver":
-        log.warning(
-            "%s: SLOW SANDBOX: the process backend runs in %r mode, not the fork server "
-            "(%s): each step starts a sandbox of its own, several times slower "
-            "(docs/sandbox.md)",
-            role,
-            mode,
-            getattr(backend, "mode_reason", "reason unknown"),
-        )
 
 
 class Checked(Protocol):

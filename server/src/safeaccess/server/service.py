@@ -28,7 +28,7 @@ from safeaccess.server.auditors import (
     log_configuration,
 )
 from safeaccess.server.auth import AUTHENTICATION_FAILED as AUTHENTICATION_FAILED
-from safeaccess.server.auth import Authenticator, check_rate
+from safeaccess.server.auth import Authenticator
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.errors import ConfigError, NotFound, Unavailable
@@ -228,11 +228,6 @@ class Service:
         self.researchers.limiter = limiter
         if hasattr(self, "audit"):
             self.audit.auth_limiter = limiter
-
-    def check_rate(self, key: str | None, address: str | None, who: str) -> None:
-        """Refuse (429) a key id or client address past its limit of authentication failures,
-        before its signature is checked."""
-        check_rate(self.auth_limiter, key, address, who)
 
     def authenticate_key(
         self,

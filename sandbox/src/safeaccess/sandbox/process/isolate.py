@@ -38,6 +38,7 @@ from safeaccess.sandbox.process.template_privileges import (
     JOB_UID_FIRST,
     TEMPLATE_UID,
     enter_own_user_namespace,
+    map_one_id,
     set_capabilities,
 )
 
@@ -240,15 +241,7 @@ def _own_user_namespace(uid: int) -> None:
     of its ancestors at its creator's RLIMIT_NPROC, which must stay the template's."""
     outer_uid, outer_gid = os.getuid(), os.getgid()
     _check(_libc.unshare(CLONE_NEWUSER), "unshare of the job's user namespace")
-    # setgroups is already denied in the service user's namespace (the kernel requires it of
-    # an unprivileged map of gids): the job keeps that user's groups, and can never change them.
-    for name, data in (
-        ("setgroups", "deny"),
-        ("uid_map", f"{uid} {outer_uid} 1\n"),
-        ("gid_map", f"{uid} {outer_gid} 1\n"),
-    ):
-        with open(f"/proc/self/{name}", "w") as fh:
-            fh.write(data)
+    map_one_id(uid, outer_uid, uid, outer_gid)
 
 
 def _switch_user(uid: int) -> None:

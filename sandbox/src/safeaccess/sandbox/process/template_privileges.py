@@ -130,6 +130,18 @@ def _uncover_proc() -> None:
         _check(_libc.umount2(point.encode(), MNT_DETACH), f"detaching {point}")
 
 
+def map_one_id(inner_uid: int, outer_uid: int, inner_gid: int, outer_gid: int) -> None:
+    """In a user namespace just made: map the one id an unprivileged process may map (its own
+    uid and gid, seen inside as `inner_*`), with setgroups denied, as the kernel requires of an
+    unprivileged gid map (the process keeps its groups and can never change them)."""
+    for name, data in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{inner_uid} {outer_uid} 1\n"),
+        ("gid_map", f"{inner_gid} {outer_gid} 1\n"),
+    ):
+        with open(f"{PROC}/self/{name}", "w") as fh:
+            fh.write(data)
+
 def _start_map_writer(target: int) -> tuple[int, int]:
     """Fork the process that writes `target`'s uid and gid maps once `target` has unshared its
     user namespace (mapping a range of host ids takes CAP_SETUID and CAP_SETGID in the host's
@@ -231,13 +243,7 @@ def _stay_unprivileged() -> None:
     uid, gid = os.getuid(), os.getgid()
     _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWPID), "unshare of user and pid namespaces")
     # setgroups is denied already (bubblewrap's namespace); the map of one's own gid needs it.
-    for name, data in (
-        ("setgroups", "deny"),
-        ("uid_map", f"{uid} {uid} 1\n"),
-        ("gid_map", f"{gid} {gid} 1\n"),
-    ):
-        with open(f"{PROC}/self/{name}", "w") as fh:
-            fh.write(data)
+    map_one_id(uid, uid, gid, gid)
     template = os.fork()
     if template != 0:
         _wait_and_exit(template)

@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Conflict, NotFound
-from safeaccess.server.store import Store, accounts, web_sessions
+from safeaccess.server.store import Store, accounts, auditlog, web_sessions
 
 
 @dataclass(frozen=True)

@@ -876,6 +876,19 @@ def _add_serving_commands(sub: Group, common: argparse.ArgumentParser) -> None:
     demo.set_defaults(handler=_demo)
 
 
+def _add_public_key_argument(parser: argparse.ArgumentParser) -> None:
+    """`--public-key` (and `--key`, the spelling `auditor add` took first) on `researcher add`
+    and `auditor add` alike."""
+    parser.add_argument(
+        "--public-key",
+        "--key",
+        dest="public_key",
+        type=Path,
+        required=True,
+        help="her Ed25519 public key PEM (also --key)",
+    )
+
+
 def _add_account_commands(
     sub: Group, common: argparse.ArgumentParser
 ) -> tuple[Group, Group, Group]:
@@ -894,15 +907,7 @@ def _add_account_commands(
         "add", parents=[common], help="register a researcher's public key in projects"
     )
     radd.add_argument("name", metavar="NAME")
-    # `--key` too: `auditor add` took that spelling first; both commands accept both.
-    radd.add_argument(
-        "--public-key",
-        "--key",
-        dest="public_key",
-        type=Path,
-        required=True,
-        help="her Ed25519 public key PEM (also --key)",
-    )
+    _add_public_key_argument(radd)
     radd.add_argument(
         "--project", action="append", required=True, help="project she belongs to (repeatable)"
     )
@@ -937,15 +942,7 @@ def _add_account_commands(
         "add", parents=[common], help="register an auditor's public key (audit endpoints only)"
     )
     aadd.add_argument("name", metavar="NAME")
-    # `--public-key` as for researchers; `--key`, its first spelling, keeps working.
-    aadd.add_argument(
-        "--public-key",
-        "--key",
-        dest="public_key",
-        type=Path,
-        required=True,
-        help="her Ed25519 public key PEM (also --key)",
-    )
+    _add_public_key_argument(aadd)
     aadd.set_defaults(handler=_auditor_add)
     return project, researcher, auditor
 

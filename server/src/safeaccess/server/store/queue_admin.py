@@ -8,6 +8,7 @@ workers all died.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -49,16 +50,20 @@ def _require_queue(store: Store) -> None:
         )
 
 
-def job_counts(store: Store) -> dict[tuple[str, str], int]:
-    """How many jobs each queue holds in each state (todo is its depth)."""
+def _read(store: Store, statement: str) -> Sequence[Any]:
+    """The rows of one read of procrastinate's tables (refused without a job queue)."""
     _require_queue(store)
     with store.engine.connect() as connection:
-        rows = connection.execute(
-            text(
-                "SELECT queue_name, status::text, count(*) FROM procrastinate_jobs "
-                "GROUP BY queue_name, status"
-            )
-        ).all()
+        return connection.execute(text(statement)).all()
+
+
+def job_counts(store: Store) -> dict[tuple[str, str], int]:
+    """How many jobs each queue holds in each state (todo is its depth)."""
+    rows = _read(
+        store,
+        "SELECT queue_name, status::text, count(*) FROM procrastinate_jobs "
+        "GROUP BY queue_name, status",
+    )
     return {(str(q), str(s)): int(n) for q, s, n in rows}
 
 
@@ -66,14 +71,11 @@ def worker_heartbeats(store: Store) -> list[tuple[str, float]]:
     """Each registered procrastinate worker (one per claim loop of a `worker` host: its id and
     the names of the jobs it holds are in `queue status`) and the seconds since its last
     heartbeat, newest first."""
-    _require_queue(store)
-    with store.engine.connect() as connection:
-        rows = connection.execute(
-            text(
-                "SELECT id, EXTRACT(EPOCH FROM (now() - last_heartbeat)) "
-                "FROM procrastinate_workers ORDER BY last_heartbeat DESC"
-            )
-        ).all()
+    rows = _read(
+        store,
+        "SELECT id, EXTRACT(EPOCH FROM (now() - last_heartbeat)) "
+        "FROM procrastinate_workers ORDER BY last_heartbeat DESC",
+    )
     return [(str(i), float(age)) for i, age in rows]
 
 

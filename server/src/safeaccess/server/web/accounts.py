@@ -19,9 +19,8 @@ import pyotp
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
-from safeaccess.server.audit import log as auditlog
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
-from safeaccess.server.store import Store, accounts, web_sessions
+from safeaccess.server.store import Store, accounts, auditlog, web_sessions
 from safeaccess.server.store.schema import CheckerRow
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")

@@ -257,7 +257,36 @@ class DatasetMetadata(BaseModel):
         return [c.name for c in self.columns if c.type == "text"]
 
     def column(self, name: str) -> Column | None:
-        return next((c for c in self.columns if c.name == name), None)
+        """The declared column `name`, or the part of a bounded date column `name` spells
+        (`year(admitted)`, see `safeaccess.client.dateparts`): an ordinal column of integer
+        levels derived from the declared date_bounds, so that tables, summaries and DP answers
+        group by it as by any declared grouping column. Validation lets a part appear only
+        where a grouping column may."""
+        found = next((c for c in self.columns if c.name == name), None)
+        if found is not None or "(" not in name:
+            return found
+        return self.date_part(name)
+
+    def date_part(self, name: str) -> Column | None:
+        """The derived column of date part `name` (None: not a part of a bounded date column)."""
+        from safeaccess.client.dateparts import parse_part, part_levels
+
+        parsed = parse_part(name)
+        if parsed is None:
+            return None
+        part, base = parsed
+        col = next((c for c in self.columns if c.name == base), None)
+        if col is None or col.type != "date" or col.date_bounds is None:
+            return None
+        levels: list[str | int] = list(part_levels(part, *col.date_bounds))
+        # Constructed without validation: its name is not a column name (it holds parentheses).
+        return Column.model_construct(
+            name=name,
+            type="ordinal",
+            description=f"the {part} of {base}",
+            levels=levels,
+            nullable=col.nullable,
+        )
 
     @property
     def label(self) -> str:

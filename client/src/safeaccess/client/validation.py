@@ -36,6 +36,7 @@ from safeaccess.client.analyses import (
     parse_analysis,
 )
 from safeaccess.client.analysis_errors import AnalysisInvalid, Problem, problems_from
+from safeaccess.client.dateparts import DATE_PARTS, looks_like_call, parse_part
 from safeaccess.client.dpquery import LayoutError, declared_levels, layout
 from safeaccess.client.grammar import (
     And,
@@ -82,6 +83,9 @@ _KINDS = (
     ModelTraining,
     SyntheticData,
 )
+
+# The fields that may name a date part (`year(admitted)`): the ones that group records.
+_PART_FIELDS = frozenset({"rows", "cols", "by"})
 
 # Statistics that make sense for a column whose values are labels rather than numbers.
 _LABEL_STATISTICS = frozenset({"count", "mode"})
@@ -165,6 +169,8 @@ class _Checker:
 
     def column(self, field: str, name: str) -> Column | None:
         """The column called `name`, or None after recording why it cannot be used."""
+        if "(" in name:
+            return self.date_part(field, name)
         col = self.metadata.column(name)
         if col is None:
             names = [c.name for c in self.metadata.columns]
@@ -184,7 +190,8 @@ class _Checker:
             self.add(
                 field,
                 f"column {name!r} is a date; a date column selects records in a filter "
-                f"(where=\"{name} >= '2020-01-01'\"), it is not analysed itself",
+                f"(where=\"{name} >= '2020-01-01'\") and groups them by year({name}), "
+                f"month({name}) or day({name}), it is not analysed itself",
             )
             return None
         if col.type == "text":
@@ -195,6 +202,46 @@ class _Checker:
             )
             return None
         return col
+
+    def date_part(self, field: str, name: str) -> Column | None:
+        """The derived column of a date part (`year(admitted)`), or None after recording why
+        it cannot be used here: parts group records (table rows and columns, `by`), nothing
+        else, and take a date column with declared date_bounds (their levels)."""
+        parsed = parse_part(name)
+        if parsed is None:
+            func = looks_like_call(name)
+            self.add(
+                field,
+                f"{name!r} is not a column; a date column is grouped by "
+                + ", ".join(f"{p}(column)" for p in DATE_PARTS[:-1])
+                + f" or {DATE_PARTS[-1]}(column)"
+                + (f" (there is no {func}())" if func not in (None, *DATE_PARTS) else "")
+                + ", written without spaces",
+            )
+            return None
+        part, base = parsed
+        col = self.metadata.column(base)
+        if col is None or col.type in ("identifier", "text"):
+            self.column(field, base)  # says why: unknown (with close matches) or hidden
+            return None
+        if col.type != "date":
+            self.add(field, f"{part}() takes a date column, but {base!r} is {col.type}")
+            return None
+        if col.date_bounds is None:
+            self.add(
+                field,
+                f"{name} needs the declared date_bounds of {base!r} (its levels come from "
+                "them); the dataset's metadata declares none",
+            )
+            return None
+        if field.split("[")[0] not in _PART_FIELDS:
+            self.add(
+                field,
+                f"{name} groups records: use it in rows, cols or by; the {field.split('[')[0]} "
+                "of an analysis cannot be a date part",
+            )
+            return None
+        return self.metadata.date_part(name)
 
     def grouping(self, field: str, name: str) -> None:
         col = self.column(field, name)
@@ -251,6 +298,11 @@ class _Checker:
         elif isinstance(analysis, SyntheticData):
             from safeaccess.client.synthetic import SynthInvalid, synth_workload
 
+            parts = [(f"columns[{i}]", n) for i, n in enumerate(analysis.columns) if "(" in n]
+            for field, name in parts:
+                self.date_part(field, name)  # refused: synthetic data has no derived columns
+            if parts:
+                return
             try:
                 synth_workload(analysis, self.metadata)
             except SynthInvalid as exc:

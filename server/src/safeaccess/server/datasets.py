@@ -339,6 +339,18 @@ def as_dates(frame: pd.DataFrame, metadata: DatasetMetadata) -> pd.DataFrame:
     return frame.assign(**{name: _dates(frame[name]) for name in dated})
 
 
+def _dated_table(table: pa.Table, metadata: DatasetMetadata) -> pa.Table:
+    """A batch of a storage "duckdb" dataset with its date columns stored as dates (timestamps
+    at midnight, what `as_dates` gives in memory), whether the file held them as text or as
+    dates: the filter and the date parts then read them alike on both paths."""
+    for col in metadata.columns:
+        if col.type == "date" and col.name in table.column_names:
+            at = table.schema.get_field_index(col.name)
+            dates = _dates(table.column(at).to_pandas())
+            table = table.set_column(at, col.name, pa.array(dates, from_pandas=True))
+    return table
+
+
 def check_against_metadata(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[str]:
     """Every way the data disagrees with its metadata (empty list: they agree)."""
     check = MetadataCheck(metadata)
@@ -429,6 +441,7 @@ class _ParquetRows:
                         pa.array(part, type=pa.int64(), from_pandas=True),
                     )
                 offset += table.num_rows
+                table = _dated_table(table, metadata)
                 if writer is None:
                     writer = pq.ParquetWriter(target, table.schema)
                 writer.write_table(table)

@@ -40,6 +40,7 @@ from safeaccess.sandbox.backend import (
 )
 from safeaccess.sandbox.codes import CodeArrays
 from safeaccess.sandbox.runner.compute._common import AnalysisError
+from safeaccess.sandbox.runner.date_parts import with_date_parts
 from safeaccess.sandbox.runner.kinds import KINDS
 from safeaccess.sandbox.runner.stored_codes import using
 
@@ -105,7 +106,7 @@ def execute(analysis: Analysis, frame: pd.DataFrame, metadata: DatasetMetadata) 
     # and the reveal's latency tells 0 from 1 (the failure itself looks like a withhold).
     preload(analysis.kind)
     compute = _compute_for(analysis.kind)
-    selected = apply_filter(analysis, frame)
+    selected = with_date_parts(apply_filter(analysis, frame), analysis)
     # A DP answer's shape and success never depend on the data: no rows answer zeros, noised.
     if (
         len(selected) == 0

@@ -8,6 +8,7 @@ module cannot account for, read every column the sandbox copy holds.
 from __future__ import annotations
 
 from safeaccess.client.analyses import Analysis, Script
+from safeaccess.client.dateparts import parse_part
 from safeaccess.client.grammar import GrammarError, columns_of, parse_filter, parse_formula
 from safeaccess.client.metadata import DatasetMetadata
 
@@ -51,6 +52,10 @@ def needed_columns(analysis: Analysis, metadata: DatasetMetadata) -> list[str] |
             names |= columns_of(parse_formula(formula))
     except GrammarError:
         return None  # the filter or formula reports its own error when it is applied
+    for name in list(names):
+        parsed = parse_part(name) if "(" in name else None
+        if parsed is not None:  # `year(admitted)` reads `admitted`
+            names.add(parsed[1])
     contributor = metadata.contributor_column
     if contributor is not None:
         names.add(contributor)

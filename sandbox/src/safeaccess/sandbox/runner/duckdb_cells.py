@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from safeaccess.client.analyses import Analysis
+from safeaccess.client.dateparts import parse_part
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Label
 from safeaccess.rules.tabulate import code_levels
@@ -114,6 +115,8 @@ class TableJob:
 
     def require(self, names: list[str]) -> None:
         """The in-memory order of refusals: no selected record, then an unknown variable."""
+        # a date part (`year(admitted)`) is there when its date column is
+        names = [p[1] if (p := parse_part(n)) is not None else n for n in names]
         if any(n not in self.types for n in names):
             if self.selected() == 0:
                 raise no_rows()

@@ -51,13 +51,27 @@ def kind_of(dtype: pa.DataType) -> ColumnKind | None:
         return "string"
     if pa.types.is_null(dtype):
         return "empty"
+    if pa.types.is_date(dtype) or pa.types.is_timestamp(dtype):
+        return "string"  # compared as 'YYYY-MM-DD' text, as in memory (`date_sql`)
     return None
+
+
+def date_sql(name: str, dtype: pa.DataType) -> str:
+    """A date column as a SQL DATE (NULL where missing, or where text is not a 'YYYY-MM-DD'
+    date, as `runner.date_parts.as_dates` reads it)."""
+    col = quoted(name)
+    if pa.types.is_date(dtype) or pa.types.is_timestamp(dtype):
+        return f"CAST({col} AS DATE)"
+    return f"try_strptime(CAST({col} AS VARCHAR), '%Y-%m-%d')::DATE"
 
 
 def column_sql(name: str, dtype: pa.DataType) -> str:
     """The column as SQL with pandas' idea of missing: NaN is NULL; a dictionary column is read
     as its values."""
     col = quoted(name)
+    if pa.types.is_date(dtype) or pa.types.is_timestamp(dtype):
+        # The in-memory filter compares a date column as ISO text: as the days order.
+        return f"strftime({date_sql(name, dtype)}, '%Y-%m-%d')"
     if pa.types.is_dictionary(dtype):
         inner = dtype.value_type
         col = f"CAST({col} AS {'VARCHAR' if kind_of(inner) == 'string' else 'DOUBLE'})"

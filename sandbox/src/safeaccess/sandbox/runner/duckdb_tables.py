@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from safeaccess.client.analyses import Analysis, FrequencyTable, Histogram, MagnitudeTable
+from safeaccess.client.dateparts import parse_part
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import Label, QuerySet, TableOutput
 from safeaccess.rules.table_facts import (
@@ -57,7 +58,7 @@ from safeaccess.sandbox.runner.duckdb_cells import (
     place,
     record_cells,
 )
-from safeaccess.sandbox.runner.duckdb_filter import column_sql, kind_of, number_sql
+from safeaccess.sandbox.runner.duckdb_filter import column_sql, date_sql, kind_of, number_sql
 from safeaccess.sandbox.runner.duckdb_source import DatasetFile
 
 STORAGE_UNSUPPORTED = "storage_unsupported"
@@ -118,6 +119,11 @@ def _shape(
 
 
 def _key(job: TableJob, metadata: DatasetMetadata, name: str) -> Key:
+    parsed = parse_part(name) if "(" in name else None
+    if parsed is not None:  # `year(admitted)`: DuckDB's year() of the date, as pandas' dt.year
+        part, base = parsed
+        sql = f"{part}({date_sql(base, job.types[base])})"
+        return Key(name, sql, declared_levels(metadata, name))
     return Key(name, column_sql(name, job.types[name]), declared_levels(metadata, name))
 
 

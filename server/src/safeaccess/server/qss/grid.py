@@ -46,6 +46,7 @@ import numpy.typing as npt
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from safeaccess.client.dateparts import parse_part, part_starts
 from safeaccess.client.grammar.filters import (
     Between,
     Compare,
@@ -415,6 +416,10 @@ class _GridEvaluator:
             if text in self.columns:
                 found.add(text)
                 continue
+            part = parse_part(text) if "(" in text else None
+            if part is not None:  # `year(admitted)` groups by `admitted`
+                found.add(part[1])
+                continue
             found |= _filter_names(text) | _formula_names(text)
         return found & set(self.columns)
 
@@ -432,8 +437,10 @@ class _GridEvaluator:
             constants = _constants(analyses)
             numbers = _numbers(analyses)
             nulls = _null_columns(analyses)
+            parts = _date_parts(analyses)
             axes = [
-                _points(self.columns[n], constants.get(n, set()), numbers) + _null(n in nulls)
+                _points(self.columns[n], constants.get(n, set()), numbers, parts.get(n, set()))
+                + _null(n in nulls)
                 for n in names
             ]
             size = math.prod(len(a) for a in axes) if axes else 1
@@ -639,8 +646,23 @@ def _constants(analyses: Sequence[dict[str, Any] | None]) -> dict[str, set[Any]]
     return out
 
 
-def _points(col: Column, constants: set[Any], numbers: set[float]) -> list[Any]:
-    """One representative of every piece the constants cut a column's declared domain into."""
+def _date_parts(analyses: Sequence[dict[str, Any] | None]) -> dict[str, set[str]]:
+    """The parts ('year', 'month', 'day') each date column is grouped by in the analyses."""
+    out: dict[str, set[str]] = {}
+    for analysis in analyses:
+        for text in _strings(analysis or {}):
+            part = parse_part(text) if "(" in text else None
+            if part is not None:
+                out.setdefault(part[1], set()).add(part[0])
+    return out
+
+
+def _points(
+    col: Column, constants: set[Any], numbers: set[float], parts: Sequence[str] | set[str] = ()
+) -> list[Any]:
+    """One representative of every piece the constants cut a column's declared domain into
+    (and, for a date column grouped by its year, month or day, every piece of the calendar
+    each of those levels is: each level is a cell whose records the grid must place)."""
     if col.type in ("categorical", "ordinal"):
         levels: list[Any] = list(col.levels or [])
         extra = [v for v in constants if v not in levels]
@@ -653,6 +675,10 @@ def _points(col: Column, constants: set[Any], numbers: set[float]) -> list[Any]:
         # and the declared first and last dates cut the calendar into pieces, as for integers.
         days = sorted(float(date.fromisoformat(v).toordinal()) for v in constants if is_iso_date(v))
         span = col.date_bounds
+        if span is not None:  # parts are validated to need date_bounds (their levels)
+            for part in sorted(parts):
+                days += [float(d.toordinal()) for d in part_starts(part, *span)]
+            days.sort()
         bounds = (float(span[0].toordinal()), float(span[1].toordinal())) if span else None
         points = _numeric_points(days, bounds, integer=True)
         return [date.fromordinal(int(p)).isoformat() for p in points if int(p) >= 1]

@@ -91,11 +91,12 @@ def _plan(plan: Plan) -> Plan:
         .frequency_table("sex", "year(admitted)", where="admitted >= '2019-07-01'")
         .histogram("age", edges=[16, 40, 65, 95], by=["year(admitted)"])
         .summary(["income"], statistics=["count", "mean"], by=["year(admitted)", "sex"])
+        .frequency_table("region", where="year(admitted) == 2020 and month(admitted) <= 6")
     )
 
 
 def _check_against_pandas(results: list, frame: pd.DataFrame) -> None:  # type: ignore[type-arg]
-    assert [r.status for r in results] == ["released"] * 4, [r.reasons for r in results]
+    assert [r.status for r in results] == ["released"] * 5, [r.reasons for r in results]
     year, month = frame["admitted"].dt.year, frame["admitted"].dt.month
 
     by_month = results[0].frame()
@@ -123,6 +124,10 @@ def _check_against_pandas(results: list, frame: pd.DataFrame) -> None:  # type: 
         assert row["count"] == group.count()
         assert row["mean"] == pytest.approx(group.mean(), rel=1e-9)
 
+    first_half = frame[(year == 2020) & (month <= 6)]
+    by_region = results[4].frame()["count"]
+    assert by_region.to_dict() == first_half["region"].value_counts().to_dict()
+
 
 def test_tables_summaries_and_histograms_group_by_year_and_month_as_pandas_does(
     centre: Centre, server: tuple[Service, EmbeddedServer], admissions: pd.DataFrame
@@ -131,7 +136,7 @@ def test_tables_summaries_and_histograms_group_by_year_and_month_as_pandas_does(
     with connect(srv.url, centre.keys["ada"], "ada") as session:
         plan = _plan(session.plan("admissions"))
         rehearsed = plan.rehearse(show=False)  # the mock groups its days alike
-        assert [s.mock_verdict for s in rehearsed.steps] == ["release"] * 4, rehearsed.steps
+        assert [s.mock_verdict for s in rehearsed.steps] == ["release"] * 5, rehearsed.steps
         results = session.run(session.seal(plan))
     _check_against_pandas(results, admissions)
 

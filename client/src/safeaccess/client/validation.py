@@ -84,8 +84,8 @@ _KINDS = (
     SyntheticData,
 )
 
-# The fields that may name a date part (`year(admitted)`): the ones that group records.
-_PART_FIELDS = frozenset({"rows", "cols", "by"})
+# The fields that may name a date part (`year(admitted)`): the ones that group or select records.
+_PART_FIELDS = frozenset({"rows", "cols", "by", "where"})
 
 # Statistics that make sense for a column whose values are labels rather than numbers.
 _LABEL_STATISTICS = frozenset({"count", "mode"})
@@ -237,8 +237,8 @@ class _Checker:
         if field.split("[")[0] not in _PART_FIELDS:
             self.add(
                 field,
-                f"{name} groups records: use it in rows, cols or by; the {field.split('[')[0]} "
-                "of an analysis cannot be a date part",
+                f"{name} groups records: use it in rows, cols, by or a filter; the "
+                f"{field.split('[')[0]} of an analysis cannot be a date part",
             )
             return None
         return self.metadata.date_part(name)

@@ -4,6 +4,7 @@
     or_expr    := and_expr ('or' and_expr)*
     and_expr   := not_expr ('and' not_expr)*
     not_expr   := 'not' not_expr | '(' filter ')' | predicate
+    column     := name | ('year' | 'month' | 'day') '(' name ')'
     predicate  := column cmp literal | literal cmp column
                 | column ['not'] 'in' '(' literal (',' literal)* ')'
                 | column ['not'] 'between' literal 'and' literal
@@ -12,7 +13,8 @@
     literal    := ['-'] number | 'string' | "string" | true | false
 
 Keywords are case-insensitive and reserved (a column cannot be called `and`, `in`, ...). A quote
-inside a string is written twice, as in SQL: 'O''Brien'.
+inside a string is written twice, as in SQL: 'O''Brien'. `year(admitted)`, `month(admitted)` and
+`day(admitted)` are the parts of a date column as integers (`safeaccess.client.dateparts`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from safeaccess.client.dateparts import DATE_PARTS, part_name
 from safeaccess.client.grammar._parser import Cursor
 from safeaccess.client.grammar.errors import GrammarError
 from safeaccess.client.grammar.lexer import Token
@@ -190,7 +193,28 @@ def _column(cur: Cursor) -> str:
     if tok.text.lower() in KEYWORDS:
         raise cur.error(f"{tok.text!r} is a reserved word, not a column name")
     cur.advance()
+    if cur.is_op("("):
+        return _date_part(cur, tok)
     return tok.text
+
+
+def _date_part(cur: Cursor, func: Token) -> str:
+    """`year(admitted)` after its function name: the part's canonical name (a date part is
+    compared as the integer it is, e.g. `year(admitted) >= 2020`)."""
+    parts = ", ".join(f"{p}()" for p in DATE_PARTS)
+    if func.text not in DATE_PARTS:
+        raise cur.error(
+            f"unknown function {func.text!r}; a filter compares columns and the parts of a "
+            f"date column: {parts}",
+            func,
+        )
+    cur.advance()  # '('
+    tok = cur.current
+    if tok.kind != "ident" or tok.text.lower() in KEYWORDS:
+        raise cur.error(f"{func.text}() takes one date column, found {tok.describe()}")
+    cur.advance()
+    cur.expect_op(")", f"to close {func.text}(")
+    return part_name(func.text, tok.text)
 
 
 def _starts_literal(cur: Cursor) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from safeaccess.client.dateparts import parse_part
 from safeaccess.client.grammar import (
     And,
     Between,
@@ -113,6 +114,11 @@ def translate(where: str | None, schema: dict[str, pa.DataType]) -> SqlFilter:
 
 
 def _column(name: str, schema: dict[str, pa.DataType], used: set[str]) -> tuple[str, ColumnKind]:
+    part = parse_part(name) if name not in schema else None
+    if part is not None and part[1] in schema:
+        # `year(admitted)`: DuckDB's year() of the date, compared as a number (as in memory)
+        used.add(part[1])
+        return f"CAST({part[0]}({date_sql(part[1], schema[part[1]])}) AS DOUBLE)", "number"
     if name not in schema:
         raise FilterError(f"the filter uses column {name!r}, which is not in the dataset")
     kind = kind_of(schema[name])

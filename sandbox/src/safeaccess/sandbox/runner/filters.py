@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from safeaccess.client.dateparts import parse_part
 from safeaccess.client.grammar import (
     And,
     Between,
@@ -33,6 +34,7 @@ from safeaccess.client.grammar import (
     Scalar,
     parse_filter,
 )
+from safeaccess.sandbox.runner.date_parts import part_values
 
 ColumnKind = Literal["number", "string", "empty"]
 
@@ -81,9 +83,14 @@ def row_mask(frame: pd.DataFrame, where: str | Filter | None) -> np.ndarray:
 def _column(frame: pd.DataFrame, name: str, cache: dict[str, _Column]) -> _Column:
     if name in cache:
         return cache[name]
-    if name not in frame.columns:
+    part = parse_part(name) if name not in frame.columns else None
+    if part is not None and part[1] in frame.columns:
+        # `year(admitted)`: the integer part of each date, as a grouping by it computes it
+        series = part_values(frame[part[1]], part[0])
+    elif name not in frame.columns:
         raise FilterError(f"the filter uses column {name!r}, which is not in the dataset")
-    series = frame[name]
+    else:
+        series = frame[name]
     if isinstance(series.dtype, pd.CategoricalDtype):
         # Compare a categorical by its values, never by its internal codes.
         series = series.astype(

@@ -421,6 +421,8 @@ class _GridEvaluator:
                 found.add(part[1])
                 continue
             found |= _filter_names(text) | _formula_names(text)
+        # a filter's `year(admitted)` compares `admitted`
+        found |= {p[1] for n in found if "(" in n and (p := parse_part(n)) is not None}
         return found & set(self.columns)
 
     def _grid(self, names: tuple[str, ...], origins: tuple[int, ...]) -> GridId | None:
@@ -647,13 +649,19 @@ def _constants(analyses: Sequence[dict[str, Any] | None]) -> dict[str, set[Any]]
 
 
 def _date_parts(analyses: Sequence[dict[str, Any] | None]) -> dict[str, set[str]]:
-    """The parts ('year', 'month', 'day') each date column is grouped by in the analyses."""
+    """The parts ('year', 'month', 'day') each date column is grouped by or compared by in
+    the analyses (their levels are the pieces of the calendar the grid must tell apart)."""
     out: dict[str, set[str]] = {}
     for analysis in analyses:
         for text in _strings(analysis or {}):
-            part = parse_part(text) if "(" in text else None
-            if part is not None:
-                out.setdefault(part[1], set()).add(part[0])
+            names = {text} if "(" in text else set()
+            node = _parsed(text) if "(" in text else None
+            if node is not None:
+                names = _columns(node)
+            for name in names:
+                part = parse_part(name)
+                if part is not None:
+                    out.setdefault(part[1], set()).add(part[0])
     return out
 
 

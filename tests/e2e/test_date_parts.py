@@ -25,6 +25,7 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.plan import Plan
 from safeaccess.client.session import connect
 from safeaccess.client.validation import AnalysisInvalid
+from safeaccess.server.admin.cli import main as server_cli
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata
@@ -138,6 +139,8 @@ def test_tables_summaries_and_histograms_group_by_year_and_month_as_pandas_does(
         rehearsed = plan.rehearse(show=False)  # the mock groups its days alike
         assert [s.mock_verdict for s in rehearsed.steps] == ["release"] * 5, rehearsed.steps
         results = session.run(session.seal(plan))
+    offline = plan.rehearse(show=False)  # the session is closed: the cached mock, offline
+    assert offline.offline and offline.steps == rehearsed.steps
     _check_against_pandas(results, admissions)
 
 
@@ -211,3 +214,23 @@ def test_the_auditor_sees_the_year_cells_and_refuses_a_probe_that_differences_on
     # The same probe bob had released: only ada's year cells make it a differencing (the
     # researcher is told the one answer of every cause, which is no oracle).
     assert [r.check for r in results[1].reasons] == ["disclosure_control"]
+
+
+def test_dp_answers_group_by_the_declared_years_of_a_date(
+    centre: Centre, server: tuple[Service, EmbeddedServer], admissions: pd.DataFrame
+) -> None:
+    """The groups of a DP count by `year(admitted)` are the years of the declared bounds,
+    fixed before any record is read; each noisy count is near pandas' count of its year."""
+    _, srv = server
+    dp = ["dataset", "dp", "admissions_db", "--epsilon", "5", "--delta", "1e-5"]
+    assert server_cli([*dp, "--data-dir", str(centre.root)]) == 0
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        plan = session.plan("admissions_db").dp_count(
+            by=["year(admitted)"], epsilon=1.0, delta=1e-5
+        )
+        answer = session.run(session.seal(plan))[0]
+    assert answer.status == "released" and answer.dp is not None
+    assert answer.dp.groups == [[2019], [2020]]
+    truth = admissions["admitted"].dt.year.value_counts()
+    for (year,), (value,) in zip(answer.dp.groups, answer.dp.values, strict=True):
+        assert abs(value - truth[year]) < 6 * answer.dp.sigma

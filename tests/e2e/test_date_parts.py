@@ -186,34 +186,38 @@ def test_date_parts_are_refused_in_one_line_where_they_cannot_be(
 
 
 def test_the_auditor_sees_the_year_cells_and_refuses_a_probe_that_differences_one(
-    centre: Centre, server: tuple[Service, EmbeddedServer], admissions: pd.DataFrame
+    centre: Centre, server: tuple[Service, EmbeddedServer], admissions: pd.DataFrame, guard: str
 ) -> None:
     """Released: admissions by year. Probe: the records of 2019 plus one person, whose count
-    (minus the 2019 cell) tells whether she was admitted in 2020. Alone the probe is a large
-    set; against the year cells it differs by one record, and the auditor refuses it."""
+    minus the 2019 cell says whether she was admitted in 2020. Without the auditor it does;
+    as deployed, the probe (a large set alone: bob, who released no year cells, gets it) is
+    one record from the year cells, and is refused."""
     _, srv = server
     frame = admissions.dropna(subset=["admitted"])
     keys = ["region", "sex", "age", "ethnicity"]
     sizes = admissions.groupby(keys, observed=True).size()
     unique = sizes[sizes == 1].index
-    alone = frame.set_index(keys).sort_index()
-    target = alone.loc[[k for k in unique if k in alone.index]]
+    indexed = frame.set_index(keys).sort_index()
+    target = indexed.loc[[k for k in unique if k in indexed.index]]
     region, sex, age, ethnicity = target[target["admitted"] >= "2020-01-01"].index[0]
     person = f"region = '{region}' and sex = '{sex}' and age = {age} and ethnicity = '{ethnicity}'"
     probe = FrequencyTable(rows=["sex"], where=f"admitted < '2020-01-01' or ({person})")
-    with connect(srv.url, centre.keys["bob"], "bob") as session:
-        alone = session.run(centre.seal([probe], researcher="bob", dataset="admissions"))
-        assert alone[0].status == "released"  # bob has released no year cells
     with connect(srv.url, centre.keys["ada"], "ada") as session:
         years = FrequencyTable(rows=["year(admitted)"])
         results = session.run(centre.seal([years, probe], dataset="admissions"))
-    assert results[0].status == "released"
-    assert results[0].output is not None
+    assert results[0].status == "released" and results[0].output is not None
     assert [lab for (lab,) in results[0].output["row_labels"]] == [2019, 2020]
+    if guard == "unguarded":  # the attack works: one more than 2019's admissions
+        assert results[1].status == "released" and results[1].output is not None
+        probed = sum(v for (v,) in results[1].output["values"])
+        assert probed - results[0].output["values"][0][0] == 1
+        return
     assert results[1].status == "withheld", results[1].reasons
-    # The same probe bob had released: only ada's year cells make it a differencing (the
-    # researcher is told the one answer of every cause, which is no oracle).
+    # (the researcher is told the one answer of every cause, which is no oracle)
     assert [r.check for r in results[1].reasons] == ["disclosure_control"]
+    with connect(srv.url, centre.keys["bob"], "bob") as session:
+        alone = session.run(centre.seal([probe], researcher="bob", dataset="admissions"))
+    assert alone[0].status == "released"  # the same probe, without the year cells
 
 
 def test_dp_answers_group_by_the_declared_years_of_a_date(

@@ -96,6 +96,9 @@ def _column(frame: pd.DataFrame, name: str, cache: dict[str, _Column]) -> _Colum
         series = series.astype(
             series.cat.categories.dtype if len(series.cat.categories) else object
         )
+    if series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) == "date":
+        # Python dates (a Parquet date32 column as pandas reads it): compared as dates too
+        series = pd.to_datetime(series)
     null = np.asarray(pd.isna(series), dtype=bool)
     if pd.api.types.is_datetime64_any_dtype(series.dtype):
         # A date column is compared with 'YYYY-MM-DD' strings (validation checks the form):

@@ -205,8 +205,9 @@ class _Checker:
 
     def date_part(self, field: str, name: str) -> Column | None:
         """The derived column of a date part (`year(admitted)`), or None after recording why
-        it cannot be used here: parts group records (table rows and columns, `by`), nothing
-        else, and take a date column with declared date_bounds (their levels)."""
+        it cannot be used here: parts group records (table rows and columns, `by`) or select
+        them (a filter), nothing else, and take a date column with declared date_bounds (their
+        levels)."""
         parsed = parse_part(name)
         if parsed is None:
             func = looks_like_call(name)

@@ -93,3 +93,38 @@ def test_the_card_never_says_passed_beside_a_withhold() -> None:
     withheld, released = html.split("<tr><td>2</td>")  # steps are shown 1-based
     assert "passed every check" not in withheld and "computation failed" in withheld
     assert "passed every check" in released
+
+
+def test_a_group_small_only_in_combination_is_named_not_predicted() -> None:
+    """Which cells of two columns are small is not published (docs/server.md says why), so the
+    mock cannot reproduce them: a table released on the mock says that such a cell would
+    withhold the real table, and suppression (asked for) is what the real run does with it."""
+    from safeaccess.client.metadata import Column, ColumnProfile
+
+    half = ColumnProfile(levels=[50, 50])
+    meta = DatasetMetadata(
+        name="joint",
+        description="two 50/50 columns whose combination has two small cells",
+        columns=[
+            Column(name="a", type="categorical", levels=["x", "y"], profile=half),
+            Column(name="b", type="categorical", levels=["u", "v"], profile=half),
+        ],
+    )
+    a = ["x"] * 3 + ["x"] * 97 + ["y"] * 97 + ["y"] * 3
+    b = ["u"] * 3 + ["v"] * 97 + ["u"] * 97 + ["v"] * 3
+    real = pd.DataFrame({"a": a, "b": b})
+    mock = mock_frame(meta, len(real))
+    rs = DEFAULT_RULESET
+    body = {"kind": "frequency_table", "rows": ["a"], "cols": ["b"]}
+    rehearsed = _step(1, body, meta, mock, rs)
+    # the same step code on the real records is what the server runs
+    assert _step(1, body, meta, real, rs).mock_verdict == "withhold"
+    assert rehearsed.mock_verdict == "release"
+    assert rehearsed.note is not None and "a, b each on its own" in rehearsed.note
+    assert "withholds the table" in rehearsed.note and "suppress=True" in rehearsed.note
+    suppressed = {**body, "mitigations": {"suppress": True}}
+    assert _step(1, suppressed, meta, real, rs).mock_verdict == "release"
+    note = _step(1, suppressed, meta, mock, rs).note
+    assert note is not None and "suppressed, as you asked" in note
+    # one column alone has no joint cell to warn about
+    assert _step(1, {"kind": "frequency_table", "rows": ["a"]}, meta, mock, rs).note is None

@@ -167,7 +167,8 @@ def test_the_replies_are_tables_with_query_sets(tmp_path: Path) -> None:
     for analysis in [a for a in ANALYSES if a not in failing]:
         reply = decode_reply(_reply(analysis, path, "duckdb"))
         assert reply is not None and reply.response.ok, analysis
-        assert len(reply.arrays) == 1 and len(reply.arrays[0]) == 3000
+        # the cells, then the records left out for a missing value or key (one or two)
+        assert 2 <= len(reply.arrays) <= 3 and {len(a) for a in reply.arrays} == {3000}
 
 
 def test_open_file_and_descriptor_give_the_same_reply(tmp_path: Path) -> None:

@@ -70,7 +70,11 @@ def test_the_query_set_is_a_side_array_not_json(tmp_path: Path) -> None:
     assert body["output"]["facts"]["query_set"] == {"labels": ["N", "S"], "array": 0}
     assert size < 4 * 200  # the JSON does not hold one entry per record
     reply = decode_reply(raw)
-    assert reply is not None and len(reply.arrays) == 1
+    # The table's cells, then the records it left out for a missing region (array 1).
+    assert reply is not None and len(reply.arrays) == 2
+    assert body["output"]["facts"]["missing_query_sets"] == [
+        {"labels": ["missing region"], "array": 1}
+    ]
     qs = query_set_of(reply.response.output)  # type: ignore[arg-type]
     assert qs is not None and qs.attached
     frame = pd.read_parquet(_dataset(tmp_path))
@@ -105,9 +109,10 @@ def test_the_array_travels_in_the_narrowest_type_its_cell_count_allows(tmp_path:
     raw, response = _reply(tmp_path, FrequencyTable(rows=["region", "sex"]))
     qs = query_set_of(response.output)  # type: ignore[arg-type]
     assert qs is not None and qs.to_array().dtype == np.int8
-    # one byte per record beside the JSON (200 records), not four
+    # one byte per record beside the JSON (200 records), not four: the cells, then the records
+    # left out for a missing key (`missing_query_sets`)
     size = int.from_bytes(raw[4:8], "big")
-    assert len(raw) - (8 + size) - 4 - 9 == 200
+    assert len(raw) - (8 + size) - 4 - 2 * 9 == 2 * 200
     reply = decode_reply(raw)
     assert reply is not None
     back = query_set_of(reply.response.output)  # type: ignore[arg-type]

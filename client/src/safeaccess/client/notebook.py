@@ -161,7 +161,7 @@ def rehearsal_html(report: RehearsalCard) -> str:
             if not detail:
                 # Never "passed every check" beside a withhold: say why it was not released.
                 detail = (
-                    "passed every check on the mock"
+                    "passed every check on the mock" + (f"; {esc(step.note)}" if step.note else "")
                     if step.mock_verdict == "release"
                     else esc(step.note or f"{step.mock_verdict} on the mock")
                 )

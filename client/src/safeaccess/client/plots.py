@@ -15,6 +15,7 @@ import math
 from typing import Any, Protocol
 
 from safeaccess.client.dpresult import DPResult
+from safeaccess.client.missing_values import missing_note
 
 Z95 = 1.959963984540054
 
@@ -190,14 +191,32 @@ def plot_result(result: StepResult, ax: Any = None) -> Any:
         )
     ax = _axes(ax)
     if kind == "table":
-        return _table(result, out, ax)
-    if kind == "dp_answer":
-        return _dp(result, DPResult(out), ax)
-    if kind == "regression":
-        return _regression(result, out, ax)
-    if kind == "survival":
-        return _survival(result, out, ax)
-    return _model(result, out, ax)
+        drawn = _table(result, out, ax)
+    elif kind == "dp_answer":
+        drawn = _dp(result, DPResult(out), ax)
+    elif kind == "regression":
+        drawn = _regression(result, out, ax)
+    elif kind == "survival":
+        drawn = _survival(result, out, ax)
+    else:
+        drawn = _model(result, out, ax)
+    return _caption(drawn, out)
+
+
+def _caption(ax: Any, out: dict[str, Any]) -> Any:
+    """The records left out for a missing value (and that none was imputed), under the plot."""
+    note = missing_note(out)
+    if note is not None:
+        ax.annotate(
+            note,
+            xy=(0.0, 0.0),
+            xycoords="figure fraction",
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=7,
+            wrap=True,
+        )
+    return ax
 
 
 __all__ = ["plot_result"]

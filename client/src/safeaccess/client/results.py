@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from safeaccess.client.audit.records import opens
 from safeaccess.client.dpresult import DPResult
+from safeaccess.client.missing_values import IMPUTATION, missing_note, missing_rows
 from safeaccess.client.protocol import canonical
 
 if TYPE_CHECKING:
@@ -188,6 +189,32 @@ class StepResult:
     def frame(self) -> Any:
         """The released output as a pandas DataFrame; None if nothing was released.
 
+        A rule-checked answer's records left out for a missing value are in
+        `attrs["missing"]` (one line per variable and group; a count below the threshold shows
+        as suppressed) and `attrs["imputation"]` ("none": no kind imputes); a summary's frame
+        also has them per variable and group in its `missing` column.
+        """
+        frame = self._frame()
+        note = missing_note(self.output)
+        if frame is not None and note is not None:
+            frame.attrs["missing"] = note
+            frame.attrs["imputation"] = IMPUTATION
+        return frame
+
+    def missing(self) -> Any:
+        """The records the released answer left out for a missing value, as a DataFrame
+        (variables, group, count, suppressed); None when nothing was released or the kind
+        reports none (DP answers carry a noisy `missing` component instead)."""
+        rows = missing_rows(self.output)
+        if rows is None:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame(rows, columns=["variables", "group", "count", "suppressed"])
+
+    def _frame(self) -> Any:
+        """The released output as a pandas DataFrame; None if nothing was released.
+
         Tables and histograms, summaries, correlations, regressions (coefficients; `attrs` keeps
         n, df_resid, df_model and the fit such as R²), tests (one row), trained models (their
         test metrics), scripts (their `result`, else their printed output), survival tables (one
@@ -256,6 +283,7 @@ class StepResult:
                 for var in group["variables"]:
                     row = dict(zip(out["by"], group["labels"], strict=False))
                     row.update({"variable": var["variable"], "n": var["n"], **var["stats"]})
+                    row["missing"] = _summary_missing(out, var["variable"], group["labels"])
                     rows.append(row)
             return pd.DataFrame(rows)
         return None
@@ -290,6 +318,16 @@ class StepResult:
         if self.withhold_budget is not None:
             lines.append(f"  ({self.withhold_budget})")
         return "\n".join(lines)
+
+
+def _summary_missing(out: dict[str, Any], variable: str, labels: list[Any]) -> int | None:
+    """A summary's released count of `variable`'s missing values in the group `labels` (None:
+    suppressed, or not reported)."""
+    for m in out.get("missing") or []:
+        if m["variables"] == [variable] and list(m.get("group") or []) == list(labels):
+            count: int | None = m.get("count")
+            return count
+    return None
 
 
 class ReceiptInvalid(Exception):

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from safeaccess.client.missing_values import IMPUTATION, missing_rows
 from safeaccess.client.protocol.errors import ProtocolError
 from safeaccess.client.protocol.sealed import SealedSequence
 from safeaccess.client.results import StepResult
@@ -154,6 +155,11 @@ def save_results(results: list[StepResult], sealed: SealedSequence, directory: s
             files[name] = _dump(result.output)
             entry["output"] = name
             entry["output_sha256"] = _sha256(files[name].encode())
+            missing = missing_rows(result.output)
+            if missing is not None:
+                # Records left out for a missing value, per variable and group; none imputed.
+                entry["missing"] = missing
+                entry["imputation"] = IMPUTATION
             if result.file_data is not None:
                 # The synthetic records, byte for byte as released (their SHA-256 is the one in
                 # the output, which the receipt commits to).

@@ -22,6 +22,7 @@ from safeaccess.rules.checks.summary import summary_findings
 from safeaccess.rules.checks.survival import survival_findings
 from safeaccess.rules.checks.tables import table_findings as _table_findings
 from safeaccess.rules.decision import Decision, Finding, combine
+from safeaccess.rules.missing import missing_findings
 from safeaccess.rules.mitigation import MitigationError, mitigate, mitigation_notes
 from safeaccess.rules.outputs import (
     CorrelationOutput,
@@ -90,7 +91,7 @@ def _findings(output: Output, rs: RuleSet) -> list[Finding]:
 def check(output: Output, ruleset: RuleSet | None = None) -> Decision:
     """Check one typed output against a rule set and decide release / withhold / review."""
     rs = ruleset or DEFAULT_RULESET
-    findings = _findings(output, rs)
+    findings = _findings(output, rs) + missing_findings(output, rs)
     return Decision(
         verdict=combine(findings),
         findings=findings,

@@ -86,6 +86,46 @@ class QuerySet(_Model):
         return self._values
 
 
+class MissingCount(_Model):
+    """Records one released answer left out because a value it needs is missing.
+
+    Released with the answer and checked like any count (`rules.missing`): a count below the
+    threshold is shown as None with `suppressed` set, and the records behind each count travel
+    in `facts.missing_query_sets` so that the query-set auditor sees them."""
+
+    variables: list[str] = Field(description="The columns whose missing value left a record out.")
+    group: list[Label] = Field(
+        default_factory=list,
+        description="The group or cell of the answer the records belong to; [] when the records "
+        "fall in no group (a grouping variable is missing) or the answer is not grouped.",
+    )
+    count: int | None = Field(description="Records left out; None when suppressed.")
+    suppressed: bool = Field(
+        default=False, description="The count was below the threshold and is not shown."
+    )
+
+    @property
+    def name(self) -> str:
+        """The label of its records in the output's missing query set."""
+        return missing_label(self.variables, self.group)
+
+
+def missing_label(variables: list[str], group: list[Label]) -> str:
+    """The query-set label of the records a missing count counts."""
+    where = ", ".join("(missing)" if v is None else str(v) for v in group)
+    return f"missing {' + '.join(variables)}" + (f" | {where}" if where else "")
+
+
+MISSING_DESCRIPTION = (
+    "Records left out of the answer because a value it needs is missing, per group where the "
+    "answer is grouped (no value is imputed)."
+)
+MISSING_SETS_DESCRIPTION = (
+    "The records behind each released missing count, one partition per list of variables "
+    "(side arrays after the main query set and `extra_query_sets`)."
+)
+
+
 class CellFacts(_Model):
     """Per-cell facts for a table, in the same row-major layout as the table values."""
 
@@ -131,6 +171,9 @@ class TableFacts(_Model):
         "a bin count spread between the observed minimum and maximum, so the outer edges are raw "
         "extremes); False when the researcher declared the edges; None when unknown.",
     )
+    missing_query_sets: list[QuerySet] = Field(
+        default_factory=list, description=MISSING_SETS_DESCRIPTION
+    )
 
 
 class TableOutput(_Model):
@@ -155,6 +198,7 @@ class TableOutput(_Model):
     bin_edges: list[float] | None = Field(default=None, description="Histograms only.")
     suppressed: list[list[bool]] | None = None
     rounded_to: int | None = None
+    missing: list[MissingCount] = Field(default_factory=list, description=MISSING_DESCRIPTION)
     facts: TableFacts
 
 
@@ -259,6 +303,9 @@ class SummaryFacts(_Model):
     groups: list[SummaryGroupFacts]
     query_set: QuerySet | None = None
     n_total: int
+    missing_query_sets: list[QuerySet] = Field(
+        default_factory=list, description=MISSING_SETS_DESCRIPTION
+    )
 
 
 class SummaryOutput(_Model):
@@ -268,6 +315,7 @@ class SummaryOutput(_Model):
     quantile_type: int = 7
     round: int | None = None
     groups: list[SummaryGroup]
+    missing: list[MissingCount] = Field(default_factory=list, description=MISSING_DESCRIPTION)
     facts: SummaryFacts
 
 
@@ -341,6 +389,9 @@ class RegressionFacts(_Model):
         "releases its mean (every family) and its sd (OLS), which must meet the summary rules "
         "(None: not recorded; the model then goes to review).",
     )
+    missing_query_sets: list[QuerySet] = Field(
+        default_factory=list, description=MISSING_SETS_DESCRIPTION
+    )
 
 
 class RegressionOutput(_Model):
@@ -360,6 +411,7 @@ class RegressionOutput(_Model):
         "family (a Poisson fit's llf, llnull, aic, bic and pseudo_r2 carry sum log(y!), which no "
         "output rule can check; the likelihood-ratio statistic llr, free of it, is released).",
     )
+    missing: list[MissingCount] = Field(default_factory=list, description=MISSING_DESCRIPTION)
     facts: RegressionFacts
 
 
@@ -376,6 +428,9 @@ class CorrelationFacts(_Model):
         description="Hat values of the simple regressions the correlations contain, each pair "
         "both ways (None: not computed).",
     )
+    missing_query_sets: list[QuerySet] = Field(
+        default_factory=list, description=MISSING_SETS_DESCRIPTION
+    )
 
 
 class CorrelationOutput(_Model):
@@ -384,6 +439,7 @@ class CorrelationOutput(_Model):
     variables: list[str]
     matrix: list[list[float | None]]
     n: int
+    missing: list[MissingCount] = Field(default_factory=list, description=MISSING_DESCRIPTION)
     facts: CorrelationFacts
 
 
@@ -397,6 +453,9 @@ class TestFacts(_Model):
         description="t tests: hat values of the regression on the group indicator (None: not "
         "computed, or a chi-square test).",
     )
+    missing_query_sets: list[QuerySet] = Field(
+        default_factory=list, description=MISSING_SETS_DESCRIPTION
+    )
 
 
 class TestOutput(_Model):
@@ -409,6 +468,7 @@ class TestOutput(_Model):
     details: dict[str, float | None] = Field(
         default_factory=dict, description="e.g. group means for a t test."
     )
+    missing: list[MissingCount] = Field(default_factory=list, description=MISSING_DESCRIPTION)
     facts: TestFacts
 
 
@@ -448,6 +508,9 @@ class SurvivalFacts(_Model):
     curves: list[SurvivalCurveFacts]
     query_set: QuerySet | None = None
     n_total: int
+    missing_query_sets: list[QuerySet] = Field(
+        default_factory=list, description=MISSING_SETS_DESCRIPTION
+    )
 
 
 class SurvivalOutput(_Model):
@@ -458,6 +521,7 @@ class SurvivalOutput(_Model):
     event: str
     by: list[str] = Field(default_factory=list)
     curves: list[SurvivalCurve]
+    missing: list[MissingCount] = Field(default_factory=list, description=MISSING_DESCRIPTION)
     facts: SurvivalFacts
 
 
@@ -771,6 +835,9 @@ class ModelFacts(_Model):
         description="The leaves of each further tree of a forest or boosting (side arrays "
         "1, 2, ...).",
     )
+    missing_query_sets: list[QuerySet] = Field(
+        default_factory=list, description=MISSING_SETS_DESCRIPTION
+    )
 
 
 class ModelOutput(_Model):
@@ -797,6 +864,7 @@ class ModelOutput(_Model):
         description="ROC curve on the test split from (0, 0) to (1, 1), when asked for "
         "(two classes): each step adds at least threshold true and false positives.",
     )
+    missing: list[MissingCount] = Field(default_factory=list, description=MISSING_DESCRIPTION)
     facts: ModelFacts
 
 
@@ -925,8 +993,14 @@ def query_set_of(output: BaseModel) -> QuerySet | None:
 def extra_query_sets_of(output: BaseModel) -> list[QuerySet]:
     """Further query sets of an output that has several partitions of its records (the trees
     of a forest), travelling as side arrays 1, 2, ... after the main query set."""
-    found = getattr(getattr(output, "facts", None), "extra_query_sets", None)
-    return [q for q in found if isinstance(q, QuerySet)] if isinstance(found, list) else []
+    facts = getattr(output, "facts", None)
+    out: list[QuerySet] = []
+    # The records behind the missing counts come last (`MissingCount`).
+    for name in ("extra_query_sets", "missing_query_sets"):
+        found = getattr(facts, name, None)
+        if isinstance(found, list):
+            out += [q for q in found if isinstance(q, QuerySet)]
+    return out
 
 
 def public(output: BaseModel) -> dict[str, Any]:

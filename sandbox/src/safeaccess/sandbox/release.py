@@ -10,6 +10,7 @@ from __future__ import annotations
 from safeaccess.client.analyses import Analysis
 from safeaccess.rules.checks.models import release_view as model_release_view
 from safeaccess.rules.checks.regression import regression_release_view
+from safeaccess.rules.missing import suppress_small_missing
 from safeaccess.rules.mitigation import mitigate
 from safeaccess.rules.outputs import ModelOutput, Output, RegressionOutput
 from safeaccess.rules.ruleset import RuleSet
@@ -17,7 +18,9 @@ from safeaccess.rules.ruleset import RuleSet
 
 def mitigate_output(output: Output, analysis: Analysis, ruleset: RuleSet) -> Output:
     """The output as it would be released: mitigations asked for, a model's or a regression's
-    release view."""
+    release view. Missing counts below the threshold are suppressed whatever was asked
+    (`safeaccess.rules.missing`)."""
+    output = suppress_small_missing(output, ruleset)
     if isinstance(output, ModelOutput):
         return model_release_view(output, ruleset)
     if isinstance(output, RegressionOutput):

@@ -17,7 +17,17 @@ from typing import Any
 
 import pandas as pd
 
-from safeaccess.client.analyses import DP_KINDS, SYNTH_KINDS, Analysis, ModelTraining
+from safeaccess.client.analyses import (
+    DP_KINDS,
+    SYNTH_KINDS,
+    Analysis,
+    FrequencyTable,
+    Histogram,
+    MagnitudeTable,
+    ModelTraining,
+    StatTest,
+    Summary,
+)
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.checks.models import param_problems
 from safeaccess.rules.engine import check
@@ -106,4 +116,42 @@ def rehearse_step(
         for f in decision.findings
         if f.verdict != "release"
     ]
-    return {**step, "mock_verdict": decision.verdict, "checks": checks}
+    out = {**step, "mock_verdict": decision.verdict, "checks": checks}
+    joint = joint_note(analysis)
+    if joint is not None and decision.verdict == "release":
+        out["note"] = joint
+    return out
+
+
+def _joint_columns(analysis: Analysis) -> list[str]:
+    """The columns whose combinations make the answer's cells (two or more: joint groups)."""
+    if isinstance(analysis, FrequencyTable | MagnitudeTable):
+        return [*analysis.rows, *analysis.cols]
+    if isinstance(analysis, Histogram):
+        return [*analysis.by, analysis.variable] if analysis.by else []
+    if isinstance(analysis, Summary):
+        return list(analysis.by)
+    if isinstance(analysis, StatTest) and analysis.rows and analysis.cols:
+        return [analysis.rows, analysis.cols]
+    return []
+
+
+def joint_note(analysis: Analysis) -> str | None:
+    """What a release on the mock cannot tell about cells of two or more columns together.
+
+    The mock draws each column on its own from its published one-way shares; which cells of two
+    columns are small is not published (docs/server.md, "Column profiles": a small-cell
+    statement is a class disclosure waiting to happen and an unbudgeted oracle), so a cell small
+    only in combination is small on the mock by chance alone."""
+    names = _joint_columns(analysis)
+    if len(names) < 2:
+        return None
+    head = (
+        f"the mock draws {', '.join(names)} each on its own, so a cell small only in their "
+        "combination (a rare region among women) is not reproduced: on the real data such a "
+    )
+    if isinstance(analysis, FrequencyTable | MagnitudeTable):
+        if analysis.mitigations.suppress:
+            return head + "cell is suppressed, as you asked"
+        return head + "cell withholds the table; ask for suppression (suppress=True) instead"
+    return head + "cell withholds the step; group by fewer or coarser columns if one may be rare"

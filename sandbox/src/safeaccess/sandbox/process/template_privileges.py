@@ -142,6 +142,7 @@ def map_one_id(inner_uid: int, outer_uid: int, inner_gid: int, outer_gid: int) -
         with open(f"{PROC}/self/{name}", "w") as fh:
             fh.write(data)
 
+
 def _start_map_writer(target: int) -> tuple[int, int]:
     """Fork the process that writes `target`'s uid and gid maps once `target` has unshared its
     user namespace (mapping a range of host ids takes CAP_SETUID and CAP_SETGID in the host's

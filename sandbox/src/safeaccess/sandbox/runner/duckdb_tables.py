@@ -59,6 +59,7 @@ from safeaccess.sandbox.runner.duckdb_cells import (
     record_cells,
 )
 from safeaccess.sandbox.runner.duckdb_filter import column_sql, date_sql, kind_of, number_sql
+from safeaccess.sandbox.runner.duckdb_missing import table_missing
 from safeaccess.sandbox.runner.duckdb_source import DatasetFile
 
 STORAGE_UNSUPPORTED = "storage_unsupported"
@@ -139,7 +140,9 @@ def frequency_table(
         table, "frequency_table", list(analysis.rows), list(analysis.cols), None, analysis.margins
     )
     out = count_table(shape, table.body_counts)
-    return _released(table, out, record_cells(job, table))
+    out = _released(table, out, record_cells(job, table))
+    out.missing, out.facts.missing_query_sets = table_missing(job, table, names, None, 0)
+    return out
 
 
 def _numeric(job: TableJob, name: str) -> str:
@@ -204,6 +207,9 @@ def histogram(analysis: Histogram, job: TableJob, metadata: DatasetMetadata) -> 
     out = _released(table, out, record_cells(job, table))
     out.bin_edges = [float(e) for e in edges]
     out.facts.bin_edges_from_data = analysis.edges is None
+    out.missing, out.facts.missing_query_sets = table_missing(
+        job, table, list(analysis.by), (analysis.variable, value), len(analysis.by)
+    )
     return out
 
 
@@ -277,17 +283,21 @@ def magnitude_table(
         top=layout.largest(_tops(top_lists)),
     )
     out = magnitude_output(shape, analysis.agg, sums)
-    return _released(table, out, record_cells(job, table, value))
+    out = _released(table, out, record_cells(job, table, value))
+    out.missing, out.facts.missing_query_sets = table_missing(
+        job, table, names, (analysis.value, value), len(names)
+    )
+    return out
 
 
 def _passes(analysis: Analysis) -> int:
     """Passes over the file an answer to `analysis` takes: the combinations, (a magnitude
-    table's sums, a histogram's range from the data,) each record's cell."""
+    table's sums, a histogram's range from the data,) each record's cell, its missing values."""
     if isinstance(analysis, MagnitudeTable):
-        return 3
+        return 4
     if isinstance(analysis, Histogram) and analysis.edges is None:
-        return 3
-    return 2
+        return 4
+    return 3
 
 
 def execute_out_of_memory(

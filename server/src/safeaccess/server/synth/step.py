@@ -19,6 +19,7 @@ import json
 import math
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -316,6 +317,23 @@ def _check(job: Job, backend: Backend, ruleset: RuleSet) -> SynthCheckFacts:
     return result.output.facts
 
 
+def worker_request(
+    analysis: SyntheticData, work: SynthWorkload, measured: Sequence[Measurement]
+) -> WorkerRequest:
+    """What the data-less worker fits and samples: the domain, the noisy marginals and the
+    researcher's `rows` (None: the noisy total)."""
+    return WorkerRequest(
+        domain=[(c.name, c.size) for c in work.columns],
+        measurements=[
+            WorkerMeasurement(
+                clique=_names(work, m.clique), values=m.values.tolist(), sigma=m.sigma
+            )
+            for m in measured
+        ],
+        rows=analysis.rows,
+    )
+
+
 def release(
     analysis: SyntheticData,
     synth_plan: SynthPlan,
@@ -334,16 +352,7 @@ def release(
     """Noise, fit, write, check; the outcome with its ledger charge."""
     work = synth_plan.work
     released = measure(work, tables, synth_plan.mu, synth_plan.records_per_unit)
-    request = WorkerRequest(
-        domain=[(c.name, c.size) for c in work.columns],
-        measurements=[
-            WorkerMeasurement(
-                clique=_names(work, m.clique), values=m.values.tolist(), sigma=m.sigma
-            )
-            for m in released.all
-        ],
-        rows=analysis.rows,
-    )
+    request = worker_request(analysis, work, released.all)
     try:
         fitted = run_worker(request, timeout=worker_timeout)
     except SynthWorkerFailed as exc:
@@ -476,4 +485,13 @@ def release(
     )
 
 
-__all__ = ["Measurement", "SynthPlan", "decode", "file_path", "plan", "release", "workload"]
+__all__ = [
+    "Measurement",
+    "SynthPlan",
+    "decode",
+    "file_path",
+    "plan",
+    "release",
+    "worker_request",
+    "workload",
+]

@@ -15,6 +15,7 @@ import pandas as pd
 from safeaccess.client.analyses import Correlation
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import CorrelationFacts, CorrelationOutput
+from safeaccess.sandbox.runner.compute import missing
 from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
     fnum,
@@ -72,13 +73,16 @@ def correlation(
                 [int(((raw[a] == la) & (raw[b] == lb)).sum()) for lb in levels_b] for la in levels_a
             ]
     cell = np.where(complete, 0, -1)
+    left_out, left_out_sets = missing.listwise(names, complete, frame, n_records)
     return CorrelationOutput(
         method=analysis.method,
         variables=names,
         matrix=matrix,
         n=n,
+        missing=left_out,
         facts=CorrelationFacts(
             n=n,
+            missing_query_sets=left_out_sets,
             binary=binary,
             pair_tables=pair_tables,
             query_set=query_set(["complete records"], frame, cell, n_records),

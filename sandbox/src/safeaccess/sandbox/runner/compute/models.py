@@ -40,6 +40,7 @@ from safeaccess.rules.outputs import (
     ModelOutput,
     QuerySet,
 )
+from safeaccess.sandbox.runner.compute import missing
 from safeaccess.sandbox.runner.compute._common import AnalysisError, numeric_values, to_label
 
 # Records outside the training/test split, in the query-set arrays.
@@ -318,6 +319,11 @@ def model_training(
         protected_all = level_codes(frame[analysis.fairness.protected], protected_levels)
         complete &= protected_all >= 0
     rows = np.nonzero(complete)[0]
+    # Listwise deletion: the records without the target, a feature or the protected attribute.
+    used_columns = [analysis.target, *analysis.features]
+    if analysis.fairness is not None:
+        used_columns.append(analysis.fairness.protected)
+    left_out = missing.listwise(used_columns, complete, frame, n_records)
     x, y = x_all[rows], y_all[rows]
     protected = protected_all[rows] if protected_all is not None else None
     if len(np.unique(y)) < 2:
@@ -438,6 +444,7 @@ def model_training(
         roc_steps=None if roc is None else roc.steps,
         query_set=sets[0],
         extra_query_sets=sets[1:],
+        missing_query_sets=left_out[1],
     )
     return ModelOutput(
         family=analysis.family,
@@ -456,6 +463,7 @@ def model_training(
         },
         fairness=fairness_report,
         roc=None if roc is None else roc.points,
+        missing=left_out[0],
         facts=facts,
     )
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from safeaccess.client.analyses import Regression
+from safeaccess.client.grammar.formulas import formula_columns, parse_formula
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.facts import residual_spread
 from safeaccess.rules.outputs import (
@@ -24,6 +25,7 @@ from safeaccess.rules.outputs import (
     RegressorFacts,
     SummaryVariableFacts,
 )
+from safeaccess.sandbox.runner.compute import missing
 from safeaccess.sandbox.runner.compute import summary as summary_compute
 from safeaccess.sandbox.runner.compute._common import AnalysisError, fnum, query_set
 from safeaccess.sandbox.runner.compute.bounds import record_bounds
@@ -271,7 +273,11 @@ def regression(
     patterns = np.unique(x, axis=0).shape[0]
     used = np.zeros(len(frame), dtype=np.int64) - 1
     used[rows] = 0
+    # Listwise deletion: the records with a missing value in a column of the formula.
+    variables = sorted(formula_columns(parse_formula(analysis.formula)))
+    left_out, left_out_sets = missing.listwise(variables, used >= 0, frame, n_records)
     facts = RegressionFacts(
+        missing_query_sets=left_out_sets,
         n=n,
         df_resid=float(result.df_resid),
         df_model=float(result.df_model),
@@ -293,5 +299,6 @@ def regression(
         df_model=float(result.df_model),
         coefficients=coefficients,
         fit=_fit_stats(analysis.family, result),
+        missing=left_out,
         facts=facts,
     )

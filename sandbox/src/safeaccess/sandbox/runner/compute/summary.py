@@ -42,6 +42,7 @@ from safeaccess.rules.reconstruction._exact import (
     windowed_median_weights,
     windowed_quantile_weights,
 )
+from safeaccess.sandbox.runner.compute import missing
 from safeaccess.sandbox.runner.compute._common import (
     fnum,
     group,
@@ -300,13 +301,23 @@ def summary(
         fact_groups.append(
             SummaryGroupFacts(labels=labels, n=int(members.size), variables=var_facts)
         )
+    # Per variable and group, the records whose value is missing; then the records in no group.
+    missing_parts = [
+        missing.per_group([v], np.isnan(columns[v]), groups.codes, groups.labels, frame, n_records)
+        for v in analysis.variables
+    ]
+    counts, sets = missing.joined(
+        *missing_parts, missing.keys(list(analysis.by), frame, metadata, n_records)
+    )
     return SummaryOutput(
         by=list(analysis.by),
         statistics=list(analysis.statistics),
         quantile_type=analysis.quantile_type,
         round=analysis.round,
         groups=out_groups,
+        missing=counts,
         facts=SummaryFacts(
+            missing_query_sets=sets,
             groups=fact_groups,
             query_set=query_set(
                 [label_text(lab) for lab in groups.labels], frame, groups.codes, n_records

@@ -29,6 +29,7 @@ from safeaccess.rules.outputs import (
     SurvivalStep,
     SurvivalStepFacts,
 )
+from safeaccess.sandbox.runner.compute import missing
 from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
     fnum,
@@ -148,12 +149,21 @@ def survival(
                 f"{group}: events at {step.time:g}",
                 f"{group}: censored from {step.time:g} to {until}",
             ]
+    # Per curve, its records without a time or a 0/1 event; then those in no curve.
+    left_out, left_out_sets = missing.joined(
+        missing.per_group(
+            [analysis.time, analysis.event], ~usable, groups.codes, groups.labels, frame, n_records
+        ),
+        missing.keys(list(analysis.by), frame, metadata, n_records),
+    )
     return SurvivalOutput(
         time=analysis.time,
         event=analysis.event,
         by=list(analysis.by),
         curves=curves,
+        missing=left_out,
         facts=SurvivalFacts(
+            missing_query_sets=left_out_sets,
             curves=curve_facts,
             query_set=query_set(cell_names, frame, cells, n_records),
             n_total=int(np.count_nonzero(group_of >= 0)),

@@ -20,10 +20,12 @@ from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import TableOutput
 from safeaccess.rules.table_facts import cell_names
 from safeaccess.rules.tabulate import Coded, Tabulated, TooManyCells, tabulate
+from safeaccess.sandbox.runner.compute import missing
 from safeaccess.sandbox.runner.compute._common import (
     MAX_CELLS,
     AnalysisError,
     declared_levels,
+    group,
     numeric_values,
     query_set,
     require_columns,
@@ -87,7 +89,11 @@ def frequency_table(
         margins=analysis.margins,
         source="frequency_table",
     )
-    return _released(done, frame, n_records)
+    out = _released(done, frame, n_records)
+    out.missing, out.facts.missing_query_sets = missing.keys(
+        [*analysis.rows, *analysis.cols], frame, metadata, n_records
+    )
+    return out
 
 
 def magnitude_table(
@@ -116,7 +122,18 @@ def magnitude_table(
         contributor=None if unit_col is None else frame[unit_col].to_numpy(),
         source="magnitude_table",
     )
-    return _released(done, frame, n_records)
+    out = _released(done, frame, n_records)
+    # Per body cell, its records whose value is missing (row-major, as the body); then the
+    # records in no cell.
+    names = [*analysis.rows, *analysis.cols]
+    cells = group(frame, names, metadata)
+    out.missing, out.facts.missing_query_sets = missing.joined(
+        missing.per_group(
+            [analysis.value], np.isnan(values), cells.codes, cells.labels, frame, n_records
+        ),
+        missing.keys(names, frame, metadata, n_records),
+    )
+    return out
 
 
 def _bin_label(lo: float, hi: float, last: bool) -> str:
@@ -170,4 +187,17 @@ def histogram(
     out.bin_edges = [float(e) for e in edges]
     # Edges computed from the data reveal its minimum and maximum; declared ones do not.
     out.facts.bin_edges_from_data = analysis.edges is None
+    # Per `by` group, its records whose value is missing; then the records in no group.
+    groups = group(frame, list(analysis.by), metadata)
+    out.missing, out.facts.missing_query_sets = missing.joined(
+        missing.per_group(
+            [analysis.variable],
+            np.isnan(values),
+            groups.codes,
+            groups.labels,
+            frame,
+            n_records,
+        ),
+        missing.keys(list(analysis.by), frame, metadata, n_records),
+    )
     return out

@@ -20,6 +20,7 @@ import pandas as pd
 from safeaccess.client.analyses import StatTest
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.outputs import TestFacts, TestOutput
+from safeaccess.sandbox.runner.compute import missing
 from safeaccess.sandbox.runner.compute._common import (
     AnalysisError,
     code_variable,
@@ -51,6 +52,9 @@ def _chi2(
         )
     statistic, p_value, dof, expected = chi2_contingency(used, correction=False)
     n = int(counts.sum())
+    left_out, left_out_sets = missing.keys(
+        [analysis.rows, analysis.cols], frame, metadata, n_records
+    )
     return TestOutput(
         test="chi2_independence",
         statistic=float(statistic),
@@ -58,8 +62,10 @@ def _chi2(
         p_value=float(p_value),
         n=n,
         details={"min_expected": fnum(np.min(expected))},
+        missing=left_out,
         facts=TestFacts(
             n=n,
+            missing_query_sets=left_out_sets,
             table=counts.tolist(),
             query_set=query_set(
                 [label_text(lab) for lab in cells.labels], frame, cells.codes, n_records
@@ -105,6 +111,18 @@ def _t_test(
     cell = np.full(len(frame), -1, dtype=np.int64)
     for i, g in enumerate(pair):
         cell[valid & (groups.codes == g)] = i
+    # Per level of the group, its records without a value; then those without a group.
+    left_out, left_out_sets = missing.joined(
+        missing.per_group(
+            [analysis.variable],
+            np.isnan(values),
+            groups.codes,
+            [[level] for level in groups.levels],
+            frame,
+            n_records,
+        ),
+        missing.keys([analysis.group], frame, metadata, n_records),
+    )
     return TestOutput(
         test="t_two_sample",
         statistic=float(result.statistic),
@@ -116,8 +134,10 @@ def _t_test(
             f"mean[{names[1]}]": float(samples[1].mean()),
             "difference": float(samples[0].mean() - samples[1].mean()),
         },
+        missing=left_out,
         facts=TestFacts(
             n=int(n0 + n1),
+            missing_query_sets=left_out_sets,
             group_counts={names[0]: int(n0), names[1]: int(n1)},
             query_set=query_set(names, frame, cell, n_records),
             # the t test is the regression of the variable on the group indicator

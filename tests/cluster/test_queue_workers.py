@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,6 +40,8 @@ from safeaccess.client.analyses import Analysis, FrequencyTable, Script
 from safeaccess.client.protocol import SealedSequence
 from safeaccess.client.session import Session, StepResult
 from safeaccess.server.config import DataDir
+from safeaccess.server.review import decisions
+from safeaccess.server.shutdown import HAND_BACK_SECONDS
 
 SCRIPT_SECONDS = 4.0
 
@@ -489,14 +492,22 @@ def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Bala
     # The script outlives the lease by far after the SIGTERM, while another worker (serving
     # only tables, so the script goes to worker0) looks for stalled jobs: the stopping worker's
     # heartbeat goes on while it drains, so the job is neither run again nor recorded as
-    # crashed (issue 43). The script ends within the stop's grace (`shutdown.GRACE_SECONDS`,
-    # 12 s: issue 41 bounds a stop at 15 s whatever runs); one still running then is cut.
-    seconds = 2.5 * LEASE_SECONDS
+    # crashed (issue 43). The script ends before the stop's hand-back time
+    # (`shutdown.HAND_BACK_SECONDS`, 9 s: issue 41 bounds a stop at 15 s whatever runs); one
+    # still running then is handed back (the next test).
+    seconds = 1.75 * LEASE_SECONDS
     sleeper = Script(code=f"import time\ntime.sleep({seconds})\nresult = 1")
     stop_worker(queued, 1)
     queued.start_worker(1, "--slots", "2", "--queues", "steps")
     try:
         with queued.session("ada") as ada:
+            # A first script starts worker0's script template, so the sleeper's time after the
+            # signal is its own (a template's start takes seconds on a busy machine).
+            warm = ada.open(queued.seal("ada", "census", [Script(code="result = 1")]))
+            wait_until(
+                "worker0 has run a first script",
+                lambda: jobs(queued, warm.sequence_id, 1)[0]["status"] == "succeeded",
+            )
             run = ada.open(queued.seal("ada", "census", [sleeper]))
         assert run.status == "review", run
         wait_until(
@@ -522,6 +533,86 @@ def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Bala
         store.close()
     assert step is not None and step.error_code is None and step.output is not None, step
     # (worker1 serves tables only from here: the next test stops it and starts it as before)
+
+
+def test_a_job_longer_than_the_stop_grace_is_handed_back_and_runs_once_at_the_next_start(
+    queued: Balanced,
+) -> None:
+    # A script still running `HAND_BACK_SECONDS` after SIGTERM: worker0 stops its sandbox, puts
+    # the job back in the queue and exits within issue 41's 15 s; started again, it runs the
+    # script from scratch (another worker would take it the same way: it is a job in `todo`).
+    # Nothing is recorded for the cut run, not crashed, not failed, and the step once (issue 43).
+    seconds = HAND_BACK_SECONDS + 3
+    sleeper = Script(code=f"import time\ntime.sleep({seconds})\nresult = 1")
+    stop_worker(queued, 1)
+    try:
+        with queued.session("ada") as ada:
+            # A first script starts worker0's script template: the sleeper then sleeps from
+            # the moment its job is taken (a template's start takes seconds on a busy machine).
+            warm = ada.open(queued.seal("ada", "census", [Script(code="result = 1")]))
+            wait_until(
+                "worker0 has run a first script",
+                lambda: jobs(queued, warm.sequence_id, 1)[0]["status"] == "succeeded",
+            )
+            run = ada.open(queued.seal("ada", "census", [sleeper]))
+        assert run.status == "review", run
+        wait_until(
+            "worker0 runs the script",
+            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] == "doing",
+        )
+        log0 = sorted(queued.folder.glob("worker0.*.log"), key=lambda p: p.stat().st_mtime)[-1]
+        stopped = time.monotonic()
+        stop_worker(queued, 0)  # SIGTERM (systemd's stop), then wait for the process to end
+        took = time.monotonic() - stopped
+        (back,) = jobs(queued, run.sequence_id, 1)
+        queued.start_worker(0)
+        wait_until(
+            "worker0 has run the script again",
+            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] in ("succeeded", "failed"),
+            timeout=seconds + 60,
+        )
+    finally:
+        for i in (0, 1):
+            if queued.workers[i] is None:
+                queued.start_worker(i)
+    assert back["status"] == "todo", back  # handed back, not left to the lease
+    assert HAND_BACK_SECONDS <= took < 15, took  # it waited for the script, within the bound
+    assert "handed back to the queue" in log0.read_text(), log0.read_text()[-3000:]
+    (job,) = jobs(queued, run.sequence_id, 1)
+    assert job["status"] == "succeeded", job
+    # procrastinate's own record of the job: taken twice, given back once, done; never failed.
+    events = Counter(job_events(queued, int(job["id"])))
+    assert events["started"] == 2 and events["deferred_for_retry"] == 1, events
+    assert events["succeeded"] == 1 and events["failed"] == 0, events
+    store = queued.store()
+    try:
+        step = store.get_step(run.sequence_id, 1)
+        assert step is not None and step.error_code is None and step.output is not None, step
+        # The run recorded is the whole script, from its start (not the cut run's remainder).
+        assert step.wall_seconds is not None and step.wall_seconds >= seconds, step.wall_seconds
+        decisions.decide(store, run.sequence_id, 1, approve=True, reviewer="olivia")
+    finally:
+        store.close()
+    assert all(count == 1 for count in step_events(queued, run.sequence_id)[1].values())
+    with queued.session("ada") as ada:
+        released = ada.step(run.sequence_id, 1)
+    assert released.released and released.output is not None, released
+
+
+def job_events(cluster: Balanced, job_id: int) -> list[str]:
+    """procrastinate's events of one job, in order."""
+    store = cluster.store()
+    try:
+        with store.engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT type::text FROM procrastinate_events WHERE job_id = :id ORDER BY at, id"
+                ),
+                {"id": job_id},
+            )
+            return [str(r[0]) for r in rows]
+    finally:
+        store.close()
 
 
 def test_every_sandbox_process_of_a_sigkilled_worker_dies_with_it(queued: Balanced) -> None:

@@ -31,6 +31,7 @@ from safeaccess.sandbox.factory import make_backend
 from safeaccess.server import shutdown
 from safeaccess.server.config import DataDir, QueueConfig
 from safeaccess.server.errors import ConfigError
+from safeaccess.server.jobs import handback
 from safeaccess.server.jobs.affinity import AffinityJobManager, WarmDatasets
 from safeaccess.server.jobs.datasets import DatasetCheck, unreadable
 from safeaccess.server.jobs.draining import DrainingWorker
@@ -172,8 +173,18 @@ async def _serve(service: Service, options: WorkerOptions, queue: QueueConfig, u
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
+    def hand_back() -> None:
+        # (in a thread: killing sandboxes may wait on them, and the heartbeat must go on)
+        handing.append(asyncio.ensure_future(asyncio.to_thread(handback.begin, service.backend)))
+
+    handing: list[asyncio.Future[None]] = []
+
     def stopping() -> None:
-        # running admissions end at once; the process ends within seconds whatever runs
+        # Running admissions end at once; jobs still running `HAND_BACK_SECONDS` after the
+        # signal go back to the queue (`handback.py`); the process ends within seconds
+        # whatever runs.
+        if not stop.is_set():
+            loop.call_later(shutdown.HAND_BACK_SECONDS, hand_back)
         shutdown.begin()
         stop.set()
 
@@ -213,6 +224,8 @@ async def _serve(service: Service, options: WorkerOptions, queue: QueueConfig, u
         for task in [*runs, reaper]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for future in handing:
+            await future
 
 
 async def _claim_loop(

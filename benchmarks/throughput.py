@@ -449,7 +449,24 @@ def main() -> None:
                         f"{statistics.median(many) * 1000:.0f} ms, p95 "
                         f"{percentile(many, 0.95) * 1000:.0f} ms (target < 2000 ms)"
                     )
-        if args.user:
+        ratio = figures["forkserver"] / figures["warm"]
+        print(
+            f"throughput: fork server {figures['forkserver']:.2f} steps/s vs warm sandboxes "
+            f"{figures['warm']:.2f} steps/s = {ratio:.1f}x (targets >= 10x and >= 30 steps/s)"
+        )
+        print(
+            f"server CPU per step (the server process alone, from its own CPU clock): "
+            f"{figures['server_cpu'] * 1000:.1f} ms over {args.rounds} rounds (each: {by_round} "
+            "ms; target <= 10 ms)"
+        )
+        dataset = root / "datasets" / "census" / "v1.parquet"
+        local, forked = _job_overhead(dataset, args.jobs)
+        print(
+            f"one job: in-process (read Parquet + table) median {local * 1000:.1f} ms, fork "
+            f"server median {forked * 1000:.1f} ms; overhead {(forked - local) * 1000:.1f} ms "
+            "(target <= 15 ms)"
+        )
+        if args.user:  # last: the data directory becomes the user's
             # The documented deployment: the data directory belongs to the service user, whose
             # server runs the same rounds (issue 43's target: >= 0.8 x root's, in one run).
             Path(tmp).chmod(0o755)
@@ -472,23 +489,6 @@ def main() -> None:
                 f"{figures['forkserver']:.2f} steps/s = {user_rate / figures['forkserver']:.2f} "
                 "(target >= 0.8)"
             )
-        ratio = figures["forkserver"] / figures["warm"]
-        print(
-            f"throughput: fork server {figures['forkserver']:.2f} steps/s vs warm sandboxes "
-            f"{figures['warm']:.2f} steps/s = {ratio:.1f}x (targets >= 10x and >= 30 steps/s)"
-        )
-        print(
-            f"server CPU per step (the server process alone, from its own CPU clock): "
-            f"{figures['server_cpu'] * 1000:.1f} ms over {args.rounds} rounds (each: {by_round} "
-            "ms; target <= 10 ms)"
-        )
-        dataset = root / "datasets" / "census" / "v1.parquet"
-        local, forked = _job_overhead(dataset, args.jobs)
-        print(
-            f"one job: in-process (read Parquet + table) median {local * 1000:.1f} ms, fork "
-            f"server median {forked * 1000:.1f} ms; overhead {(forked - local) * 1000:.1f} ms "
-            "(target <= 15 ms)"
-        )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ backend) behind two replicas and HAProxy, on one PostgreSQL (docs/deploy.md).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import signal
 import ssl
 import subprocess
@@ -38,7 +40,7 @@ from test_balanced_cluster import audit_verifies, check_receipts, step_events
 from pg_throwaway import free_port
 from safeaccess.client.analyses import Analysis, FrequencyTable, Script
 from safeaccess.client.protocol import SealedSequence
-from safeaccess.client.session import Session, StepResult
+from safeaccess.client.session import ServerError, Session, StepResult
 from safeaccess.server.config import DataDir
 from safeaccess.server.review import decisions
 from safeaccess.server.shutdown import HAND_BACK_SECONDS
@@ -425,33 +427,76 @@ def test_metrics_of_a_worker_and_a_replica_and_their_logs_carry_ids(queued: Bala
 
 
 def test_the_queue_commands_show_retry_and_fail_jobs(queued: Balanced) -> None:
-    status = safeaccess_server(queued, "queue", "status")
-    assert status.returncode == 0, status.stderr
-    assert "queue steps:" in status.stdout and "last heartbeat" in status.stdout, status.stdout
-    with queued.session("ada") as ada:
-        done = ada.open(queued.seal("ada", "census", [FrequencyTable(rows=["region"])]))
-    assert done.released, done
-    (job,) = jobs(queued, done.sequence_id, 1)
-    # A job the centre failed (as when every try found the sandbox unavailable).
+    # A job the centre fails on every try: the census file on the shared storage no longer
+    # matches its SHA-256 (each run raises Unavailable, tried again twice, then failed).
     store = queued.store()
     try:
-        with store.engine.begin() as connection:
-            connection.execute(
-                text("UPDATE procrastinate_jobs SET status = 'failed' WHERE id = :id"),
-                {"id": job["id"]},
-            )
+        census = store.find_dataset("census")
     finally:
         store.close()
+    assert census is not None
+    data = queued.root / census.path
+    aside = data.with_name(data.name + ".good")
+    refused: list[ServerError] = []
+    sealed_ = queued.seal("ada", "census", [FrequencyTable(rows=["region"])])
+
+    def reveal() -> None:
+        with queued.session("ada") as ada, contextlib.suppress(ServerError):
+            try:
+                ada.open(sealed_)
+            except ServerError as exc:
+                refused.append(exc)
+                raise
+
+    data.rename(aside)
+    try:
+        shutil.copy(aside, data)
+        with data.open("ab") as fh:
+            fh.write(b"\0")
+        waiting_ = threading.Thread(target=reveal)
+        waiting_.start()
+        wait_until("a census job is queued", lambda: bool(census_jobs(queued)), timeout=60)
+        (job,) = census_jobs(queued)
+        wait_until(
+            "the job has failed on every try",
+            lambda: census_jobs(queued, job["id"])[0]["status"] == "failed",
+            timeout=60,
+        )
+    finally:
+        data.unlink(missing_ok=True)
+        aside.rename(data)  # the registered file, as it was (same inode and mtime)
+    status = safeaccess_server(queued, "queue", "status")
+    assert status.returncode == 0, status.stderr
+    assert "queue steps:" in status.stdout and "failed 1" in status.stdout, status.stdout
+    assert "last heartbeat" in status.stdout, status.stdout
     failed = safeaccess_server(queued, "queue", "failed")
     assert failed.returncode == 0 and str(job["id"]) in failed.stdout, failed
-    assert done.sequence_id in failed.stdout, failed.stdout
+    sequence_id = str(job["sequence_id"])
+    assert sequence_id in failed.stdout, failed.stdout
+    # One line per failed run with its cause, no traceback (issue 43's logs).
+    lines = [
+        line
+        for log in queued.folder.glob("worker*.log")
+        for line in log.read_text().splitlines()
+        if sequence_id in line and "failed (run" in line
+    ]
+    assert len(lines) == 3, lines
+    assert all("does not match its registered SHA-256" in line for line in lines), lines
+    assert not any("Traceback" in log.read_text() for log in queued.folder.glob("worker*.log"))
+    # The waiting researcher was told at once, in one line, to try again later.
+    waiting_.join(timeout=90)
+    assert [e.code for e in refused] == ["sandbox_unavailable"], refused
+    assert "retry the same reveal later" in str(refused[0]), refused
     retried = safeaccess_server(queued, "queue", "retry", str(job["id"]))
     assert retried.returncode == 0, retried.stderr
-    # A worker runs it again; its step was settled already, so nothing more is recorded.
+    # A worker runs it again on the registered file: her step is released.
     wait_until(
         "the retried job has run",
-        lambda: jobs(queued, done.sequence_id, 1)[0]["status"] == "succeeded",
+        lambda: census_jobs(queued, job["id"])[0]["status"] == "succeeded",
     )
+    with queued.session("ada") as ada:
+        released = ada.step(sequence_id, 1)
+    assert released.released and released.output is not None, released
     again = safeaccess_server(queued, "queue", "retry", str(job["id"]))
     assert again.returncode == 2 and "only a failed job" in again.stderr, again
     # A job no worker serves (pool docker, no docker worker now): given up, its step withheld.
@@ -473,6 +518,28 @@ def test_the_queue_commands_show_retry_and_fail_jobs(queued: Balanced) -> None:
     finally:
         waiting.join(timeout=90)
     assert answer and answer[0].status == "withheld", answer
+
+
+def census_jobs(cluster: Balanced, job_id: int | None = None) -> list[dict[str, Any]]:
+    """The queue's unfinished jobs on census (or job `job_id`), with their sequence ids."""
+    store = cluster.store()
+    try:
+        with store.engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT id, status::text AS status, args->>'sequence_id' AS sequence_id "
+                    "FROM procrastinate_jobs WHERE "
+                    + (
+                        "id = :id"
+                        if job_id is not None
+                        else "args->>'dataset' = 'census' AND status IN ('todo', 'doing')"
+                    )
+                ),
+                {"id": job_id},
+            )
+            return [dict(r._mapping) for r in rows]
+    finally:
+        store.close()
 
 
 def todo_jobs(cluster: Balanced, queue: str) -> list[int]:

@@ -98,8 +98,12 @@ def _log_procrastinate() -> None:
     """procrastinate's warnings and errors to standard error, beside the server's own log
     (with the handler `logs.configure` gave it, if any)."""
     logger = logging.getLogger("procrastinate")
-    logger.addFilter(_one_line_when_the_database_is_away)
-    logger.addFilter(_job_failure_without_traceback)
+    # A logger's filters see only the records logged to it, not those its children pass up:
+    # they go on procrastinate's module loggers ("procrastinate.worker" logs a failed job).
+    children = [n for n in logging.root.manager.loggerDict if n.startswith("procrastinate.")]
+    for name in ["procrastinate", *children]:
+        logging.getLogger(name).addFilter(_one_line_when_the_database_is_away)
+        logging.getLogger(name).addFilter(_job_failure_without_traceback)
     if logger.handlers:
         return
     handler = logging.StreamHandler()

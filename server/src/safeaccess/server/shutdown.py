@@ -29,6 +29,11 @@ HAND_BACK_SECONDS = 9.0
 _started = threading.Event()
 
 
+def stopping() -> bool:
+    """True once the process has been told to stop (`begin`)."""
+    return _started.is_set()
+
+
 def begin(grace: float = GRACE_SECONDS) -> None:
     """The process is stopping: interrupt the admissions and arm the watchdog (once)."""
     interrupt_all()

@@ -9,8 +9,9 @@ table job's runs, and make everyone wait `lease_seconds`):
 1. its sandbox is killed (`Backend.abandon`): the run reports the centre's failure
    (`SandboxUnavailable`, hence `Unavailable`), so nothing is recorded for the step, which stays
    `running` (a script's: in review, not run);
-2. its task raises `HandedBack`, which `HandBackRetry` retries at once whatever the job's
-   attempts, so procrastinate puts the job back in `todo` while this worker's heartbeat still
+2. its task raises `HandedBack` (as does a job whose query-set admission the signal
+   interrupted, `shutdown.py`: it too recorded nothing), which `HandBackRetry` retries at once
+   whatever the job's attempts, so procrastinate puts the job back in `todo` while this worker's heartbeat still
    holds it (no other worker ever sees it stalled);
 3. the next free worker, another one or this one at its next start, claims it and runs it from
    scratch, once. A run that finished before its sandbox was killed is recorded and its job
@@ -23,7 +24,6 @@ then handed back and lost with its worker twice is withheld one run early.
 from __future__ import annotations
 
 import logging
-import threading
 
 from procrastinate import BaseRetryStrategy, RetryDecision
 from procrastinate.jobs import Job
@@ -32,8 +32,6 @@ from safeaccess.sandbox.backend import Backend
 
 log = logging.getLogger("safeaccess.server.worker")
 
-_handing_back = threading.Event()
-
 
 class HandedBack(Exception):
     """A job whose run was stopped because its worker is stopping: it goes back to the queue."""
@@ -41,14 +39,8 @@ class HandedBack(Exception):
 
 def begin(backend: Backend) -> None:
     """Stop every job this worker runs now (their sandboxes) and hand them back (blocking)."""
-    _handing_back.set()
     log.warning("still running jobs at the stop's hand-back time: handing them back to the queue")
     backend.abandon()
-
-
-def handing_back() -> bool:
-    """True once this process hands its running jobs back (`begin`)."""
-    return _handing_back.is_set()
 
 
 class HandBackRetry(BaseRetryStrategy):

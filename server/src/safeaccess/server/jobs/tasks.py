@@ -18,7 +18,7 @@ import psycopg
 from procrastinate import JobContext, RetryStrategy
 from sqlalchemy.exc import OperationalError
 
-from safeaccess.server import metrics
+from safeaccess.server import metrics, shutdown
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.jobs import handback
 from safeaccess.server.jobs.datasets import DatasetCheck
@@ -55,11 +55,12 @@ def _reported(context: JobContext, what: str, sequence_id: str, index: int) -> I
         try:
             yield
         except Unavailable as exc:
-            if not handback.handing_back():
+            if not shutdown.stopping():
                 _log_failure(context, what, sequence_id, index, exc)
                 raise
-            # Its sandbox was stopped by this worker's stop: nothing was recorded, and the job
-            # goes back to the queue (`handback.py`).
+            # Cut short by this worker's stop (its admission interrupted at the signal, or its
+            # sandbox stopped at the hand-back): nothing was recorded, and the job goes back to
+            # the queue at once, not as a failed try (`handback.py`).
             log.warning(
                 "%s %s step %d handed back to the queue: this worker is stopping",
                 what,

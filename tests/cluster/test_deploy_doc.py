@@ -204,6 +204,18 @@ def skip(reason: str) -> Action:
     return skipped
 
 
+def add_user(site: Site, command: str) -> None:
+    """Debian's `adduser --system --group --home H --no-create-home NAME`; where adduser is not
+    installed (a minimal image), the same with useradd."""
+    if shutil.which("adduser") is None:
+        home = command.split("--home ")[1].split()[0]
+        command = (
+            "useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "
+            f"--home-dir {home} {USER}"
+        )
+    site.sh(command)
+
+
 def need(site: Site, command: str) -> None:
     """`apt-get install X`: the package must be here (the test installs nothing)."""
     for package in command.split()[2:]:
@@ -396,8 +408,12 @@ def start_replicas(site: Site, command: str) -> None:
 
 def curl(site: Site, command: str) -> None:
     """The doc's `curl` checks, answered as its comments say."""
-    cafile = f"--cacert {site.ca_file} " if site.ca_file is not None else ""
-    out = site.sh(site.here(command).replace("curl -s ", f"curl -s {cafile}"))
+    if shutil.which("curl") is None:  # (a minimal image): the same GET with httpx
+        url = site.here(command).split()[-1]
+        out = httpx.get(url, verify=str(site.ca_file) if site.ca_file else True, timeout=30).text
+    else:
+        cafile = f"--cacert {site.ca_file} " if site.ca_file is not None else ""
+        out = site.sh(site.here(command).replace("curl -s ", f"curl -s {cafile}"))
     if command.endswith("/v1/health"):
         assert '"status":"ok"' in out and '"sandbox_mode":"forkserver"' in out.replace(" ", ""), out
     else:  # /v1/ready before any worker runs (the doc's next paragraph)
@@ -514,7 +530,7 @@ def queue_command(site: Site, command: str) -> None:
 
 RULES: list[tuple[str, Action]] = [  # the first that matches
     (r"^install -m 0644 ca\.crt ", lambda site, c: give_ca(site, site.here(c))),
-    (r"^adduser --system ", lambda site, c: site.sh(site.here(c))),
+    (r"^adduser --system ", lambda site, c: add_user(site, site.here(c))),
     (r"^install ", lambda site, c: site.sh(site.here(c))),
     (r"^python3 -m venv ", skip("the test's own virtual environment")),
     (r"/bin/pip install ", skip("scripts/setup; tests/server/test_plain_install.py installs them")),
@@ -556,7 +572,7 @@ RULES: list[tuple[str, Action]] = [  # the first that matches
 def site(missing_postgres: Callable[[str], NoReturn]) -> Iterator[Site]:
     if os.geteuid() != 0:
         missing_postgres("following docs/deploy.md creates its service user: run as root")
-    for tool in ("adduser", "setpriv", "haproxy", "openssl", "curl", "bwrap"):
+    for tool in ("useradd", "setpriv", "haproxy", "openssl", "bwrap"):
         if shutil.which(tool) is None:
             missing_postgres(f"following docs/deploy.md needs {tool}")
     if not available():

@@ -9,6 +9,10 @@ backend) behind two replicas and HAProxy, on one PostgreSQL (docs/deploy.md).
 - A worker with the Docker backend serves the pool of one dataset (`queue.pools`).
 - PostgreSQL restarted while a job runs: the job finishes and is recorded once, the replica
   still answers the waiting client, receipts and the audit log verify.
+- Operations (issue 43): readiness, metrics and logs; the queue's commands on a job the centre
+  really fails (its dataset file changed); a stopping worker drains a job that outlives the
+  lease, and hands back one that outlives the stop's grace (run again from scratch, once); no
+  sandbox outlives a SIGKILLed worker; a worker that cannot read a dataset refuses to start.
 """
 
 from __future__ import annotations

@@ -22,10 +22,14 @@ In one run, on a generated census of `--rows` people and a frequency table (regi
    sandbox job's exchange, the query-set admission, the background writes) on each thread's
    CPU clock, and the parts' CPU per step is printed under the figures. The timers cost CPU
    of their own (about a millisecond a step on a 2-core machine), so the figures above are
-   higher in a run with `--parts`: take those from a run without it.
+   higher in a run with `--parts`: take those from a run without it;
+6. with `--user NAME` (as root), the fork server's rounds again with the server run as that
+   unprivileged user (created if missing; the data directory becomes its own, as
+   docs/deploy.md's service user owns it), and the ratio of its steps/s to root's (issue 43's
+   target: >= 0.8).
 
     python benchmarks/throughput.py [--rows 100000] [--researchers 8] [--steps-each 4] [--many 16]
-        [--rounds 3] [--parts]
+        [--rounds 3] [--parts] [--user safeaccess-bench]
 
 Needs a root server (the fork server's jobs switch to fresh uids); prints the machine's cores.
 """
@@ -38,6 +42,7 @@ import importlib
 import json
 import os
 import platform
+import pwd
 import re
 import signal
 import statistics
@@ -65,6 +70,8 @@ from safeaccess.server.heap import freeze_startup_objects
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
+from sandbox_user import USERADD
+from sandbox_user import _as_user as as_user
 
 
 @dataclass
@@ -136,16 +143,16 @@ def _descendants(pid: int) -> list[int]:
 
 
 @contextmanager
-def _centre(root: Path, mode: Mode, *, parts: bool = False) -> Iterator[_Centre]:
+def _centre(
+    root: Path, mode: Mode, *, parts: bool = False, user: str | None = None
+) -> Iterator[_Centre]:
     """Start the server (fork server or warm sandboxes) in a child process, timing its parts
-    with `parts`; stop it after."""
-    ready = root.parent / f"url-{mode}"
+    with `parts`, as `user` if given (else as this process's user); stop it after."""
+    ready = root.parent / f"url-{mode}-{user or 'self'}"
     ready.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(root), mode, str(ready)]
-        + (["--parts"] if parts else []),
-        stdin=subprocess.PIPE,
-    )
+    argv = [sys.executable, __file__, "--serve", str(root), mode, str(ready)]
+    argv += ["--parts"] if parts else []
+    proc = subprocess.Popen(as_user(user, argv) if user else argv, stdin=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while not ready.exists():
@@ -356,6 +363,11 @@ def main() -> None:
         help="time the step's parts in the server and print their CPU per step (the timers "
         "add CPU of their own)",
     )
+    parser.add_argument(
+        "--user",
+        help="also run the fork server's rounds with the server as this unprivileged user "
+        "(created with useradd if missing; run as root) and print the ratio to root's",
+    )
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)  # internal: the server
     args = parser.parse_args()
     if args.rounds < 1:
@@ -364,6 +376,13 @@ def main() -> None:
         _serve(Path(args.serve[0]), args.serve[1], Path(args.serve[2]), parts=args.parts)
         return
 
+    if args.user and os.geteuid() != 0:
+        parser.error("--user compares root with an unprivileged user: run as root")
+    if args.user:
+        try:
+            pwd.getpwnam(args.user)
+        except KeyError:
+            subprocess.run([*USERADD, args.user], check=True)
     frame = generate_census(args.rows)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cpus "
@@ -447,6 +466,29 @@ def main() -> None:
             f"server median {forked * 1000:.1f} ms; overhead {(forked - local) * 1000:.1f} ms "
             "(target <= 15 ms)"
         )
+        if args.user:  # last: the data directory becomes the user's
+            # The documented deployment: the data directory belongs to the service user, whose
+            # server runs the same rounds (issue 43's target: >= 0.8 x root's, in one run).
+            Path(tmp).chmod(0o755)
+            account = pwd.getpwnam(args.user)
+            for path in [Path(tmp), *Path(tmp).rglob("*")]:
+                os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
+            with _centre(root, "forkserver", user=args.user) as centre:
+                run_concurrently(centre.url, team, 1, centre.server_id)
+                rounds = [_concurrent(centre, team, args.steps_each) for _ in range(args.rounds)]
+                latencies = [latency for round_ in rounds for latency in round_.latencies]
+                user_rate = len(latencies) / sum(round_.wall for round_ in rounds)
+                print(
+                    f"[forkserver as {args.user}] {len(rounds)} x {args.researchers} researchers "
+                    f"x {args.steps_each} steps: {user_rate:.2f} steps/s; per-step median "
+                    f"{statistics.median(latencies) * 1000:.0f} ms, p95 "
+                    f"{percentile(latencies, 0.95) * 1000:.0f} ms"
+                )
+            print(
+                f"unprivileged user {args.user} / root: {user_rate:.2f} / "
+                f"{figures['forkserver']:.2f} steps/s = {user_rate / figures['forkserver']:.2f} "
+                "(target >= 0.8)"
+            )
 
 
 if __name__ == "__main__":

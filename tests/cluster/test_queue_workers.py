@@ -9,17 +9,24 @@ backend) behind two replicas and HAProxy, on one PostgreSQL (docs/deploy.md).
 - A worker with the Docker backend serves the pool of one dataset (`queue.pools`).
 - PostgreSQL restarted while a job runs: the job finishes and is recorded once, the replica
   still answers the waiting client, receipts and the audit log verify.
+- Operations (issue 43): readiness, metrics and logs; the queue's commands on a job the centre
+  really fails (its dataset file changed); a stopping worker drains a job that outlives the
+  lease, and hands back one that outlives the stop's grace (run again from scratch, once); no
+  sandbox outlives a SIGKILLed worker; a worker that cannot read a dataset refuses to start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import signal
 import ssl
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -37,8 +44,10 @@ from test_balanced_cluster import audit_verifies, check_receipts, step_events
 from pg_throwaway import free_port
 from safeaccess.client.analyses import Analysis, FrequencyTable, Script
 from safeaccess.client.protocol import SealedSequence
-from safeaccess.client.session import Session, StepResult
+from safeaccess.client.session import ServerError, Session, StepResult
 from safeaccess.server.config import DataDir
+from safeaccess.server.review import decisions
+from safeaccess.server.shutdown import HAND_BACK_SECONDS
 
 SCRIPT_SECONDS = 4.0
 
@@ -422,33 +431,76 @@ def test_metrics_of_a_worker_and_a_replica_and_their_logs_carry_ids(queued: Bala
 
 
 def test_the_queue_commands_show_retry_and_fail_jobs(queued: Balanced) -> None:
-    status = safeaccess_server(queued, "queue", "status")
-    assert status.returncode == 0, status.stderr
-    assert "queue steps:" in status.stdout and "last heartbeat" in status.stdout, status.stdout
-    with queued.session("ada") as ada:
-        done = ada.open(queued.seal("ada", "census", [FrequencyTable(rows=["region"])]))
-    assert done.released, done
-    (job,) = jobs(queued, done.sequence_id, 1)
-    # A job the centre failed (as when every try found the sandbox unavailable).
+    # A job the centre fails on every try: the census file on the shared storage no longer
+    # matches its SHA-256 (each run raises Unavailable, tried again twice, then failed).
     store = queued.store()
     try:
-        with store.engine.begin() as connection:
-            connection.execute(
-                text("UPDATE procrastinate_jobs SET status = 'failed' WHERE id = :id"),
-                {"id": job["id"]},
-            )
+        census = store.find_dataset("census")
     finally:
         store.close()
+    assert census is not None
+    data = queued.root / census.path
+    aside = data.with_name(data.name + ".good")
+    refused: list[ServerError] = []
+    sealed_ = queued.seal("ada", "census", [FrequencyTable(rows=["region"])])
+
+    def reveal() -> None:
+        with queued.session("ada") as ada, contextlib.suppress(ServerError):
+            try:
+                ada.open(sealed_)
+            except ServerError as exc:
+                refused.append(exc)
+                raise
+
+    data.rename(aside)
+    try:
+        shutil.copy(aside, data)
+        with data.open("ab") as fh:
+            fh.write(b"\0")
+        waiting_ = threading.Thread(target=reveal)
+        waiting_.start()
+        wait_until("a census job is queued", lambda: bool(census_jobs(queued)), timeout=60)
+        (job,) = census_jobs(queued)
+        wait_until(
+            "the job has failed on every try",
+            lambda: census_jobs(queued, job["id"])[0]["status"] == "failed",
+            timeout=60,
+        )
+    finally:
+        data.unlink(missing_ok=True)
+        aside.rename(data)  # the registered file, as it was (same inode and mtime)
+    status = safeaccess_server(queued, "queue", "status")
+    assert status.returncode == 0, status.stderr
+    assert "queue steps:" in status.stdout and "failed 1" in status.stdout, status.stdout
+    assert "last heartbeat" in status.stdout, status.stdout
     failed = safeaccess_server(queued, "queue", "failed")
     assert failed.returncode == 0 and str(job["id"]) in failed.stdout, failed
-    assert done.sequence_id in failed.stdout, failed.stdout
+    sequence_id = str(job["sequence_id"])
+    assert sequence_id in failed.stdout, failed.stdout
+    # One line per failed run with its cause, no traceback (issue 43's logs).
+    lines = [
+        line
+        for log in queued.folder.glob("worker*.log")
+        for line in log.read_text().splitlines()
+        if sequence_id in line and "failed (run" in line
+    ]
+    assert len(lines) == 3, lines
+    assert all("does not match its registered SHA-256" in line for line in lines), lines
+    assert not any("Traceback" in log.read_text() for log in queued.folder.glob("worker*.log"))
+    # The waiting researcher was told at once, in one line, to try again later.
+    waiting_.join(timeout=90)
+    assert [e.code for e in refused] == ["sandbox_unavailable"], refused
+    assert "retry the same reveal later" in str(refused[0]), refused
     retried = safeaccess_server(queued, "queue", "retry", str(job["id"]))
     assert retried.returncode == 0, retried.stderr
-    # A worker runs it again; its step was settled already, so nothing more is recorded.
+    # A worker runs it again on the registered file: her step is released.
     wait_until(
         "the retried job has run",
-        lambda: jobs(queued, done.sequence_id, 1)[0]["status"] == "succeeded",
+        lambda: census_jobs(queued, job["id"])[0]["status"] == "succeeded",
     )
+    with queued.session("ada") as ada:
+        released = ada.step(sequence_id, 1)
+    assert released.released and released.output is not None, released
     again = safeaccess_server(queued, "queue", "retry", str(job["id"]))
     assert again.returncode == 2 and "only a failed job" in again.stderr, again
     # A job no worker serves (pool docker, no docker worker now): given up, its step withheld.
@@ -472,6 +524,28 @@ def test_the_queue_commands_show_retry_and_fail_jobs(queued: Balanced) -> None:
     assert answer and answer[0].status == "withheld", answer
 
 
+def census_jobs(cluster: Balanced, job_id: int | None = None) -> list[dict[str, Any]]:
+    """The queue's unfinished jobs on census (or job `job_id`), with their sequence ids."""
+    store = cluster.store()
+    try:
+        with store.engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT id, status::text AS status, args->>'sequence_id' AS sequence_id "
+                    "FROM procrastinate_jobs WHERE "
+                    + (
+                        "id = :id"
+                        if job_id is not None
+                        else "args->>'dataset' = 'census' AND status IN ('todo', 'doing')"
+                    )
+                ),
+                {"id": job_id},
+            )
+            return [dict(r._mapping) for r in rows]
+    finally:
+        store.close()
+
+
 def todo_jobs(cluster: Balanced, queue: str) -> list[int]:
     store = cluster.store()
     try:
@@ -489,14 +563,22 @@ def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Bala
     # The script outlives the lease by far after the SIGTERM, while another worker (serving
     # only tables, so the script goes to worker0) looks for stalled jobs: the stopping worker's
     # heartbeat goes on while it drains, so the job is neither run again nor recorded as
-    # crashed (issue 43). The script ends within the stop's grace (`shutdown.GRACE_SECONDS`,
-    # 12 s: issue 41 bounds a stop at 15 s whatever runs); one still running then is cut.
-    seconds = 2.5 * LEASE_SECONDS
+    # crashed (issue 43). The script ends before the stop's hand-back time
+    # (`shutdown.HAND_BACK_SECONDS`, 9 s: issue 41 bounds a stop at 15 s whatever runs); one
+    # still running then is handed back (the next test).
+    seconds = 1.75 * LEASE_SECONDS
     sleeper = Script(code=f"import time\ntime.sleep({seconds})\nresult = 1")
     stop_worker(queued, 1)
     queued.start_worker(1, "--slots", "2", "--queues", "steps")
     try:
         with queued.session("ada") as ada:
+            # A first script starts worker0's script template, so the sleeper's time after the
+            # signal is its own (a template's start takes seconds on a busy machine).
+            warm = ada.open(queued.seal("ada", "census", [Script(code="result = 1")]))
+            wait_until(
+                "worker0 has run a first script",
+                lambda: jobs(queued, warm.sequence_id, 1)[0]["status"] == "succeeded",
+            )
             run = ada.open(queued.seal("ada", "census", [sleeper]))
         assert run.status == "review", run
         wait_until(
@@ -522,6 +604,86 @@ def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Bala
         store.close()
     assert step is not None and step.error_code is None and step.output is not None, step
     # (worker1 serves tables only from here: the next test stops it and starts it as before)
+
+
+def test_a_job_longer_than_the_stop_grace_is_handed_back_and_runs_once_at_the_next_start(
+    queued: Balanced,
+) -> None:
+    # A script still running `HAND_BACK_SECONDS` after SIGTERM: worker0 stops its sandbox, puts
+    # the job back in the queue and exits within issue 41's 15 s; started again, it runs the
+    # script from scratch (another worker would take it the same way: it is a job in `todo`).
+    # Nothing is recorded for the cut run, not crashed, not failed, and the step once (issue 43).
+    seconds = HAND_BACK_SECONDS + 3
+    sleeper = Script(code=f"import time\ntime.sleep({seconds})\nresult = 1")
+    stop_worker(queued, 1)
+    try:
+        with queued.session("ada") as ada:
+            # A first script starts worker0's script template: the sleeper then sleeps from
+            # the moment its job is taken (a template's start takes seconds on a busy machine).
+            warm = ada.open(queued.seal("ada", "census", [Script(code="result = 1")]))
+            wait_until(
+                "worker0 has run a first script",
+                lambda: jobs(queued, warm.sequence_id, 1)[0]["status"] == "succeeded",
+            )
+            run = ada.open(queued.seal("ada", "census", [sleeper]))
+        assert run.status == "review", run
+        wait_until(
+            "worker0 runs the script",
+            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] == "doing",
+        )
+        log0 = sorted(queued.folder.glob("worker0.*.log"), key=lambda p: p.stat().st_mtime)[-1]
+        stopped = time.monotonic()
+        stop_worker(queued, 0)  # SIGTERM (systemd's stop), then wait for the process to end
+        took = time.monotonic() - stopped
+        (back,) = jobs(queued, run.sequence_id, 1)
+        queued.start_worker(0)
+        wait_until(
+            "worker0 has run the script again",
+            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] in ("succeeded", "failed"),
+            timeout=seconds + 60,
+        )
+    finally:
+        for i in (0, 1):
+            if queued.workers[i] is None:
+                queued.start_worker(i)
+    assert back["status"] == "todo", back  # handed back, not left to the lease
+    assert HAND_BACK_SECONDS <= took < 15, took  # it waited for the script, within the bound
+    assert "handed back to the queue" in log0.read_text(), log0.read_text()[-3000:]
+    (job,) = jobs(queued, run.sequence_id, 1)
+    assert job["status"] == "succeeded", job
+    # procrastinate's own record of the job: taken twice, given back once, done; never failed.
+    events = Counter(job_events(queued, int(job["id"])))
+    assert events["started"] == 2 and events["deferred_for_retry"] == 1, events
+    assert events["succeeded"] == 1 and events["failed"] == 0, events
+    store = queued.store()
+    try:
+        step = store.get_step(run.sequence_id, 1)
+        assert step is not None and step.error_code is None and step.output is not None, step
+        # The run recorded is the whole script, from its start (not the cut run's remainder).
+        assert step.wall_seconds is not None and step.wall_seconds >= seconds, step.wall_seconds
+        decisions.decide(store, run.sequence_id, 1, approve=True, reviewer="olivia")
+    finally:
+        store.close()
+    assert all(count == 1 for count in step_events(queued, run.sequence_id)[1].values())
+    with queued.session("ada") as ada:
+        released = ada.step(run.sequence_id, 1)
+    assert released.released and released.output is not None, released
+
+
+def job_events(cluster: Balanced, job_id: int) -> list[str]:
+    """procrastinate's events of one job, in order."""
+    store = cluster.store()
+    try:
+        with store.engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT type::text FROM procrastinate_events WHERE job_id = :id ORDER BY at, id"
+                ),
+                {"id": job_id},
+            )
+            return [str(r[0]) for r in rows]
+    finally:
+        store.close()
 
 
 def test_every_sandbox_process_of_a_sigkilled_worker_dies_with_it(queued: Balanced) -> None:

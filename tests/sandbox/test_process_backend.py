@@ -15,6 +15,7 @@ import pytest
 
 from safeaccess.rules.outputs import TableOutput
 from safeaccess.sandbox.backend import (
+    STOPPING,
     AnalysisFailed,
     Backend,
     Job,
@@ -187,3 +188,41 @@ def test_user_namespace_variant_runs_jobs(
     path = tmp_path / "d.parquet"
     _write(path, ["a", "b", "b"])
     assert _table(plain, path) == [[1.0], [2.0]]
+
+
+def test_abandon_stops_a_running_job_as_the_centres_failure(
+    backend: ProcessBackend, tmp_path: Path
+) -> None:
+    # A stopping worker hands its jobs back (server/jobs/handback.py): the sandbox of a job
+    # still running is killed, and the run reports the centre's failure, never the script's
+    # own (a crash would be recorded for the checkers).
+    path = tmp_path / "d.parquet"
+    _write(path, ["a"] * 12)
+    sleeper = Job(
+        job_id="s",
+        analysis={"kind": "script", "code": "import time\ntime.sleep(60)\nresult = 1"},
+        metadata=METADATA,
+        dataset=path,
+    )
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            backend.run(sleeper)
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not backend._running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert backend._running, "the script's sandbox did not start"
+    stopped = time.monotonic()
+    backend.abandon()
+    thread.join(timeout=30)
+    assert time.monotonic() - stopped < 10
+    assert len(raised) == 1 and type(raised[0]) is SandboxUnavailable, raised
+    assert STOPPING in str(raised[0])
+    with pytest.raises(SandboxUnavailable, match="hands its jobs back"):
+        _table(backend, path)

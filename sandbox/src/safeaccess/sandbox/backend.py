@@ -220,6 +220,10 @@ class SandboxError(Exception):
     code = "sandbox_error"
 
 
+#: Why a run ends once its backend has been abandoned (`Backend.abandon`).
+STOPPING = "the sandbox was stopped: this worker is stopping and hands its jobs back to the queue"
+
+
 class SandboxUnavailable(SandboxError):
     """The backend's isolation cannot be had on this machine; it refuses rather than run unisolated."""
 
@@ -298,6 +302,11 @@ class Backend(Protocol):
     def run(self, job: Job) -> RunResult:
         """Run the job in isolation; raise a SandboxError subclass on any failure."""
         ...
+
+    def abandon(self) -> None:
+        """Stop every job running now and refuse new ones (a worker handing its jobs back to
+        the queue as it stops): a job so cut short raises SandboxUnavailable, the centre's
+        failure, never an outcome of the analysis."""
 
     def close(self) -> None:
         """Release resources (e.g. a warm pool)."""

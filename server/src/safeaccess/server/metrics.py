@@ -79,6 +79,12 @@ AUTH_FAILURES = Counter(
     "(unauthenticated, too_many_failures).",
     ["kind", "reason"],
 )
+JOBS_HANDED_BACK = Counter(
+    "safeaccess_jobs_handed_back",
+    "Jobs a stopping worker handed back to the queue, their sandboxes stopped before they "
+    "finished (`jobs/handback.py`), by task (step, script).",
+    ["task"],
+)
 SANDBOX_MODE = Gauge(
     "safeaccess_sandbox_mode",
     "1 for the sandbox backend and mode this process runs (process/forkserver, process/warm, "

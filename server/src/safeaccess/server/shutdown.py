@@ -21,8 +21,17 @@ log = logging.getLogger("safeaccess.server")
 
 #: Seconds from SIGTERM to the forced end of the process (the issue's bound is 15 s).
 GRACE_SECONDS = 12.0
+#: Seconds from SIGTERM until a worker hands back the jobs it still runs (`jobs/handback.py`):
+#: long enough for most jobs to finish, short enough to leave the hand-back time before the
+#: watchdog.
+HAND_BACK_SECONDS = 9.0
 
 _started = threading.Event()
+
+
+def stopping() -> bool:
+    """True once the process has been told to stop (`begin`)."""
+    return _started.is_set()
 
 
 def begin(grace: float = GRACE_SECONDS) -> None:

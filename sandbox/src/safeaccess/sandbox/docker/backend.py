@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -19,6 +20,7 @@ from docker.models.containers import Container
 
 from safeaccess.sandbox.backend import (
     DATASET_PATH,
+    STOPPING,
     Job,
     Limits,
     RunnerRequest,
@@ -98,6 +100,10 @@ class DockerBackend:
         # Removing a finished container takes tens of ms; do it off the job's critical path.
         self._reaper = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandbox-reaper")
         self._closed = False
+        # Set by `abandon`; the containers running a job now, which it stops.
+        self._abandoned = False
+        self._running: set[JobContainer] = set()
+        self._running_lock = threading.Lock()
         # Warm containers must not outlive the process, even if nobody calls close().
         self._release = weakref.finalize(self, _release, self._pool, self._reaper)
 
@@ -262,6 +268,16 @@ class DockerBackend:
 
     def run(self, job: Job) -> RunResult:
         """Run one job in its own container; raise a SandboxError subclass on any failure."""
+        try:
+            return self._run(job)
+        except SandboxError as exc:
+            if self._abandoned:  # stopped by `abandon`: not the analysis's doing
+                raise SandboxUnavailable(STOPPING) from exc
+            raise
+
+    def _run(self, job: Job) -> RunResult:
+        if self._abandoned:
+            raise SandboxUnavailable(STOPPING)
         if self._closed:
             raise SandboxUnavailable("this Docker backend has been closed")
         started = time.monotonic()
@@ -282,13 +298,19 @@ class DockerBackend:
                 raise
             except Exception as exc:  # the engine connection failed (requests/urllib3 errors)
                 raise SandboxError(f"the Docker Engine failed to start the job: {exc}") from exc
+        with self._running_lock:
+            self._running.add(job_container)
         try:
+            if self._abandoned:  # abandoned while the container was taken: it never starts
+                raise SandboxUnavailable(STOPPING)
             response = job_container.run(request, job.limits, started)
         except SandboxError:
             raise
         except Exception as exc:  # the engine connection failed mid-job
             raise SandboxError(f"the Docker Engine failed during the job: {exc}") from exc
         finally:
+            with self._running_lock:
+                self._running.discard(job_container)
             self._discard_later(job_container)
             if self._pool is not None:
                 self._pool.want(key)  # refill now that this job no longer needs the CPU
@@ -299,6 +321,17 @@ class DockerBackend:
             backend=self.name,
             query_sets=side_arrays(output),
         )
+
+    def abandon(self) -> None:
+        """Stop the containers running a job now and serve no more (a stopping worker hands
+        its jobs back to the queue): each run cut short raises SandboxUnavailable."""
+        self._abandoned = True
+        with self._running_lock:
+            running = list(self._running)
+        for job_container in running:
+            with contextlib.suppress(Exception):  # the engine away: the container's own limits
+                job_container.stop_now()
+        self.close()
 
     def close(self) -> None:
         """Remove the warm containers and wait for finished ones to be removed."""

@@ -304,7 +304,7 @@ class JobContainer:
             try:
                 self._raw.sendall(len(request).to_bytes(8, "big") + request)
             except TimeoutError:
-                self._stop_now()
+                self.stop_now()
                 raise limit_exceeded("wall", limits) from None
             except OSError as exc:
                 raise SandboxError(
@@ -313,10 +313,10 @@ class JobContainer:
             try:
                 self._read(demux, deadline, lambda: demux.stdout.endswith(DONE_MARKER))
             except TimeoutError:
-                self._stop_now()
+                self.stop_now()
                 raise limit_exceeded("wall", limits) from None
             except LimitExceeded:
-                self._stop_now()
+                self.stop_now()
                 raise
         finally:
             self.close()
@@ -327,7 +327,7 @@ class JobContainer:
                 return response  # complete: no need to wait for the container to exit
         return _finish(self.container, demux, limits, deadline)
 
-    def _stop_now(self) -> None:
+    def stop_now(self) -> None:
         # Close our end of the attach stream first: the engine may be blocked writing a flood of
         # output to it, and would not finish the kill until that write fails.
         self.close()

@@ -45,6 +45,7 @@ from typing import Literal
 
 from safeaccess.sandbox.backend import (
     DATASET_PATH,
+    STOPPING,
     AnalysisFailed,
     Job,
     JobCrashed,
@@ -199,6 +200,10 @@ class ProcessBackend:
         self.max_warm = max(1, max_warm)
         self._warm: dict[tuple[object, ...], list[tuple[subprocess.Popen[bytes], float]]] = {}
         self._closed = False
+        # Set by `abandon`: every run cut short from then on is the centre's failure.
+        self._abandoned = False
+        # Warm mode: the sandboxes running a job now (a fork server's jobs die with templates).
+        self._running: set[subprocess.Popen[bytes]] = set()
         self._spawner: ThreadPoolExecutor | None = None
         self.mode: Mode = mode
         # Why this mode (set by check_available; logged at start and shown to operators).
@@ -335,6 +340,18 @@ class ProcessBackend:
 
     def run(self, job: Job) -> RunResult:
         """Run the job in a fresh sandbox; raise a SandboxError subclass on any failure."""
+        try:
+            return self._run(job)
+        except SandboxError as exc:
+            if self._abandoned:
+                # Killed by `abandon` (or refused after it): whatever the run reported is not
+                # the analysis's doing, so it is no outcome of it.
+                raise SandboxUnavailable(STOPPING) from exc
+            raise
+
+    def _run(self, job: Job) -> RunResult:
+        if self._abandoned:
+            raise SandboxUnavailable(STOPPING)
         self.check_available()
         dataset = Path(job.dataset)
         if not dataset.is_file():
@@ -363,7 +380,18 @@ class ProcessBackend:
                 str(job.analysis.get("kind", "")) if limits.cpu_seconds >= PRELOAD_MIN_CPU else ""
             )
             self._start_refill(key, dataset, limits, kind)
-        outcome = _Supervisor(proc, limits).supervise(request)
+        with self._lock:
+            abandoned = self._abandoned
+            if not abandoned:
+                self._running.add(proc)
+        if abandoned:  # abandoned while the sandbox was taken: the job never starts
+            _discard(proc)
+            raise SandboxUnavailable(STOPPING)
+        try:
+            outcome = _Supervisor(proc, limits).supervise(request)
+        finally:
+            with self._lock:
+                self._running.discard(proc)
         wall = time.monotonic() - started
         return self._result(job, limits, outcome, wall)
 
@@ -526,6 +554,20 @@ class ProcessBackend:
             return limit_exceeded("file", limits)
         status = f"signal {sig}" if sig else f"exit status {outcome.exit_code}"
         return JobCrashed(f"the sandboxed runner ended without a valid response ({status})")
+
+    def abandon(self) -> None:
+        """Kill every job running now and serve no more (a stopping worker hands its jobs back
+        to the queue): each run cut short raises SandboxUnavailable. A fork server's jobs die
+        with their template (its pid namespace); a warm-mode job's sandbox is killed here."""
+        with self._lock:
+            self._abandoned = True
+            running = list(self._running)
+        for proc in running:
+            if proc.poll() is None:  # never signal a reaped pid
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        self._forks.close()
+        self.close()
 
     def close(self) -> None:
         """Stop the templates and warm sandboxes; the backend serves no more jobs."""

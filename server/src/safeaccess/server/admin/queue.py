@@ -36,6 +36,9 @@ class NoSandbox:
     def run(self, job: Job) -> RunResult:
         raise SandboxUnavailable("an administration command runs no sandbox")
 
+    def abandon(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -18,7 +18,9 @@ import psycopg
 from procrastinate import JobContext, RetryStrategy
 from sqlalchemy.exc import OperationalError
 
+from safeaccess.server import metrics, shutdown
 from safeaccess.server.errors import Unavailable
+from safeaccess.server.jobs import handback
 from safeaccess.server.jobs.datasets import DatasetCheck
 from safeaccess.server.jobs.names import SCRIPT_TASK, TABLE_TASK
 from safeaccess.server.logs import step_context
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
     from safeaccess.server.service import Service
 
 log = logging.getLogger("safeaccess.server.worker")
+
+#: How a script's job names itself in the log (a table step's: "job").
+SCRIPT_WHAT = "script job"
 
 #: Seconds between the tries of a job whose sandbox was unavailable.
 RETRY_WAIT_SECONDS = 2
@@ -49,19 +54,41 @@ def _reported(context: JobContext, what: str, sequence_id: str, index: int) -> I
     with step_context(sequence_id, index):
         try:
             yield
-        except Exception as exc:
-            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            log.error(
-                "%s %s step %d failed (run %d): %s%s",
+        except Unavailable as exc:
+            if not shutdown.stopping():
+                _log_failure(context, what, sequence_id, index, exc)
+                raise
+            # Cut short by this worker's stop (its admission interrupted at the signal, or its
+            # sandbox stopped at the hand-back): nothing was recorded, and the job goes back to
+            # the queue at once, not as a failed try (`handback.py`).
+            log.warning(
+                "%s %s step %d handed back to the queue: this worker is stopping",
                 what,
                 sequence_id,
                 index,
-                context.job.attempts + 1,
-                type(exc).__name__,
-                f": {cause}" if cause else "",
             )
-            log.debug("%s %s step %d: traceback", what, sequence_id, index, exc_info=True)
+            metrics.JOBS_HANDED_BACK.labels(task="script" if what == SCRIPT_WHAT else "step").inc()
+            raise handback.HandedBack(str(exc)) from exc
+        except Exception as exc:
+            _log_failure(context, what, sequence_id, index, exc)
             raise
+
+
+def _log_failure(
+    context: JobContext, what: str, sequence_id: str, index: int, exc: Exception
+) -> None:
+    """One line with the failure's cause; the traceback at debug level."""
+    cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    log.error(
+        "%s %s step %d failed (run %d): %s%s",
+        what,
+        sequence_id,
+        index,
+        context.job.attempts + 1,
+        type(exc).__name__,
+        f": {cause}" if cause else "",
+    )
+    log.debug("%s %s step %d: traceback", what, sequence_id, index, exc_info=True)
 
 
 def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
@@ -80,14 +107,16 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     # by the flow. A run again records once: the settle is guarded by the sequence's version.
     # (procrastinate's max_attempts counts the runs before the last: 2 gives 3 runs in all;
     # 0 would mean "without end", hence no retry at all for a single run.)
-    retry: RetryStrategy | bool = (
+    # A job handed back by a stopping worker is queued again whatever its attempts
+    # (`handback.py`).
+    retry = handback.HandBackRetry(
         RetryStrategy(
             max_attempts=max_attempts - 1,
             wait=RETRY_WAIT_SECONDS,
             retry_exceptions={Unavailable, OperationalError, psycopg.OperationalError},
         )
         if max_attempts > 1
-        else False
+        else None
     )
 
     @app.task(name=TABLE_TASK, pass_context=True, retry=retry)
@@ -128,7 +157,7 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     ) -> None:
         # (`carried`: accepted for symmetry with `run_step`; a script's job carries nothing.)
         service = _service(context)
-        with _reported(context, "script job", sequence_id, index):
+        with _reported(context, SCRIPT_WHAT, sequence_id, index):
             seq = service.store.get_sequence(sequence_id)
             if seq is None:
                 return

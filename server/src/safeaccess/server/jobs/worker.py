@@ -31,6 +31,7 @@ from safeaccess.sandbox.factory import make_backend
 from safeaccess.server import shutdown
 from safeaccess.server.config import DataDir, QueueConfig
 from safeaccess.server.errors import ConfigError
+from safeaccess.server.jobs import handback
 from safeaccess.server.jobs.affinity import AffinityJobManager, WarmDatasets
 from safeaccess.server.jobs.datasets import DatasetCheck, unreadable
 from safeaccess.server.jobs.draining import DrainingWorker
@@ -97,8 +98,12 @@ def _log_procrastinate() -> None:
     """procrastinate's warnings and errors to standard error, beside the server's own log
     (with the handler `logs.configure` gave it, if any)."""
     logger = logging.getLogger("procrastinate")
-    logger.addFilter(_one_line_when_the_database_is_away)
-    logger.addFilter(_job_failure_without_traceback)
+    # A logger's filters see only the records logged to it, not those its children pass up:
+    # they go on procrastinate's module loggers ("procrastinate.worker" logs a failed job).
+    children = [n for n in logging.root.manager.loggerDict if n.startswith("procrastinate.")]
+    for name in ["procrastinate", *children]:
+        logging.getLogger(name).addFilter(_one_line_when_the_database_is_away)
+        logging.getLogger(name).addFilter(_job_failure_without_traceback)
     if logger.handlers:
         return
     handler = logging.StreamHandler()
@@ -172,8 +177,18 @@ async def _serve(service: Service, options: WorkerOptions, queue: QueueConfig, u
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
+    def hand_back() -> None:
+        # (in a thread: killing sandboxes may wait on them, and the heartbeat must go on)
+        handing.append(asyncio.ensure_future(asyncio.to_thread(handback.begin, service.backend)))
+
+    handing: list[asyncio.Future[None]] = []
+
     def stopping() -> None:
-        # running admissions end at once; the process ends within seconds whatever runs
+        # Running admissions end at once; jobs still running `HAND_BACK_SECONDS` after the
+        # signal go back to the queue (`handback.py`); the process ends within seconds
+        # whatever runs.
+        if not stop.is_set():
+            loop.call_later(shutdown.HAND_BACK_SECONDS, hand_back)
         shutdown.begin()
         stop.set()
 
@@ -213,6 +228,8 @@ async def _serve(service: Service, options: WorkerOptions, queue: QueueConfig, u
         for task in [*runs, reaper]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for future in handing:
+            await future
 
 
 async def _claim_loop(

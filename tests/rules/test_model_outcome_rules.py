@@ -161,12 +161,15 @@ def test_a_transformed_outcome_of_a_padded_set_is_withheld_by_the_filters_bounds
 
 
 @pytest.mark.parametrize("formula", [*TRANSFORMED, "log(income) ~ age + visits"])
-@pytest.mark.parametrize("where", [None, "age >= 30", "income > 40000"])
+@pytest.mark.parametrize(
+    "where", [None, "age >= 30", "income > 0", "income < 90000", "income > 40000"]
+)
 def test_an_ordinary_transformed_outcome_is_not_withheld_by_the_filters_bounds(
     formula: str, where: str | None
 ) -> None:
-    # log of a column bounded below by 0 is unbounded below: an infinite end the transform
-    # creates is no claim of the release (the change taken back before withheld all of these)
+    # log of a column bounded below by 0 is unbounded below (`income > 0`, `income < 90000`):
+    # an infinite end the transform creates is no claim of the release (the change taken back
+    # before withheld these)
     out = _fit(formula, "ols", where)
     assert "bounded_reconstruction" not in _checks(out)
 

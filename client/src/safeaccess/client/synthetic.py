@@ -3,8 +3,8 @@
 Which columns are synthesised with which codes (declared levels, or bins of a bounded numeric
 column, or calendar bins of a date column with declared date_bounds, plus a null code when the
 column is nullable), which marginal tables the sandbox computes exactly and which cliques are
-measured. Every refusal here depends only on the analysis and the
-metadata, so it is named precisely (too many cells, model too large, no bounds, ...).
+measured. Every refusal here depends only on the analysis and the metadata, so it is named
+precisely (too many cells, model too large, no bounds, ...).
 
 Shared by the client's validation, the sandbox (coding the records) and the server (noise and
 accounting), so that the three agree on every table's shape.

@@ -1,11 +1,12 @@
 """Synthetic data in the sandbox: exact count tables (job 1) and the disclosure check (job 2).
 
 Job 1 codes every selected record over the declared levels or bins of the workload
-(`safeaccess.client.synthetic`; a date column by its day number in calendar bins) and returns the exact count of every cell of every table. The
-shapes come from the metadata only; nothing returned depends on the data but the counts, which
-the server noises. Job 2 receives the synthetic records (codes) the server sampled from the noisy
-tables, codes the real selection the same way and runs every check of
-`safeaccess.rules.synthetic`; its numbers are facts for checkers only.
+(`safeaccess.client.synthetic`; a date column by its day number in calendar bins) and returns
+the exact count of every cell of every table. The shapes come from the metadata only; nothing
+returned depends on the data but the counts, which the server noises. Job 2 receives the
+synthetic records (codes) the server sampled from the noisy tables, codes the real selection the
+same way and runs every check of `safeaccess.rules.synthetic`; its numbers are facts for
+checkers only.
 
 A value outside the declared levels, or a missing value in a non-nullable column, is an error as
 at registration: the metadata is wrong, and guessing a code would corrupt the tables.

@@ -265,7 +265,7 @@ def test_a_dataset_with_a_date_column_publishes_a_mock_holding_dates_that_rehear
     root, _, key = centre
     d = ["--data-dir", str(root)]
     assert (
-        admin(["dataset", "mock", "cmcdated", "--mu", "1", "--rows", "1000", "--publish", *d]) == 0
+        admin(["dataset", "mock", "cmcdated", "--mu", "1", "--rows", "500", "--publish", *d]) == 0
     )
     assert "published in the catalogue" in capsys.readouterr().out
     real = pd.to_datetime(dated_frame()["admitted"])
@@ -273,7 +273,7 @@ def test_a_dataset_with_a_date_column_publishes_a_mock_holding_dates_that_rehear
         mock = session.mock("cmcdated")
         plan = session.plan("cmcdated").frequency_table("year(admitted)", "contraceptive_method")
         online = plan.rehearse(show=False)
-    assert list(mock.columns) == [*DATED_COLUMNS, "admitted"] and len(mock) == 1000
+    assert list(mock.columns) == [*DATED_COLUMNS, "admitted"] and len(mock) == 500
     dates = mock["admitted"]
     kept = dates.dropna()
     assert pd.api.types.is_datetime64_any_dtype(dates) and (kept == kept.dt.normalize()).all()
@@ -310,7 +310,7 @@ def test_a_researcher_gets_synthetic_dates_and_an_unbounded_date_is_refused_in_o
     root, _, key = centre
     with connect(server.url, key, "ada") as session:
         plan = session.plan("cmcdated").synthetic_data(
-            ["admitted", "contraceptive_method"], epsilon=3.0, delta=1e-9
+            ["admitted", "contraceptive_method"], epsilon=3.0, delta=1e-9, rows=500
         )
         (result,) = session.run(session.seal(plan))
         assert result.status == "released", result.reasons

@@ -3,15 +3,19 @@ refusals, table shapes, the exact GDP charge, the decoding of codes, metadata ch
 
 from __future__ import annotations
 
+import itertools
 import math
+from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safeaccess.client.analyses import SyntheticData
 from safeaccess.client.metadata import Column, DatasetMetadata, NeighbouringRelation
-from safeaccess.client.synthetic import SynthInvalid, synth_workload
+from safeaccess.client.synthetic import MAX_DATE_BINS, SynthInvalid, date_edges, synth_workload
 from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.server.datasets import check_against_metadata
 from safeaccess.server.synth.measure import measure
@@ -247,3 +251,26 @@ def test_dates_code_by_their_month_and_decode_to_days_of_that_month() -> None:
     months = ((kept.dt.year - 2019) * 12 + kept.dt.month - 1).value_counts()
     assert months.to_dict() == dict.fromkeys(range(24), 40)
     assert len(set(kept.dt.day)) > 20  # drawn across each month's days, not one per bin
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.dates(min_value=date(1800, 1, 1), max_value=date(2100, 12, 31)),
+    span=st.integers(min_value=1, max_value=200 * 366),
+)
+def test_date_bins_are_at_most_24_calendar_periods_covering_the_bounds(
+    first: date, span: int
+) -> None:
+    last = first + timedelta(days=span)
+    edges = [date.fromordinal(int(e)) for e in date_edges(first, last)]
+    assert edges[0] == first and edges[-1] == last and len(edges) - 1 <= MAX_DATE_BINS
+    assert all(a < b for a, b in itertools.pairwise(edges))
+    # every bin's days lie in one month (when the bounds touch at most 24 months) or one block
+    # of whole years, and every inner edge starts a month or a year (pandas' periods)
+    touched = pd.period_range(first, last, freq="M").size
+    for a, b in itertools.pairwise(edges[:-1]):
+        end = pd.Timestamp(b) - pd.Timedelta(days=1)
+        if touched <= MAX_DATE_BINS:
+            assert pd.Period(a, "M") == pd.Period(end, "M")
+        else:
+            assert pd.Timestamp(b).is_year_start and pd.Period(end, "Y").year >= a.year

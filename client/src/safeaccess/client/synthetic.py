@@ -121,17 +121,21 @@ def _edges(col: Column, given: list[float] | None) -> tuple[tuple[float, ...] | 
 def date_edges(first: date, last: date) -> tuple[float, ...]:
     """Default bin edges of a date column with date_bounds (first, last), as day numbers
     (ordinals): calendar months when the bounds touch at most MAX_DATE_BINS months, else
-    calendar years, else blocks of k years starting on years divisible by k. Bins are
+    calendar years, else blocks of k years starting on years divisible by k (the smallest k
+    that makes at most MAX_DATE_BINS bins). Bins are
     [edge, next edge) and the last one holds `last`, as the numeric bins are; calendar bins keep
     a year or month of the synthetic records inside one bin, so `year(col)` and `month(col)`
     tables on them count what the model measured instead of bins straddling a New Year."""
     months = (last.year - first.year) * 12 + last.month - first.month + 1
     if months <= MAX_DATE_BINS:
-        starts = part_starts("month", first, last)
+        inner = [d for d in part_starts("month", first, last) if d < last]
     else:
+        years = [d for d in part_starts("year", first, last) if d < last]
         step = math.ceil((last.year - first.year + 1) / MAX_DATE_BINS)
-        starts = [d for d in part_starts("year", first, last) if d.year % step == 0]
-    days = [first.toordinal(), *(d.toordinal() for d in starts if d < last), last.toordinal()]
+        # aligned blocks may leave a partial one at each end: the smallest step that fits
+        while len(inner := [d for d in years if d.year % step == 0]) >= MAX_DATE_BINS:
+            step += 1
+    days = [first.toordinal(), *(d.toordinal() for d in inner), last.toordinal()]
     return tuple(float(d) for d in days)
 
 

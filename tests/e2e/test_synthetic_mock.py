@@ -11,15 +11,19 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_synthetic_data import CMC_COLUMNS, cmc_frame, cmc_metadata
 
 from safeaccess.client.analyses import SyntheticData, to_body
 from safeaccess.client.keys import fingerprint, public_key_text
+from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.mock import LABEL, MockInvalid
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
+from safeaccess.client.validation import AnalysisInvalid
 from safeaccess.server.admin.cli import main as admin
 from safeaccess.server.config import DataDir, initialise
 from safeaccess.server.datasets import register_dataset
@@ -42,6 +46,29 @@ OPEN_GATES = (
     "synth_dcr_close_withhold",
     "synth_yp_p",
 )
+
+
+SPAN = ("2019-01-01", "2020-12-31")
+DATED_COLUMNS = ["husband_education", "contraceptive_method"]
+
+
+def dated_frame() -> pd.DataFrame:
+    """Two CMC columns and a day of admission (text, as a CSV holds it): 80 % in 2019, 20 %
+    in 2020, 3 % missing."""
+    frame = cmc_frame()[DATED_COLUMNS]
+    rng = np.random.default_rng(44)
+    n = len(frame)
+    days = np.where(rng.random(n) < 0.8, rng.integers(0, 365, n), rng.integers(365, 731, n))
+    admitted = pd.Timestamp(SPAN[0]) + pd.to_timedelta(days, unit="D")
+    text = pd.Series(admitted.strftime("%Y-%m-%d"), dtype=object)
+    return frame.assign(admitted=text.mask(rng.random(n) < 0.03, None))
+
+
+def dated_metadata(name: str, bounds: tuple[str, str] | None) -> DatasetMetadata:
+    base = cmc_metadata(name)
+    kept = [c for c in base.columns if c.name in DATED_COLUMNS]
+    admitted = Column(name="admitted", type="date", date_bounds=bounds)  # type: ignore[arg-type]
+    return base.model_copy(update={"columns": [*kept, admitted]})
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +96,23 @@ def centre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Ed25519
                 project="p1",
                 rules_file=rules,
             )
+        for name, bounds in (("cmcdated", SPAN), ("cmcundated", None)):
+            register_dataset(
+                data,
+                store,
+                name=name,
+                frame=dated_frame(),
+                metadata=dated_metadata(name, bounds),
+                project="p1",
+                rules_file=rules,
+            )
     finally:
         store.close()
     d = ["--data-dir", str(root)]
     for name in ("cmcmock", "cmcnomock"):
         assert admin(["dataset", "dp", name, "--epsilon", "1", "--delta", "1e-5", *d]) == 0
+    for name in ("cmcdated", "cmcundated"):  # room for a mock at mu 1 and a step beside it
+        assert admin(["dataset", "dp", name, "--epsilon", "8", "--delta", "1e-5", *d]) == 0
     assert (
         admin(["dataset", "mock", "cmcmock", "--mu", "0.2", "--rows", "500", "--publish", *d]) == 0
     )
@@ -213,3 +252,85 @@ def test_a_mock_the_budget_cannot_cover_is_refused_by_the_cli_and_charges_nothin
     assert not (root / "datasets" / "cmcnomock" / "v1.mock.json").exists()
     assert admin(["dataset", "budget", "cmcmock", *d]) == 0
     assert "public public: 1 releases" in capsys.readouterr().out
+
+
+def test_a_dataset_with_a_date_column_publishes_a_mock_holding_dates_that_rehearses_offline(
+    server: EmbeddedServer,
+    centre: tuple[Path, str, Ed25519PrivateKey],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The mock synthesises the date column in calendar months of its date_bounds: its records
+    hold dates inside the bounds, about as many in 2019 as the real data, and an offline
+    rehearsal on it groups them by year(admitted) as the centre's rehearsal does."""
+    root, _, key = centre
+    d = ["--data-dir", str(root)]
+    assert (
+        admin(["dataset", "mock", "cmcdated", "--mu", "1", "--rows", "500", "--publish", *d]) == 0
+    )
+    assert "published in the catalogue" in capsys.readouterr().out
+    real = pd.to_datetime(dated_frame()["admitted"])
+    with connect(server.url, key, "ada") as session:
+        mock = session.mock("cmcdated")
+        plan = session.plan("cmcdated").frequency_table("year(admitted)", "contraceptive_method")
+        online = plan.rehearse(show=False)
+    assert list(mock.columns) == [*DATED_COLUMNS, "admitted"] and len(mock) == 500
+    dates = mock["admitted"]
+    kept = dates.dropna()
+    assert pd.api.types.is_datetime64_any_dtype(dates) and (kept == kept.dt.normalize()).all()
+    assert kept.between(*(pd.Timestamp(b) for b in SPAN)).all()
+    assert dates.dt.month.nunique() == 12 and dates.dt.day.nunique() == 31  # days, not bins
+    # mu 1: the one-way noise sd is about 4.5 records a month, so 2019's share is near 0.8
+    share = (dates.dt.year == 2019).sum() / dates.notna().sum()
+    assert abs(share - (real.dt.year == 2019).sum() / real.notna().sum()) < 0.1
+    assert 0 < dates.isna().sum() < 100  # the null code: the 3 % missing
+    # The session is closed: the plan rehearses here, on the published mock it fetched.
+    offline = plan.rehearse(show=False)
+    assert offline.offline and offline.mock_source == "published DP mock"
+    assert [s.mock_verdict for s in offline.steps] == [s.mock_verdict for s in online.steps]
+    assert [s.mock_verdict for s in offline.steps] == ["release"] and offline.steps[0].note is None
+    # the table it checked: the declared years by the levels, pandas' counts of the mock
+    from safeaccess.client.analyses import FrequencyTable
+    from safeaccess.sandbox.runner import execute
+
+    table = execute(
+        FrequencyTable(rows=["year(admitted)"], cols=["contraceptive_method"]),
+        mock,
+        dated_metadata("cmcdated", SPAN),
+    ).model_dump(mode="json")
+    assert [r for (r,) in table["row_labels"]] == [2019, 2020]
+    expected = pd.crosstab(dates.dt.year, mock["contraceptive_method"])
+    assert table["values"] == expected.to_numpy().tolist()
+
+
+def test_a_researcher_gets_synthetic_dates_and_an_unbounded_date_is_refused_in_one_line(
+    server: EmbeddedServer,
+    centre: tuple[Path, str, Ed25519PrivateKey],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, _, key = centre
+    with connect(server.url, key, "ada") as session:
+        plan = session.plan("cmcdated").synthetic_data(
+            ["admitted", "contraceptive_method"], epsilon=3.0, delta=1e-9, rows=500
+        )
+        (result,) = session.run(session.seal(plan))
+        assert result.status == "released", result.reasons
+        assert result.output is not None
+        (view, _) = result.output["columns"]
+        assert view["type"] == "date" and view["levels"] is None
+        assert view["date_bins"][:2] == ["2019-01-01", "2019-02-01"]
+        assert view["date_bins"][-2:] == ["2020-12-01", "2020-12-31"]
+        records = result.frame()
+        years = records["admitted"].dt.year.value_counts(normalize=True)
+        assert records["admitted"].dropna().between(*(pd.Timestamp(b) for b in SPAN)).all()
+        real = pd.to_datetime(dated_frame()["admitted"]).dt.year.value_counts(normalize=True)
+        assert abs(years[2019] - real[2019]) < 0.1  # mu 0.51: noise sd about 0.02
+        with pytest.raises(AnalysisInvalid) as refused:
+            session.plan("cmcundated").synthetic_data(
+                ["admitted", "husband_education"], epsilon=1.0, delta=1e-9
+            )
+        assert "'admitted' is a date without declared date_bounds" in str(refused.value)
+    d = ["--data-dir", str(root)]
+    assert admin(["dataset", "mock", "cmcundated", "--publish", *d]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "without declared date_bounds" in err and err.count("\n") == 0
+    assert _spent(root, "cmcundated|public|public") == (0.0, 0)

@@ -3,15 +3,19 @@ refusals, table shapes, the exact GDP charge, the decoding of codes, metadata ch
 
 from __future__ import annotations
 
+import itertools
 import math
+from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safeaccess.client.analyses import SyntheticData
 from safeaccess.client.metadata import Column, DatasetMetadata, NeighbouringRelation
-from safeaccess.client.synthetic import SynthInvalid, synth_workload
+from safeaccess.client.synthetic import MAX_DATE_BINS, SynthInvalid, date_edges, synth_workload
 from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.server.datasets import check_against_metadata
 from safeaccess.server.synth.measure import measure
@@ -167,3 +171,106 @@ def test_a_non_nullable_column_with_missing_values_is_refused_at_add() -> None:
     )
     problems = check_against_metadata(frame, META)
     assert problems == ["sex: declared nullable: false but has missing values"]
+
+
+DATED = DatasetMetadata(
+    name="dated",
+    columns=[
+        Column(name="sex", type="categorical", levels=["F", "M"], nullable=False),
+        Column(name="admitted", type="date", date_bounds=("2019-01-01", "2020-12-31")),  # type: ignore[arg-type]
+        Column(name="born", type="date", date_bounds=("1920-03-01", "2020-12-31")),  # type: ignore[arg-type]
+        Column(name="joined", type="date", date_bounds=("2001-03-15", "2020-06-30")),  # type: ignore[arg-type]
+        Column(name="seen", type="date"),
+    ],
+)
+
+
+def _days(dates: list[pd.Timestamp]) -> tuple[float, ...]:
+    return tuple(float(d.toordinal()) for d in dates)
+
+
+def test_a_date_column_is_binned_by_calendar_months_or_years_of_its_date_bounds() -> None:
+    analysis = SyntheticData(columns=["admitted", "born", "joined"], epsilon=1, delta=1e-9)
+    admitted, born, joined = synth_workload(analysis, DATED).columns
+    # two years: the 24 months (pandas' month starts), the last bin closed on the last day
+    months = list(pd.date_range("2019-01-01", "2020-12-01", freq="MS"))
+    assert admitted.edges == _days([*months, pd.Timestamp("2020-12-31")])
+    assert admitted.size == 25 and admitted.type == "date" and admitted.levels is None
+    # twenty years: whole calendar years, the first and last partial
+    years = list(pd.date_range("2002-01-01", "2020-01-01", freq="YS"))
+    ends = [pd.Timestamp("2001-03-15"), *years, pd.Timestamp("2020-06-30")]
+    assert joined.edges == _days(ends)
+    # 101 years: blocks of five years starting on years divisible by five (at most 24 bins)
+    fives = list(pd.date_range("1925-01-01", "2020-01-01", freq="5YS"))
+    assert born.edges == _days([pd.Timestamp("1920-03-01"), *fives, pd.Timestamp("2020-12-31")])
+    assert born.values == 21
+
+
+@pytest.mark.parametrize(
+    ("columns", "bins", "words"),
+    [
+        (["seen", "sex"], {}, "'seen' is a date without declared date_bounds"),
+        (["admitted", "sex"], {"admitted": [737060, 737400]}, "is a date; it is binned by"),
+    ],
+)
+def test_a_date_column_without_bounds_or_with_bins_is_refused_in_one_line(
+    columns: list[str], bins: dict[str, list[float]], words: str
+) -> None:
+    analysis = SyntheticData(columns=columns, epsilon=1, delta=1e-9, bins=bins)
+    with pytest.raises(SynthInvalid) as info:
+        synth_workload(analysis, DATED)
+    assert words in str(info.value) and len(info.value.problems) == 1
+    with pytest.raises(AnalysisInvalid) as refused:
+        validate(analysis, DATED)
+    assert words in str(refused.value) and str(refused.value).count("\n") == 1
+
+
+def test_dates_code_by_their_month_and_decode_to_days_of_that_month() -> None:
+    from safeaccess.sandbox.runner.compute.synthetic import code_column
+
+    analysis = SyntheticData(columns=["admitted", "sex"], epsilon=1, delta=1e-9)
+    work = synth_workload(analysis, DATED)
+    col = work.columns[0]
+    rng = np.random.default_rng(7)
+    days = pd.Timestamp("2019-01-01") + pd.to_timedelta(rng.integers(0, 731, 400), unit="D")
+    real = pd.Series(days).mask(rng.random(400) < 0.1)
+    by_month = (real.dt.year - 2019) * 12 + real.dt.month - 1  # pandas' month of each date
+    expected = by_month.fillna(24).astype(int).tolist()  # 24: the null code
+    # the sandbox codes dates as the centre stores them, as 'YYYY-MM-DD' text and Python dates
+    for stored in (real, real.dt.strftime("%Y-%m-%d"), real.map(lambda d: d.date(), "ignore")):
+        assert code_column(stored, col).tolist() == expected
+    codes = np.stack([np.repeat(np.arange(25), 40), np.zeros(1000, dtype=int)], axis=1)
+    decoded = decode(codes, work)["admitted"]
+    assert pd.api.types.is_datetime64_any_dtype(decoded)
+    assert decoded.isna().sum() == 40  # the null code is missing
+    kept = decoded.dropna()
+    assert (kept == kept.dt.normalize()).all()  # whole days
+    assert kept.between(pd.Timestamp("2019-01-01"), pd.Timestamp("2020-12-31")).all()
+    # every synthetic date lies in the month its code stands for, and they come back as coded
+    assert sorted(code_column(decoded, col).tolist()) == sorted(codes[:, 0].tolist())
+    months = ((kept.dt.year - 2019) * 12 + kept.dt.month - 1).value_counts()
+    assert months.to_dict() == dict.fromkeys(range(24), 40)
+    assert len(set(kept.dt.day)) > 20  # drawn across each month's days, not one per bin
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.dates(min_value=date(1800, 1, 1), max_value=date(2100, 12, 31)),
+    span=st.integers(min_value=1, max_value=200 * 366),
+)
+def test_date_bins_are_at_most_24_calendar_periods_covering_the_bounds(
+    first: date, span: int
+) -> None:
+    last = first + timedelta(days=span)
+    edges = [date.fromordinal(int(e)) for e in date_edges(first, last)]
+    assert edges[0] == first and edges[-1] == last and len(edges) - 1 <= MAX_DATE_BINS
+    assert all(a < b for a, b in itertools.pairwise(edges))
+    # every bin's days lie in one month (when the bounds touch at most 24 months) or one block
+    # of whole years, and every inner edge starts a month or a year (pandas' periods)
+    touched = pd.period_range(first, last, freq="M").size
+    for a, b in itertools.pairwise(edges[:-1]):
+        end = pd.Timestamp(b) - pd.Timedelta(days=1)
+        if touched <= MAX_DATE_BINS:
+            assert pd.Period(a, "M") == pd.Period(end, "M")
+        else:
+            assert pd.Timestamp(b).is_year_start and pd.Period(end, "Y").year >= a.year

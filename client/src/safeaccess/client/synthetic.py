@@ -1,9 +1,10 @@
 """The workload of a `synthetic_data` analysis, derived from the analysis and the metadata only.
 
 Which columns are synthesised with which codes (declared levels, or bins of a bounded numeric
-column, plus a null code when the column is nullable), which marginal tables the sandbox computes
-exactly and which cliques are measured. Every refusal here depends only on the analysis and the
-metadata, so it is named precisely (too many cells, model too large, no bounds, ...).
+column, or calendar bins of a date column with declared date_bounds, plus a null code when the
+column is nullable), which marginal tables the sandbox computes exactly and which cliques are
+measured. Every refusal here depends only on the analysis and the metadata, so it is named
+precisely (too many cells, model too large, no bounds, ...).
 
 Shared by the client's validation, the sandbox (coding the records) and the server (noise and
 accounting), so that the three agree on every table's shape.
@@ -13,15 +14,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import date
 from itertools import combinations
 
 from safeaccess.client.analyses import SyntheticData
+from safeaccess.client.dateparts import part_starts
 from safeaccess.client.dpquery import Label, declared_levels
 from safeaccess.client.metadata import Column, DatasetMetadata
 
 #: Equal-width bins of a numeric column that declares no `synth_bins` and gets none in `bins`.
 DEFAULT_BINS = 10
 MAX_TARGETS = 10
+#: Most default bins of a date column: whole months, else whole years, else blocks of years.
+MAX_DATE_BINS = 24
+#: The day number of 1970-01-01: a date is coded as its proleptic Gregorian ordinal
+#: (`date.toordinal()`), numpy's datetime64[D] counts days from here.
+EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
 
 class SynthInvalid(ValueError):
@@ -110,6 +118,47 @@ def _edges(col: Column, given: list[float] | None) -> tuple[tuple[float, ...] | 
     return tuple(lo + (hi - lo) * i / DEFAULT_BINS for i in range(DEFAULT_BINS + 1)), None
 
 
+def date_edges(first: date, last: date) -> tuple[float, ...]:
+    """Default bin edges of a date column with date_bounds (first, last), as day numbers
+    (ordinals): calendar months when the bounds touch at most MAX_DATE_BINS months, else
+    calendar years, else blocks of k years starting on years divisible by k (the smallest k
+    that makes at most MAX_DATE_BINS bins). Bins are
+    [edge, next edge) and the last one holds `last`, as the numeric bins are; calendar bins keep
+    a year or month of the synthetic records inside one bin, so `year(col)` and `month(col)`
+    tables on them count what the model measured instead of bins straddling a New Year."""
+    months = (last.year - first.year) * 12 + last.month - first.month + 1
+    if months <= MAX_DATE_BINS:
+        inner = [d for d in part_starts("month", first, last) if d < last]
+    else:
+        years = [d for d in part_starts("year", first, last) if d < last]
+        step = math.ceil((last.year - first.year + 1) / MAX_DATE_BINS)
+        # aligned blocks may leave a partial one at each end: the smallest step that fits
+        while len(inner := [d for d in years if d.year % step == 0]) >= MAX_DATE_BINS:
+            step += 1
+    days = [first.toordinal(), *(d.toordinal() for d in inner), last.toordinal()]
+    return tuple(float(d) for d in days)
+
+
+def _date_column(col: Column, field: str, problems: list[tuple[str, str]]) -> SynthColumn | None:
+    """A date column coded as a bounded integer column on its day number, in calendar bins."""
+    if col.date_bounds is None:
+        problems.append(
+            (
+                field,
+                f"column {col.name!r} is a date without declared date_bounds: synthetic data "
+                "needs them to bin it (date_bounds: ['YYYY-MM-DD', 'YYYY-MM-DD'])",
+            )
+        )
+        return None
+    first, last = col.date_bounds
+    if first == last:
+        problems.append((field, f"column {col.name!r} has date_bounds of one day; leave it out"))
+        return None
+    edges = date_edges(first, last)
+    bounds = (float(first.toordinal()), float(last.toordinal()))
+    return SynthColumn(col.name, col.type, None, edges, col.nullable, bounds)
+
+
 def _column(
     col: Column, bins: dict[str, list[float]], problems: list[tuple[str, str]], field: str
 ) -> SynthColumn | None:
@@ -125,6 +174,17 @@ def _column(
         )
         return None
     numeric = col.type in ("integer", "continuous")
+    if col.type == "date":
+        if col.name in bins:
+            problems.append(
+                (
+                    f"bins.{col.name}",
+                    f"column {col.name!r} is a date; it is binned by calendar months or years "
+                    "from its date_bounds, give it no bins",
+                )
+            )
+            return None
+        return _date_column(col, field, problems)
     if col.name in bins and not numeric:
         problems.append(
             (f"bins.{col.name}", f"column {col.name!r} is {col.type}; only numeric columns bin")

@@ -928,6 +928,9 @@ class SynthColumnView(_Model):
     type: str
     levels: list[Label] | None = None
     bins: list[float] | None = None
+    #: A date column's bin edges as 'YYYY-MM-DD' (bins [edge, next), the last holds its end);
+    #: `bins` holds the same edges as day numbers (proleptic ordinals), as they are coded.
+    date_bins: list[str] | None = None
     nullable: bool
 
 

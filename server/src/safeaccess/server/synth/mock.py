@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from safeaccess.client.analyses import SYNTH_MAX_EPSILON, SyntheticData
 from safeaccess.client.metadata import HIDDEN_TYPES, DatasetMetadata
 from safeaccess.client.protocol import canonical
+from safeaccess.client.synthetic import SynthInvalid
 from safeaccess.rules.dp import GaussianLedger
 from safeaccess.rules.outputs import SynthTablesOutput
 from safeaccess.rules.ruleset import RuleSet
@@ -122,7 +123,11 @@ def make_mock(
         delta=config.delta,
         rows=rows,
     )
-    work = workload(analysis, metadata, ruleset)
+    try:
+        work = workload(analysis, metadata, ruleset)
+    except SynthInvalid as exc:  # e.g. a date column without date_bounds: nothing has run
+        why = "; ".join(message for _, message in exc.problems)
+        raise InvalidRequest(f"the mock of {name!r} cannot be made: {why}") from exc
     job_id = f"mock-{name}-v{row.version}-{datetime.now(UTC).strftime('%Y%m%d%H%M%S')}"
     dataset_file = data.root / row.path
     try:

@@ -21,6 +21,7 @@ import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,13 @@ import pyarrow.parquet as pq
 
 from safeaccess.client.analyses import SyntheticData
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.client.synthetic import SynthColumn, SynthInvalid, SynthWorkload, synth_workload
+from safeaccess.client.synthetic import (
+    EPOCH_ORDINAL,
+    SynthColumn,
+    SynthInvalid,
+    SynthWorkload,
+    synth_workload,
+)
 from safeaccess.rules.decision import Decision, Finding
 from safeaccess.rules.dp import GaussianLedger, gaussian_mu_for, risk_report
 from safeaccess.rules.outputs import (
@@ -145,9 +152,18 @@ def plan(
 # -- decoding and the file ----------------------------------------------------------------------
 
 
+def _as_dates(days: np.ndarray, null: np.ndarray) -> pd.Series:
+    """Day numbers (ordinals) as dates at midnight, NaT where null: what the centre stores for a
+    date column (`datasets.as_dates`), so code written on synthetic records or the mock (e.g.
+    `.dt.year`) runs alike on the sandbox's frame."""
+    stamps = (days - EPOCH_ORDINAL).astype("datetime64[D]").astype("datetime64[ms]")
+    stamps[null] = np.datetime64("NaT")
+    return pd.Series(stamps)
+
+
 def _decode_column(codes: np.ndarray, col: SynthColumn, rng: np.random.Generator) -> pd.Series:
-    """Values of one column: its level, or a uniform draw in its bin (integers: a uniform
-    integer), clipped to the bounds; the null code is missing."""
+    """Values of one column: its level, or a uniform draw in its bin (integers and dates: a
+    uniform integer, a date's day number), clipped to the bounds; the null code is missing."""
     null = codes == col.null_code if col.null_code is not None else np.zeros(codes.size, bool)
     safe = np.where(null, 0, codes)
     if col.levels is not None:
@@ -159,13 +175,15 @@ def _decode_column(codes: np.ndarray, col: SynthColumn, rng: np.random.Generator
     assert col.edges is not None and col.bounds is not None
     edges = np.asarray(col.edges, dtype=np.float64)
     lo, hi = edges[safe], edges[safe + 1]
-    if col.type == "integer":
+    if col.type in ("integer", "date"):
         last = safe == len(edges) - 2
         low = np.ceil(lo)
         high = np.where(last, np.floor(hi), np.ceil(hi) - 1)
         high = np.maximum(high, low)
         x = np.floor(low + rng.random(codes.size) * (high - low + 1))
         x = np.clip(x, math.ceil(col.bounds[0]), math.floor(col.bounds[1]))
+        if col.type == "date":
+            return _as_dates(x.astype(np.int64), null)
         out = pd.Series(x.astype(np.int64), dtype="Int64")
     else:
         x = np.clip(lo + rng.random(codes.size) * (hi - lo), col.bounds[0], col.bounds[1])
@@ -257,6 +275,9 @@ def _column_views(work: SynthWorkload) -> list[SynthColumnView]:
             type=c.type,
             levels=list(c.levels) if c.levels is not None else None,
             bins=list(c.edges) if c.edges is not None else None,
+            date_bins=[date.fromordinal(int(e)).isoformat() for e in c.edges]
+            if c.type == "date" and c.edges is not None
+            else None,
             nullable=c.nullable,
         )
         for c in work.columns

@@ -1,11 +1,12 @@
 """Synthetic data in the sandbox: exact count tables (job 1) and the disclosure check (job 2).
 
 Job 1 codes every selected record over the declared levels or bins of the workload
-(`safeaccess.client.synthetic`) and returns the exact count of every cell of every table. The
-shapes come from the metadata only; nothing returned depends on the data but the counts, which
-the server noises. Job 2 receives the synthetic records (codes) the server sampled from the noisy
-tables, codes the real selection the same way and runs every check of
-`safeaccess.rules.synthetic`; its numbers are facts for checkers only.
+(`safeaccess.client.synthetic`; a date column by its day number in calendar bins) and returns
+the exact count of every cell of every table. The shapes come from the metadata only; nothing
+returned depends on the data but the counts, which the server noises. Job 2 receives the
+synthetic records (codes) the server sampled from the noisy tables, codes the real selection the
+same way and runs every check of `safeaccess.rules.synthetic`; its numbers are facts for
+checkers only.
 
 A value outside the declared levels, or a missing value in a non-nullable column, is an error as
 at registration: the metadata is wrong, and guessing a code would corrupt the tables.
@@ -23,7 +24,13 @@ from numpy.typing import NDArray
 
 from safeaccess.client.analyses import SyntheticData
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.client.synthetic import SynthColumn, SynthInvalid, SynthWorkload, synth_workload
+from safeaccess.client.synthetic import (
+    EPOCH_ORDINAL,
+    SynthColumn,
+    SynthInvalid,
+    SynthWorkload,
+    synth_workload,
+)
 from safeaccess.rules.outputs import (
     SynthCheckFacts,
     SynthCheckOutput,
@@ -32,6 +39,7 @@ from safeaccess.rules.outputs import (
 )
 from safeaccess.sandbox.runner.compute._common import AnalysisError, require_columns, to_label
 from safeaccess.sandbox.runner.compute.dp import limit_units
+from safeaccess.sandbox.runner.date_parts import as_dates
 
 IntArray = NDArray[np.int64]
 
@@ -45,6 +53,18 @@ def workload_of(analysis: SyntheticData, metadata: DatasetMetadata) -> SynthWork
 
 def _missing(values: pd.Series) -> NDArray[np.bool_]:
     return values.isna().to_numpy()
+
+
+def numeric_values(values: pd.Series) -> NDArray[np.float64]:
+    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+
+
+def day_numbers(values: pd.Series) -> NDArray[np.float64]:
+    """A date column's days as the workload codes them (proleptic ordinals), NaN where missing;
+    read as the date parts read it (datetime64, Python dates or 'YYYY-MM-DD' text)."""
+    dates = as_dates(values)
+    days = dates.to_numpy().astype("datetime64[D]").astype(np.int64)
+    return np.where(dates.isna().to_numpy(), np.nan, (days + EPOCH_ORDINAL).astype(np.float64))
 
 
 def code_column(values: pd.Series, col: SynthColumn) -> IntArray:
@@ -69,7 +89,7 @@ def code_column(values: pd.Series, col: SynthColumn) -> IntArray:
             codes[i] = found
     else:
         assert col.edges is not None and col.bounds is not None
-        x = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+        x = day_numbers(values) if col.type == "date" else numeric_values(values)
         missing = missing | np.isnan(x)
         x = np.clip(np.nan_to_num(x, nan=col.bounds[0]), col.bounds[0], col.bounds[1])
         edges = np.asarray(col.edges)

@@ -255,7 +255,7 @@ def test_dates_code_by_their_month_and_decode_to_days_of_that_month() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    first=st.dates(min_value=date(1800, 1, 1), max_value=date(2100, 12, 31)),
+    first=st.dates(min_value=date(1800, 1, 1), max_value=date(2060, 12, 31)),  # pandas ends in 2262
     span=st.integers(min_value=1, max_value=200 * 366),
 )
 def test_date_bins_are_at_most_24_calendar_periods_covering_the_bounds(

@@ -88,7 +88,11 @@ def rehearse_offline(
         if refused is not None:
             steps.append(refused_step(index, analysis.kind, refused[1]))
             continue
-        steps.append(rehearse_step(index, analysis, metadata, frame, rs))
+        steps.append(
+            rehearse_step(
+                index, analysis, metadata, frame, rs, dp_mock=published_mock is not None
+            )
+        )
     return {
         "dataset": metadata.name,
         "version": metadata.version,

@@ -22,7 +22,7 @@ from safeaccess.server.admin import queue as admin_queue
 from safeaccess.server.admin import sandbox as cli_sandbox
 from safeaccess.server.config import DataDir, default_data_dir, initialise
 from safeaccess.server.errors import ConfigError, Forbidden, ServiceError
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, catalogue, ledgers
 from safeaccess.server.store.migrate import SchemaBehind
 
 EXIT_OK = 0
@@ -161,7 +161,8 @@ def _researcher_change_key(args: argparse.Namespace, *, revoke: bool) -> int:
     config = data.load_config()
     store = Store(data.database_url(config))
     try:
-        entry = store.change_researcher_key(
+        entry = catalogue.change_researcher_key(
+            store,
             args.name,
             public_key_text(key),
             fingerprint(key),
@@ -233,7 +234,7 @@ def _dataset_add(args: argparse.Namespace) -> int:
         project = args.project
         if project is None:
             # Without --project the choice is obvious only when the centre has one project.
-            names = store.project_names()
+            names = catalogue.project_names(store)
             if len(names) != 1:
                 raise ConfigError(
                     "give the dataset's project with --project P (projects: "
@@ -283,7 +284,7 @@ def _dataset_codes(args: argparse.Namespace) -> int:
 def _dataset_list(args: argparse.Namespace) -> int:
     store = _store(_data(args))
     try:
-        rows = store.all_datasets()
+        rows = catalogue.all_datasets(store)
     finally:
         store.close()
     for row in rows:
@@ -397,7 +398,7 @@ def _dataset_budget(args: argparse.Namespace) -> int:
     store = _store(_data(args))
     try:
         raw = store.get_dp_config(args.name)
-        ledgers = store.dp_ledgers(args.name)
+        charged = ledgers.dp_ledgers(store, args.name)
     finally:
         store.close()
     if raw is None:
@@ -407,9 +408,9 @@ def _dataset_budget(args: argparse.Namespace) -> int:
         f"{args.name}: epsilon={config.epsilon:g} at delta={config.delta:g} per {config.scope}"
         f"{', mandatory' if config.mandatory else ''}"
     )
-    if not ledgers:
+    if not charged:
         print("  nothing spent yet")
-    for row in ledgers:
+    for row in charged:
         ledger = GaussianLedger(spent=row.spent, releases=row.releases)
         print(
             f"  {row.scope} {row.owner}: {row.releases} releases, "

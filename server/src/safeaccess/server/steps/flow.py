@@ -49,7 +49,6 @@ from safeaccess.server.errors import (
     Unauthenticated,
     Unavailable,
 )
-from safeaccess.server.jobs.names import step_job
 from safeaccess.server.logs import step_context
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.qss.admission import Admission
@@ -67,9 +66,10 @@ from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
 from safeaccess.server.steps.timing import hold_until_padded
 from safeaccess.server.steps.views import Views
 from safeaccess.server.steps.withhold_budget import count_at_settle, opening_needs_approval
-from safeaccess.server.store import Store, WithholdCount
+from safeaccess.server.store import WithholdCount, catalogue, ledgers, queue, sequences
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
-from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows
+from safeaccess.server.store.database import Database
+from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows, step_job
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 from safeaccess.server.store.step_settings import prime, settings_of, settings_scope
 from safeaccess.server.synth.mock import public_spent
@@ -133,7 +133,7 @@ class Flow:
         *,
         data: DataDir,
         config: ServerConfig,
-        store: Store,
+        store: Database,
         backend: Backend,
         researchers: Authenticator,
         trusted_cas: dict[str, Ed25519PublicKey],
@@ -209,7 +209,7 @@ class Flow:
         """Run again a step left `running` by a server that died mid-step, as a re-sent reveal
         would; the caller holds the sequence's lock and lease. False if it is running no more."""
         with settings_scope(self.store), step_context(sequence_id, index):
-            seq, step = self.store.get_sequence_step(sequence_id, index)
+            seq, step = sequences.get_sequence_step(self.store, sequence_id, index)
             if seq is None or step is None or not _still_running(seq, step, index):
                 return False
             log.info(
@@ -218,7 +218,7 @@ class Flow:
             self._compute(
                 seq,
                 step,
-                self.store.get_dataset(seq.dataset_id),
+                catalogue.get_dataset(self.store, seq.dataset_id),
                 Revealed.stored(step.body, last=step.last),
             )
             return True
@@ -248,10 +248,10 @@ class Flow:
         populations = []
         # Only the ids are read at each step: a version's row never changes (`get_dataset`
         # keeps it), so only a version registered since the last step is read whole.
-        for dataset_id in self.store.version_ids(name):
+        for dataset_id in catalogue.version_ids(self.store, name):
             population = self._population_of.get(dataset_id)
             if population is None:
-                row = self.store.get_dataset(dataset_id)
+                row = catalogue.get_dataset(self.store, dataset_id)
                 # the standard tables each scope reserves right after the population
                 # (`qss/reserved.py`, where the centre turned it on), computed once per
                 # version and process
@@ -272,7 +272,7 @@ class Flow:
         """Serialises the steps charged to one DP ledger, from reading it to recording the
         charge, on every replica (the store's version check is the backstop); nothing on other
         datasets."""
-        raw = self.store.get_dp_config(dataset.name)
+        raw = catalogue.get_dp_config(self.store, dataset.name)
         if raw is None:
             return contextlib.nullcontext()
         key, _ = ledger_key(
@@ -285,7 +285,7 @@ class Flow:
 
     def _dp_context(self, seq: SequenceRow, dataset: DatasetRow) -> DPContext | None:
         """The dataset's DP configuration and the ledger this step would be charged to."""
-        raw = self.store.get_dp_config(dataset.name)
+        raw = catalogue.get_dp_config(self.store, dataset.name)
         if raw is None:
             return None
         config = DPConfig.model_validate(raw)
@@ -297,7 +297,7 @@ class Flow:
             dataset=dataset.name,
             key=key,
             owner=owner,
-            ledger=self.store.dp_ledger(key),
+            ledger=ledgers.dp_ledger(self.store, key),
             ruleset_label=self.ruleset_for(dataset).label,
             ruleset_hash=self.ruleset_for(dataset).content_hash(),
             public_spent=public_spent(self.store, dataset.name),
@@ -315,7 +315,7 @@ class Flow:
         )
 
     def own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
-        seq = self.store.get_sequence(sequence_id)
+        seq = sequences.get_sequence(self.store, sequence_id)
         # Another researcher's sequence is reported as absent: its existence is not hers to know.
         if seq is None or seq.researcher != researcher:
             raise NotFound(f"you have no sequence {sequence_id}")
@@ -376,10 +376,10 @@ class Flow:
                 f"{self.server_id!r}",
                 code="wrong_server",
             )
-        if fields.project not in self.store.projects_of(researcher):
+        if fields.project not in catalogue.projects_of(self.store, researcher):
             raise Forbidden(f"you are not a member of project {fields.project!r}")
         name, version = _split_dataset(fields.dataset)
-        dataset = self.store.find_dataset(name, version)
+        dataset = catalogue.find_dataset(self.store, name, version)
         if dataset is None or dataset.project != fields.project:
             raise NotFound(f"project {fields.project!r} has no dataset {fields.dataset!r}")
         settings_of(self.store, dataset.id)  # the claims, rule set, auditor and DP settings
@@ -416,7 +416,8 @@ class Flow:
                 held, budget_facts = opening_needs_approval(
                     self.store, self.ruleset_for(dataset), researcher, dataset.name
                 )
-                seq, step = self.store.create_sequence(
+                seq, step = sequences.create_sequence(
+                    self.store,
                     sequence_id=sequence_id,
                     researcher=researcher,
                     project=fields.project,
@@ -464,7 +465,7 @@ class Flow:
         `key` as in `open_sequence`."""
         # The dataset's settings are read once for the whole request (`store/step_settings.py`).
         with self.lock(sequence_id), settings_scope(self.store), step_context(sequence_id, index):
-            seq, existing = self.store.get_sequence_step(sequence_id, index)
+            seq, existing = sequences.get_sequence_step(self.store, sequence_id, index)
             # Another researcher's sequence is reported as absent (as in `own_sequence`).
             if seq is None or seq.researcher != researcher:
                 raise NotFound(f"you have no sequence {sequence_id}")
@@ -484,7 +485,7 @@ class Flow:
                     return self._compute(
                         seq,
                         existing,
-                        self.store.get_dataset(seq.dataset_id),
+                        catalogue.get_dataset(self.store, seq.dataset_id),
                         Revealed.stored(existing.body, last=existing.last),
                     )
                 return self.views.step(seq, existing)
@@ -532,7 +533,8 @@ class Flow:
                 body_hash=body_hash,
                 last=revealed.last,
             )
-            step = self.store.begin_step(
+            step = sequences.begin_step(
+                self.store,
                 sequence_id,
                 expected_version=seq.version,
                 step=step,
@@ -542,7 +544,9 @@ class Flow:
             )
             # No re-read of the sequence: `_compute` uses only its fixed fields (id, owner,
             # project, dataset), and `settle_step` reads and returns the row it moves.
-            return self._compute(seq, step, self.store.get_dataset(seq.dataset_id), revealed)
+            return self._compute(
+                seq, step, catalogue.get_dataset(self.store, seq.dataset_id), revealed
+            )
 
     def _compute(
         self, seq: SequenceRow, step: StepRow, dataset: DatasetRow, revealed: Revealed
@@ -586,17 +590,19 @@ class Flow:
         if ensure_job:
             # Queued again carrying no rows (rare: a re-sent reveal whose job was lost), so its
             # worker reads them (`run_job`).
-            dataset = self.store.get_dataset(seq.dataset_id)
-            self.store.ensure_job(
-                step_job(
-                    self.config,
-                    sequence_id=seq.id,
-                    index=step.index,
-                    researcher=seq.researcher,
-                    dataset=dataset.name,
-                    script=False,
+            dataset = catalogue.get_dataset(self.store, seq.dataset_id)
+            with self.store.transaction() as s:
+                queue.ensure(
+                    s,
+                    step_job(
+                        self.config,
+                        sequence_id=seq.id,
+                        index=step.index,
+                        researcher=seq.researcher,
+                        dataset=dataset.name,
+                        script=False,
+                    ),
                 )
-            )
         current: dict[str, Any] = {}
 
         def announced(fields: str) -> bool:
@@ -610,7 +616,7 @@ class Flow:
 
         def settled() -> bool:
             # The sequence with the step, in one read: the view needs both.
-            latest, row = self.store.get_sequence_step(seq.id, step.index)
+            latest, row = sequences.get_sequence_step(self.store, seq.id, step.index)
             current["seq"], current["step"] = latest, row
             return row is not None and row.state != StepState.RUNNING
 
@@ -621,7 +627,9 @@ class Flow:
                 return True
             # Tried max_attempts times without an answer (the sandbox unavailable): the same
             # "retry later" as a server running the step itself (`pipeline._unavailable`).
-            job_failed["failed"] = self.store.job_status(f"step:{seq.id}:{step.index}") == "failed"
+            with self.store.transaction() as s:
+                status = queue.job_status(s, f"step:{seq.id}:{step.index}")
+            job_failed["failed"] = status == "failed"
             return job_failed["failed"]
 
         assert self.listener is not None, "a replica with execution = 'queue' listens"
@@ -673,7 +681,7 @@ class Flow:
             else:
                 # With the dataset's settings, in one statement: the scope starts empty, so
                 # `get_sequence_step` reads them for it (the reveal's replica read them too).
-                read_seq, read_step = self.store.get_sequence_step(sequence_id, index)
+                read_seq, read_step = sequences.get_sequence_step(self.store, sequence_id, index)
                 if (
                     read_seq is None
                     or read_step is None
@@ -681,7 +689,7 @@ class Flow:
                 ):
                     return False
                 seq, step = read_seq, read_step
-            dataset = self.store.get_dataset(seq.dataset_id)
+            dataset = catalogue.get_dataset(self.store, seq.dataset_id)
             if check is not None:
                 check(dataset)
             # The rows in hand are those the settle moves on: it need not read them again
@@ -704,18 +712,22 @@ class Flow:
         any data-dependent failure (`failures.py`), and the sequence stops. False if the step
         was settled already."""
         with self.lock(sequence_id), step_context(sequence_id, index):
-            seq = self.store.get_sequence(sequence_id)
-            step = self.store.get_step(sequence_id, index)
+            seq = sequences.get_sequence(self.store, sequence_id)
+            step = sequences.get_step(self.store, sequence_id, index)
             if seq is None or step is None or step.state != StepState.RUNNING:
                 return False
-            dataset = self.store.get_dataset(seq.dataset_id)
+            dataset = catalogue.get_dataset(self.store, seq.dataset_id)
             ruleset = self.ruleset_for(dataset)
             outcome = lost_outcome(
                 Revealed.stored(step.body, last=step.last).kind or "", ruleset, attempts
             )
             try:
-                self.store.settle_step(
-                    sequence_id, index, outcome, event_data=self.settle_data(outcome, ruleset)
+                sequences.settle_step(
+                    self.store,
+                    sequence_id,
+                    index,
+                    outcome,
+                    event_data=self.settle_data(outcome, ruleset),
                 )
             except Conflict:
                 return False
@@ -737,7 +749,7 @@ class Flow:
         admission = Admission(
             self.auditor,
             dataset=dataset.name,
-            settings=self.store.qss_settings(dataset.name),
+            settings=catalogue.qss_settings(self.store, dataset.name),
             threshold=ruleset.threshold,
             researcher=seq.researcher,
             project=seq.project,
@@ -777,7 +789,8 @@ class Flow:
                     event_data["qss"] = facts
                 # The moment a step is recorded is the first thing about it anyone can see.
                 hold_until_padded(self.config.timing, started, dataset.rows)
-                return self.store.settle_step(
+                return sequences.settle_step(
+                    self.store,
                     seq.id,
                     step.index,
                     outcome,
@@ -811,7 +824,8 @@ class Flow:
         self, seq: SequenceRow, step: StepRow, ruleset: RuleSet, revealed: Revealed
     ) -> StepView:
         """Answer a script step "in review" now; run it in the background (scripts.py)."""
-        seq, step = self.store.settle_step(
+        seq, step = sequences.settle_step(
+            self.store,
             seq.id,
             step.index,
             queued_outcome(ruleset),

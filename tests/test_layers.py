@@ -432,15 +432,15 @@ def _imports_sqlalchemy(name: str) -> bool:
 #: the HTTP app, the job queue). None may be added; remove each as it goes.
 SQLALCHEMY_OUTSIDE_THE_STORE = frozenset(
     {
-        "safeaccess.server.admin.cli",
         "safeaccess.server.admin.db",
         "safeaccess.server.http.app",
         "safeaccess.server.jobs.tasks",
     }
 )
 #: Modules whose SQLAlchemy imports moved into the store (the audit log and its frontier are
-#: `store/auditlog.py` and `store/frontier.py`, the database URL check `store/urls.py`).
-MOVED_SQLALCHEMY = ("safeaccess.server.config",)
+#: `store/auditlog.py` and `store/frontier.py`, the database URL check and the admin CLI's
+#: URL redaction `store/urls.py`).
+MOVED_SQLALCHEMY = ("safeaccess.server.config", "safeaccess.server.admin.cli")
 
 
 def test_sqlalchemy_is_imported_only_in_the_store() -> None:

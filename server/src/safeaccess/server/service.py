@@ -57,7 +57,7 @@ from safeaccess.server.synth.mock import mock_paths, published_mock
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 
 if TYPE_CHECKING:  # PostgreSQL only (see Service.__init__)
-    from safeaccess.server.steps.sequence_leases import SequenceLeases
+    from safeaccess.server.store.sequence_leases import SequenceLeases
     from safeaccess.server.store.settled import SettledListener
 
 log = logging.getLogger("safeaccess.server")
@@ -131,7 +131,7 @@ class Service:
 
             listener = SettledListener(self.data.database_url(self.config))
         if replicas_run_steps:
-            from safeaccess.server.steps.sequence_leases import SequenceLeases
+            from safeaccess.server.store.sequence_leases import SequenceLeases
 
             leases = SequenceLeases(self.data.database_url(self.config), LOCK_TIMEOUT_SECONDS)
         self.flow = Flow(

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -71,12 +72,17 @@ from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, Shar
 from safeaccess.server.store.database import Database
 from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows, step_job
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
-from safeaccess.server.store.step_settings import prime, settings_of, settings_scope
+from safeaccess.server.store.step_settings import (
+    StepSettings,
+    prime,
+    settings_of,
+    settings_scope,
+)
 from safeaccess.server.synth.mock import public_spent
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 
 if TYPE_CHECKING:  # PostgreSQL only: psycopg is the `postgresql` extra's
-    from safeaccess.server.steps.sequence_leases import SequenceLeases
+    from safeaccess.server.store.sequence_leases import SequenceLeases
     from safeaccess.server.store.settled import SettledListener
 
 log = logging.getLogger("safeaccess.server")
@@ -113,6 +119,15 @@ def _holding(lock: SharedLock, what: str) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+@dataclass(frozen=True)
+class _Ledger:
+    """The DP configuration of a step's dataset and the ledger the step is charged to."""
+
+    config: DPConfig
+    key: str
+    owner: str
 
 
 def _still_running(seq: SequenceRow, step: StepRow, index: int) -> bool:
@@ -156,7 +171,7 @@ class Flow:
         self.queued = config.execution == "queue"
         self.listener = listener
         # Replicas running steps themselves on PostgreSQL: which sequences this one works on,
-        # seen by the others (`sequence_leases.py`, `orphans.py`).
+        # seen by the others (`store/sequence_leases.py`, `orphans.py`).
         self.leases = leases
         # Interactive steps and background scripts queue separately, each fair across
         # researchers: a researcher's own scripts never delay her answers (their run time is not
@@ -242,13 +257,22 @@ class Flow:
                 self._metadata_of[dataset.id] = metadata
         return metadata
 
-    def _populations(self, name: str) -> list[Population]:
-        """Every registered version of dataset `name` as a population of record ids: the
-        catalogue publishes their row counts, so the auditor admits them before any output."""
+    def _settings(self, dataset_id: int) -> StepSettings:
+        """The settings of dataset version `dataset_id` as this request read them (once, in
+        one statement: `settings_of`)."""
+        settings = settings_of(self.store, dataset_id)
+        if settings is None:  # a sequence's or a job's dataset version is never removed
+            raise NotFound(f"dataset version {dataset_id} does not exist")
+        return settings
+
+    def _populations(self, version_ids: tuple[int, ...]) -> list[Population]:
+        """Every registered version of a dataset's name (`version_ids`, as its settings were
+        read) as a population of record ids: the catalogue publishes their row counts, so the
+        auditor admits them before any output."""
         populations = []
         # Only the ids are read at each step: a version's row never changes (`get_dataset`
         # keeps it), so only a version registered since the last step is read whole.
-        for dataset_id in catalogue.version_ids(self.store, name):
+        for dataset_id in version_ids:
             population = self._population_of.get(dataset_id)
             if population is None:
                 row = catalogue.get_dataset(self.store, dataset_id)
@@ -266,40 +290,42 @@ class Flow:
             populations.append(population)
         return populations
 
-    def _dp_guard(
-        self, seq: SequenceRow, dataset: DatasetRow
-    ) -> contextlib.AbstractContextManager[None]:
-        """Serialises the steps charged to one DP ledger, from reading it to recording the
-        charge, on every replica (the store's version check is the backstop); nothing on other
-        datasets."""
-        raw = catalogue.get_dp_config(self.store, dataset.name)
-        if raw is None:
-            return contextlib.nullcontext()
-        key, _ = ledger_key(
-            dataset.name,
-            raw.get("scope", "researcher"),
-            researcher=seq.researcher,
-            project=seq.project,
-        )
-        return _holding(self._dp_locks.lock(key), "the privacy ledger of this step")
-
-    def _dp_context(self, seq: SequenceRow, dataset: DatasetRow) -> DPContext | None:
-        """The dataset's DP configuration and the ledger this step would be charged to."""
-        raw = catalogue.get_dp_config(self.store, dataset.name)
+    def _dp_ledger(
+        self, seq: SequenceRow, dataset: DatasetRow, raw: dict[str, Any] | None
+    ) -> _Ledger | None:
+        """The DP ledger a step of `seq` on `dataset` is charged to, under the dataset's DP
+        configuration `raw` as its settings were read (None: the dataset has no DP)."""
         if raw is None:
             return None
         config = DPConfig.model_validate(raw)
         key, owner = ledger_key(
             dataset.name, config.scope, researcher=seq.researcher, project=seq.project
         )
+        return _Ledger(config, key, owner)
+
+    def _dp_guard(self, ledger: _Ledger | None) -> contextlib.AbstractContextManager[None]:
+        """Serialises the steps charged to one DP ledger, from reading it to recording the
+        charge, on every replica (the store's version check is the backstop); nothing on other
+        datasets."""
+        if ledger is None:
+            return contextlib.nullcontext()
+        return _holding(self._dp_locks.lock(ledger.key), "the privacy ledger of this step")
+
+    def _dp_context(
+        self, ledger: _Ledger | None, dataset: DatasetRow, ruleset: RuleSet
+    ) -> DPContext | None:
+        """The dataset's DP configuration and the state of the ledger this step would be
+        charged to, read under its lock."""
+        if ledger is None:
+            return None
         return DPContext(
-            config=config,
+            config=ledger.config,
             dataset=dataset.name,
-            key=key,
-            owner=owner,
-            ledger=ledgers.dp_ledger(self.store, key),
-            ruleset_label=self.ruleset_for(dataset).label,
-            ruleset_hash=self.ruleset_for(dataset).content_hash(),
+            key=ledger.key,
+            owner=ledger.owner,
+            ledger=ledgers.dp_ledger(self.store, ledger.key),
+            ruleset_label=ruleset.label,
+            ruleset_hash=ruleset.content_hash(),
             public_spent=public_spent(self.store, dataset.name),
             rows=dataset.rows,
         )
@@ -382,7 +408,8 @@ class Flow:
         dataset = catalogue.find_dataset(self.store, name, version)
         if dataset is None or dataset.project != fields.project:
             raise NotFound(f"project {fields.project!r} has no dataset {fields.dataset!r}")
-        settings_of(self.store, dataset.id)  # the claims, rule set, auditor and DP settings
+        # The claims, rule set, auditor and DP settings, read once for the request.
+        settings = self._settings(dataset.id)
         endorsements = [Endorsement.model_validate(e.model_dump()) for e in request.endorsements]
         verifier = self._verifier(
             request.header, request.signature, researcher, endorsements, None, key
@@ -392,7 +419,7 @@ class Flow:
         except ProtocolError as exc:
             raise _rejected(exc) from exc
         revealed = Revealed.of(request.trace, request.body, last=verified.last)
-        required = claim_gate.requirements(self.store, dataset.name)
+        required = settings.requirements
         claim_gate.check_open(
             dataset.name,
             required,
@@ -520,7 +547,7 @@ class Flow:
             revealed = Revealed.of(request.trace, request.body, last=verified.last)
             claim_gate.check_step(
                 verifier.header.dataset,
-                claim_gate.requirements_of(self.store, seq.dataset_id),
+                self._settings(seq.dataset_id).requirements,
                 verifier.header.kinds,
                 index,
                 revealed.kind,
@@ -746,22 +773,26 @@ class Flow:
         (which counts `withholds` if given)."""
         started = time.monotonic()  # reply padding counts from here (`timing.py`)
         metadata = self._metadata(dataset)
+        # The dataset's settings, read once for the request (`store/step_settings.py`), are
+        # handed down as data: the auditor's, the versions' and the DP configuration.
+        settings = self._settings(dataset.id)
         admission = Admission(
             self.auditor,
             dataset=dataset.name,
-            settings=catalogue.qss_settings(self.store, dataset.name),
+            settings=settings.qss,
             threshold=ruleset.threshold,
             researcher=seq.researcher,
             project=seq.project,
             ids=self._record_ids(dataset),
-            populations=lambda: self._populations(dataset.name),
+            populations=lambda: self._populations(settings.version_ids),
             analysis=revealed.analysis_json,
             metadata=metadata,
         )
         # The DP ledger's lock (if the dataset has DP) covers the run and the record; the
         # scope's lock is taken by the admission and held until the step is recorded.
-        with admission, self._dp_guard(seq, dataset):
-            dp = self._dp_context(seq, dataset)
+        ledger = self._dp_ledger(seq, dataset, settings.dp_config)
+        with admission, self._dp_guard(ledger):
+            dp = self._dp_context(ledger, dataset, ruleset)
             with self._jobs.slot(seq.researcher):
                 outcome = run_step(
                     revealed,

@@ -56,7 +56,7 @@ from safeaccess.server.config import initialise
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.service import Service
 from safeaccess.server.states import StepState
-from safeaccess.server.store import auditlog
+from safeaccess.server.store import auditlog, sequences
 from safeaccess.server.store.schema import AuditHeadRow, DatasetRow, EventRow, StepRow
 
 REGIONS = ["North", "South", "East", "West", "Centre"]
@@ -146,7 +146,8 @@ class Centre:
             )
             reveal = self.service.flow.reveal_data(trace, step)
             if j == 1:
-                self.store.create_sequence(
+                sequences.create_sequence(
+                    self.store,
                     sequence_id=seq_id,
                     researcher="ada",
                     project="p",

@@ -283,10 +283,85 @@ def test_the_store_imports_nothing_above_it() -> None:
     assert _store_imports() - set(BELOW_THE_STORE) == set()
 
 
+def test_the_store_modules_never_import_their_facade() -> None:
+    # The store's modules take a `Database`; only the package's `__init__` builds on them.
+    users = {
+        name
+        for name in MODULES
+        if name.startswith("safeaccess.server.store.")
+        and "safeaccess.server.store" in imports_of(name, types=True)
+    }
+    assert users == set()
+
+
 def test_the_store_imports_nothing_of_the_jobs() -> None:
-    # The queue's vocabulary the store needs (`QueuedJob`) is the store's own (`store.queue`):
-    # `jobs/names.py` imports it from there, never the other way.
+    # The queue's vocabulary (`QueuedJob`, the task and queue names, `step_job`) is the
+    # store's own (`store.queue`): the job layer imports it from there, never the other way.
     assert {d for d in _store_imports() if d.startswith("safeaccess.server.jobs")} == set()
+
+
+def test_nothing_below_the_jobs_imports_them() -> None:
+    # The steps describe a step's job with `store.queue.step_job`; only the layers on top of
+    # the job layer (and the job layer itself) import it.
+    above = tuple(f"safeaccess.server.{name}" for name in ("admin", "demo", "http", "jobs", "web"))
+    below = {
+        f"{name} -> {dep}"
+        for name in MODULES
+        if name.startswith("safeaccess.server.") and not name.startswith(above)
+        for dep in imports_of(name, types=True)
+        if dep.startswith("safeaccess.server.jobs")
+    }
+    assert below == set()
+
+
+#: The layers above the steps that may use the `Store` facade: the job layer and what stands
+#: on it (the web workspace, the HTTP app, the demo, the admin CLI), and the service that wires
+#: them. Every other module of the server takes a `store.database.Database` and calls the store
+#: module of its job, so its data goes down to the store once and does not come back up.
+FACADE_USERS = tuple(
+    f"safeaccess.server.{name}" for name in ("admin", "demo", "http", "jobs", "service", "web")
+)
+#: Few enough delegates that each is shared by several callers (the issue's bound).
+MAX_FACADE_METHODS = 25
+
+
+def _facade_methods() -> list[str]:
+    (store,) = (
+        node
+        for node in _tree("safeaccess.server.store").body
+        if isinstance(node, ast.ClassDef) and node.name == "Store"
+    )
+    return [
+        node.name
+        for node in store.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and not node.name.startswith("_")
+    ]
+
+
+def test_the_store_facade_stays_thin() -> None:
+    assert 0 < len(_facade_methods()) <= MAX_FACADE_METHODS
+
+
+def test_nothing_below_the_jobs_imports_the_store_facade() -> None:
+    below = {
+        name
+        for name in MODULES
+        if name.startswith("safeaccess.server.")
+        and not name.startswith(FACADE_USERS)
+        and "safeaccess.server.store" in imports_of(name, types=True)
+    }
+    assert below == set()
+
+
+def test_the_facade_guard_sees_the_facade() -> None:
+    # Guards the guard: the service imports `Store` from the package itself, and a module
+    # importing a store module through the package (`from safeaccess.server.store import
+    # sequences`) is not counted as importing the facade.
+    assert "safeaccess.server.store" in imports_of("safeaccess.server.service")
+    assert "safeaccess.server.store" not in imports_of("safeaccess.server.steps.flow", types=True)
+    assert "safeaccess.server.store.sequences" in imports_of("safeaccess.server.steps.flow")
+    assert "settle_step" in _facade_methods()
 
 
 _SQL = re.compile(r"\b(select|insert|update|delete)\(|\.execute\(|\btext\(\"|\bwith_for_update\(")
@@ -357,15 +432,15 @@ def _imports_sqlalchemy(name: str) -> bool:
 #: the HTTP app, the job queue). None may be added; remove each as it goes.
 SQLALCHEMY_OUTSIDE_THE_STORE = frozenset(
     {
-        "safeaccess.server.admin.cli",
         "safeaccess.server.admin.db",
         "safeaccess.server.http.app",
         "safeaccess.server.jobs.tasks",
     }
 )
 #: Modules whose SQLAlchemy imports moved into the store (the audit log and its frontier are
-#: `store/auditlog.py` and `store/frontier.py`, the database URL check `store/urls.py`).
-MOVED_SQLALCHEMY = ("safeaccess.server.config",)
+#: `store/auditlog.py` and `store/frontier.py`, the database URL check and the admin CLI's
+#: URL redaction `store/urls.py`).
+MOVED_SQLALCHEMY = ("safeaccess.server.config", "safeaccess.server.admin.cli")
 
 
 def test_sqlalchemy_is_imported_only_in_the_store() -> None:

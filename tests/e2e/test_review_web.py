@@ -41,7 +41,7 @@ from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.review import rules as review_rules
 from safeaccess.server.service import Service
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, catalogue
 from safeaccess.server.web import accounts
 from totp_codes import OneTimeCodes
 
@@ -498,7 +498,7 @@ def test_the_audit_log_with_checker_records_verifies(
     web: Web, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     auditor = Ed25519PrivateKey.generate()
-    if web.service.store.get_auditor("rita") is None:
+    if catalogue.get_auditor(web.service.store, "rita") is None:
         web.service.store.add_auditor(
             "rita", public_key_text(auditor.public_key()), fingerprint(auditor.public_key())
         )

@@ -44,7 +44,7 @@ from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, sequences
 
 GROUP = [f"age == {a}" for a in range(84, 89)]
 EDGES = [float(e) for e in range(20_000, 60_001, 4_000)]
@@ -417,7 +417,7 @@ def test_the_state_survives_a_crash_before_commit_and_a_restart(
         def crash(*args: object, **kwargs: object) -> None:
             raise RuntimeError("power cut")
 
-        monkeypatch.setattr(service.store, "settle_step", crash)
+        monkeypatch.setattr(sequences, "settle_step", crash)
         with connect(srv.url, centre.keys["ada"], "ada") as session, pytest.raises(ServerError):
             session.run(sealed)
         assert service.store.qss_pointer(scope) == before  # the old state

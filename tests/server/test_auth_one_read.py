@@ -19,7 +19,7 @@ from safeaccess.server.auth import Authenticator
 from safeaccess.server.config import ServerConfig
 from safeaccess.server.errors import Unauthenticated
 from safeaccess.server.ratelimit import DatabaseFailureLimiter, Limit, TooManyFailures
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, catalogue
 
 SERVER = "one-read"
 ADDRESS = "192.0.2.7"
@@ -75,8 +75,8 @@ def test_a_rotated_key_counts_from_the_next_request(store: Store) -> None:
     auth = _authenticator(store)
     assert _call(auth, old, "ada") == "ada"
     pub = new.public_key()
-    store.change_researcher_key(
-        "ada", public_key_text(pub), fingerprint(pub), server_id=SERVER, reason="lost laptop"
+    catalogue.change_researcher_key(
+        store, "ada", public_key_text(pub), fingerprint(pub), server_id=SERVER, reason="lost laptop"
     )
     with pytest.raises(Unauthenticated):
         _call(auth, old, "ada")

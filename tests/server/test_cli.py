@@ -21,7 +21,7 @@ from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.qss.record_ids import read_ids
 from safeaccess.server.states import StepState
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, catalogue, sequences
 from safeaccess.server.store.schema import StepRow
 
 
@@ -87,7 +87,7 @@ def test_register_project_researcher_and_dataset_versions(root: Path, tmp_path: 
         ids = read_ids(root / v2.path, v2.rows)
         assert ids.tolist() == list(range(len(frame)))
         assert not (root / v1.path).stat().st_mode & 0o222  # read-only
-        assert [d.name for d in store.datasets_for("ada")] == ["census", "census"]
+        assert [d.name for d in catalogue.datasets_for(store, "ada")] == ["census", "census"]
     finally:
         store.close()
 
@@ -167,7 +167,8 @@ def test_review_list_and_approve_from_the_cli(
         metadata={},
         rules_path=None,
     )
-    seq, _ = store.create_sequence(
+    seq, _ = sequences.create_sequence(
+        store,
         sequence_id="e" * 32,
         researcher="ada",
         project="p1",
@@ -360,7 +361,7 @@ def test_auditor_add_registers_a_key_for_the_audit_endpoints_only(
     data = DataDir(root)
     store = Store(data.database_url(data.load_config()))
     try:
-        assert store.get_auditor("eve") is not None
+        assert catalogue.get_auditor(store, "eve") is not None
         assert store.get_researcher("eve") is None
         added = [e for e in store.events() if e.kind == "auditor_added"]
         assert len(added) == 1 and added[0].data["auditor"] == "eve"

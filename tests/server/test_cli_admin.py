@@ -201,3 +201,31 @@ def test_the_annotated_metadata_example_describes_the_demo_census() -> None:
     metadata = load_metadata(example)
     assert metadata == census_metadata("census")
     assert check_against_metadata(generate_census(500, seed=1), metadata) == []
+
+
+def test_every_command_runs_through_the_table() -> None:
+    # The admin CLI's handlers are written once (`admin/table.py:run`), driven by its table of
+    # commands; only the modules that register their own groups (sandbox, db, queue) differ.
+    import argparse
+    from functools import partial
+
+    from safeaccess.server.admin import table
+    from safeaccess.server.admin.cli import COMMANDS, build_parser
+
+    def leaves(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> dict[str, object]:
+        found: dict[str, object] = {}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found.update(leaves(sub, (*words, name)))
+        if not found and words:
+            found[" ".join(words)] = parser.get_default("handler")
+        return found
+
+    handlers = leaves(build_parser(), ())
+    own = {name: h for name, h in handlers.items() if name.split()[0] in ("sandbox", "db", "queue")}
+    tabled = {name: h for name, h in handlers.items() if name not in own}
+    assert own and len(tabled) == sum(isinstance(row, table.Command) for row in COMMANDS)
+    for name, handler in tabled.items():
+        assert isinstance(handler, partial) and handler.func is table.run, name
+        assert " ".join(handler.args[0].words) == name

@@ -13,11 +13,10 @@ import pytest
 from sqlalchemy import text
 
 from safeaccess.server.jobs.affinity import AffinityJobManager, WarmDatasets
-from safeaccess.server.jobs.names import STEPS
 from safeaccess.server.jobs.tasks import make_app
 from safeaccess.server.store import Store
 from safeaccess.server.store import queue as job_queue
-from safeaccess.server.store.queue import QueuedJob
+from safeaccess.server.store.queue import STEPS, QueuedJob
 from safeaccess.server.store.settled import conninfo
 
 Key = tuple[str, str]

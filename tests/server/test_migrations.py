@@ -18,7 +18,7 @@ from sqlalchemy import Engine, MetaData, create_engine, inspect, make_url, selec
 
 from safeaccess.server.admin.cli import main
 from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.store import Store, make_engine, migrate
+from safeaccess.server.store import Store, catalogue, make_engine, migrate
 from safeaccess.server.store.queue import include_name
 from safeaccess.server.store.schema import Base
 
@@ -132,7 +132,7 @@ def test_the_previous_release_upgrades_with_every_row_intact(
     # the server opens it and reads what the old release wrote
     store = Store(engine.url.render_as_string(False))
     try:
-        assert [d.version for d in store.dataset_versions("census")] == [1]
+        assert [d.version for d in catalogue.dataset_versions(store, "census")] == [1]
     finally:
         store.close()
 

@@ -1,6 +1,6 @@
 """Replicas that run steps themselves (execution = "local") on one PostgreSQL database: a step
 whose replica died mid-step is run again by another replica, without the client asking
-(`steps/sequence_leases.py`, `steps/orphans.py`). Two services in this process stand for the
+(`store/sequence_leases.py`, `steps/orphans.py`). Two services in this process stand for the
 two replicas; a replica's death is its lease session ending, which is what PostgreSQL sees when
 a process dies."""
 
@@ -27,9 +27,9 @@ from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.steps.orphans import sweep
-from safeaccess.server.steps.sequence_leases import SequenceLeases
 from safeaccess.server.store import Store
 from safeaccess.server.store.running_steps import running_steps
+from safeaccess.server.store.sequence_leases import SequenceLeases
 
 
 class StuckAtStep2:

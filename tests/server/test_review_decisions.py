@@ -20,7 +20,7 @@ from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.review import decisions as review
 from safeaccess.server.review import rules as review_rules
 from safeaccess.server.states import StepState
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, sequences
 from safeaccess.server.store.schema import StepRow
 from safeaccess.server.web import accounts
 
@@ -73,7 +73,8 @@ def store(root: Path) -> Any:
 
 
 def _in_review(store: Store, n: int = 1) -> str:
-    seq, _ = store.create_sequence(
+    seq, _ = sequences.create_sequence(
+        store,
         sequence_id=f"{n:032x}",
         researcher="ada",
         project="p1",

@@ -15,7 +15,7 @@ from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.states import IllegalTransition, StepState
 from safeaccess.server.steps import claims as claim_gate
-from safeaccess.server.store import Store, catalogue
+from safeaccess.server.store import Store, catalogue, review, sequences
 from safeaccess.server.store.schema import Base, EventRow, SequenceRow, StepRow
 from safeaccess.server.store.step_settings import settings_of, settings_scope
 
@@ -53,7 +53,8 @@ def _open(
     store: Store, seq_id: str = "a" * 32, header: bytes = b"h1", last: bool = False
 ) -> tuple[SequenceRow, StepRow]:
     step = StepRow(index=1, trace_hash="t1", body=b"b1", body_hash="bh1", last=last)
-    return store.create_sequence(
+    return sequences.create_sequence(
+        store,
         sequence_id=seq_id,
         researcher="ada",
         project="p",
@@ -171,12 +172,12 @@ def test_settling_twice_is_illegal_and_keeps_the_first_result(store: Store) -> N
 def test_review_approve_and_reject(store: Store) -> None:
     seq, _ = _open(store)
     store.settle_step(seq.id, 1, StepOutcome(state=StepState.REVIEW), {})
-    assert [s.index for _, s in store.review_queue()] == [1]
+    assert [s.index for _, s in review.review_queue(store)] == [1]
     seq, step = store.decide_review(
         seq.id, 1, approve=True, reviewer="carol", note="ok", event_data={}
     )
     assert (seq.state, step.state, step.reviewer) == ("released", "released", "carol")
-    assert store.review_queue() == []
+    assert review.review_queue(store) == []
     with pytest.raises(Conflict):
         store.decide_review(seq.id, 1, approve=False, reviewer="carol", note="", event_data={})
 
@@ -245,9 +246,11 @@ def test_qss_settings_default_and_scope_is_fixed(store: Store) -> None:
         qss=QssSettings(mode="atoms", scope="dataset"),
     )
     assert store.qss_settings("e") == QssSettings(mode="atoms", scope="dataset")
-    assert store.resolve_qss_settings("e", None) == QssSettings(mode="atoms", scope="dataset")
+    assert catalogue.resolve_qss_settings(store, "e", None) == QssSettings(
+        mode="atoms", scope="dataset"
+    )
     with pytest.raises(InvalidRequest, match="scope cannot change"):
-        store.resolve_qss_settings("e", QssSettings(scope="project"))
+        catalogue.resolve_qss_settings(store, "e", QssSettings(scope="project"))
 
 
 def test_nonces_are_remembered_until_they_expire(store: Store) -> None:
@@ -270,7 +273,7 @@ def test_unknown_project_for_researcher(store: Store) -> None:
 
 
 def test_dataset_versions(store: Store) -> None:
-    assert store.next_dataset_version("d") == 2
+    assert catalogue.next_dataset_version(store, "d") == 2
     with pytest.raises(Conflict):
         store.add_dataset(
             name="d",
@@ -283,7 +286,7 @@ def test_dataset_versions(store: Store) -> None:
             rules_path=None,
         )
     assert store.find_dataset("d").version == 1  # type: ignore[union-attr]
-    assert [d.name for d in store.datasets_for("ada")] == ["d"]
+    assert [d.name for d in catalogue.datasets_for(store, "ada")] == ["d"]
 
 
 def _statements(store: Store) -> list[str]:
@@ -331,7 +334,7 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
         store.get_dp_config("e"),
         claim_gate.requirements(store, "e"),
         claim_gate.requirements_of(store, row.id),
-        store.version_ids("e"),
+        catalogue.version_ids(store, "e"),
     )
     assert single[0] == "datasets/e/v1.rules.yaml"
     assert len(single[5]) == 2 and single[5][0] == row.id
@@ -344,7 +347,7 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
             store.get_dp_config("e"),
             claim_gate.requirements(store, "e"),
             claim_gate.requirements_of(store, row.id),
-            store.version_ids("e"),
+            catalogue.version_ids(store, "e"),
         )
         again = (current_rules_path(store, row.id), store.get_dp_config("e"))
     assert scoped == single
@@ -379,7 +382,7 @@ def test_a_requests_first_read_of_a_sequence_brings_its_datasets_settings(store:
     with settings_scope(store):
         got_seq, got_step = store.get_sequence_step(seq.id, 1)
         settings = settings_of(store, seq.dataset_id)
-        versions = store.version_ids("d")
+        versions = catalogue.version_ids(store, "d")
         # A later read in the same request (a waiting replica's) reads the rows alone.
         store.get_sequence_step(seq.id, 1)
     assert len(sent) == 2, sent

@@ -20,7 +20,7 @@ from safeaccess.client.keys import public_key_raw
 from safeaccess.client.protocol import canonical
 from safeaccess.server.auth import Authenticator
 from safeaccess.server.errors import InvalidRequest, NotFound
-from safeaccess.server.store import auditlog
+from safeaccess.server.store import auditlog, log, sequences
 
 if TYPE_CHECKING:
     # Types only: this module takes the parts it needs, never the `Service` (service.py builds
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     # names what `of` reads instead).
     from safeaccess.server.config import ServerConfig
     from safeaccess.server.ratelimit import FailureLimiter
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 MAX_ENTRIES_PER_REQUEST = 1000
 EXPORT_FORMAT = "safeaccess-audit-export"
@@ -44,7 +44,7 @@ class Running(Protocol):
     """What `AuditService.of` reads of a running service (`service.Service` has it all)."""
 
     @property
-    def store(self) -> Store: ...
+    def store(self) -> Database: ...
     @property
     def config(self) -> ServerConfig: ...
     @property
@@ -61,7 +61,7 @@ class AuditService:
 
     def __init__(
         self,
-        store: Store,
+        store: Database,
         config: ServerConfig,
         signing_key: Ed25519PrivateKey,
         auth_limiter: FailureLimiter,
@@ -168,8 +168,8 @@ class AuditService:
     def step_proof(self, researcher: str, sequence_id: str, index: int) -> dict[str, Any]:
         """For a researcher's own step: the log entry recording its outcome, its inclusion
         proof and a signed checkpoint, so she can check her receipt against the log."""
-        seq = self.store.get_sequence(sequence_id)
-        step = self.store.get_step(sequence_id, index)
+        seq = sequences.get_sequence(self.store, sequence_id)
+        step = sequences.get_step(self.store, sequence_id, index)
         if seq is None or seq.researcher != researcher or step is None:
             raise NotFound(f"you have no step {index} in sequence {sequence_id}")
         if step.log_index is None:
@@ -212,9 +212,10 @@ def configuration_record(
     return data
 
 
-def log_configuration(store: Store, data: dict[str, Any]) -> None:
+def log_configuration(store: Database, data: dict[str, Any]) -> None:
     """Log the configuration record `data` (see `configuration_record`) when it differs from
     the last one logged (first start, changes)."""
-    last = store.last_event("configuration")
-    if last is None or last.data.get("digest") != data["digest"]:
-        store.log_event("configuration", "server", data)
+    with store.transaction() as s:
+        last = log.last_event(s, "configuration")
+        if last is None or last.data.get("digest") != data["digest"]:
+            auditlog.append(s, "configuration", "server", data)

@@ -32,10 +32,11 @@ from safeaccess.client.httpsig import SignatureError, verify_request
 from safeaccess.client.keys import load_public_key
 from safeaccess.server.errors import Unauthenticated
 from safeaccess.server.ratelimit import FailureLimiter, TooManyFailures, claimed_keyid
+from safeaccess.server.store import catalogue
 
 if TYPE_CHECKING:
     from safeaccess.server.config import ServerConfig
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 log = logging.getLogger("safeaccess.server")
 
@@ -108,7 +109,7 @@ class Authenticator:
     the admin CLI takes effect on the next request). `limiter` counts failures; it is shared by
     both roles, so that one limit covers a client trying either."""
 
-    def __init__(self, kind: Role, store: Store, config: ServerConfig, limiter: FailureLimiter):
+    def __init__(self, kind: Role, store: Database, config: ServerConfig, limiter: FailureLimiter):
         if kind not in _PREFIX:
             raise ValueError(f"unknown role {kind!r}: give 'researcher' or 'auditor'")
         self.kind: Role = kind
@@ -122,9 +123,9 @@ class Authenticator:
     def key(self, name: str) -> Ed25519PublicKey | None:
         """The registered public key of `name` in this role, or None if there is none."""
         row = (
-            self.store.get_researcher(name)
+            catalogue.get_researcher(self.store, name)
             if self.kind == "researcher"
-            else self.store.get_auditor(name)
+            else catalogue.get_auditor(self.store, name)
         )
         return None if row is None else self._loaded(name, row.public_key, row.fingerprint)
 
@@ -157,7 +158,7 @@ class Authenticator:
         return wait, key
 
     def _remember_nonce(self, keyid: str, nonce: str, expires: int) -> bool:
-        return self.store.remember_nonce(self._prefix + keyid, nonce, expires)
+        return catalogue.remember_nonce(self.store, self._prefix + keyid, nonce, expires)
 
     def authenticate(
         self,

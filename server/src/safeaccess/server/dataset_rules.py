@@ -17,11 +17,12 @@ from pathlib import Path
 from safeaccess.rules.ruleset import DEFAULT_RULESET, RuleSetError, load_ruleset
 from safeaccess.server.config import DataDir
 from safeaccess.server.errors import InvalidRequest, NotFound
-from safeaccess.server.store import Store, auditlog, catalogue, step_settings
+from safeaccess.server.store import auditlog, catalogue, step_settings
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import DatasetRow
 
 
-def current_rules_path(store: Store, dataset_id: int) -> str | None:
+def current_rules_path(store: Database, dataset_id: int) -> str | None:
     """The rule-set file of a dataset version as recorded now (None: the default rules); in a
     request's settings scope, as recorded when the request first needed it."""
     if step_settings.in_scope(store):
@@ -34,7 +35,7 @@ def current_rules_path(store: Store, dataset_id: int) -> str | None:
 
 
 def set_rules(
-    data: DataDir, store: Store, name: str, file: Path, *, version: int | None = None
+    data: DataDir, store: Database, name: str, file: Path, *, version: int | None = None
 ) -> tuple[DatasetRow, str, str]:
     """Give dataset `name` (its newest version, or `version`) the rule set in `file`; returns
     the row, the rule set's label and the file's SHA-256. Bad input changes nothing."""
@@ -42,7 +43,7 @@ def set_rules(
         ruleset = load_ruleset(file, base=DEFAULT_RULESET)
     except (RuleSetError, OSError) as exc:
         raise InvalidRequest(f"rule set {file}: {exc}") from exc
-    row = store.find_dataset(name, version)
+    row = catalogue.find_dataset(store, name, version)
     if row is None:
         which = f"{name}@{version}" if version is not None else name
         raise NotFound(f"dataset {which} is not registered (see 'safeaccess-server dataset list')")

@@ -51,7 +51,8 @@ from safeaccess.server.schemas import DatasetView
 from safeaccess.server.steps import budgets
 from safeaccess.server.steps.timing import deadline_seconds
 from safeaccess.server.steps.withhold_budget import budget
-from safeaccess.server.store import Store
+from safeaccess.server.store import catalogue as registered
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import DatasetRow
 from safeaccess.server.synth.mock import published_mock
 
@@ -455,7 +456,7 @@ class _ParquetRows:
 
 def register_dataset(
     data: DataDir,
-    store: Store,
+    store: Database,
     *,
     name: str,
     metadata: DatasetMetadata,
@@ -479,7 +480,7 @@ def register_dataset(
         raise InvalidRequest("register a dataset from a frame or from a file: one of the two")
     if metadata.name != name:
         raise InvalidRequest(f"the metadata describes dataset {metadata.name!r}, not {name!r}")
-    if not store.project_exists(project):
+    if not registered.project_exists(store, project):
         raise InvalidRequest(
             f"project {project!r} does not exist; add it with 'safeaccess-server project add'"
         )
@@ -494,7 +495,7 @@ def register_dataset(
             load_ruleset(rules_file, base=DEFAULT_RULESET)
         except (RuleSetError, OSError) as exc:
             raise InvalidRequest(f"rule set {rules_file}: {exc}") from exc
-    version = store.next_dataset_version(name)
+    version = registered.next_dataset_version(store, name)
     if metadata.version is not None and metadata.version != version:
         # a researcher's plan pinned to `name@N` is checked against metadata that says N
         raise InvalidRequest(
@@ -504,7 +505,7 @@ def register_dataset(
     folder = data.datasets / name
     previous = None
     if version > 1:
-        prior = store.find_dataset(name, version - 1)
+        prior = registered.find_dataset(store, name, version - 1)
         previous = None if prior is None else data.root / prior.path
     record_ids = assign_ids(
         name,
@@ -513,7 +514,7 @@ def register_dataset(
         previous_version=version - 1 if version > 1 else None,
         previous_registry=None if previous is None else read_registry(previous),
     )
-    qss_settings = store.resolve_qss_settings(name, qss)
+    qss_settings = registered.resolve_qss_settings(store, name, qss)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"v{version}.parquet"
     if target.exists():
@@ -541,7 +542,8 @@ def register_dataset(
             # Once per version, never at step time: worker hosts may see the data directory
             # read-only. A "duckdb" version is never loaded whole, so it gets none.
             write_codes(target, metadata)
-        return store.add_dataset(
+        return registered.add_dataset(
+            store,
             name=name,
             version=version,
             project=project,
@@ -563,11 +565,11 @@ def register_dataset(
         raise
 
 
-def build_codes(data: DataDir, store: Store, name: str, version: int | None = None) -> Path:
+def build_codes(data: DataDir, store: Database, name: str, version: int | None = None) -> Path:
     """(Re)write the code arrays of a registered dataset version (default: the newest), e.g.
     one registered before versions had them; return their directory. The Parquet file must
     still have the digest recorded at registration."""
-    row = store.find_dataset(name, version)
+    row = registered.find_dataset(store, name, version)
     if row is None:
         which = name if version is None else f"{name}@{version}"
         raise InvalidRequest(f"no dataset {which}; 'dataset list' shows the registered ones")
@@ -589,7 +591,7 @@ class Rulesets:
     """Each dataset's rule set: its override file on top of the defaults, else the defaults
     (each file read once)."""
 
-    def __init__(self, store: Store, root: Path):
+    def __init__(self, store: Database, root: Path):
         self.store = store
         self.root = root
         self._loaded: dict[str, RuleSet] = {}
@@ -608,7 +610,7 @@ class Rulesets:
 
 
 def catalogue(
-    store: Store,
+    store: Database,
     data: DataDir,
     ruleset_for: Callable[[DatasetRow], RuleSet],
     researcher: str,
@@ -617,7 +619,7 @@ def catalogue(
     """Datasets of the researcher's projects: names, descriptions, column metadata, no data;
     with reply padding (`timing`), each version's reply deadline."""
     views = []
-    for row in store.datasets_for(researcher):
+    for row in registered.datasets_for(store, researcher):
         meta = DatasetMetadata.model_validate(row.dataset_metadata)
         rs = ruleset_for(row)
         views.append(
@@ -637,7 +639,7 @@ def catalogue(
                     if timing is not None and timing.pad
                     else None
                 ),
-                dp=store.get_dp_config(row.name),
+                dp=registered.get_dp_config(store, row.name),
                 dp_budget=budgets.dp_budget(store, row, researcher),
                 withhold_budget=budget(store, rs, researcher, row.name),
                 mock=published_mock(data, row.path, row.version),

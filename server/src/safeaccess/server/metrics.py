@@ -28,7 +28,7 @@ from prometheus_client.registry import REGISTRY, Collector
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 log = logging.getLogger("safeaccess.server.metrics")
 
@@ -121,7 +121,7 @@ class QueueCollector(Collector):
     """The job queue's state, read from procrastinate's tables at each scrape (PostgreSQL
     only): jobs by queue and state, and each worker's last heartbeat."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Database):
         self.store = store
 
     def describe(self) -> Iterable[Metric]:
@@ -152,7 +152,7 @@ class QueueCollector(Collector):
         yield seen
 
 
-def register_queue(store: Store, registry: CollectorRegistry = REGISTRY) -> Callable[[], None]:
+def register_queue(store: Database, registry: CollectorRegistry = REGISTRY) -> Callable[[], None]:
     """Report the queue's state from this store; returns the function that stops it."""
     collector = QueueCollector(store)
     registry.register(collector)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from safeaccess.server.errors import ServiceError
-from safeaccess.server.store import Store
 from safeaccess.server.store import auth_failures as rows
+from safeaccess.server.store.database import Database
 
 _KEYID = re.compile(r'keyid="([^"]{1,128})"')
 MAX_SUBJECTS = 100_000  # subjects tracked at once; the least recently failed are forgotten
@@ -123,7 +123,7 @@ class DatabaseFailureLimiter:
 
     def __init__(
         self,
-        store: Store,
+        store: Database,
         per_key: Limit = PER_KEY,
         per_address: Limit = PER_ADDRESS,
         clock: Callable[[], float] = time.time,

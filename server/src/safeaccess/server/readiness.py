@@ -28,7 +28,7 @@ from safeaccess.server.store.reachable import ping
 
 if TYPE_CHECKING:
     from safeaccess.server.config import ServerConfig
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 log = logging.getLogger("safeaccess.server")
 
@@ -65,7 +65,7 @@ class Checked(Protocol):
     service that holds its check)."""
 
     @property
-    def store(self) -> Store: ...
+    def store(self) -> Database: ...
     @property
     def config(self) -> ServerConfig: ...
     @property

@@ -32,7 +32,6 @@ from safeaccess.server.auth import Authenticator
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.errors import ConfigError, NotFound, Unavailable
-from safeaccess.server.jobs.names import step_job
 from safeaccess.server.qss.scope import LOCK_TIMEOUT_SECONDS
 from safeaccess.server.ratelimit import DatabaseFailureLimiter, FailureLimiter
 from safeaccess.server.readiness import ReadinessCheck, announce_sandbox
@@ -51,13 +50,14 @@ from safeaccess.server.steps.scheduler import FairScheduler
 from safeaccess.server.steps.scripts import RunContext, ScriptRuns
 from safeaccess.server.steps.views import AWAITING_APPROVAL as AWAITING_APPROVAL
 from safeaccess.server.steps.views import Views
-from safeaccess.server.store import Store
+from safeaccess.server.store import Store, catalogue, queue
+from safeaccess.server.store.queue import step_job
 from safeaccess.server.store.schema import DatasetRow
 from safeaccess.server.synth.mock import mock_paths, published_mock
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 
 if TYPE_CHECKING:  # PostgreSQL only (see Service.__init__)
-    from safeaccess.server.steps.sequence_leases import SequenceLeases
+    from safeaccess.server.store.sequence_leases import SequenceLeases
     from safeaccess.server.store.settled import SettledListener
 
 log = logging.getLogger("safeaccess.server")
@@ -131,7 +131,7 @@ class Service:
 
             listener = SettledListener(self.data.database_url(self.config))
         if replicas_run_steps:
-            from safeaccess.server.steps.sequence_leases import SequenceLeases
+            from safeaccess.server.store.sequence_leases import SequenceLeases
 
             leases = SequenceLeases(self.data.database_url(self.config), LOCK_TIMEOUT_SECONDS)
         self.flow = Flow(
@@ -168,16 +168,18 @@ class Service:
 
     def _enqueue_script(self, sequence_id: str, index: int, researcher: str) -> None:
         """Queue a script run that has no job (after a restart, execution = "queue")."""
-        self.store.ensure_job(
-            step_job(
-                self.config,
-                sequence_id=sequence_id,
-                index=index,
-                researcher=researcher,
-                dataset="",
-                script=True,
+        with self.store.transaction() as s:
+            queue.ensure(
+                s,
+                step_job(
+                    self.config,
+                    sequence_id=sequence_id,
+                    index=index,
+                    researcher=researcher,
+                    dataset="",
+                    script=True,
+                ),
             )
-        )
 
     def close(self) -> None:
         if self._stop_queue_metrics is not None:
@@ -258,7 +260,7 @@ class Service:
     def mock(self, researcher: str, name: str) -> dict[str, Any]:
         """The published mock of the latest version of a dataset of the researcher's projects:
         the signed manifest and the Parquet file (base64)."""
-        rows = [r for r in self.store.datasets_for(researcher) if r.name == name]
+        rows = [r for r in catalogue.datasets_for(self.store, researcher) if r.name == name]
         if not rows:
             raise NotFound(f"you have no dataset {name!r}")
         row = max(rows, key=lambda r: r.version)

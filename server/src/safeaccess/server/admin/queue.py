@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from safeaccess.sandbox.backend import Job, RunResult, SandboxUnavailable
 from safeaccess.server.config import DataDir, default_data_dir
-from safeaccess.server.jobs.names import SCRIPT_TASK
 from safeaccess.server.store import Store, queue_admin
+from safeaccess.server.store.queue import SCRIPT_TASK
 
 if TYPE_CHECKING:
     Group = argparse._SubParsersAction[argparse.ArgumentParser]

@@ -25,7 +25,7 @@ import procrastinate
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 
-from safeaccess.server.jobs.names import SCRIPT_TASK
+from safeaccess.server.store.queue import SCRIPT_TASK
 
 if TYPE_CHECKING:
     from safeaccess.server.service import Service

@@ -22,8 +22,8 @@ from safeaccess.server import metrics, shutdown
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.jobs import handback
 from safeaccess.server.jobs.datasets import DatasetCheck
-from safeaccess.server.jobs.names import SCRIPT_TASK, TABLE_TASK
 from safeaccess.server.logs import step_context
+from safeaccess.server.store.queue import SCRIPT_TASK, TABLE_TASK
 
 if TYPE_CHECKING:
     from safeaccess.server.service import Service

@@ -36,9 +36,10 @@ from safeaccess.server.jobs.affinity import AffinityJobManager, WarmDatasets
 from safeaccess.server.jobs.datasets import DatasetCheck, unreadable
 from safeaccess.server.jobs.draining import DrainingWorker
 from safeaccess.server.jobs.leases import settle_stalled
-from safeaccess.server.jobs.names import SCRIPTS, STEPS
 from safeaccess.server.jobs.pruning import PRUNE_SECONDS, prune_finished
 from safeaccess.server.jobs.tasks import make_app
+from safeaccess.server.store import catalogue
+from safeaccess.server.store.queue import SCRIPTS, STEPS
 from safeaccess.server.store.settled import conninfo
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def run_worker(root: Path, options: WorkerOptions) -> None:
     service = Service(root, backend=backend, role="worker")
     # A worker that cannot read a dataset would take that dataset's jobs and fail every one of
     # them: it refuses to start instead, and says which files and why.
-    problems = unreadable(service.data.root, service.store.all_datasets())
+    problems = unreadable(service.data.root, catalogue.all_datasets(service.store))
     if problems:
         service.close()
         shown = "; ".join(problems[:5]) + (

@@ -14,8 +14,9 @@ from pathlib import Path
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.outcome import QssCommit, QssPointer
 from safeaccess.server.qss.gate import StateFiles
-from safeaccess.server.store import Store
+from safeaccess.server.store import ledgers
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
+from safeaccess.server.store.database import Database
 
 #: The longest a step waits for a lock another replica holds (scope, DP ledger, withhold budget)
 #: before it is answered "unavailable, retry": each is held for seconds, not minutes.
@@ -49,7 +50,7 @@ class ScopeAuditor:
     of one service."""
 
     def __init__(
-        self, root: Path, store: Store, *, lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS
+        self, root: Path, store: Database, *, lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS
     ):
         self.files = StateFiles(root)
         self.store = store
@@ -73,7 +74,7 @@ class ScopeAuditor:
                 kept = self._pointers.get(scope)
             if kept is not None:
                 return kept
-        return self.store.qss_pointer(scope)
+        return ledgers.qss_pointer(self.store, scope)
 
     def recorded(self, scope: str, before: QssPointer | None, commit: QssCommit) -> None:
         """The step that moved the scope's pointer from `before` by `commit` is recorded."""

@@ -15,7 +15,8 @@ from safeaccess.rules.ruleset import RuleSet
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.errors import Conflict, InvalidRequest, NotFound
 from safeaccess.server.review import rules as review_rules
-from safeaccess.server.store import Store
+from safeaccess.server.store import catalogue, log, review, sequences
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import StepRow
 
 
@@ -56,14 +57,14 @@ def script_run_state(
     return "not run yet (queued or running)"
 
 
-def pending(store: Store) -> list[PendingReview]:
+def pending(store: Database) -> list[PendingReview]:
     """Steps waiting for an output checker, oldest first, with the rules' full findings."""
     items = []
     datasets: dict[int, str] = {}
-    for seq, step in store.review_queue():
+    for seq, step in review.review_queue(store):
         decision = Decision.model_validate(step.decision) if step.decision else None
         if seq.dataset_id not in datasets:
-            datasets[seq.dataset_id] = store.get_dataset(seq.dataset_id).name
+            datasets[seq.dataset_id] = catalogue.get_dataset(store, seq.dataset_id).name
         dataset = datasets[seq.dataset_id]
         items.append(
             PendingReview(
@@ -130,7 +131,7 @@ def _mitigated_public_output(
 
 
 def decide(
-    store: Store,
+    store: Database,
     sequence_id: str,
     index: int,
     *,
@@ -148,8 +149,8 @@ def decide(
     the step stays in review until a different checker approves (either may reject). With
     `mitigation` the released output is the table with the suppression/rounding applied
     (`ruleset` is the dataset's, which decides what primary suppression removes)."""
-    step = store.get_step(sequence_id, index)
-    seq = store.get_sequence(sequence_id)
+    step = sequences.get_step(store, sequence_id, index)
+    seq = sequences.get_sequence(store, sequence_id)
     if step is None or seq is None:
         raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
     if not reviewer:
@@ -173,7 +174,7 @@ def decide(
             raise Conflict(
                 f"the script of step {index} has not finished running; look at it again later"
             )
-    dataset = store.get_dataset(seq.dataset_id)
+    dataset = catalogue.get_dataset(store, seq.dataset_id)
     required = review_rules.checkers_required(store, dataset.name)
     earlier = review_rules.first_approvals(store, sequence_id, index)
     checkers = [a.checker for a in earlier]
@@ -212,7 +213,8 @@ def decide(
                 },
             )
             return seq.state
-    seq, _ = store.decide_review(
+    seq, _ = review.decide_review(
+        store,
         sequence_id,
         index,
         approve=approve,
@@ -233,11 +235,13 @@ def decide(
     return seq.state
 
 
-def openings(store: Store) -> list[PendingOpening]:
+def openings(store: Database) -> list[PendingOpening]:
     """Sequences waiting for approval to open (past the withhold budget), oldest first."""
     items = []
-    for seq, dataset in store.openings_waiting():
-        opened = next((e for e in store.events(seq.id) if e.kind == "sequence_opened"), None)
+    for seq, dataset in review.openings_waiting(store):
+        with store.transaction() as s:
+            events = log.events(s, seq.id)
+        opened = next((e for e in events if e.kind == "sequence_opened"), None)
         facts = opened.data.get("withhold_budget") if opened is not None else None
         items.append(
             PendingOpening(
@@ -253,12 +257,12 @@ def openings(store: Store) -> list[PendingOpening]:
 
 
 def decide_opening(
-    store: Store, sequence_id: str, *, approve: bool, reviewer: str, note: str = ""
+    store: Database, sequence_id: str, *, approve: bool, reviewer: str, note: str = ""
 ) -> str:
     """Approve (the researcher's next reveal runs step 1) or reject (abort) opening a sequence
     past the withhold budget; returns the sequence's new state. Nobody decides on her own
     sequence."""
-    seq = store.get_sequence(sequence_id)
+    seq = sequences.get_sequence(store, sequence_id)
     if seq is None:
         raise NotFound(f"sequence {sequence_id} does not exist")
     review_rules.refuse_own_output(store, seq, reviewer)
@@ -266,7 +270,8 @@ def decide_opening(
         raise InvalidRequest(
             "a rejection needs a comment: it is what the researcher receives with the decision"
         )
-    seq, _ = store.decide_opening(
+    seq, _ = review.decide_opening(
+        store,
         sequence_id,
         approve=approve,
         reviewer=reviewer,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from safeaccess.server.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from safeaccess.server.store import Store, auditlog, review, scripts, sequences
+from safeaccess.server.store import auditlog, catalogue, review, scripts, sequences
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import ReviewApprovalRow, SequenceRow
 
 ALLOWED_CHECKERS = (1, 2)
@@ -18,25 +19,25 @@ ALLOWED_CHECKERS = (1, 2)
 DEFAULT_CHECKERS = 1
 
 
-def checkers_required(store: Store, dataset: str) -> int:
+def checkers_required(store: Database, dataset: str) -> int:
     """How many different checkers must approve a release on `dataset` (default 1)."""
     with store.transaction() as s:
         recorded = review.checkers_required(s, dataset)
     return recorded if recorded is not None else DEFAULT_CHECKERS
 
 
-def set_checkers_required(store: Store, dataset: str, checkers: int, *, actor: str) -> None:
+def set_checkers_required(store: Database, dataset: str, checkers: int, *, actor: str) -> None:
     """Set the two-person rule of a dataset (all versions); logged."""
     if checkers not in ALLOWED_CHECKERS:
         raise InvalidRequest(f"a dataset needs 1 or 2 checkers per release, not {checkers}")
-    if store.find_dataset(dataset) is None:
+    if catalogue.find_dataset(store, dataset) is None:
         raise NotFound(f"dataset {dataset} does not exist; see 'safeaccess-server dataset list'")
     with store.transaction() as s:
         review.set_checkers_required(s, dataset, checkers)
         auditlog.append(s, "review_settings", actor, {"dataset": dataset, "checkers": checkers})
 
 
-def refuse_own_output(store: Store, seq: SequenceRow, checker: str) -> None:
+def refuse_own_output(store: Database, seq: SequenceRow, checker: str) -> None:
     """Raise Forbidden when `checker` is the sequence's researcher (by name or by the researcher
     identity her checker account is linked to)."""
     with store.transaction() as s:
@@ -49,20 +50,20 @@ def refuse_own_output(store: Store, seq: SequenceRow, checker: str) -> None:
         )
 
 
-def first_approvals(store: Store, sequence_id: str, index: int) -> list[ReviewApprovalRow]:
+def first_approvals(store: Database, sequence_id: str, index: int) -> list[ReviewApprovalRow]:
     """The first approvals a step holds, oldest first."""
     with store.transaction() as s:
         return review.first_approvals(s, sequence_id, index)
 
 
-def waiting_for_second(store: Store) -> set[tuple[str, int]]:
+def waiting_for_second(store: Database) -> set[tuple[str, int]]:
     """Steps that hold a first approval (and so wait for a second checker)."""
     with store.transaction() as s:
         return review.steps_with_first_approval(s)
 
 
 def record_first_approval(
-    store: Store,
+    store: Database,
     sequence_id: str,
     index: int,
     checker: str,
@@ -93,7 +94,7 @@ def record_first_approval(
         )
 
 
-def log_view(store: Store, checker: str, sequence_id: str, index: int) -> None:
+def log_view(store: Database, checker: str, sequence_id: str, index: int) -> None:
     """An output checker opened a step: who looked at which output, in the audit log."""
     with store.transaction() as s:
         step = sequences.find_step(s, sequence_id, index, lock=True)

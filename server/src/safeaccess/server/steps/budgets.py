@@ -33,13 +33,14 @@ from safeaccess.server.dp import DPContext, DPPlan
 from safeaccess.server.errors import InvalidRequest, NotFound
 from safeaccess.server.outcome import DPLedgerState, StepOutcome
 from safeaccess.server.schemas import DPBudgetView, PlanCheckRequest, PlanCheckView, PlanProblem
-from safeaccess.server.store import Store
+from safeaccess.server.store import catalogue, ledgers
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import DatasetRow
 
 
-def dataset_for(store: Store, researcher: str, name: str, version: int | None) -> DatasetRow:
+def dataset_for(store: Database, researcher: str, name: str, version: int | None) -> DatasetRow:
     """The dataset version of the researcher's projects, or NotFound (as for a missing one)."""
-    rows = [r for r in store.datasets_for(researcher) if r.name == name]
+    rows = [r for r in catalogue.datasets_for(store, researcher) if r.name == name]
     if version is not None:
         rows = [r for r in rows if r.version == version]
     if not rows:
@@ -47,8 +48,8 @@ def dataset_for(store: Store, researcher: str, name: str, version: int | None) -
     return max(rows, key=lambda r: r.version)
 
 
-def _config(store: Store, dataset: DatasetRow) -> DPConfig | None:
-    raw = store.get_dp_config(dataset.name)
+def _config(store: Database, dataset: DatasetRow) -> DPConfig | None:
+    raw = catalogue.get_dp_config(store, dataset.name)
     return DPConfig.model_validate(raw) if raw is not None else None
 
 
@@ -64,7 +65,7 @@ def _view(config: DPConfig, ledger: GaussianLedger) -> DPBudgetView:
     )
 
 
-def _context(store: Store, dataset: DatasetRow, researcher: str, config: DPConfig) -> DPContext:
+def _context(store: Database, dataset: DatasetRow, researcher: str, config: DPConfig) -> DPContext:
     key, owner = ledger_key(
         dataset.name, config.scope, researcher=researcher, project=dataset.project
     )
@@ -73,12 +74,12 @@ def _context(store: Store, dataset: DatasetRow, researcher: str, config: DPConfi
         dataset=dataset.name,
         key=key,
         owner=owner,
-        ledger=store.dp_ledger(key),
+        ledger=ledgers.dp_ledger(store, key),
         rows=dataset.rows,
     )
 
 
-def dp_budget(store: Store, dataset: DatasetRow, researcher: str) -> DPBudgetView | None:
+def dp_budget(store: Database, dataset: DatasetRow, researcher: str) -> DPBudgetView | None:
     """The DP budget of the researcher's scope on `dataset`, or None without DP."""
     config = _config(store, dataset)
     if config is None:
@@ -95,7 +96,7 @@ def _refusal_message(outcome: StepOutcome) -> str:
 
 
 def plan_check(
-    store: Store, researcher: str, name: str, request: PlanCheckRequest
+    store: Database, researcher: str, name: str, request: PlanCheckRequest
 ) -> PlanCheckView:
     """The refusals the analyses of an unsealed plan would meet whatever the data."""
     dataset = dataset_for(store, researcher, name, request.version)

@@ -23,7 +23,8 @@ from typing import Any
 
 from safeaccess.client.protocol import Endorsement
 from safeaccess.server.errors import Forbidden, NotFound
-from safeaccess.server.store import Store, auditlog, catalogue, claims, step_settings
+from safeaccess.server.store import auditlog, catalogue, claims, step_settings
+from safeaccess.server.store.database import Database
 
 Requirements = Mapping[str, frozenset[str]]
 
@@ -31,7 +32,7 @@ Requirements = Mapping[str, frozenset[str]]
 # -- configuration -------------------------------------------------------------------------------
 
 
-def requirements(store: Store, dataset: str) -> dict[str, frozenset[str]]:
+def requirements(store: Database, dataset: str) -> dict[str, frozenset[str]]:
     """kind -> the claims it needs on dataset `dataset` (empty: nothing required)."""
     scoped = step_settings.scoped_by_name(store, dataset)
     if scoped is not None:
@@ -40,7 +41,7 @@ def requirements(store: Store, dataset: str) -> dict[str, frozenset[str]]:
         return claims.requirements(s, dataset)
 
 
-def requirements_of(store: Store, dataset_id: int) -> dict[str, frozenset[str]]:
+def requirements_of(store: Database, dataset_id: int) -> dict[str, frozenset[str]]:
     """`requirements` of the dataset name of version `dataset_id`, in one query (none in a
     request's settings scope that read them already)."""
     if step_settings.in_scope(store):
@@ -52,7 +53,7 @@ def requirements_of(store: Store, dataset_id: int) -> dict[str, frozenset[str]]:
 
 
 def require_claim(
-    store: Store, dataset: str, kind: str, claim: str, *, actor: str = "admin"
+    store: Database, dataset: str, kind: str, claim: str, *, actor: str = "admin"
 ) -> bool:
     """Require `claim` for analyses of `kind` on `dataset`; False if it was already required.
     Logged in the audit log like every configuration change."""
@@ -67,7 +68,9 @@ def require_claim(
     return True
 
 
-def drop_claim(store: Store, dataset: str, kind: str, claim: str, *, actor: str = "admin") -> bool:
+def drop_claim(
+    store: Database, dataset: str, kind: str, claim: str, *, actor: str = "admin"
+) -> bool:
     """Stop requiring `claim` for `kind` on `dataset`; False if it was not required."""
     with store.transaction() as s:
         gone = claims.drop(s, dataset, kind, claim)

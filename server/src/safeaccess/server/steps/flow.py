@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -49,7 +50,6 @@ from safeaccess.server.errors import (
     Unauthenticated,
     Unavailable,
 )
-from safeaccess.server.jobs.names import step_job
 from safeaccess.server.logs import step_context
 from safeaccess.server.outcome import QssCommit, StepOutcome
 from safeaccess.server.qss.admission import Admission
@@ -67,16 +67,22 @@ from safeaccess.server.steps.scripts import ScriptRuns, queued_outcome
 from safeaccess.server.steps.timing import hold_until_padded
 from safeaccess.server.steps.views import Views
 from safeaccess.server.steps.withhold_budget import count_at_settle, opening_needs_approval
-from safeaccess.server.store import Store, WithholdCount
+from safeaccess.server.store import WithholdCount, catalogue, ledgers, queue, sequences
 from safeaccess.server.store.advisory_locks import LockTimeout, SharedLock, SharedLocks
-from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows
+from safeaccess.server.store.database import Database
+from safeaccess.server.store.queue import QueuedJob, carried_rows, settled_rows, step_job
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
-from safeaccess.server.store.step_settings import prime, settings_of, settings_scope
+from safeaccess.server.store.step_settings import (
+    StepSettings,
+    prime,
+    settings_of,
+    settings_scope,
+)
 from safeaccess.server.synth.mock import public_spent
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
 
 if TYPE_CHECKING:  # PostgreSQL only: psycopg is the `postgresql` extra's
-    from safeaccess.server.steps.sequence_leases import SequenceLeases
+    from safeaccess.server.store.sequence_leases import SequenceLeases
     from safeaccess.server.store.settled import SettledListener
 
 log = logging.getLogger("safeaccess.server")
@@ -115,6 +121,15 @@ def _holding(lock: SharedLock, what: str) -> Iterator[None]:
         lock.release()
 
 
+@dataclass(frozen=True)
+class _Ledger:
+    """The DP configuration of a step's dataset and the ledger the step is charged to."""
+
+    config: DPConfig
+    key: str
+    owner: str
+
+
 def _still_running(seq: SequenceRow, step: StepRow, index: int) -> bool:
     """Whether step `index` is recorded running as its running sequence's current step (so a
     job or a resumed step still has to compute it)."""
@@ -133,7 +148,7 @@ class Flow:
         *,
         data: DataDir,
         config: ServerConfig,
-        store: Store,
+        store: Database,
         backend: Backend,
         researchers: Authenticator,
         trusted_cas: dict[str, Ed25519PublicKey],
@@ -156,7 +171,7 @@ class Flow:
         self.queued = config.execution == "queue"
         self.listener = listener
         # Replicas running steps themselves on PostgreSQL: which sequences this one works on,
-        # seen by the others (`sequence_leases.py`, `orphans.py`).
+        # seen by the others (`store/sequence_leases.py`, `orphans.py`).
         self.leases = leases
         # Interactive steps and background scripts queue separately, each fair across
         # researchers: a researcher's own scripts never delay her answers (their run time is not
@@ -209,7 +224,7 @@ class Flow:
         """Run again a step left `running` by a server that died mid-step, as a re-sent reveal
         would; the caller holds the sequence's lock and lease. False if it is running no more."""
         with settings_scope(self.store), step_context(sequence_id, index):
-            seq, step = self.store.get_sequence_step(sequence_id, index)
+            seq, step = sequences.get_sequence_step(self.store, sequence_id, index)
             if seq is None or step is None or not _still_running(seq, step, index):
                 return False
             log.info(
@@ -218,7 +233,7 @@ class Flow:
             self._compute(
                 seq,
                 step,
-                self.store.get_dataset(seq.dataset_id),
+                catalogue.get_dataset(self.store, seq.dataset_id),
                 Revealed.stored(step.body, last=step.last),
             )
             return True
@@ -242,16 +257,25 @@ class Flow:
                 self._metadata_of[dataset.id] = metadata
         return metadata
 
-    def _populations(self, name: str) -> list[Population]:
-        """Every registered version of dataset `name` as a population of record ids: the
-        catalogue publishes their row counts, so the auditor admits them before any output."""
+    def _settings(self, dataset_id: int) -> StepSettings:
+        """The settings of dataset version `dataset_id` as this request read them (once, in
+        one statement: `settings_of`)."""
+        settings = settings_of(self.store, dataset_id)
+        if settings is None:  # a sequence's or a job's dataset version is never removed
+            raise NotFound(f"dataset version {dataset_id} does not exist")
+        return settings
+
+    def _populations(self, version_ids: tuple[int, ...]) -> list[Population]:
+        """Every registered version of a dataset's name (`version_ids`, as its settings were
+        read) as a population of record ids: the catalogue publishes their row counts, so the
+        auditor admits them before any output."""
         populations = []
         # Only the ids are read at each step: a version's row never changes (`get_dataset`
         # keeps it), so only a version registered since the last step is read whole.
-        for dataset_id in self.store.version_ids(name):
+        for dataset_id in version_ids:
             population = self._population_of.get(dataset_id)
             if population is None:
-                row = self.store.get_dataset(dataset_id)
+                row = catalogue.get_dataset(self.store, dataset_id)
                 # the standard tables each scope reserves right after the population
                 # (`qss/reserved.py`, where the centre turned it on), computed once per
                 # version and process
@@ -266,40 +290,42 @@ class Flow:
             populations.append(population)
         return populations
 
-    def _dp_guard(
-        self, seq: SequenceRow, dataset: DatasetRow
-    ) -> contextlib.AbstractContextManager[None]:
-        """Serialises the steps charged to one DP ledger, from reading it to recording the
-        charge, on every replica (the store's version check is the backstop); nothing on other
-        datasets."""
-        raw = self.store.get_dp_config(dataset.name)
-        if raw is None:
-            return contextlib.nullcontext()
-        key, _ = ledger_key(
-            dataset.name,
-            raw.get("scope", "researcher"),
-            researcher=seq.researcher,
-            project=seq.project,
-        )
-        return _holding(self._dp_locks.lock(key), "the privacy ledger of this step")
-
-    def _dp_context(self, seq: SequenceRow, dataset: DatasetRow) -> DPContext | None:
-        """The dataset's DP configuration and the ledger this step would be charged to."""
-        raw = self.store.get_dp_config(dataset.name)
+    def _dp_ledger(
+        self, seq: SequenceRow, dataset: DatasetRow, raw: dict[str, Any] | None
+    ) -> _Ledger | None:
+        """The DP ledger a step of `seq` on `dataset` is charged to, under the dataset's DP
+        configuration `raw` as its settings were read (None: the dataset has no DP)."""
         if raw is None:
             return None
         config = DPConfig.model_validate(raw)
         key, owner = ledger_key(
             dataset.name, config.scope, researcher=seq.researcher, project=seq.project
         )
+        return _Ledger(config, key, owner)
+
+    def _dp_guard(self, ledger: _Ledger | None) -> contextlib.AbstractContextManager[None]:
+        """Serialises the steps charged to one DP ledger, from reading it to recording the
+        charge, on every replica (the store's version check is the backstop); nothing on other
+        datasets."""
+        if ledger is None:
+            return contextlib.nullcontext()
+        return _holding(self._dp_locks.lock(ledger.key), "the privacy ledger of this step")
+
+    def _dp_context(
+        self, ledger: _Ledger | None, dataset: DatasetRow, ruleset: RuleSet
+    ) -> DPContext | None:
+        """The dataset's DP configuration and the state of the ledger this step would be
+        charged to, read under its lock."""
+        if ledger is None:
+            return None
         return DPContext(
-            config=config,
+            config=ledger.config,
             dataset=dataset.name,
-            key=key,
-            owner=owner,
-            ledger=self.store.dp_ledger(key),
-            ruleset_label=self.ruleset_for(dataset).label,
-            ruleset_hash=self.ruleset_for(dataset).content_hash(),
+            key=ledger.key,
+            owner=ledger.owner,
+            ledger=ledgers.dp_ledger(self.store, ledger.key),
+            ruleset_label=ruleset.label,
+            ruleset_hash=ruleset.content_hash(),
             public_spent=public_spent(self.store, dataset.name),
             rows=dataset.rows,
         )
@@ -315,7 +341,7 @@ class Flow:
         )
 
     def own_sequence(self, researcher: str, sequence_id: str) -> SequenceRow:
-        seq = self.store.get_sequence(sequence_id)
+        seq = sequences.get_sequence(self.store, sequence_id)
         # Another researcher's sequence is reported as absent: its existence is not hers to know.
         if seq is None or seq.researcher != researcher:
             raise NotFound(f"you have no sequence {sequence_id}")
@@ -376,13 +402,14 @@ class Flow:
                 f"{self.server_id!r}",
                 code="wrong_server",
             )
-        if fields.project not in self.store.projects_of(researcher):
+        if fields.project not in catalogue.projects_of(self.store, researcher):
             raise Forbidden(f"you are not a member of project {fields.project!r}")
         name, version = _split_dataset(fields.dataset)
-        dataset = self.store.find_dataset(name, version)
+        dataset = catalogue.find_dataset(self.store, name, version)
         if dataset is None or dataset.project != fields.project:
             raise NotFound(f"project {fields.project!r} has no dataset {fields.dataset!r}")
-        settings_of(self.store, dataset.id)  # the claims, rule set, auditor and DP settings
+        # The claims, rule set, auditor and DP settings, read once for the request.
+        settings = self._settings(dataset.id)
         endorsements = [Endorsement.model_validate(e.model_dump()) for e in request.endorsements]
         verifier = self._verifier(
             request.header, request.signature, researcher, endorsements, None, key
@@ -392,7 +419,7 @@ class Flow:
         except ProtocolError as exc:
             raise _rejected(exc) from exc
         revealed = Revealed.of(request.trace, request.body, last=verified.last)
-        required = claim_gate.requirements(self.store, dataset.name)
+        required = settings.requirements
         claim_gate.check_open(
             dataset.name,
             required,
@@ -416,7 +443,8 @@ class Flow:
                 held, budget_facts = opening_needs_approval(
                     self.store, self.ruleset_for(dataset), researcher, dataset.name
                 )
-                seq, step = self.store.create_sequence(
+                seq, step = sequences.create_sequence(
+                    self.store,
                     sequence_id=sequence_id,
                     researcher=researcher,
                     project=fields.project,
@@ -464,7 +492,7 @@ class Flow:
         `key` as in `open_sequence`."""
         # The dataset's settings are read once for the whole request (`store/step_settings.py`).
         with self.lock(sequence_id), settings_scope(self.store), step_context(sequence_id, index):
-            seq, existing = self.store.get_sequence_step(sequence_id, index)
+            seq, existing = sequences.get_sequence_step(self.store, sequence_id, index)
             # Another researcher's sequence is reported as absent (as in `own_sequence`).
             if seq is None or seq.researcher != researcher:
                 raise NotFound(f"you have no sequence {sequence_id}")
@@ -484,7 +512,7 @@ class Flow:
                     return self._compute(
                         seq,
                         existing,
-                        self.store.get_dataset(seq.dataset_id),
+                        catalogue.get_dataset(self.store, seq.dataset_id),
                         Revealed.stored(existing.body, last=existing.last),
                     )
                 return self.views.step(seq, existing)
@@ -519,7 +547,7 @@ class Flow:
             revealed = Revealed.of(request.trace, request.body, last=verified.last)
             claim_gate.check_step(
                 verifier.header.dataset,
-                claim_gate.requirements_of(self.store, seq.dataset_id),
+                self._settings(seq.dataset_id).requirements,
                 verifier.header.kinds,
                 index,
                 revealed.kind,
@@ -532,7 +560,8 @@ class Flow:
                 body_hash=body_hash,
                 last=revealed.last,
             )
-            step = self.store.begin_step(
+            step = sequences.begin_step(
+                self.store,
                 sequence_id,
                 expected_version=seq.version,
                 step=step,
@@ -542,7 +571,9 @@ class Flow:
             )
             # No re-read of the sequence: `_compute` uses only its fixed fields (id, owner,
             # project, dataset), and `settle_step` reads and returns the row it moves.
-            return self._compute(seq, step, self.store.get_dataset(seq.dataset_id), revealed)
+            return self._compute(
+                seq, step, catalogue.get_dataset(self.store, seq.dataset_id), revealed
+            )
 
     def _compute(
         self, seq: SequenceRow, step: StepRow, dataset: DatasetRow, revealed: Revealed
@@ -586,17 +617,19 @@ class Flow:
         if ensure_job:
             # Queued again carrying no rows (rare: a re-sent reveal whose job was lost), so its
             # worker reads them (`run_job`).
-            dataset = self.store.get_dataset(seq.dataset_id)
-            self.store.ensure_job(
-                step_job(
-                    self.config,
-                    sequence_id=seq.id,
-                    index=step.index,
-                    researcher=seq.researcher,
-                    dataset=dataset.name,
-                    script=False,
+            dataset = catalogue.get_dataset(self.store, seq.dataset_id)
+            with self.store.transaction() as s:
+                queue.ensure(
+                    s,
+                    step_job(
+                        self.config,
+                        sequence_id=seq.id,
+                        index=step.index,
+                        researcher=seq.researcher,
+                        dataset=dataset.name,
+                        script=False,
+                    ),
                 )
-            )
         current: dict[str, Any] = {}
 
         def announced(fields: str) -> bool:
@@ -610,7 +643,7 @@ class Flow:
 
         def settled() -> bool:
             # The sequence with the step, in one read: the view needs both.
-            latest, row = self.store.get_sequence_step(seq.id, step.index)
+            latest, row = sequences.get_sequence_step(self.store, seq.id, step.index)
             current["seq"], current["step"] = latest, row
             return row is not None and row.state != StepState.RUNNING
 
@@ -621,7 +654,9 @@ class Flow:
                 return True
             # Tried max_attempts times without an answer (the sandbox unavailable): the same
             # "retry later" as a server running the step itself (`pipeline._unavailable`).
-            job_failed["failed"] = self.store.job_status(f"step:{seq.id}:{step.index}") == "failed"
+            with self.store.transaction() as s:
+                status = queue.job_status(s, f"step:{seq.id}:{step.index}")
+            job_failed["failed"] = status == "failed"
             return job_failed["failed"]
 
         assert self.listener is not None, "a replica with execution = 'queue' listens"
@@ -673,7 +708,7 @@ class Flow:
             else:
                 # With the dataset's settings, in one statement: the scope starts empty, so
                 # `get_sequence_step` reads them for it (the reveal's replica read them too).
-                read_seq, read_step = self.store.get_sequence_step(sequence_id, index)
+                read_seq, read_step = sequences.get_sequence_step(self.store, sequence_id, index)
                 if (
                     read_seq is None
                     or read_step is None
@@ -681,7 +716,7 @@ class Flow:
                 ):
                     return False
                 seq, step = read_seq, read_step
-            dataset = self.store.get_dataset(seq.dataset_id)
+            dataset = catalogue.get_dataset(self.store, seq.dataset_id)
             if check is not None:
                 check(dataset)
             # The rows in hand are those the settle moves on: it need not read them again
@@ -704,18 +739,22 @@ class Flow:
         any data-dependent failure (`failures.py`), and the sequence stops. False if the step
         was settled already."""
         with self.lock(sequence_id), step_context(sequence_id, index):
-            seq = self.store.get_sequence(sequence_id)
-            step = self.store.get_step(sequence_id, index)
+            seq = sequences.get_sequence(self.store, sequence_id)
+            step = sequences.get_step(self.store, sequence_id, index)
             if seq is None or step is None or step.state != StepState.RUNNING:
                 return False
-            dataset = self.store.get_dataset(seq.dataset_id)
+            dataset = catalogue.get_dataset(self.store, seq.dataset_id)
             ruleset = self.ruleset_for(dataset)
             outcome = lost_outcome(
                 Revealed.stored(step.body, last=step.last).kind or "", ruleset, attempts
             )
             try:
-                self.store.settle_step(
-                    sequence_id, index, outcome, event_data=self.settle_data(outcome, ruleset)
+                sequences.settle_step(
+                    self.store,
+                    sequence_id,
+                    index,
+                    outcome,
+                    event_data=self.settle_data(outcome, ruleset),
                 )
             except Conflict:
                 return False
@@ -734,22 +773,26 @@ class Flow:
         (which counts `withholds` if given)."""
         started = time.monotonic()  # reply padding counts from here (`timing.py`)
         metadata = self._metadata(dataset)
+        # The dataset's settings, read once for the request (`store/step_settings.py`), are
+        # handed down as data: the auditor's, the versions' and the DP configuration.
+        settings = self._settings(dataset.id)
         admission = Admission(
             self.auditor,
             dataset=dataset.name,
-            settings=self.store.qss_settings(dataset.name),
+            settings=settings.qss,
             threshold=ruleset.threshold,
             researcher=seq.researcher,
             project=seq.project,
             ids=self._record_ids(dataset),
-            populations=lambda: self._populations(dataset.name),
+            populations=lambda: self._populations(settings.version_ids),
             analysis=revealed.analysis_json,
             metadata=metadata,
         )
         # The DP ledger's lock (if the dataset has DP) covers the run and the record; the
         # scope's lock is taken by the admission and held until the step is recorded.
-        with admission, self._dp_guard(seq, dataset):
-            dp = self._dp_context(seq, dataset)
+        ledger = self._dp_ledger(seq, dataset, settings.dp_config)
+        with admission, self._dp_guard(ledger):
+            dp = self._dp_context(ledger, dataset, ruleset)
             with self._jobs.slot(seq.researcher):
                 outcome = run_step(
                     revealed,
@@ -777,7 +820,8 @@ class Flow:
                     event_data["qss"] = facts
                 # The moment a step is recorded is the first thing about it anyone can see.
                 hold_until_padded(self.config.timing, started, dataset.rows)
-                return self.store.settle_step(
+                return sequences.settle_step(
+                    self.store,
                     seq.id,
                     step.index,
                     outcome,
@@ -811,7 +855,8 @@ class Flow:
         self, seq: SequenceRow, step: StepRow, ruleset: RuleSet, revealed: Revealed
     ) -> StepView:
         """Answer a script step "in review" now; run it in the background (scripts.py)."""
-        seq, step = self.store.settle_step(
+        seq, step = sequences.settle_step(
+            self.store,
             seq.id,
             step.index,
             queued_outcome(ruleset),

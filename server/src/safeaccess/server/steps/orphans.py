@@ -2,10 +2,11 @@
 client (execution = "local" on PostgreSQL; with the job queue, the job's lease does this).
 
 Every few seconds each API replica lists the steps recorded `running` and tries each one's
-sequence lease (`sequence_leases.py`). A replica computing a step holds its sequence's lease from
-before the step is recorded until it is settled, so a lease it can take belongs to a step nobody
-computes: its server died (its session, and the lease, ended with it). The replica then runs the
-step as a re-sent reveal would: the same stored body, the same checks, recorded once.
+sequence lease (`store/sequence_leases.py`). A replica computing a step holds its sequence's
+lease from before the step is recorded until it is settled, so a lease it can take belongs to a
+step nobody computes: its server died (its session, and the lease, ended with it). The replica
+then runs the step as a re-sent reveal would: the same stored body, the same checks, recorded
+once.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from safeaccess.sandbox.mock.rehearse_step import DISCLAIMER, refused_step, rehe
 from safeaccess.server.errors import InvalidRequest
 from safeaccess.server.schemas import PlanCheckRequest, RehearsalStep, RehearsalView
 from safeaccess.server.steps import budgets
-from safeaccess.server.store import Store
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import DatasetRow
 
 #: Most analyses one rehearsal runs (each is computed on the mock in the API process).
@@ -36,7 +36,7 @@ MAX_REHEARSED = 100
 
 
 def rehearse(
-    store: Store,
+    store: Database,
     ruleset_of: Callable[[DatasetRow], RuleSet],
     researcher: str,
     name: str,

@@ -34,7 +34,8 @@ from safeaccess.server.steps.pipeline import StepContext, run_step
 from safeaccess.server.steps.revealed import SCRIPT_KIND as SCRIPT_KIND
 from safeaccess.server.steps.revealed import Revealed
 from safeaccess.server.steps.scheduler import FairScheduler
-from safeaccess.server.store import Store, scripts
+from safeaccess.server.store import catalogue, scripts, sequences
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import DatasetRow
 
 log = logging.getLogger("safeaccess.server.scripts")
@@ -54,7 +55,7 @@ def queued_outcome(ruleset: RuleSet) -> StepOutcome:
 class RunContext:
     """What a background run needs from the service."""
 
-    store: Store
+    store: Database
     backend: Backend
     limits: Limits
     data_root: Path
@@ -152,7 +153,7 @@ class ScriptRuns:
         """Record a script run whose worker died as crashed, for the checkers: a script
         controls its process, so it is never run again by itself (it could read data from
         whether, and when, its host dies)."""
-        step = self.context.store.get_step(sequence_id, index)
+        step = sequences.get_step(self.context.store, sequence_id, index)
         if step is None or step.state != StepState.REVIEW or step.output is not None:
             return
         if step.error_code:
@@ -168,13 +169,13 @@ class ScriptRuns:
 
     def _run_once(self, sequence_id: str, index: int) -> None:
         ctx = self.context
-        seq = ctx.store.get_sequence(sequence_id)
-        step = ctx.store.get_step(sequence_id, index)
+        seq = sequences.get_sequence(ctx.store, sequence_id)
+        step = sequences.get_step(ctx.store, sequence_id, index)
         if seq is None or step is None:
             return
         if step.state != StepState.REVIEW or step.output is not None or step.error_code:
             return  # decided (rejected) before it ran, or already run
-        dataset = ctx.store.get_dataset(seq.dataset_id)
+        dataset = catalogue.get_dataset(ctx.store, seq.dataset_id)
         ruleset = ctx.ruleset_for(dataset)
         started = time.monotonic()
         outcome = run_step(
@@ -209,7 +210,8 @@ class ScriptRuns:
 
     def _record(self, sequence_id: str, index: int, outcome: StepOutcome) -> None:
         decision = outcome.decision or {}
-        self.context.store.record_script_run(
+        scripts.record_script_run(
+            self.context.store,
             sequence_id,
             index,
             outcome,

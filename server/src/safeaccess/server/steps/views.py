@@ -22,7 +22,8 @@ from safeaccess.server.steps.reasons import researcher_reasons, script_reasons
 from safeaccess.server.steps.receipts import sign_receipt
 from safeaccess.server.steps.revealed import SCRIPT_KIND, Revealed, shown_of
 from safeaccess.server.steps.withhold_budget import budget
-from safeaccess.server.store import Store, WithholdCount
+from safeaccess.server.store import WithholdCount, catalogue, sequences
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import DatasetRow, SequenceRow, StepRow
 
 AWAITING_APPROVAL = Reason(
@@ -72,7 +73,7 @@ class Views:
 
     def __init__(
         self,
-        store: Store,
+        store: Database,
         signing_key: Ed25519PrivateKey,
         server_id: str,
         ruleset_for: Callable[[DatasetRow], RuleSet],
@@ -84,7 +85,7 @@ class Views:
 
     def budget(self, seq: SequenceRow, used: int | None = None) -> BudgetView | None:
         """The researcher's withhold budget on the sequence's dataset (`used`: as in `budget`)."""
-        dataset = self.store.get_dataset(seq.dataset_id)
+        dataset = catalogue.get_dataset(self.store, seq.dataset_id)
         return budget(self.store, self.ruleset_for(dataset), seq.researcher, dataset.name, used)
 
     def step(
@@ -101,7 +102,7 @@ class Views:
         state = StepState(step.state)
         decision = Decision.model_validate(step.decision) if step.decision else None
         analysis = revealed.shown if revealed is not None else shown_of(step.body)
-        dataset = self.store.get_dataset(seq.dataset_id)
+        dataset = catalogue.get_dataset(self.store, seq.dataset_id)
         script = step.kind == SCRIPT_KIND
         return StepView(
             sequence_id=seq.id,
@@ -133,8 +134,8 @@ class Views:
 
     def sequence(self, seq: SequenceRow) -> SequenceView:
         """The researcher's view of a sequence and every step revealed so far."""
-        dataset = self.store.get_dataset(seq.dataset_id)
-        steps = self.store.steps(seq.id)
+        dataset = catalogue.get_dataset(self.store, seq.dataset_id)
+        steps = sequences.steps(self.store, seq.id)
         return SequenceView(
             id=seq.id,
             header_sha256=seq.header_hash,

@@ -16,12 +16,13 @@ from datetime import timedelta
 
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.server.schemas import BudgetView
-from safeaccess.server.store import Store, WithholdCount
+from safeaccess.server.store import WithholdCount, review
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import utcnow
 
 
 def budget(
-    store: Store, ruleset: RuleSet, researcher: str, dataset: str, used: int | None = None
+    store: Database, ruleset: RuleSet, researcher: str, dataset: str, used: int | None = None
 ) -> BudgetView | None:
     """The budget's current state, or None when the rule set sets no budget; `used` is the
     withholds counted already (`count_at_settle`), else they are counted now."""
@@ -29,7 +30,9 @@ def budget(
     if rule is None:
         return None
     if used is None:
-        used, _ = store.withholds_since(researcher, dataset, utcnow() - timedelta(days=rule.days))
+        used, _ = review.withholds_since(
+            store, researcher, dataset, utcnow() - timedelta(days=rule.days)
+        )
     return BudgetView(
         dataset=dataset,
         count=rule.count,
@@ -49,14 +52,14 @@ def count_at_settle(ruleset: RuleSet, researcher: str, dataset: str) -> Withhold
 
 
 def opening_needs_approval(
-    store: Store, ruleset: RuleSet, researcher: str, dataset: str
+    store: Database, ruleset: RuleSet, researcher: str, dataset: str
 ) -> tuple[bool, dict[str, object] | None]:
     """Whether a new sequence must wait for approval, and the facts for the event log."""
     rule = ruleset.withhold_budget
     if rule is None:
         return False, None
-    used, open_sequences = store.withholds_since(
-        researcher, dataset, utcnow() - timedelta(days=rule.days)
+    used, open_sequences = review.withholds_since(
+        store, researcher, dataset, utcnow() - timedelta(days=rule.days)
     )
     held = used + open_sequences >= rule.count
     return held, {

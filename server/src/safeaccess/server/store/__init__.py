@@ -4,23 +4,27 @@
 job: `catalogue` (projects, researchers, auditors, datasets and their settings, nonces),
 `sequences` (open, reveal, settle, listings), `ledgers` (DP ledgers and query-set pointers,
 charged inside `settle_step`'s transaction), `review` (openings, the review queue, decisions,
-first approvals), `scripts` (background script runs), `claims` (required CA claims),
-`accounts` (account listings and removal, checkers' web accounts) and `log` (the audit log's
-rows). `Store` holds the engine, opens transactions and keeps the public method names as
-delegates to those modules.
+first approvals), `scripts` (background script runs), `claims` (required CA claims), `queue`
+(the job queue and its vocabulary), `accounts` (account listings and removal, checkers' web
+accounts) and `log` (the audit log's rows). Callers import the module of the job they need and
+give it the `Database` (`database.py`: the engine and `transaction()`), or a session of one of
+its transactions.
 
-Each public method is one transaction: a step's outcome (state, output, decision, ruleset hash)
-and the sequence's new state and the event row commit together or not at all. A step recorded as
-`running` whose result never committed (a crash while the sandbox ran) is re-run when the
-researcher retries the same reveal.
+`Store` is a `Database` with the few reads and writes that several callers above the steps
+share (the service, the admin CLI, the web workspace, the demo, the benchmarks and the tests):
+a delegate each, at most 25 (`tests/test_layers.py`). Nothing below the job layer imports it:
+the steps, the query-set auditor, review, DP and the other layers under `jobs/` call the store's
+modules directly, so a step's data goes down once and does not come back through here.
+
+Each public function is one transaction: a step's outcome (state, output, decision, ruleset
+hash) and the sequence's new state and the event row commit together or not at all. A step
+recorded as `running` whose result never committed (a crash while the sandbox ran) is re-run
+when the researcher retries the same reveal.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
-
-from sqlalchemy.orm import Session
 
 from safeaccess.server.config import DEFAULT_QSS, QssSettings
 
@@ -36,11 +40,8 @@ from safeaccess.server.store import (
     catalogue,
     ledgers,
     log,
-    queue,
     review,
-    scripts,
     sequences,
-    step_settings,
 )
 from safeaccess.server.store.database import Database as Database
 from safeaccess.server.store.database import make_engine as make_engine
@@ -48,9 +49,7 @@ from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.review import OPENING_REJECTED as OPENING_REJECTED
 from safeaccess.server.store.review import WithholdCount
 from safeaccess.server.store.schema import (
-    AuditorRow,
     DatasetRow,
-    DPLedgerRow,
     EventRow,
     ResearcherRow,
     SequenceRow,
@@ -59,7 +58,7 @@ from safeaccess.server.store.schema import (
 
 
 class Store(Database):
-    """The public methods the service, the CLI and the tests call, each a delegate to the
+    """The reads and writes several callers above the steps share, each a delegate to the
     module of its job, over the `Database` (engine and transactions)."""
 
     # -- the audit log's rows -------------------------------------------------------------------
@@ -67,10 +66,6 @@ class Store(Database):
     def events(self, sequence_id: str | None = None) -> list[EventRow]:
         with self.transaction() as s:
             return log.events(s, sequence_id)
-
-    def last_event(self, kind: str) -> EventRow | None:
-        with self.transaction() as s:
-            return log.last_event(s, kind)
 
     def log_event(self, kind: str, actor: str, data: dict[str, Any]) -> int:
         """An administrative record on its own (configuration changes, auditors, ...)."""
@@ -81,12 +76,6 @@ class Store(Database):
 
     def add_project(self, name: str, *, actor: str = "admin") -> None:
         catalogue.add_project(self, name, actor=actor)
-
-    def project_names(self) -> list[str]:
-        return catalogue.project_names(self)
-
-    def project_exists(self, name: str) -> bool:
-        return catalogue.project_exists(self, name)
 
     def add_researcher(
         self,
@@ -100,30 +89,6 @@ class Store(Database):
         """Register a researcher (or add projects to an existing one with the same key)."""
         catalogue.add_researcher(self, name, public_key_pem, fingerprint, projects, actor=actor)
 
-    def change_researcher_key(
-        self,
-        name: str,
-        public_key_pem: str,
-        new_fingerprint: str,
-        *,
-        server_id: str,
-        signature: str | None = None,
-        reason: str | None = None,
-        actor: str = "admin",
-    ) -> int:
-        """Replace a researcher's key by a logged event; its log index (see
-        `catalogue.change_researcher_key`)."""
-        return catalogue.change_researcher_key(
-            self,
-            name,
-            public_key_pem,
-            new_fingerprint,
-            server_id=server_id,
-            signature=signature,
-            reason=reason,
-            actor=actor,
-        )
-
     def key_status(self, key_fingerprint: str) -> dict[str, Any]:
         """What the log says about a key (see `catalogue.key_status`)."""
         return catalogue.key_status(self, key_fingerprint)
@@ -134,14 +99,8 @@ class Store(Database):
         """Register an auditor (her key reaches the audit endpoints only)."""
         catalogue.add_auditor(self, name, public_key_pem, fingerprint, actor=actor)
 
-    def get_auditor(self, name: str) -> AuditorRow | None:
-        return catalogue.get_auditor(self, name)
-
     def get_researcher(self, name: str) -> ResearcherRow | None:
         return catalogue.get_researcher(self, name)
-
-    def projects_of(self, researcher: str) -> list[str]:
-        return catalogue.projects_of(self, researcher)
 
     def add_dataset(
         self,
@@ -175,13 +134,6 @@ class Store(Database):
         """The auditor settings of dataset `name` (the defaults if none were recorded)."""
         return catalogue.qss_settings(self, name)
 
-    def resolve_qss_settings(self, name: str, requested: QssSettings | None) -> QssSettings:
-        """The settings a new version of `name` gets (see `catalogue.resolve_qss_settings`)."""
-        return catalogue.resolve_qss_settings(self, name, requested)
-
-    def next_dataset_version(self, name: str) -> int:
-        return catalogue.next_dataset_version(self, name)
-
     def get_dataset(self, dataset_id: int) -> DatasetRow:
         """A dataset version by id (read once, then from memory: versions are immutable)."""
         return catalogue.get_dataset(self, dataset_id)
@@ -189,26 +141,6 @@ class Store(Database):
     def find_dataset(self, name: str, version: int | None = None) -> DatasetRow | None:
         """A dataset by name: the given version, else the newest."""
         return catalogue.find_dataset(self, name, version)
-
-    def dataset_versions(self, name: str) -> list[DatasetRow]:
-        """Every registered version of dataset `name`, oldest first."""
-        return catalogue.dataset_versions(self, name)
-
-    def version_ids(self, name: str) -> list[int]:
-        """The ids of every registered version of dataset `name`, oldest first (as the open
-        settings scope read them with the dataset's settings, if it did: `step_settings.py`)."""
-        scoped = step_settings.scoped_by_name(self, name)
-        if scoped is not None:
-            return list(scoped.version_ids)
-        return catalogue.version_ids(self, name)
-
-    def all_datasets(self) -> list[DatasetRow]:
-        """Every registered dataset version, by name then version."""
-        return catalogue.all_datasets(self)
-
-    def datasets_for(self, researcher: str) -> list[DatasetRow]:
-        """Every dataset version of the projects the researcher belongs to."""
-        return catalogue.datasets_for(self, researcher)
 
     def get_dp_config(self, dataset: str) -> dict[str, Any] | None:
         return catalogue.get_dp_config(self, dataset)
@@ -222,44 +154,6 @@ class Store(Database):
         return catalogue.remember_nonce(self, keyid, nonce, expires_at)
 
     # -- sequences and steps --------------------------------------------------------------------
-
-    def create_sequence(
-        self,
-        *,
-        sequence_id: str,
-        researcher: str,
-        project: str,
-        dataset_id: int,
-        header: bytes,
-        header_hash: str,
-        nonce: str,
-        signature: bytes,
-        endorsements: list[Any],
-        verifier_state: dict[str, Any],
-        first_step: StepRow,
-        event_data: dict[str, Any],
-        awaiting_approval: bool = False,
-        job: QueuedJob | None = None,
-    ) -> tuple[SequenceRow, StepRow]:
-        """Accept a header and start its step 1 in one transaction (see
-        `sequences.create_sequence`)."""
-        return sequences.create_sequence(
-            self,
-            sequence_id=sequence_id,
-            researcher=researcher,
-            project=project,
-            dataset_id=dataset_id,
-            header=header,
-            header_hash=header_hash,
-            nonce=nonce,
-            signature=signature,
-            endorsements=endorsements,
-            verifier_state=verifier_state,
-            first_step=first_step,
-            event_data=event_data,
-            awaiting_approval=awaiting_approval,
-            job=job,
-        )
 
     def get_sequence(self, sequence_id: str) -> SequenceRow | None:
         return sequences.get_sequence(self, sequence_id)
@@ -318,59 +212,15 @@ class Store(Database):
             self, sequence_id, index, outcome, event_data, qss=qss, job=job, withholds=withholds
         )
 
-    def ensure_job(self, job: QueuedJob) -> bool:
-        """Queue a step's job again unless it is waiting or running (`queue.ensure`)."""
-        with self.transaction() as s:
-            return queue.ensure(s, job)
-
-    def job_status(self, key: str) -> str | None:
-        """The status of the newest job with this key (`queue.job_status`)."""
-        with self.transaction() as s:
-            return queue.job_status(s, key)
-
     # -- DP ledgers and query-set pointers ------------------------------------------------------
 
     def qss_pointer(self, scope: str) -> QssPointer | None:
         return ledgers.qss_pointer(self, scope)
 
-    def charge_public_ledger(
-        self, charge: DPCharge, *, event_data: dict[str, Any], actor: str = "admin"
-    ) -> None:
-        """Charge a dataset's public ledger (a mock) and record it, in one transaction."""
-        ledgers.charge_public_ledger(self, charge, event_data=event_data, actor=actor)
-
     def dp_ledger(self, key: str) -> DPLedgerState:
         return ledgers.dp_ledger(self, key)
 
-    def dp_ledgers(self, dataset: str) -> list[DPLedgerRow]:
-        return ledgers.dp_ledgers(self, dataset)
-
-    # -- script steps ---------------------------------------------------------------------------
-
-    def record_script_run(
-        self, sequence_id: str, index: int, outcome: StepOutcome, event_data: dict[str, Any]
-    ) -> None:
-        """Store a background script run's result on its step, leaving everything the
-        researcher sees as it was (see `scripts.record_script_run`)."""
-        scripts.record_script_run(self, sequence_id, index, outcome, event_data)
-
-    @staticmethod
-    def append_script_run(session: Session, step: StepRow) -> None:
-        """Append a script step's held `script_run_finished` record, once (see
-        `scripts.append_script_run`)."""
-        scripts.append_script_run(session, step)
-
-    # -- review: the withhold budget, openings, the queue ---------------------------------------
-
-    def withholds_since(
-        self, researcher: str, dataset_name: str, since: datetime
-    ) -> tuple[int, int]:
-        """(steps withheld, sequences still open) for a researcher on a dataset since `since`."""
-        return review.withholds_since(self, researcher, dataset_name, since)
-
-    def openings_waiting(self) -> list[tuple[SequenceRow, DatasetRow]]:
-        """Sequences waiting for an output checker to approve their opening, oldest first."""
-        return review.openings_waiting(self)
+    # -- review: the output checkers' decisions ------------------------------------------------
 
     def decide_opening(
         self,
@@ -385,14 +235,6 @@ class Store(Database):
         return review.decide_opening(
             self, sequence_id, approve=approve, reviewer=reviewer, note=note, event_data=event_data
         )
-
-    def review_queue(self) -> list[tuple[SequenceRow, StepRow]]:
-        return review.review_queue(self)
-
-    def withheld_steps(
-        self, *, limit: int, offset: int = 0
-    ) -> tuple[int, list[tuple[SequenceRow, StepRow]]]:
-        return review.withheld_steps(self, limit=limit, offset=offset)
 
     def decide_review(
         self,

@@ -381,8 +381,13 @@ def dataset_versions(store: Database, name: str) -> list[DatasetRow]:
 
 
 def version_ids(store: Database, name: str) -> list[int]:
-    """The ids of every registered version of dataset `name`, oldest first: a Core read of one
-    column (a step needs them all, and the full rows only of versions it has not seen)."""
+    """The ids of every registered version of dataset `name`, oldest first: as the open
+    settings scope read them with the dataset's settings, if it did (`step_settings.py`), else
+    a Core read of one column (a step needs them all, and the full rows only of versions it has
+    not seen)."""
+    scoped = step_settings.scoped_by_name(store, name)
+    if scoped is not None:
+        return list(scoped.version_ids)
     with store.one_statement() as conn:
         return [int(i) for i in conn.execute(_VERSION_IDS, {"name": name}).scalars()]
 

@@ -24,19 +24,24 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Connection, Table, inspect, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from safeaccess.server.config import ServerConfig
 from safeaccess.server.store import step_settings
 from safeaccess.server.store.schema import SequenceRow, StepRow
 
-if TYPE_CHECKING:
-    pass
-
+#: The task that computes an interactive step, and the one that runs a script.
+TABLE_TASK = "safeaccess.run_step"
+SCRIPT_TASK = "safeaccess.run_script"
+#: Interactive steps (any kind but scripts): the researcher waits for them.
+STEPS = "steps"
+#: Scripts: run in the background, with their own slots, so they never delay a table.
+SCRIPTS = "scripts"
 #: The channel a settled step is announced on.
 SETTLED_CHANNEL = "safeaccess_settled"
 #: procrastinate's tables (and ours never start so): migrations and schema checks skip them.
@@ -84,6 +89,34 @@ class QueuedJob(BaseModel):
         if self.carried is not None:
             args["carried"] = self.carried
         return args
+
+
+def steps_queue(config: ServerConfig, dataset: str) -> str:
+    """The queue of a dataset's interactive steps: its pool's, else 'steps'."""
+    pool = config.queue.pools.get(dataset)
+    return f"{STEPS}.{pool}" if pool else STEPS
+
+
+def step_job(
+    config: ServerConfig,
+    *,
+    sequence_id: str,
+    index: int,
+    researcher: str,
+    dataset: str,
+    script: bool,
+) -> QueuedJob:
+    """The job that computes step `index` of a sequence (the queue's vocabulary is the store's,
+    so the steps below the job layer describe their jobs without importing it)."""
+    return QueuedJob(
+        task=SCRIPT_TASK if script else TABLE_TASK,
+        queue=SCRIPTS if script else steps_queue(config, dataset),
+        sequence_id=sequence_id,
+        index=index,
+        researcher=researcher,
+        dataset=dataset,
+        lanes=config.max_jobs_per_researcher,
+    )
 
 
 class Carried(BaseModel):

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from safeaccess.server.errors import ConfigError, NotFound
 
 if TYPE_CHECKING:
-    from safeaccess.server.store import Store
+    from safeaccess.server.store.database import Database
 
 #: The states a job can be in (procrastinate's `procrastinate_job_status`).
 STATES = ("todo", "doing", "succeeded", "failed", "cancelled", "aborted")
@@ -42,7 +42,7 @@ class JobRow:
     last_event_at: datetime | None
 
 
-def _require_queue(store: Store) -> None:
+def _require_queue(store: Database) -> None:
     if store.engine.dialect.name != "postgresql":
         raise ConfigError(
             "this centre has no job queue: it runs on SQLite (the queue needs PostgreSQL and "
@@ -50,14 +50,14 @@ def _require_queue(store: Store) -> None:
         )
 
 
-def _read(store: Store, statement: str) -> Sequence[Any]:
+def _read(store: Database, statement: str) -> Sequence[Any]:
     """The rows of one read of procrastinate's tables (refused without a job queue)."""
     _require_queue(store)
     with store.engine.connect() as connection:
         return connection.execute(text(statement)).all()
 
 
-def job_counts(store: Store) -> dict[tuple[str, str], int]:
+def job_counts(store: Database) -> dict[tuple[str, str], int]:
     """How many jobs each queue holds in each state (todo is its depth)."""
     rows = _read(
         store,
@@ -67,7 +67,7 @@ def job_counts(store: Store) -> dict[tuple[str, str], int]:
     return {(str(q), str(s)): int(n) for q, s, n in rows}
 
 
-def worker_heartbeats(store: Store) -> list[tuple[str, float]]:
+def worker_heartbeats(store: Database) -> list[tuple[str, float]]:
     """Each registered procrastinate worker (one per claim loop of a `worker` host: its id and
     the names of the jobs it holds are in `queue status`) and the seconds since its last
     heartbeat, newest first."""
@@ -79,7 +79,7 @@ def worker_heartbeats(store: Store) -> list[tuple[str, float]]:
     return [(str(i), float(age)) for i, age in rows]
 
 
-def newest_heartbeat_age(store: Store) -> float | None:
+def newest_heartbeat_age(store: Database) -> float | None:
     """Seconds since any worker's last heartbeat; None if no worker is registered."""
     beats = worker_heartbeats(store)
     return min(age for _worker, age in beats) if beats else None
@@ -111,7 +111,7 @@ def _job(row: Any) -> JobRow:
     )
 
 
-def jobs(store: Store, states: tuple[str, ...], limit: int = 100) -> list[JobRow]:
+def jobs(store: Database, states: tuple[str, ...], limit: int = 100) -> list[JobRow]:
     """The newest `limit` jobs in `states`."""
     _require_queue(store)
     with store.engine.connect() as connection:
@@ -125,7 +125,7 @@ def jobs(store: Store, states: tuple[str, ...], limit: int = 100) -> list[JobRow
     return [_job(r) for r in rows]
 
 
-def job(store: Store, job_id: int) -> JobRow:
+def job(store: Database, job_id: int) -> JobRow:
     """One job, or NotFound."""
     _require_queue(store)
     with store.engine.connect() as connection:
@@ -140,7 +140,7 @@ def job(store: Store, job_id: int) -> JobRow:
     return _job(row)
 
 
-def requeue(store: Store, job_id: int) -> JobRow:
+def requeue(store: Database, job_id: int) -> JobRow:
     """Put a failed job back in its queue for its next run (its attempts count on). Only a
     failed job: a job waiting or running needs nothing, and a finished one is recorded."""
     found = job(store, job_id)
@@ -168,7 +168,7 @@ def requeue(store: Store, job_id: int) -> JobRow:
     return job(store, job_id)
 
 
-def mark_failed(store: Store, job_id: int) -> JobRow:
+def mark_failed(store: Database, job_id: int) -> JobRow:
     """Take a job out of the queue for good (failed): one waiting, or one whose worker is gone.
     A job a live worker runs is refused: stop that worker first."""
     found = job(store, job_id)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from sqlalchemy import and_, select
 
 from safeaccess.server.states import SequenceState, StepState
-from safeaccess.server.store import Store
+from safeaccess.server.store.database import Database
 from safeaccess.server.store.schema import SequenceRow, StepRow
 
 
-def running_steps(store: Store) -> list[tuple[str, int]]:
+def running_steps(store: Database) -> list[tuple[str, int]]:
     """(sequence id, step index) of every step running as its sequence's current step."""
     query = (
         select(SequenceRow.id, StepRow.index)

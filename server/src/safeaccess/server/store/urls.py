@@ -14,3 +14,13 @@ def is_database_url(url: str) -> bool:
     except ArgumentError:
         return False
     return True
+
+
+def redacted(url: str) -> str:
+    """A database URL without its password, for printing."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def is_url_error(exc: Exception) -> bool:
+    """Whether `exc` is SQLAlchemy's refusal of a string that is no database URL."""
+    return isinstance(exc, ArgumentError)

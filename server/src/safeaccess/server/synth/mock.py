@@ -30,7 +30,8 @@ from safeaccess.sandbox.backend import Backend, Job, Limits, SandboxError
 from safeaccess.server.config import DataDir, DPConfig
 from safeaccess.server.errors import ConfigError, InvalidRequest
 from safeaccess.server.outcome import DPCharge
-from safeaccess.server.store import Store
+from safeaccess.server.store import catalogue, ledgers
+from safeaccess.server.store.database import Database
 from safeaccess.server.synth.measure import measure
 from safeaccess.server.synth.protocol import WorkerMeasurement, WorkerRequest
 from safeaccess.server.synth.step import _check, check_job, decode, workload, write_parquet
@@ -47,8 +48,8 @@ def public_ledger_key(dataset: str) -> str:
     return f"{dataset}|{PUBLIC}|{PUBLIC}"
 
 
-def public_spent(store: Store, dataset: str) -> float:
-    return store.dp_ledger(public_ledger_key(dataset)).spent
+def public_spent(store: Database, dataset: str) -> float:
+    return ledgers.dp_ledger(store, public_ledger_key(dataset)).spent
 
 
 def mock_paths(data: DataDir, dataset_path: str, version: int) -> tuple[Path, Path]:
@@ -74,7 +75,7 @@ def sign_manifest(key: Ed25519PrivateKey, manifest: dict[str, Any]) -> str:
 
 def make_mock(
     data: DataDir,
-    store: Store,
+    store: Database,
     backend: Backend,
     signing_key: Ed25519PrivateKey,
     ruleset: RuleSet,
@@ -92,10 +93,10 @@ def make_mock(
         raise InvalidRequest(f"--rows must be 1..{MAX_ROWS}, got {rows}")
     if not (math.isfinite(mu) and mu > 0):
         raise InvalidRequest(f"mu must be a positive number, got {mu}")
-    row = store.find_dataset(name)
+    row = catalogue.find_dataset(store, name)
     if row is None:
         raise InvalidRequest(f"no dataset {name!r}")
-    raw = store.get_dp_config(name)
+    raw = catalogue.get_dp_config(store, name)
     if raw is None:
         raise ConfigError(
             f"dataset {name!r} has no DP budget: enable it with 'safeaccess-server dataset dp' "
@@ -105,10 +106,11 @@ def make_mock(
     metadata = DatasetMetadata.model_validate(row.dataset_metadata)
     columns = [c.name for c in metadata.columns if c.type not in HIDDEN_TYPES and not c.contributor]
     allowed = GaussianLedger().remaining_for(config.epsilon, config.delta)
-    pub = store.dp_ledger(public_ledger_key(name))
+    pub = ledgers.dp_ledger(store, public_ledger_key(name))
     charge = mu * mu
     worst = max(
-        [pub.spent] + [pub.spent + r.spent for r in store.dp_ledgers(name) if r.scope != PUBLIC]
+        [pub.spent]
+        + [pub.spent + r.spent for r in ledgers.dp_ledgers(store, name) if r.scope != PUBLIC]
     )
     if worst + charge > allowed:
         raise InvalidRequest(
@@ -188,7 +190,8 @@ def make_mock(
         "mock": True,
     }
     published = publish and facts.verdict == "release"
-    store.charge_public_ledger(
+    ledgers.charge_public_ledger(
+        store,
         DPCharge(
             key=public_ledger_key(name),
             dataset=name,

@@ -25,6 +25,7 @@ from safeaccess.server.errors import NotFound, ServiceError
 from safeaccess.server.review import decisions as review
 from safeaccess.server.review import rules as review_rules
 from safeaccess.server.service import Service
+from safeaccess.server.store import review as withheld
 from safeaccess.server.web import accounts, csrf
 from safeaccess.server.web.qr import qr_svg
 from safeaccess.server.web.ratelimit import FailureLimiter
@@ -365,7 +366,7 @@ def queue(
             "kind": sorted({i.kind or "" for i in items}),
         },
         openings=len(review.openings(_web(request).service.store)),
-        withheld=_web(request).service.store.withheld_steps(limit=0)[0],
+        withheld=withheld.withheld_steps(_web(request).service.store, limit=0)[0],
         bad_age=bool(older_than_hours.strip()) and min_age is None,
     )
 
@@ -532,7 +533,9 @@ def withheld_page(request: Request, page: str = "1") -> Response:
         return session
     number = int(page) if page.isdigit() and int(page) >= 1 else 1
     store = _web(request).service.store
-    total, rows = store.withheld_steps(limit=WITHHELD_PAGE, offset=(number - 1) * WITHHELD_PAGE)
+    total, rows = withheld.withheld_steps(
+        store, limit=WITHHELD_PAGE, offset=(number - 1) * WITHHELD_PAGE
+    )
     datasets: dict[int, str] = {}
     items = []
     for seq, step in rows:

@@ -6,7 +6,7 @@ settled, a session-level PostgreSQL advisory lock keyed by the sequence, on one 
 own (not the pool's: a step held for seconds must not keep a pooled connection, and one
 connection serves every lease of the process). PostgreSQL frees a session's locks when the
 session ends, so when a replica dies its leases go with its connection: a step still `running`
-whose sequence's lease another replica can take has nobody computing it (`orphans.py` then runs
+whose sequence's lease another replica can take has nobody computing it (`steps/orphans.py` then runs
 it again). Nothing has to expire on a clock and no row is written.
 
 The leases are taken with `pg_try_advisory_lock`, polled: a blocking `pg_advisory_lock` would
@@ -70,21 +70,28 @@ class SequenceLeases:
                     log.warning("the sequence-lease connection was lost; connecting again")
         raise AssertionError("unreachable")
 
+    def _take(self, key: int) -> bool:
+        return self._execute("SELECT pg_try_advisory_lock(%s)", key)
+
+    def _give_back(self, key: int) -> None:
+        with contextlib.suppress(Unavailable):  # the session ended, and its locks with it
+            self._execute("SELECT pg_advisory_unlock(%s)", key)
+
     def try_take(self, sequence_id: str) -> bool:
         """Take the sequence's lease if no replica holds it; True if taken."""
-        return self._execute("SELECT pg_try_advisory_lock(%s)", advisory_key(KIND, sequence_id))
+        return self._take(advisory_key(KIND, sequence_id))
 
     def give_back(self, sequence_id: str) -> None:
         """Release a lease this process took."""
-        with contextlib.suppress(Unavailable):  # the session ended, and its locks with it
-            self._execute("SELECT pg_advisory_unlock(%s)", advisory_key(KIND, sequence_id))
+        self._give_back(advisory_key(KIND, sequence_id))
 
     @contextlib.contextmanager
     def hold(self, sequence_id: str) -> Iterator[None]:
         """Hold the sequence's lease, waiting while another replica holds it (at most
         `wait_seconds`, then "retry later")."""
+        key = advisory_key(KIND, sequence_id)  # the lock's key, for taking and giving it back
         deadline = time.monotonic() + self.wait_seconds
-        while not self.try_take(sequence_id):
+        while not self._take(key):
             if time.monotonic() > deadline:
                 raise Unavailable(
                     f"sequence {sequence_id} is being worked on by another server; retry later"
@@ -93,7 +100,7 @@ class SequenceLeases:
         try:
             yield
         finally:
-            self.give_back(sequence_id)
+            self._give_back(key)
 
     def close(self) -> None:
         with self._guard:

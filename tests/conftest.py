@@ -35,6 +35,63 @@ def safeaccess_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         os.environ["SAFEACCESS_HOME"] = before
 
 
+#: Slow test files whose tests share nothing costly (no module-scoped centre): under
+#: `scripts/test` each of their tests may run on whichever xdist worker is free, instead of the
+#: whole file on one worker (five minutes of `test_qss_kept.py` on one worker set the wall time).
+SPREAD_FILES = frozenset(
+    {
+        "tests/rules/test_qss_kept.py",
+        "tests/rules/test_qss_oracle_compare.py",
+        "tests/server/test_synthetic_calibration_100k.py",
+    }
+)
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to on the xdist workers: itself in a spread file, else
+    its file (so that a module's shared centre is built once)."""
+    path = nodeid.split("::")[0]
+    return nodeid if path in SPREAD_FILES else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadscope` (`scripts/test`) with this suite's units (`_unit`) for scopes."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return Units(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the longest units first: those holding a test marked `slow`, then
+    the larger files (so that no long unit starts when the other worker is almost done: the
+    wall time is the busier worker's). With `--no-loadscope-reorder` (`scripts/test`) the
+    scheduler hands the units out in this order."""
+    if not hasattr(config, "workerinput"):
+        return
+    size: dict[str, int] = {}
+    slow: set[str] = set()
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        unit = _unit(item.nodeid)
+        size[unit] = size.get(unit, 0) + 1
+        first.setdefault(unit, index)
+        if item.get_closest_marker("slow") is not None:
+            slow.add(unit)
+
+    def order(item: pytest.Item) -> tuple[bool, int, int]:
+        unit = _unit(item.nodeid)
+        return unit not in slow, -size[unit], first[unit]
+
+    items.sort(key=order)
+
+
 def _skip_unless_required(variable: str, reason: str) -> NoReturn:
     if os.environ.get(variable) == "1":
         pytest.fail(f"{variable}=1 but {reason}", pytrace=False)
@@ -167,3 +224,4 @@ def cli_checkers(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str], str]:
 
     monkeypatch.setattr(getpass, "getpass", answer)
     return enrol
+

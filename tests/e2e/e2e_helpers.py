@@ -1,4 +1,5 @@
-"""Helpers for the end-to-end tests: the test centre record and raw signed requests."""
+"""Helpers for the end-to-end tests: the test centre record, a centre built and served in one
+call (`make_centre`, `set_dp`, `serving`), raw signed requests."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from safeaccess.client.analyses import Analysis, to_body
 from safeaccess.client.httpsig import sign_request
+from safeaccess.client.keys import fingerprint, public_key_text
+from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.sandbox.backend import Backend, Job, RunResult
+from safeaccess.server.admin.cli import main as admin
+from safeaccess.server.config import DataDir, ServerConfig, initialise
+from safeaccess.server.datasets import register_dataset
+from safeaccess.server.http.app import create_app
+from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.service import Service
+from safeaccess.server.store import Store
 
 ROWS = 3000
 SEED = 7
@@ -53,6 +64,89 @@ class Centre:
             dataset=dataset,
             server=server or self.server_id,
         )
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset to register: its frame, metadata and project, and `register_dataset`'s other
+    keywords (`options`: e.g. `qss`, `rules_file`)."""
+
+    frame: pd.DataFrame
+    metadata: DatasetMetadata
+    project: str = "p1"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def make_centre(
+    root: Path,
+    server_id: str,
+    keys: Mapping[str, Ed25519PrivateKey],
+    datasets: Mapping[str, Dataset | tuple[pd.DataFrame, DatasetMetadata]],
+    *,
+    projects: Mapping[str, Sequence[str]] | None = None,
+) -> ServerConfig:
+    """Initialise a centre in `root` with its researchers (`keys`, each in the projects
+    `projects` names for her, else in "p1") and `datasets` registered in this order (a pair is
+    a frame and its metadata in "p1"). Every project named is created."""
+    config = initialise(root, server_id=server_id)
+    data = DataDir(root)
+    member = {name: list((projects or {}).get(name, ["p1"])) for name in keys}
+    specs = {n: d if isinstance(d, Dataset) else Dataset(*d) for n, d in datasets.items()}
+    named = {"p1", *(p for ps in member.values() for p in ps), *(d.project for d in specs.values())}
+    store = Store(data.database_url(config))
+    try:
+        for project in sorted(named):
+            store.add_project(project)
+        for name, key in keys.items():
+            pub = key.public_key()
+            store.add_researcher(name, public_key_text(pub), fingerprint(pub), member[name])
+        for name, d in specs.items():
+            register_dataset(
+                data,
+                store,
+                name=name,
+                frame=d.frame,
+                metadata=d.metadata,
+                project=d.project,
+                **d.options,
+            )
+    finally:
+        store.close()
+    return config
+
+
+@contextmanager
+def centre_store(root: Path) -> Iterator[Store]:
+    """The store of the centre in `root` (what its admin reads and writes), closed after."""
+    data = DataDir(root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def add_dataset(root: Path, **register: Any) -> None:
+    """Register a dataset in the centre in `root` (`register_dataset`'s keywords: `name`,
+    `frame`, `metadata`, `project`, ...)."""
+    with centre_store(root) as store:
+        register_dataset(DataDir(root), store, **register)
+
+
+def set_dp(root: Path, dataset: str, epsilon: str, delta: str, *more: str) -> None:
+    """The controller enables DP answers on `dataset` with this budget (the admin CLI's
+    `dataset dp`; `more` are its further options)."""
+    args = ["dataset", "dp", dataset, "--epsilon", epsilon, "--delta", delta, *more]
+    assert admin([*args, "--data-dir", str(root)]) == 0
+
+
+@contextmanager
+def serving(root: Path, **options: Any) -> Iterator[tuple[Service, EmbeddedServer]]:
+    """The centre in `root` served by the real API on a loopback port, until the block ends
+    (`options` go to the `Service`, e.g. its sandbox `backend`)."""
+    service = Service(root, **options)
+    with service, EmbeddedServer(create_app(service)) as srv:
+        yield service, srv
 
 
 def signed(

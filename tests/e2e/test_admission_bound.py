@@ -25,21 +25,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import free_port, serve_in_subprocess
+from e2e_helpers import Dataset, free_port, make_centre, serve_in_subprocess, serving
 
 from safeaccess.client.analyses import FrequencyTable, to_body
 from safeaccess.client.grammar.limits import MAX_FILTER_VALUES
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.client.validation import AnalysisInvalid
-from safeaccess.server.config import DataDir, QssSettings, initialise
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.http.app import create_app
-from safeaccess.server.http.embedded import EmbeddedServer
+from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.qss import admission as admission_module
-from safeaccess.server.service import Service
 from safeaccess.server.store import Store
 
 #: Records per level of `a` and of `b`, and levels of each. Every cell of the two one-way
@@ -112,34 +107,19 @@ def _plain() -> tuple[pd.DataFrame, DatasetMetadata]:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     root = tmp_path_factory.mktemp("bound") / "data"
-    config = initialise(root, server_id="bound-centre")
-    data = DataDir(root)
     keys = {name: Ed25519PrivateKey.generate() for name in ("ada", "bob")}
-    store = Store(data.database_url(config))
-    try:
-        store.add_project("p1")
-        for name, key in keys.items():
-            pub = key.public_key()
-            store.add_researcher(name, public_key_text(pub), fingerprint(pub), ["p1"])
-        for name, (frame, metadata) in (("grid", _grid()), ("plain", _plain())):
-            register_dataset(
-                data,
-                store,
-                name=name,
-                frame=frame,
-                metadata=metadata,
-                project="p1",
-                qss=QssSettings(scope="project"),
-            )
-    finally:
-        store.close()
+    project_scope = {"qss": QssSettings(scope="project")}
+    datasets = {
+        name: Dataset(frame, metadata, options=project_scope)
+        for name, (frame, metadata) in (("grid", _grid()), ("plain", _plain()))
+    }
+    config = make_centre(root, "bound-centre", keys, datasets)
     return Site(root=root, keys=keys, server_id=config.server_id)
 
 
 @pytest.fixture(scope="module")
 def url(site: Site) -> Iterator[str]:
-    service = Service(site.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(site.root) as (_, srv):
         yield srv.url
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pandas as pd
-from e2e_helpers import Centre, WrappedBackend, open_body, reveal_body, signed
+from e2e_helpers import Centre, WrappedBackend, open_body, reveal_body, serving, signed
 
 from safeaccess.client.analyses import FrequencyTable, Script, Summary
 from safeaccess.client.httpsig import sign_request
@@ -159,8 +159,7 @@ def test_two_sequences_at_once_cannot_dodge_the_audit(centre: Centre) -> None:
     probe = Service(centre.root)
     sandbox = Rendezvous(probe.backend)
     probe.store.close()
-    service = Service(centre.root, backend=sandbox)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre.root, backend=sandbox) as (_, srv):
         sandbox.enabled = True
         statuses: list[str] = []
 

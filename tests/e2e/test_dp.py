@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import free_port, serve_in_subprocess
+from e2e_helpers import centre_store, free_port, make_centre, serve_in_subprocess, serving, set_dp
 from sqlalchemy import select
 
 from safeaccess.client.analyses import (
@@ -34,14 +34,12 @@ from safeaccess.client.analyses import (
     FrequencyTable,
     to_body,
 )
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import SealedSequence, canonical, seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import ServerError, connect
 from safeaccess.rules.dp.transform import confidence_region, likelihood_ratio_test, power
 from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.datasets import register_dataset
+from safeaccess.server.config import DataDir
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
@@ -78,78 +76,23 @@ class DPCentre:
 @pytest.fixture(scope="module")
 def centre(tmp_path_factory: pytest.TempPathFactory) -> DPCentre:
     root = tmp_path_factory.mktemp("dpcentre") / "data"
-    config = initialise(root, server_id="dp-centre")
-    data = DataDir(root)
     keys = {name: Ed25519PrivateKey.generate() for name in ("ada", "bob")}
     census = generate_census(ROWS, seed=11)
-    store = Store(data.database_url(config))
-    try:
-        store.add_project("p1")
-        for name, key in keys.items():
-            pub = key.public_key()
-            store.add_researcher(name, public_key_text(pub), fingerprint(pub), ["p1"])
-        for name in ("dpcensus", "dpbudget", "dpcrash", "dpmandatory", "dppolicy", "plain"):
-            register_dataset(
-                data,
-                store,
-                name=name,
-                frame=census,
-                metadata=census_metadata(name),
-                project="p1",
-            )
-    finally:
-        store.close()
-    d = ["--data-dir", str(root)]
+    names = ("dpcensus", "dpbudget", "dpcrash", "dpmandatory", "dppolicy", "plain")
+    datasets = {name: (census, census_metadata(name)) for name in names}
+    config = make_centre(root, "dp-centre", keys, datasets)
     # Generous budget for the shape tests; (1, 1e-5) per researcher for the budget tests.
-    assert admin(["dataset", "dp", "dpcensus", "--epsilon", "50", "--delta", "1e-5", *d]) == 0
-    assert admin(["dataset", "dp", "dpbudget", "--epsilon", "1", "--delta", "1e-5", *d]) == 0
-    assert (
-        admin(
-            [
-                "dataset",
-                "dp",
-                "dpcrash",
-                "--epsilon",
-                "1",
-                "--delta",
-                "1e-5",
-                "--scope",
-                "dataset",
-                *d,
-            ]
-        )
-        == 0
-    )
-    assert (
-        admin(
-            ["dataset", "dp", "dpmandatory", "--epsilon", "5", "--delta", "1e-5", "--mandatory", *d]
-        )
-        == 0
-    )
-    assert (
-        admin(
-            [
-                "dataset",
-                "dp",
-                "dppolicy",
-                "--epsilon",
-                "50",
-                "--delta",
-                "1e-5",
-                "--max-tpr-at-5pct",
-                "0.2",
-                *d,
-            ]
-        )
-        == 0
-    )
+    set_dp(root, "dpcensus", "50", "1e-5")
+    set_dp(root, "dpbudget", "1", "1e-5")
+    set_dp(root, "dpcrash", "1", "1e-5", "--scope", "dataset")
+    set_dp(root, "dpmandatory", "5", "1e-5", "--mandatory")
+    set_dp(root, "dppolicy", "50", "1e-5", "--max-tpr-at-5pct", "0.2")
     return DPCentre(root=root, server_id=config.server_id, keys=keys, census=census)
 
 
 @pytest.fixture(scope="module")
 def server(centre: DPCentre) -> Iterator[tuple[Service, EmbeddedServer]]:
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre.root) as (service, srv):
         yield service, srv
 
 
@@ -161,13 +104,9 @@ def _run(
 
 
 def _ledger(centre: DPCentre, key: str) -> tuple[float, int]:
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
+    with centre_store(centre.root) as store:
         state = store.dp_ledger(key)
         return state.spent, state.releases
-    finally:
-        store.close()
 
 
 # --------------------------------------------------------------------------- kinds and shapes
@@ -483,9 +422,7 @@ def test_dp_configuration_errors_change_nothing(centre: DPCentre) -> None:
     assert admin(["dataset", "dp", "dpcensus", "--epsilon", "-1", "--delta", "1e-5", *d]) == 2
     assert admin(["dataset", "dp", "dpcensus", "--epsilon", "1", "--delta", "2", *d]) == 2
     assert admin(["dataset", "dp", "nosuch", "--epsilon", "1", "--delta", "1e-5", *d]) == 2
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
+    with centre_store(centre.root) as store:
         assert store.get_dp_config("dpcensus") == {
             "epsilon": 50.0,
             "delta": 1e-5,
@@ -493,8 +430,6 @@ def test_dp_configuration_errors_change_nothing(centre: DPCentre) -> None:
             "mandatory": False,
             "max_tpr_at_5pct": None,
         }
-    finally:
-        store.close()
     # Charged per researcher already: switching to one shared ledger would forget that.
     assert (
         admin(

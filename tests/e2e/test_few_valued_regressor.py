@@ -21,15 +21,12 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre
+from e2e_helpers import Centre, add_dataset
 
 from safeaccess.client.analyses import Regression
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
-from safeaccess.server.config import DataDir
-from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.store import Store
 
 N = 2000
 
@@ -59,12 +56,7 @@ def register(centre: Centre) -> str:
             Column(name="sick", type="integer", bounds=(0, 1)),
         ],
     )
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(data, store, name=name, frame=DATA, metadata=meta, project="p1")
-    finally:
-        store.close()
+    add_dataset(centre.root, name=name, frame=DATA, metadata=meta, project="p1")
     return name
 
 

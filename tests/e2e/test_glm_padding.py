@@ -26,7 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre
+from e2e_helpers import Centre, add_dataset
 from scipy.optimize import brentq
 from scipy.special import gammaln
 
@@ -35,10 +35,8 @@ from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.rules.checks import regression as regression_checks
 from safeaccess.sandbox import release
-from safeaccess.server.config import DataDir, QssSettings
-from safeaccess.server.datasets import register_dataset
+from safeaccess.server.config import QssSettings
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.store import Store
 
 N = 400
 TARGET = 81_234
@@ -85,20 +83,14 @@ def register(centre: Centre, mode: str) -> str:
             Column(name="income", type="integer", bounds=(0, 200_000)),
         ],
     )
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(
-            data,
-            store,
-            name=name,
-            frame=DATA,
-            metadata=meta,
-            project="p1",
-            qss=QssSettings(mode=mode),  # type: ignore[arg-type]
-        )
-    finally:
-        store.close()
+    add_dataset(
+        centre.root,
+        name=name,
+        frame=DATA,
+        metadata=meta,
+        project="p1",
+        qss=QssSettings(mode=mode),  # type: ignore[arg-type]
+    )
     _registered[key] = name
     return name
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import Centre, WrappedBackend, open_body, signed, unique_person
+from e2e_helpers import Centre, WrappedBackend, open_body, serving, signed, unique_person
 
 from safeaccess.client.analyses import (
     Analysis,
@@ -336,8 +336,7 @@ def test_an_unfinished_script_run_resumes_after_a_restart(centre: Centre) -> Non
     outage = Outage(probe.backend)
     probe.scripts.close()
     probe.store.close()
-    first = Service(centre.root, backend=outage)
-    with first, EmbeddedServer(create_app(first)) as srv:
+    with serving(centre.root, backend=outage) as (first, srv):
         view, _ = _reveal_script(srv, centre, "print(len(df))\nresult = 2", researcher="bob")
         assert view["state"] == "review"
         assert outage.calls.wait(60)  # the run was tried, and the sandbox was unavailable
@@ -393,8 +392,7 @@ def test_one_researchers_sleeping_scripts_do_not_starve_another(centre: Centre) 
     )
     sleep = 10.0
     try:
-        service = Service(centre.root)
-        with service, EmbeddedServer(create_app(service)) as srv:
+        with serving(centre.root) as (service, srv):
             ada = [
                 _reveal_script(srv, centre, f"import time\ntime.sleep({sleep + i / 100})\n{END}")[0]
                 for i in range(4)

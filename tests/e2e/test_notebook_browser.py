@@ -10,18 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Centre
+from e2e_helpers import Centre, add_dataset, serving, set_dp
 
 from safeaccess.client.session import connect
-from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir
-from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.applicants import applicants_metadata, generate_applicants
 from safeaccess.server.demo.data import census_metadata
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 
 REQUIRE_BROWSER = os.environ.get("SAFEACCESS_REQUIRE_BROWSER") == "1"
 if REQUIRE_BROWSER:
@@ -96,31 +91,22 @@ def test_results_card_renders_tables_and_coloured_badges(
 @pytest.fixture(scope="module")
 def cards_server(centre: Centre) -> Iterator[EmbeddedServer]:
     """The module's centre plus a DP-enabled census and the applicants (for a model)."""
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(
-            data,
-            store,
-            name="dpcensus",
-            frame=centre.census,
-            metadata=census_metadata("dpcensus"),
-            project="p1",
-        )
-        register_dataset(
-            data,
-            store,
-            name="applicants",
-            frame=generate_applicants(),
-            metadata=applicants_metadata("applicants"),
-            project="p1",
-        )
-    finally:
-        store.close()
-    args = ["dataset", "dp", "dpcensus", "--epsilon", "1", "--delta", "1e-5"]
-    assert admin([*args, "--data-dir", str(centre.root)]) == 0
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    add_dataset(
+        centre.root,
+        name="dpcensus",
+        frame=centre.census,
+        metadata=census_metadata("dpcensus"),
+        project="p1",
+    )
+    add_dataset(
+        centre.root,
+        name="applicants",
+        frame=generate_applicants(),
+        metadata=applicants_metadata("applicants"),
+        project="p1",
+    )
+    set_dp(centre.root, "dpcensus", "1", "1e-5")
+    with serving(centre.root) as (_, srv):
         yield srv
 
 

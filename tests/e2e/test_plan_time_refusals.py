@@ -11,19 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from e2e_helpers import make_centre, serving, set_dp
 
 from safeaccess.client.analyses import Histogram
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.session import connect
 from safeaccess.client.validation import AnalysisInvalid
-from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata, generate_census
-from safeaccess.server.http.app import create_app
-from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 
 
 @dataclass
@@ -36,8 +30,6 @@ class Running:
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     root: Path = tmp_path_factory.mktemp("plantime") / "data"
-    config = initialise(root, server_id="plan-time")
-    data = DataDir(root)
     key = Ed25519PrivateKey.generate()
     census = generate_census(2000, seed=5)
     unbounded = census_metadata("unbounded")
@@ -49,24 +41,14 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             ]
         }
     )
-    store = Store(data.database_url(config))
-    try:
-        store.add_project("p1")
-        store.add_researcher(
-            "ada", public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
-        )
-        for name, metadata in (
-            ("census", census_metadata("census")),
-            ("unbounded", unbounded),
-            ("dpcensus", census_metadata("dpcensus")),
-        ):
-            register_dataset(data, store, name=name, frame=census, metadata=metadata, project="p1")
-    finally:
-        store.close()
-    args = ["dataset", "dp", "dpcensus", "--epsilon", "1", "--delta", "1e-5"]
-    assert admin([*args, "--data-dir", str(root)]) == 0
-    service = Service(root)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    datasets = {
+        "census": (census, census_metadata("census")),
+        "unbounded": (census, unbounded),
+        "dpcensus": (census, census_metadata("dpcensus")),
+    }
+    make_centre(root, "plan-time", {"ada": key}, datasets)
+    set_dp(root, "dpcensus", "1", "1e-5")
+    with serving(root) as (service, srv):
         yield Running(service, srv.url, key)
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre
+from e2e_helpers import Centre, add_dataset
 
 from safeaccess.client.analyses import (
     Analysis,
@@ -49,10 +49,8 @@ from safeaccess.client.analyses import (
 )
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
-from safeaccess.server.config import DataDir, QssSettings, Scope
-from safeaccess.server.datasets import register_dataset
+from safeaccess.server.config import QssSettings, Scope
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.store import Store
 
 N = 3000
 REGIONS = ["North", "South", "East", "West"]
@@ -140,20 +138,14 @@ def register(
     """Register `frame` as the next version of `name` (default: version 1 of a fresh name) in
     project p1, audited in `scope`; return the name."""
     name = name or f"combo{next(_names)}"
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(
-            data,
-            store,
-            name=name,
-            frame=frame,
-            metadata=metadata(name),
-            project="p1",
-            qss=QssSettings(scope=scope),
-        )
-    finally:
-        store.close()
+    add_dataset(
+        centre.root,
+        name=name,
+        frame=frame,
+        metadata=metadata(name),
+        project="p1",
+        qss=QssSettings(scope=scope),
+    )
     return name
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 
-from e2e_helpers import Centre
+from e2e_helpers import Centre, add_dataset
 from test_qss_combination_attacks import (
     OLD,
     OLDEST,
@@ -33,10 +33,8 @@ from test_qss_combination_attacks import (
 )
 
 from safeaccess.client.analyses import Summary
-from safeaccess.server.config import DataDir, QssSettings
-from safeaccess.server.datasets import register_dataset
+from safeaccess.server.config import QssSettings
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.store import Store
 
 BASE = "age < 90"
 # The attacker's prior: the oldest person's income is a whole number of cents within two euros
@@ -109,20 +107,14 @@ _atoms_names = itertools.count(1)
 def register_atoms(centre: Centre) -> str:
     """OLD as a fresh dataset audited in `atoms` mode (project scope)."""
     dataset = f"atoms{next(_atoms_names)}"
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(
-            data,
-            store,
-            name=dataset,
-            frame=OLD,
-            metadata=metadata(dataset),
-            project="p1",
-            qss=QssSettings(mode="atoms", scope="project"),
-        )
-    finally:
-        store.close()
+    add_dataset(
+        centre.root,
+        name=dataset,
+        frame=OLD,
+        metadata=metadata(dataset),
+        project="p1",
+        qss=QssSettings(mode="atoms", scope="project"),
+    )
     return dataset
 
 

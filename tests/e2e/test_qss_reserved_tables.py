@@ -18,18 +18,15 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre
+from e2e_helpers import Centre, add_dataset, serving
 
 from safeaccess.client.analyses import Analysis, FrequencyTable, Summary
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.server.config import DataDir, QssSettings
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 from safeaccess.server.steps import flow
-from safeaccess.server.store import Store
 
 N = 2000
 REGIONS = ["North", "South", "East", "West"]
@@ -43,8 +40,7 @@ def server(centre: Centre) -> Iterator[tuple[Service, EmbeddedServer]]:
     data = DataDir(centre.root)
     config = data.load_config()
     data.save_config(config.model_copy(update={"reserve_standard_tables": True}))
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre.root) as (service, srv):
         yield service, srv
 
 
@@ -90,20 +86,14 @@ _names = itertools.count(1)
 
 def _register(centre: Centre, scope: str) -> str:
     name = f"reserved{next(_names)}"
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(
-            data,
-            store,
-            name=name,
-            frame=people(),
-            metadata=metadata(name),
-            project="p1",
-            qss=QssSettings(scope=scope),  # type: ignore[arg-type]
-        )
-    finally:
-        store.close()
+    add_dataset(
+        centre.root,
+        name=name,
+        frame=people(),
+        metadata=metadata(name),
+        project="p1",
+        qss=QssSettings(scope=scope),  # type: ignore[arg-type]
+    )
     return name
 
 

@@ -23,19 +23,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre, HtmlCards
+from e2e_helpers import Centre, HtmlCards, add_dataset, serving
 
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.rehearsal import Rehearsal
 from safeaccess.client.session import connect
 from safeaccess.sandbox.mock.offline import rehearse_offline
 from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 
 DATASET = "clinic"
 ROWS = 1000
@@ -86,18 +81,10 @@ METADATA = DatasetMetadata.model_validate(
 
 @pytest.fixture(scope="module")
 def clinic(centre: Centre) -> Iterator[EmbeddedServer]:
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(
-            data, store, name=DATASET, frame=_clinic(), metadata=METADATA, project="p1"
-        )
-    finally:
-        store.close()
+    add_dataset(centre.root, name=DATASET, frame=_clinic(), metadata=METADATA, project="p1")
     d = ["--data-dir", str(centre.root)]
     assert admin(["dataset", "dp", DATASET, "--epsilon", "50", "--delta", "1e-5", *d]) == 0
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre.root) as (_, srv):
         yield srv
 
 

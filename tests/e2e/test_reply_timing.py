@@ -16,12 +16,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from e2e_helpers import Centre, WrappedBackend, open_body, signed, unique_person
+from e2e_helpers import Centre, WrappedBackend, open_body, serving, signed, unique_person
 
 from safeaccess.client.analyses import FrequencyTable, Summary
 from safeaccess.sandbox.backend import Job, RunResult
 from safeaccess.server.config import DataDir, TimingConfig
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
@@ -60,8 +59,7 @@ def timed_server(centre: Centre, request: pytest.FixtureRequest) -> Iterator[Emb
     probe.scripts.close()
     probe.store.close()
     try:
-        service = Service(centre.root, backend=backend)
-        with service, EmbeddedServer(create_app(service)) as srv:
+        with serving(centre.root, backend=backend) as (_, srv):
             yield srv
     finally:
         data.save_config(original)

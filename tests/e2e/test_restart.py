@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import Centre, WrappedBackend, free_port, serve_in_subprocess
+from e2e_helpers import Centre, WrappedBackend, centre_store, free_port, serve_in_subprocess
 from sqlalchemy import select
 
 from safeaccess.client.analyses import FrequencyTable
@@ -30,19 +30,12 @@ C = FrequencyTable(rows=["employment"])
 
 
 def _step_state(service_root: Path, index: int) -> str | None:
-    from safeaccess.server.config import DataDir
-    from safeaccess.server.store import Store
-
-    data = DataDir(service_root)
-    store = Store(data.database_url(data.load_config()))
-    try:
+    with centre_store(service_root) as store:
         seqs = store.list_sequences("ada")
         if not seqs:
             return None
         step = store.get_step(seqs[-1].id, index)
         return step.state if step else None
-    finally:
-        store.close()
 
 
 @pytest.mark.slow

@@ -6,21 +6,25 @@ from collections import Counter
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import Centre, open_body, open_body_with_endorsements, reveal_body, signed
+from e2e_helpers import (
+    Centre,
+    add_dataset,
+    open_body,
+    open_body_with_endorsements,
+    reveal_body,
+    signed,
+)
 from sqlalchemy import func, select
 
 from safeaccess.client.analyses import FrequencyTable, Mitigations, Script
 from safeaccess.client.protocol import endorse
 from safeaccess.client.session import ServerError, connect
-from safeaccess.server.config import DataDir
-from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.review import decisions as review
 from safeaccess.server.service import Service
 from safeaccess.server.steps import flow
-from safeaccess.server.store import Store
 from safeaccess.server.store.schema import EventRow
 
 SAFE = FrequencyTable(rows=["region"], cols=["sex"])
@@ -287,19 +291,13 @@ def test_requested_suppression_is_applied_before_the_check(
     # people; this test is about the single-output check, so its scope reserves none.
     monkeypatch.setattr(flow, "read_reserved", lambda parquet, metadata: [])
     _, srv = server
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(
-            data,
-            store,
-            name="census_suppress",
-            frame=centre.census,
-            metadata=census_metadata("census_suppress"),
-            project="p1",
-        )
-    finally:
-        store.close()
+    add_dataset(
+        centre.root,
+        name="census_suppress",
+        frame=centre.census,
+        metadata=census_metadata("census_suppress"),
+        project="p1",
+    )
     suppressed = FrequencyTable(
         rows=["ethnicity"], cols=["region"], mitigations=Mitigations(suppress=True)
     )

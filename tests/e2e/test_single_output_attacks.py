@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import rfc8785
-from e2e_helpers import Centre, open_body, signed
+from e2e_helpers import Centre, add_dataset, open_body, signed
 from pydantic import ValidationError
 
 from safeaccess.client.analyses import Summary
@@ -38,12 +38,9 @@ from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.rules.checks import summary as summary_checks
 from safeaccess.rules.reconstruction import check as reconstruction_check
-from safeaccess.server.config import DataDir
-from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.qss import admission
 from safeaccess.server.qss.gate import Gate
-from safeaccess.server.store import Store
 
 N = 400
 REGIONS = ["North", "South", "East", "West"]
@@ -91,12 +88,7 @@ _names = itertools.count(1)
 
 def register(centre: Centre, frame: pd.DataFrame) -> str:
     name = f"single{next(_names)}"
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(data, store, name=name, frame=frame, metadata=metadata(name), project="p1")
-    finally:
-        store.close()
+    add_dataset(centre.root, name=name, frame=frame, metadata=metadata(name), project="p1")
     return name
 
 

@@ -15,12 +15,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from e2e_helpers import Centre, WrappedBackend, open_body, reveal_body, signed
+from e2e_helpers import Centre, WrappedBackend, open_body, reveal_body, serving, signed
 
 from safeaccess.client.analyses import FrequencyTable
 from safeaccess.sandbox.backend import Job, RunResult
-from safeaccess.server.http.app import create_app
-from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
 
 SAFE = FrequencyTable(rows=["region"], cols=["sex"])
@@ -47,8 +45,7 @@ def test_a_step_view_does_not_time_the_run(centre: Centre) -> None:
     slow = Slow(probe.backend)
     probe.scripts.close()
     probe.store.close()
-    service = Service(centre.root, backend=slow)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre.root, backend=slow) as (_, srv):
         sealed = centre.seal([SAFE, SAFE], researcher="ada")
         sent = datetime.now(UTC)
         opened = signed(

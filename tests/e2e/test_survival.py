@@ -12,19 +12,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
-from e2e_helpers import Centre
+from e2e_helpers import Centre, add_dataset, serving
 
 from safeaccess.client.analyses import Survival
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.client.validation import AnalysisInvalid
-from safeaccess.server.config import DataDir
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 
 DATASET = "cohort"
 # One record censored at a time no other record has: the target of the differencing attack.
@@ -78,16 +74,8 @@ METADATA = DatasetMetadata.model_validate(
 
 @pytest.fixture(scope="module")
 def cohort_server(centre: Centre) -> Iterator[tuple[Service, EmbeddedServer]]:
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(
-            data, store, name=DATASET, frame=_cohort(), metadata=METADATA, project="p1"
-        )
-    finally:
-        store.close()
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    add_dataset(centre.root, name=DATASET, frame=_cohort(), metadata=METADATA, project="p1")
+    with serving(centre.root) as (service, srv):
         yield service, srv
 
 

@@ -20,21 +20,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import seed_synthesis
+from e2e_helpers import centre_store, make_centre, seed_synthesis, serving, set_dp
 
 from safeaccess.client.analyses import SyntheticData, to_body
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.rules.dp import gaussian_mu_for
-from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 
 pytest.importorskip("mbi")
 pytestmark = pytest.mark.slow  # a Private-PGM fit and a whole check at 100 000 records
@@ -76,34 +69,16 @@ def chain_metadata(name: str) -> DatasetMetadata:
 @pytest.fixture(scope="module")
 def centre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Ed25519PrivateKey]:
     root = tmp_path_factory.mktemp("synth100k") / "data"
-    config = initialise(root, server_id="synth-100k")
-    data = DataDir(root)
     key = Ed25519PrivateKey.generate()
-    store = Store(data.database_url(config))
-    try:
-        store.add_project("p1")
-        store.add_researcher(
-            "ada", public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
-        )
-        register_dataset(
-            data,
-            store,
-            name="chain",
-            frame=chain_table(N, seed=7),
-            metadata=chain_metadata("chain"),
-            project="p1",
-        )
-    finally:
-        store.close()
-    assert admin(["dataset", "dp", "chain", "--epsilon", "2", "--delta", "1e-9",
-                  "--data-dir", str(root)]) == 0  # fmt: skip
+    datasets = {"chain": (chain_table(N, seed=7), chain_metadata("chain"))}
+    config = make_centre(root, "synth-100k", {"ada": key}, datasets)
+    set_dp(root, "chain", "2", "1e-9")
     return root, config.server_id, key
 
 
 @pytest.fixture(scope="module")
 def server(centre: tuple[Path, str, Ed25519PrivateKey]) -> Iterator[EmbeddedServer]:
-    service = Service(centre[0])
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre[0]) as (_, srv):
         yield srv
 
 
@@ -120,12 +95,8 @@ def test_dp_mst_release_of_100k_records_over_http(
     )
     with connect(server.url, key, "ada") as session:
         (result,) = session.run(sealed)
-    data = DataDir(root)
-    store = Store(data.database_url(data.load_config()))
-    try:
+    with centre_store(root) as store:
         row = store.get_step(result.sequence_id, result.index)
-    finally:
-        store.close()
     assert row is not None and row.output is not None
     check = row.output["facts"]["check"]
     assert result.status == "released", check["outcomes"]

@@ -15,22 +15,16 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import seed_synthesis
+from e2e_helpers import centre_store, make_centre, seed_synthesis, serving, set_dp
 from test_synthetic_data import CMC_COLUMNS, cmc_frame, cmc_metadata
 
 from safeaccess.client.analyses import SYNTH_MAX_EPSILON, SyntheticData, to_body
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.rules.dp import gaussian_mu_for
-from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, DPConfig, initialise
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.http.app import create_app
+from safeaccess.server.config import DPConfig
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 
 pytest.importorskip("mbi")
 pytestmark = pytest.mark.slow  # five Private-PGM fits through the server
@@ -54,30 +48,21 @@ def _yearly(name: str) -> DatasetMetadata:
 @pytest.fixture(scope="module")
 def centre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Ed25519PrivateKey]:
     root = tmp_path_factory.mktemp("synthcal") / "data"
-    config = initialise(root, server_id="synth-cal")
-    data = DataDir(root)
     key = Ed25519PrivateKey.generate()
-    store = Store(data.database_url(config))
-    try:
-        store.add_project("p1")
-        store.add_researcher(
-            "ada", public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
-        )
-        for name, meta in (("cmc", cmc_metadata("cmc")), ("cmcyear", _yearly("cmcyear"))):
-            register_dataset(data, store, name=name, frame=cmc_frame(), metadata=meta, project="p1")
-    finally:
-        store.close()
-    d = ["--data-dir", str(root)]
+    datasets = {
+        "cmc": (cmc_frame(), cmc_metadata("cmc")),
+        "cmcyear": (cmc_frame(), _yearly("cmcyear")),
+    }
+    config = make_centre(root, "synth-cal", {"ada": key}, datasets)
     for name in ("cmc", "cmcyear"):
         # a budget that covers mu = 50 once (the calibration's top; no real budget is this big)
-        assert admin(["dataset", "dp", name, "--epsilon", "2000", "--delta", "1e-9", *d]) == 0
+        set_dp(root, name, "2000", "1e-9")
     return root, config.server_id, key
 
 
 @pytest.fixture(scope="module")
 def server(centre: tuple[Path, str, Ed25519PrivateKey]) -> Iterator[EmbeddedServer]:
-    service = Service(centre[0])
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre[0]) as (_, srv):
         yield srv
 
 
@@ -117,12 +102,8 @@ def test_dp_mst_releases_pass_the_default_check(
     )
     with connect(server.url, key, "ada") as session:
         (result,) = session.run(sealed)
-    data = DataDir(root)
-    store = Store(data.database_url(data.load_config()))
-    try:
+    with centre_store(root) as store:
         row = store.get_step(result.sequence_id, result.index)
-    finally:
-        store.close()
     assert row is not None and row.output is not None
     check = row.output["facts"]["check"]
     assert result.status == "released", check["outcomes"]

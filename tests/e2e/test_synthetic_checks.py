@@ -16,21 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from e2e_helpers import centre_store, make_centre, serving, set_dp
 from test_synthetic_data import CMC_COLUMNS, cmc_frame, cmc_metadata
 
 from safeaccess.client.analyses import SyntheticData, to_body
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.client.synthetic import synth_workload
 from safeaccess.sandbox.runner.compute.synthetic import code_records
-from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 from safeaccess.server.synth.protocol import WorkerRequest
 from safeaccess.server.synth.worker_client import WorkerResult
 
@@ -61,33 +55,17 @@ ALLOWED_WITHHOLDS = {
 @pytest.fixture(scope="module")
 def centre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Ed25519PrivateKey]:
     root = tmp_path_factory.mktemp("synthchecks") / "data"
-    config = initialise(root, server_id="synth-checks")
-    data = DataDir(root)
     key = Ed25519PrivateKey.generate()
-    store = Store(data.database_url(config))
-    try:
-        store.add_project("p1")
-        store.add_researcher(
-            "ada", public_key_text(key.public_key()), fingerprint(key.public_key()), ["p1"]
-        )
-        register_dataset(
-            data, store, name="cmc", frame=cmc_frame(), metadata=cmc_metadata("cmc"), project="p1"
-        )
-    finally:
-        store.close()
-    assert (
-        admin(
-            ["dataset", "dp", "cmc", "--epsilon", "50", "--delta", "1e-5", "--data-dir", str(root)]
-        )
-        == 0
+    config = make_centre(
+        root, "synth-checks", {"ada": key}, {"cmc": (cmc_frame(), cmc_metadata("cmc"))}
     )
+    set_dp(root, "cmc", "50", "1e-5")
     return root, config.server_id, key
 
 
 @pytest.fixture(scope="module")
 def server(centre: tuple[Path, str, Ed25519PrivateKey]) -> Iterator[EmbeddedServer]:
-    service = Service(centre[0])
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre[0]) as (_, srv):
         yield srv
 
 
@@ -143,16 +121,12 @@ def test_leaking_synthesisers_are_withheld_and_still_charged(
     sealed = seal(
         [to_body(analysis)], key, researcher="ada", project="p1", dataset="cmc", server=server_id
     )
-    data = DataDir(root)
-    store = Store(data.database_url(data.load_config()))
-    try:
+    with centre_store(root) as store:
         before = store.dp_ledger("cmc|researcher|ada")
         with connect(server.url, key, "ada") as session:
             (result,) = session.run(sealed)
         after = store.dp_ledger("cmc|researcher|ada")
         row = store.get_step(result.sequence_id, result.index)
-    finally:
-        store.close()
     assert result.status == "withheld", name
     # the researcher learns the verdict only: the uniform reason, no output, no check numbers
     assert result.output is None

@@ -19,22 +19,16 @@ from typing import Any
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from e2e_helpers import HtmlCards
+from e2e_helpers import Dataset, HtmlCards, centre_store, make_centre, serving, set_dp
 
 from safeaccess.client.analyses import Analysis, SyntheticData, to_body
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import ServerError, connect
-from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata, generate_census
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
 from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 from safeaccess.server.store.schema import StepRow
 from safeaccess.server.synth.protocol import WorkerRequest
 from safeaccess.server.synth.step import FILES_DIR as SYNTH_DIR
@@ -108,6 +102,19 @@ def cmc_metadata(name: str) -> DatasetMetadata:
     )
 
 
+#: The synthetic data checks' gates, all opened by a rule set (as a controller may).
+OPEN_GATES = (
+    "synth_attack_excess_review",
+    "synth_attack_excess_withhold",
+    "synth_certain_correct_withhold",
+    "synth_full_row_uniques_review",
+    "synth_full_row_uniques_withhold",
+    "synth_dcr_close_review",
+    "synth_dcr_close_withhold",
+    "synth_yp_p",
+)
+
+
 @dataclass
 class SynthCentre:
     root: Path
@@ -129,63 +136,29 @@ class SynthCentre:
 @pytest.fixture(scope="module")
 def centre(tmp_path_factory: pytest.TempPathFactory) -> SynthCentre:
     root = tmp_path_factory.mktemp("synthcentre") / "data"
-    config = initialise(root, server_id="synth-centre")
-    data = DataDir(root)
     keys = {name: Ed25519PrivateKey.generate() for name in ("ada", "bob")}
     census = generate_census(1000, seed=23)
-    store = Store(data.database_url(config))
-    try:
-        store.add_project("p1")
-        for name, key in keys.items():
-            pub = key.public_key()
-            store.add_researcher(name, public_key_text(pub), fingerprint(pub), ["p1"])
-        for name in ("cmc", "cmccrash"):
-            register_dataset(
-                data, store, name=name, frame=cmc_frame(), metadata=cmc_metadata(name), project="p1"
-            )
-        open_rules = root / "cmcopen-rules.yaml"
-        # the synth_* gates opened (a controller may; the default rules stay in force on "cmc"):
-        # the file path is exercised whatever the check would say
-        open_rules.write_text(
-            "name: cmc-open\n"
-            + "".join(
-                f"{key}: 1.0\n"
-                for key in (
-                    "synth_attack_excess_review",
-                    "synth_attack_excess_withhold",
-                    "synth_certain_correct_withhold",
-                    "synth_full_row_uniques_review",
-                    "synth_full_row_uniques_withhold",
-                    "synth_dcr_close_review",
-                    "synth_dcr_close_withhold",
-                    "synth_yp_p",
-                )
-            )
-        )
-        register_dataset(
-            data,
-            store,
-            name="cmcopen",
-            frame=cmc_frame(),
-            metadata=cmc_metadata("cmcopen"),
-            project="p1",
-            rules_file=open_rules,
-        )
-        register_dataset(
-            data, store, name="plain", frame=census, metadata=census_metadata("plain"), project="p1"
-        )
-    finally:
-        store.close()
-    d = ["--data-dir", str(root)]
+    open_rules = root.parent / "cmcopen-rules.yaml"
+    # the synth_* gates opened (a controller may; the default rules stay in force on "cmc"):
+    # the file path is exercised whatever the check would say
+    open_rules.write_text("name: cmc-open\n" + "".join(f"{key}: 1.0\n" for key in OPEN_GATES))
+    datasets = {
+        "cmc": (cmc_frame(), cmc_metadata("cmc")),
+        "cmccrash": (cmc_frame(), cmc_metadata("cmccrash")),
+        "cmcopen": Dataset(
+            cmc_frame(), cmc_metadata("cmcopen"), options={"rules_file": open_rules}
+        ),
+        "plain": (census, census_metadata("plain")),
+    }
+    config = make_centre(root, "synth-centre", keys, datasets)
     for name in ("cmc", "cmccrash", "cmcopen"):
-        assert admin(["dataset", "dp", name, "--epsilon", "50", "--delta", "1e-5", *d]) == 0
+        set_dp(root, name, "50", "1e-5")
     return SynthCentre(root=root, server_id=config.server_id, keys=keys, census=census)
 
 
 @pytest.fixture(scope="module")
 def server(centre: SynthCentre) -> Iterator[tuple[Service, EmbeddedServer]]:
-    service = Service(centre.root)
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre.root) as (service, srv):
         yield service, srv
 
 
@@ -197,13 +170,9 @@ def _run(
 
 
 def _ledger(centre: SynthCentre, dataset: str, who: str = "ada") -> tuple[float, int]:
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
+    with centre_store(centre.root) as store:
         state = store.dp_ledger(f"{dataset}|researcher|{who}")
         return state.spent, state.releases
-    finally:
-        store.close()
 
 
 def _charge_by_hand(privacy: dict[str, object], d: int) -> float:

@@ -15,37 +15,22 @@ import numpy as np
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from test_synthetic_data import CMC_COLUMNS, cmc_frame, cmc_metadata
+from e2e_helpers import Dataset, centre_store, make_centre, serving, set_dp
+from test_synthetic_data import CMC_COLUMNS, OPEN_GATES, cmc_frame, cmc_metadata
 
 from safeaccess.client.analyses import SyntheticData, to_body
-from safeaccess.client.keys import fingerprint, public_key_text
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.mock import LABEL, MockInvalid
 from safeaccess.client.protocol import seal
 from safeaccess.client.session import connect
 from safeaccess.client.validation import AnalysisInvalid
 from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, initialise
-from safeaccess.server.datasets import register_dataset
-from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.service import Service
-from safeaccess.server.store import Store
 
 pytest.importorskip("mbi")
 
 BUDGET_MU2 = 1.0 / 3.7306316348**2  # (1, 1e-5)
 MU_1_1E9 = 0.18197
-OPEN_GATES = (
-    "synth_attack_excess_review",
-    "synth_attack_excess_withhold",
-    "synth_certain_correct_withhold",
-    "synth_full_row_uniques_review",
-    "synth_full_row_uniques_withhold",
-    "synth_dcr_close_review",
-    "synth_dcr_close_withhold",
-    "synth_yp_p",
-)
 
 
 SPAN = ("2019-01-01", "2020-12-31")
@@ -74,45 +59,22 @@ def dated_metadata(name: str, bounds: tuple[str, str] | None) -> DatasetMetadata
 @pytest.fixture(scope="module")
 def centre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Ed25519PrivateKey]:
     root = tmp_path_factory.mktemp("mockcentre") / "data"
-    config = initialise(root, server_id="mock-centre")
-    data = DataDir(root)
     key = Ed25519PrivateKey.generate()
-    rules = root / "open.yaml"
+    rules = root.parent / "open.yaml"
     # the controller opened the synth_* gates on these datasets (the default rules' calibration
     # is exercised in test_synthetic_checks.py); the mock's path is what is tested here
     rules.write_text("name: open\n" + "".join(f"{k}: 1.0\n" for k in OPEN_GATES))
-    store = Store(data.database_url(config))
-    try:
-        store.add_project("p1")
-        pub = key.public_key()
-        store.add_researcher("ada", public_key_text(pub), fingerprint(pub), ["p1"])
-        for name in ("cmcmock", "cmcnomock"):
-            register_dataset(
-                data,
-                store,
-                name=name,
-                frame=cmc_frame(),
-                metadata=cmc_metadata(name),
-                project="p1",
-                rules_file=rules,
-            )
-        for name, bounds in (("cmcdated", SPAN), ("cmcundated", None)):
-            register_dataset(
-                data,
-                store,
-                name=name,
-                frame=dated_frame(),
-                metadata=dated_metadata(name, bounds),
-                project="p1",
-                rules_file=rules,
-            )
-    finally:
-        store.close()
+    names = ("cmcmock", "cmcnomock")
+    opened = {"rules_file": rules}
+    datasets = {name: Dataset(cmc_frame(), cmc_metadata(name), options=opened) for name in names}
+    for name, bounds in (("cmcdated", SPAN), ("cmcundated", None)):
+        datasets[name] = Dataset(dated_frame(), dated_metadata(name, bounds), options=opened)
+    config = make_centre(root, "mock-centre", {"ada": key}, datasets)
     d = ["--data-dir", str(root)]
-    for name in ("cmcmock", "cmcnomock"):
-        assert admin(["dataset", "dp", name, "--epsilon", "1", "--delta", "1e-5", *d]) == 0
+    for name in names:
+        set_dp(root, name, "1", "1e-5")
     for name in ("cmcdated", "cmcundated"):  # room for a mock at mu 1 and a step beside it
-        assert admin(["dataset", "dp", name, "--epsilon", "8", "--delta", "1e-5", *d]) == 0
+        set_dp(root, name, "8", "1e-5")
     assert (
         admin(["dataset", "mock", "cmcmock", "--mu", "0.2", "--rows", "500", "--publish", *d]) == 0
     )
@@ -121,19 +83,14 @@ def centre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Ed25519
 
 @pytest.fixture(scope="module")
 def server(centre: tuple[Path, str, Ed25519PrivateKey]) -> Iterator[EmbeddedServer]:
-    service = Service(centre[0])
-    with service, EmbeddedServer(create_app(service)) as srv:
+    with serving(centre[0]) as (_, srv):
         yield srv
 
 
 def _spent(root: Path, key: str) -> tuple[float, int]:
-    data = DataDir(root)
-    store = Store(data.database_url(data.load_config()))
-    try:
+    with centre_store(root) as store:
         state = store.dp_ledger(key)
         return state.spent, state.releases
-    finally:
-        store.close()
 
 
 def test_the_mock_is_charged_once_to_the_public_ledger_and_listed(

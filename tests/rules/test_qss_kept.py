@@ -16,6 +16,8 @@ import pytest
 from safeaccess.rules.qss import AuditPolicy, AuditState, admit
 from safeaccess.rules.qss.state import AuditState as State
 
+pytestmark = pytest.mark.slow
+
 
 def _dense(state: AuditState) -> np.ndarray:
     c = state.constraints

@@ -4,6 +4,7 @@ number of atoms (exact rational rank over every small support), and the atoms ru
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from _qss_oracle import atoms_of, query_sets_of, smallest_determined_combination
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from safeaccess.rules.qss import AuditMode, AuditPolicy, AuditState, admit
 
 MAX_ATOMS = 14
+pytestmark = pytest.mark.slow
 
 
 @st.composite

@@ -15,7 +15,7 @@ from sqlalchemy import event
 
 from safeaccess.client.httpsig import sign_request
 from safeaccess.client.keys import fingerprint, public_key_text
-from safeaccess.server.auth import Authenticator
+from safeaccess.server.auth import Authenticator, SignedRequest
 from safeaccess.server.config import ServerConfig
 from safeaccess.server.errors import Unauthenticated
 from safeaccess.server.ratelimit import DatabaseFailureLimiter, Limit, TooManyFailures
@@ -42,7 +42,7 @@ def _authenticator(store: Store, kind: str = "researcher") -> Authenticator:
 def _call(auth: Authenticator, key: Ed25519PrivateKey, name: str) -> str:
     body = b'{"x": 1}'
     headers = sign_request("POST", "/v1/sequences", "", body, key, name, server=SERVER)
-    return auth.authenticate("POST", "/v1/sequences", "", headers, body, ADDRESS)
+    return auth.authenticate(SignedRequest("POST", "/v1/sequences", "", headers, body, ADDRESS))
 
 
 def _register(store: Store, name: str, key: Ed25519PrivateKey) -> None:

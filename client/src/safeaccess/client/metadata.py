@@ -183,6 +183,12 @@ class NeighbouringRelation(BaseModel):
     unit: Literal["record", "contributor"] = "record"
     max_records_per_unit: int = Field(default=1, ge=1, le=10_000)
 
+    @property
+    def records_per_unit(self) -> int:
+        """How many records of one neighbouring unit a DP answer may use (the multiple of a
+        record's sensitivity): `max_records_per_unit` for contributors, else one."""
+        return self.max_records_per_unit if self.unit == "contributor" else 1
+
     @model_validator(mode="after")
     def _consistent(self) -> NeighbouringRelation:
         if self.unit == "record" and self.max_records_per_unit != 1:

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from safeaccess.client.audit.checkpoint import Checkpoint, sign_checkpoint
 from safeaccess.client.keys import public_key_raw
 from safeaccess.client.protocol import canonical
-from safeaccess.server.auth import Authenticator
+from safeaccess.server.auth import Authenticator, SignedRequest
 from safeaccess.server.errors import InvalidRequest, NotFound
 from safeaccess.server.store import auditlog, log, sequences
 
@@ -92,18 +92,10 @@ class AuditService:
 
     # -- authentication (auth.py) ---------------------------------------------------------------
 
-    def authenticate(
-        self,
-        method: str,
-        path: str,
-        query: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        address: str | None = None,
-    ) -> str:
+    def authenticate(self, request: SignedRequest) -> str:
         """The auditor who signed this request, or raise Unauthenticated (TooManyFailures past
         the rate limit of failures per key id and per address)."""
-        return self.auditors.authenticate(method, path, query, headers, body, address)
+        return self.auditors.authenticate(request)
 
     # -- log views ------------------------------------------------------------------------------
 

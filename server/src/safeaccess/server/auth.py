@@ -24,6 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -96,6 +97,19 @@ class OncePerMinute:
             return True
 
 
+@dataclass(frozen=True)
+class SignedRequest:
+    """A request as its signature covers it (`safeaccess.client.httpsig`), with the address it
+    came from (None when unknown): what both roles' authentication reads."""
+
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]
+    body: bytes
+    address: str | None = None
+
+
 Role = Literal["researcher", "auditor"]
 #: The prefix of a role's key ids in the failure limiter and the nonce table: researchers keep
 #: the bare names they always had, auditors get a namespace of their own.
@@ -160,34 +174,19 @@ class Authenticator:
     def _remember_nonce(self, keyid: str, nonce: str, expires: int) -> bool:
         return catalogue.remember_nonce(self.store, self._prefix + keyid, nonce, expires)
 
-    def authenticate(
-        self,
-        method: str,
-        path: str,
-        query: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        address: str | None = None,
-    ) -> str:
+    def authenticate(self, request: SignedRequest) -> str:
         """The name that signed this request, or raise Unauthenticated (TooManyFailures when
         the request fails and its key id or address is past its limit of failures)."""
-        return self.authenticate_key(method, path, query, headers, body, address)[0]
+        return self.authenticate_key(request)[0]
 
-    def authenticate_key(
-        self,
-        method: str,
-        path: str,
-        query: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        address: str | None = None,
-    ) -> tuple[str, Ed25519PublicKey]:
+    def authenticate_key(self, request: SignedRequest) -> tuple[str, Ed25519PublicKey]:
         """`authenticate`, with the registered key the request's signature was checked
         against: the request's later checks (a sequence header's signature) use that key
         instead of reading it again."""
         resolved: list[Ed25519PublicKey] = []
-        named = claimed_keyid(headers)
+        named = claimed_keyid(request.headers)
         claimed = None if named is None else self._prefix + named
+        address = request.address
         # Read before the signature is checked (with the key, in one statement), applied only
         # if the check fails: a valid request is served whatever the limits say.
         wait, lookup = self._rate_and_key(claimed, address, named)
@@ -200,11 +199,11 @@ class Authenticator:
 
         try:
             params = verify_request(
-                method,
-                path,
-                query,
-                headers,
-                body,
+                request.method,
+                request.path,
+                request.query,
+                request.headers,
+                request.body,
                 resolve_key=resolve,
                 remember_nonce=self._remember_nonce,
                 max_skew=self.config.clock_skew_seconds,

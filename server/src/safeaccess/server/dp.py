@@ -87,6 +87,19 @@ class DPContext:
     # of whether a DP mean can be useful rests on it (never on the data of a group).
     rows: int | None = None
 
+    def charge(self, ledger_after: GaussianLedger) -> DPCharge:
+        """The ledger's charge for a release leaving it at `ledger_after`, guarded by the
+        version read (a DP answer's and a synthetic release's alike)."""
+        return DPCharge(
+            key=self.key,
+            dataset=self.dataset,
+            scope=self.config.scope,
+            owner=self.owner,
+            version=self.ledger.version,
+            spent_after=ledger_after.spent,
+            releases_after=ledger_after.releases,
+        )
+
 
 @dataclass(frozen=True)
 class DPPlan:
@@ -169,32 +182,17 @@ def plan(analysis: DPQuery, metadata: DatasetMetadata, context: DPContext) -> DP
     try:
         shape = layout(analysis, metadata)
     except LayoutError as exc:  # validation catches this first; kept as a safety net
-        return StepOutcome(
-            state=StepState.FAILED,
-            kind=analysis.kind,
-            error_code="invalid_analysis",
-            error_message=str(exc),
-        )
-    m = metadata.neighbours.max_records_per_unit if metadata.neighbours.unit == "contributor" else 1
+        return StepOutcome.invalid(analysis.kind, str(exc))
+    m = metadata.neighbours.records_per_unit
     try:
         weights, sensitivity, sigma = _calibrate(analysis, shape, m)
         risk = risk_report(sensitivity, sigma)
     except DPParameterError as exc:
         # e.g. a column whose declared bounds have no width: nothing to protect or to answer.
-        return StepOutcome(
-            state=StepState.FAILED,
-            kind=analysis.kind,
-            error_code="invalid_analysis",
-            error_message=f"this DP request cannot be calibrated: {exc}",
-        )
+        return StepOutcome.invalid(analysis.kind, f"this DP request cannot be calibrated: {exc}")
     useless = _useless_mean(analysis, shape, weights, sigma, context.rows)
     if useless is not None:
-        return StepOutcome(
-            state=StepState.FAILED,
-            kind=analysis.kind,
-            error_code="invalid_analysis",
-            error_message=useless,
-        )
+        return StepOutcome.invalid(analysis.kind, useless)
     cfg = context.config
     ledger = _ledger(context)
     facts = {
@@ -419,15 +417,6 @@ def answer(
         ruleset=context.ruleset_label,
         ruleset_hash=context.ruleset_hash,
     )
-    charge = DPCharge(
-        key=context.key,
-        dataset=context.dataset,
-        scope=cfg.scope,
-        owner=context.owner,
-        version=context.ledger.version,
-        spent_after=dp_plan.ledger_after.spent,
-        releases_after=dp_plan.ledger_after.releases,
-    )
     return StepOutcome(
         state=StepState.RELEASED,
         kind=analysis.kind,
@@ -435,7 +424,7 @@ def answer(
         public_output=public(output),
         decision=decision.model_dump(mode="json"),
         ruleset_hash=decision.ruleset_hash,
-        dp_charge=charge,
+        dp_charge=context.charge(dp_plan.ledger_after),
         dp_facts=dp_facts(output, context, dp_plan),
     )
 

@@ -37,6 +37,14 @@ class StepOutcome:
     dp_charge: DPCharge | None = None  # written to the scope's ledger with the release
     dp_facts: dict[str, Any] | None = None  # for the event log (`event_data["dp"]`)
 
+    @classmethod
+    def invalid(cls, kind: str, message: str) -> StepOutcome:
+        """The step failed before it ran: its analysis cannot be answered (`message` says
+        why and what to change)."""
+        return cls(
+            state=StepState.FAILED, kind=kind, error_code="invalid_analysis", error_message=message
+        )
+
 
 @dataclass(frozen=True)
 class DPCharge:

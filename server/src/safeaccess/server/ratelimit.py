@@ -30,10 +30,7 @@ _KEYID = re.compile(r'keyid="([^"]{1,128})"')
 MAX_SUBJECTS = 100_000  # subjects tracked at once; the least recently failed are forgotten
 
 
-class TooManyFailures(ServiceError):
-    status = 429
-    code = "too_many_failures"
-
+class TooManyFailures(ServiceError, status=429, code="too_many_failures"):
     def __init__(self, message: str, retry_after: float):
         super().__init__(message)
         self.retry_after = retry_after

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,7 +27,7 @@ from safeaccess.server.auditors import (
     log_configuration,
 )
 from safeaccess.server.auth import AUTHENTICATION_FAILED as AUTHENTICATION_FAILED
-from safeaccess.server.auth import Authenticator
+from safeaccess.server.auth import Authenticator, SignedRequest
 from safeaccess.server.config import DataDir, ServerConfig
 from safeaccess.server.digests import sha256_hex
 from safeaccess.server.errors import ConfigError, NotFound, Unavailable
@@ -231,19 +230,11 @@ class Service:
         if hasattr(self, "audit"):
             self.audit.auth_limiter = limiter
 
-    def authenticate_key(
-        self,
-        method: str,
-        path: str,
-        query: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        address: str | None = None,
-    ) -> tuple[str, Ed25519PublicKey]:
+    def authenticate_key(self, request: SignedRequest) -> tuple[str, Ed25519PublicKey]:
         """The researcher who signed this request and the key the signature was checked
         against, or raise Unauthenticated (TooManyFailures past the rate limit of failures per
         key id and per address)."""
-        return self.researchers.authenticate_key(method, path, query, headers, body, address)
+        return self.researchers.authenticate_key(request)
 
     # -- catalogue (datasets.py) ----------------------------------------------------------------
 

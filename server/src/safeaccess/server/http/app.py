@@ -35,6 +35,7 @@ from safeaccess.server.errors import (
     Unavailable,
 )
 from safeaccess.server.http import audit as api_audit
+from safeaccess.server.http.signed import signed_request
 from safeaccess.server.logs import RequestIds
 from safeaccess.server.ratelimit import TooManyFailures
 from safeaccess.server.readiness import Readiness, sandbox_mode
@@ -159,14 +160,7 @@ def parse_body(model: type[M], body: bytes) -> M:
 def _authenticate(service: Service, request: Request, body: bytes) -> Authed:
     """Verify the request's signature over its raw body (in a worker thread: it reads the
     database); the researcher who signed it."""
-    researcher, key = service.authenticate_key(
-        request.method,
-        request.url.path,
-        request.url.query,
-        request.headers,
-        body,
-        request.client.host if request.client is not None else None,
-    )
+    researcher, key = service.authenticate_key(signed_request(request, body))
     return Authed(researcher=researcher, body=body, key=key)
 
 

@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from safeaccess.server.http.signed import signed_request
 from safeaccess.server.service import Service
 
 
@@ -22,15 +23,7 @@ class Auditor:
 async def audited(request: Request) -> Auditor:
     service: Service = request.app.state.service
     body = await request.body()
-    name = await run_in_threadpool(
-        service.audit.authenticate,
-        request.method,
-        request.url.path,
-        request.url.query,
-        request.headers,
-        body,
-        request.client.host if request.client is not None else None,
-    )
+    name = await run_in_threadpool(service.audit.authenticate, signed_request(request, body))
     return Auditor(name=name)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from types import TracebackType
 
 import uvicorn
 from fastapi import FastAPI
@@ -45,10 +44,5 @@ class EmbeddedServer:
     def __enter__(self) -> EmbeddedServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

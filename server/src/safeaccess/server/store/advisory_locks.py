@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from types import TracebackType
 
 from sqlalchemy import Connection, Engine, func, select, text
 from sqlalchemy.exc import DBAPIError
@@ -118,12 +117,7 @@ class SharedLock:
         self.acquire()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 

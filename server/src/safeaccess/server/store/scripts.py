@@ -16,7 +16,7 @@ from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
 from safeaccess.server.store import auditlog
 from safeaccess.server.store.schema import SequenceRow, StepRow
-from safeaccess.server.store.sequences import find_step
+from safeaccess.server.store.sequences import find_step, put_run_result
 
 if TYPE_CHECKING:
     from safeaccess.server.store.database import Database
@@ -49,14 +49,7 @@ def record_script_run(
         step = find_step(s, sequence_id, index, lock=True)
         if step is None:
             raise NotFound(f"step {index} of sequence {sequence_id} does not exist")
-        step.output = outcome.output
-        step.public_output = outcome.public_output
-        step.output_hash = outcome.output_hash
-        step.decision = outcome.decision
-        step.error_code = outcome.error_code
-        step.error_message = outcome.error_message
-        step.backend = outcome.backend
-        step.wall_seconds = outcome.wall_seconds
+        put_run_result(step, outcome)
         # Not appended now: the log's size is in every checkpoint a researcher can fetch, so
         # an entry at the run's end would time her script on the real data. The record
         # waits for the first checker action on the step (`append_script_run`), whose time

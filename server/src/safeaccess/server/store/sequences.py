@@ -367,6 +367,26 @@ _SETTLED = (
 )
 
 
+#: A step's columns that hold its run's result: the `StepOutcome` fields of the same names.
+RUN_RESULT = (
+    "output",
+    "public_output",
+    "output_hash",
+    "decision",
+    "error_code",
+    "error_message",
+    "backend",
+    "wall_seconds",
+)
+
+
+def put_run_result(step: StepRow, outcome: StepOutcome) -> None:
+    """Copy the run's result (`RUN_RESULT`) from `outcome` onto the step's row: a settled
+    step's and a background script run's (`scripts.record_script_run`) alike."""
+    for name in RUN_RESULT:
+        setattr(step, name, getattr(outcome, name))
+
+
 def _bind_type(name: str) -> Any:
     """The column's type for a bound value; a JSON column's None is SQL NULL, as the ORM wrote
     it (JSON's default writes the JSON text 'null', which `IS NULL` does not match)."""
@@ -471,15 +491,8 @@ def _settle_step(
         seq.state, seq.version, seq.updated_at = target.value, seq.version + 1, now
         step.state = outcome.state.value
         step.kind = outcome.kind
-        step.output = outcome.output
-        step.public_output = outcome.public_output
-        step.output_hash = outcome.output_hash
-        step.decision = outcome.decision
         step.ruleset_hash = outcome.ruleset_hash
-        step.error_code = outcome.error_code
-        step.error_message = outcome.error_message
-        step.backend = outcome.backend
-        step.wall_seconds = outcome.wall_seconds
+        put_run_result(step, outcome)
         step.updated_at = now
         ruleset = _settle_events(store, s, step, outcome, event_data, sequence_id, index)
         conn.execute(

@@ -145,7 +145,7 @@ def make_mock(
     except SandboxError as exc:
         raise ConfigError(f"the sandbox could not compute the mock's tables: {exc}") from exc
     assert isinstance(result.output, SynthTablesOutput)
-    m = metadata.neighbours.max_records_per_unit if metadata.neighbours.unit == "contributor" else 1
+    m = metadata.neighbours.records_per_unit
     released = measure(work, result.output.facts.tables, mu, m)
     request = WorkerRequest(
         domain=[(c.name, c.size) for c in work.columns],

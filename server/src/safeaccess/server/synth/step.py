@@ -65,7 +65,7 @@ from safeaccess.sandbox.backend import (
 )
 from safeaccess.server.dp import DPContext, _withheld, config_hash, ledger_view
 from safeaccess.server.errors import Unavailable
-from safeaccess.server.outcome import DPCharge, StepOutcome
+from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
 from safeaccess.server.synth.measure import Measurement, SynthMeasurements, measure
 from safeaccess.server.synth.protocol import WorkerMeasurement, WorkerRequest
@@ -104,13 +104,8 @@ def plan(
     try:
         work = workload(analysis, metadata, ruleset)
     except SynthInvalid as exc:
-        return StepOutcome(
-            state=StepState.FAILED,
-            kind=analysis.kind,
-            error_code="invalid_analysis",
-            error_message=str(exc),
-        )
-    m = metadata.neighbours.max_records_per_unit if metadata.neighbours.unit == "contributor" else 1
+        return StepOutcome.invalid(analysis.kind, str(exc))
+    m = metadata.neighbours.records_per_unit
     mu = gaussian_mu_for(analysis.epsilon, analysis.delta)
     cfg = context.config
     ledger = GaussianLedger(spent=context.ledger.spent, releases=context.ledger.releases)
@@ -476,15 +471,7 @@ def release(
         output_hash=hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest(),
         decision=decision.model_dump(mode="json"),
         ruleset_hash=decision.ruleset_hash,
-        dp_charge=DPCharge(
-            key=context.key,
-            dataset=context.dataset,
-            scope=cfg.scope,
-            owner=context.owner,
-            version=context.ledger.version,
-            spent_after=ledger_after.spent,
-            releases_after=ledger_after.releases,
-        ),
+        dp_charge=context.charge(ledger_after),
         dp_facts={
             "verdict": facts.verdict,
             "ledger": context.key,

@@ -96,29 +96,34 @@ def windowed_median(sorted_values: np.ndarray) -> float:
     return _apply(sorted_values, windowed_median_weights(sorted_values.size))
 
 
-def skewness(values: np.ndarray) -> float | None:
-    """Adjusted Fisher-Pearson skewness G1; None if n < 3 or zero variance."""
-    n = values.size
-    if n < 3:
+def _standardised_moment(values: np.ndarray, order: int, least: int) -> float | None:
+    """m_order / m2^(order / 2) of the (biased) central sample moments; None with fewer than
+    `least` values or zero variance."""
+    if values.size < least:
         return None
     dev = values - values.mean()
     m2 = float(np.mean(dev**2))
     if m2 == 0.0:
         return None
-    g1 = float(np.mean(dev**3)) / m2**1.5
+    return float(np.mean(dev**order)) / m2 ** (order / 2)
+
+
+def skewness(values: np.ndarray) -> float | None:
+    """Adjusted Fisher-Pearson skewness G1; None if n < 3 or zero variance."""
+    g1 = _standardised_moment(values, 3, least=3)
+    if g1 is None:
+        return None
+    n = values.size
     return math.sqrt(n * (n - 1)) / (n - 2) * g1
 
 
 def excess_kurtosis(values: np.ndarray) -> float | None:
     """Sample excess kurtosis G2; None if n < 4 or zero variance."""
+    b2 = _standardised_moment(values, 4, least=4)
+    if b2 is None:
+        return None
     n = values.size
-    if n < 4:
-        return None
-    dev = values - values.mean()
-    m2 = float(np.mean(dev**2))
-    if m2 == 0.0:
-        return None
-    g2 = float(np.mean(dev**4)) / m2**2 - 3.0
+    g2 = b2 - 3.0
     return ((n + 1) * g2 + 6.0) * (n - 1) / ((n - 2) * (n - 3))
 
 

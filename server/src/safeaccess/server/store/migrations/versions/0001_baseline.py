@@ -2,10 +2,6 @@
 
 A database made by those releases has these tables and no `alembic_version`; `store.migrate`
 stamps it with this revision before upgrading it.
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-25
 """
 
 from __future__ import annotations
@@ -15,8 +11,6 @@ from alembic import op
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

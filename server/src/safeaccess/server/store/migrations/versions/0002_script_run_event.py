@@ -1,9 +1,4 @@
-"""Steps hold a script run's log record until a checker first acts on the step.
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-27
-"""
+"""Steps hold a script run's log record until a checker first acts on the step."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

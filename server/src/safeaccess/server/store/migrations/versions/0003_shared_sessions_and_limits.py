@@ -8,10 +8,6 @@ end with that process, as they always did at a restart.
 `sequences.state` grows from 16 to 32 characters: `awaiting_approval` (17) did not fit, which
 PostgreSQL refused (SQLite does not check lengths), so a sequence past its withhold budget
 could not be opened on PostgreSQL.
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-27
 """
 
 from __future__ import annotations
@@ -21,8 +17,6 @@ from alembic import op
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

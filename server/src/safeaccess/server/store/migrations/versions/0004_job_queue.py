@@ -4,10 +4,6 @@ API replicas with `execution = "queue"` defer each step's job into `procrastinat
 transaction that records the step as running; `safeaccess-server worker` hosts claim and run
 them. The schema is procrastinate's own (`procrastinate/sql/schema.sql` of the pinned release).
 SQLite (the embedded single-host server) runs steps in process and gets nothing.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-11-27
 """
 
 from __future__ import annotations
@@ -18,8 +14,6 @@ from safeaccess.server.store.queue import install_schema, uninstall_schema
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,5 @@
 """The queue's claim with dataset affinity (`store/affinity.py`): a PostgreSQL function beside
 procrastinate's own; SQLite (no queue) gets nothing.
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-11-28
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from safeaccess.server.store.affinity import install_claim, uninstall_claim
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

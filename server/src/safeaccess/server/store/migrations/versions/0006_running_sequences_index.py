@@ -1,10 +1,6 @@
 """An index on sequences.state: each API replica running steps itself looks for the running
 sequences every few seconds (`steps/orphans.py`), which must stay a lookup of those few however
 many sequences a centre has recorded.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-11-28
 """
 
 from __future__ import annotations
@@ -13,8 +9,6 @@ from alembic import op
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -2,10 +2,6 @@
 (researcher, state). Her open sequences are found by it, and her withholds through her aborted
 sequences (a withhold aborts its sequence). Without it the budget read every sequence and step
 she ever had: 9.3 ms per read on SQLite at 6 000 sequences of 5 steps.
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-11-28
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from alembic import op
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -6,10 +6,6 @@ completes (the node at level l over leaves [idx * 2^l, (idx + 1) * 2^l) belongs 
 row or two, which was one more statement in every transaction that records anything (two per
 step). The nodes already stored are copied into the entries that complete them, and the
 `audit_nodes` table is dropped; the downgrade rebuilds it from the entries.
-
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-11-28
 """
 
 from __future__ import annotations
@@ -19,8 +15,6 @@ from alembic import op
 
 revision = "0008"
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
 HASH = 32
 #: Entries copied per batch: bounds the migration's memory on a log of millions of entries.

@@ -191,12 +191,7 @@ def _register_log(centre: Centre) -> str:
             Column(name="income", type="integer", bounds=(0, 200_000)),
         ],
     )
-    data = DataDir(centre.root)
-    store = Store(data.database_url(data.load_config()))
-    try:
-        register_dataset(data, store, name=name, frame=LOG_DATA, metadata=meta, project="p1")
-    finally:
-        store.close()
+    add_dataset(centre.root, name=name, frame=LOG_DATA, metadata=meta, project="p1")
     return name
 
 

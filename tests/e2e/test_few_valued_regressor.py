@@ -89,10 +89,6 @@ def test_a_saturated_design_on_the_few_valued_regressor_is_refused(
     assert not released(centre, srv.url, dataset, saturated)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open until the auditor holds weighted rows (docs/rules.md, a few-valued regressor)",
-)
 def test_a_single_logit_on_a_few_valued_regressor_is_released(
     centre_server: tuple[Centre, EmbeddedServer], dataset: str
 ) -> None:

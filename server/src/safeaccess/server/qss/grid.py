@@ -58,7 +58,7 @@ from safeaccess.client.grammar.filters import (
 from safeaccess.client.grammar.formulas import formula_columns, parse_formula
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.validation import is_iso_date
-from safeaccess.rules.outputs import Output, extra_query_sets_of, query_set_of
+from safeaccess.rules.outputs import WEIGHTED_LABEL, Output, extra_query_sets_of, query_set_of
 from safeaccess.rules.qss import Admission
 from safeaccess.sandbox.backend import RunnerRequest
 from safeaccess.sandbox.runner import run_request
@@ -86,13 +86,19 @@ class Origin(BaseModel):
 
 
 def output_labels(output: Output | None) -> list[list[str]]:
-    """The cell labels of each query-set array of `output` (main first, then the extras)."""
+    """The cell labels of each query-set array of `output` (main first, then the extras), then
+    the row labels of each weighted set (numbered after the arrays, as `admit` numbers them)."""
     if output is None:
         return []
     qs = query_set_of(output)
     if qs is None:
         return []
-    return [qs.labels] + [q.labels for q in extra_query_sets_of(output)]
+    extras = extra_query_sets_of(output)
+    return (
+        [qs.labels]
+        + [q.labels for q in extras if not q.weighted]
+        + [list(q.row_labels or []) for q in extras if q.weighted]
+    )
 
 
 def _label(labels: Sequence[Sequence[str]], array: int, cell: int) -> str:
@@ -294,11 +300,18 @@ class _GridEvaluator:
             return False  # a row of unknown definition: nothing can show the zero structural
         sources = cast(Sequence[_Source], involved)
         combination = self._combination(sources, coefficients, p)
+        weighted = any(s.label.startswith(WEIGHTED_LABEL) for s in sources)
         if combination is None:
-            return self._on_grid(sources, coefficients, p)
+            return False if weighted else self._on_grid(sources, coefficients, p)
         defined, weights = combination
         if defined and not any(weight for _, weight in weights):
             return True
+        if weighted:
+            # A weighted row (a fit's design column over value groups, issue 41) is not a set
+            # of records: the grid cannot evaluate it, and its filters alone cannot tell a
+            # structural dependency from one the records reveal (a column constant on the set
+            # makes it a multiple of the set). Only its own repeat holds by definition (above).
+            return False
         key = (self._metadata_digest(), p, weights)
         verdict = _VERDICTS.get(key)
         if verdict is None:
@@ -501,7 +514,8 @@ class _GridEvaluator:
         qs = query_set_of(response.output)
         if qs is None:
             return None
-        arrays = [qs, *extra_query_sets_of(response.output)]
+        # the partitions only, in `output_labels`' numbering: weighted rows are never evaluated
+        arrays = [qs, *(q for q in extra_query_sets_of(response.output) if not q.weighted)]
         for g, q in enumerate(arrays):
             if not q.attached:
                 return None

@@ -17,6 +17,7 @@ from safeaccess.client.analyses import Regression
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.facts import residual_spread
 from safeaccess.rules.outputs import (
+    WEIGHTED_LABEL,
     Coefficient,
     QuerySet,
     RegressionFacts,
@@ -191,13 +192,17 @@ def _regressor_facts(design: Any, x: np.ndarray, columns: list[str]) -> list[Reg
 def subgroup_query_sets(
     design: Any, x: np.ndarray, frame: pd.DataFrame, n_records: int
 ) -> list[QuerySet]:
-    """The sub-groups a fit releases totals over, each as a partition of the model's records.
+    """The sub-groups a fit releases totals over, as partitions of the model's records and, for
+    a numeric column with few values, as weighted rows over its value groups.
 
     X'y and X'X hold, for each 0/1 column (a dummy, or a product of dummies for an interaction),
-    the totals over the records where it is 1; and for a numeric column with few values,
-    weighted sums that several fits turn into each value group's total. Each such column gives
-    one partition: its distinct values over the records used (identical partitions, such as x and
-    x², are given once)."""
+    the totals over the records where it is 1: each such column gives one partition (identical
+    partitions are given once). A numeric column with at most `FEW_VALUES` distinct values x_c
+    releases the weighted sums Σ_c x_c · T_c (X'y, and the same row over every power of the
+    outcome through the likelihood and the standard errors) and Σ_c x_c² · n_c (X'X's
+    diagonal): two weighted rows over its value groups (issue 41), so one fit determines no
+    group's total, while fits with other transforms of the column on one set add up to every
+    group's total in the auditor as they do for the researcher (docs/qss.md)."""
     rows = np.asarray(design.rows, dtype=np.int64)
     sets: list[QuerySet] = []
     seen: set[bytes] = set()
@@ -207,14 +212,20 @@ def subgroup_query_sets(
         values, codes = np.unique(x[:, j], return_inverse=True)
         if values.size < 2 or (not info.binary and values.size > FEW_VALUES):
             continue
-        key = codes.astype(np.int32).tobytes()
+        numeric = not (info.binary or bool(np.all(np.isin(values, (0.0, 1.0)))))
+        key = codes.astype(np.int32).tobytes() + (values.tobytes() if numeric else b"")
         if key in seen:
             continue
         seen.add(key)
         cell = np.full(len(frame), -1, dtype=np.int64)
         cell[rows] = codes
         labels = [f"{info.name} = {v:g}" for v in values]
-        sets.append(query_set(labels, frame, cell, n_records))
+        qs = query_set(labels, frame, cell, n_records)
+        if numeric:
+            # the floats the fit used, and their squares as the sandbox evaluates them
+            qs.weights = [values.tolist(), (values * values).tolist()]
+            qs.row_labels = [f"{WEIGHTED_LABEL}{info.name}", f"{WEIGHTED_LABEL}{info.name}^2"]
+        sets.append(qs)
     return sets
 
 

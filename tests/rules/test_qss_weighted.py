@@ -11,8 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, WeightedSet, admit
-from safeaccess.rules.qss import modp
+from safeaccess.rules.qss import AuditPolicy, AuditState, QuerySetError, WeightedSet, admit, modp
 
 N = 600
 POLICY = AuditPolicy(k=10)

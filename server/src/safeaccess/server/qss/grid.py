@@ -58,7 +58,7 @@ from safeaccess.client.grammar.filters import (
 from safeaccess.client.grammar.formulas import formula_columns, parse_formula
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.validation import is_iso_date
-from safeaccess.rules.outputs import WEIGHTED_LABEL, Output, extra_query_sets_of, query_set_of
+from safeaccess.rules.outputs import Output, extra_query_sets_of, query_set_of
 from safeaccess.rules.qss import Admission
 from safeaccess.sandbox.backend import RunnerRequest
 from safeaccess.sandbox.runner import run_request
@@ -300,18 +300,11 @@ class _GridEvaluator:
             return False  # a row of unknown definition: nothing can show the zero structural
         sources = cast(Sequence[_Source], involved)
         combination = self._combination(sources, coefficients, p)
-        weighted = any(s.label.startswith(WEIGHTED_LABEL) for s in sources)
         if combination is None:
-            return False if weighted else self._on_grid(sources, coefficients, p)
+            return self._on_grid(sources, coefficients, p)
         defined, weights = combination
         if defined and not any(weight for _, weight in weights):
             return True
-        if weighted:
-            # A weighted row (a fit's design column over value groups, issue 41) is not a set
-            # of records: the grid cannot evaluate it, and its filters alone cannot tell a
-            # structural dependency from one the records reveal (a column constant on the set
-            # makes it a multiple of the set). Only its own repeat holds by definition (above).
-            return False
         key = (self._metadata_digest(), p, weights)
         verdict = _VERDICTS.get(key)
         if verdict is None:
@@ -514,7 +507,11 @@ class _GridEvaluator:
         qs = query_set_of(response.output)
         if qs is None:
             return None
-        # the partitions only, in `output_labels`' numbering: weighted rows are never evaluated
+        # The partitions only, in `output_labels`' numbering. A weighted row (a fit's design
+        # column over value groups, issue 41) is not a set of records: it is never evaluated
+        # here as the set its cells cover (which would make it a repeat of the fit's own set),
+        # so a dependency it is in holds by definition only as its own repeat, or by the
+        # filters' fallback like every row the grid cannot evaluate (`_same_filters`).
         arrays = [qs, *(q for q in extra_query_sets_of(response.output) if not q.weighted)]
         for g, q in enumerate(arrays):
             if not q.attached:

@@ -100,3 +100,81 @@ def test_bad_weights_are_refused_with_a_clear_error() -> None:
     with pytest.raises(QuerySetError, match="finite"):
         bad = np.array([[0.0, 1.0, np.nan, 3.0]])
         admit(AuditState.empty(N), [_model()], POLICY, [WeightedSet(groups, bad)])
+
+
+def test_a_weighted_scope_carries_its_kept_sets() -> None:
+    # the kept certificate holds weighted columns: a later ordinary table over a weighted state
+    # is decided by the sets carried over, not from scratch
+    groups = _groups()
+    fit = admit(AuditState.empty(N), [_model()], POLICY, [_power(groups, 1)])
+    assert fit.state is not None
+    halves = (np.arange(N) % 2).astype(np.int8)
+    later = admit(fit.state, [halves], POLICY)
+    assert later.admitted and later.state is not None
+    again = admit(later.state, [(np.arange(N) % 3 == 0).astype(np.int8)], POLICY)
+    assert again.admitted
+    assert again.facts["certificate"]["kept"] is True
+
+
+def _oracle_rows(
+    n: int, history: list[tuple[list[np.ndarray], list[WeightedSet]]]
+) -> tuple[list[list[float]], list[int]]:
+    """Every admitted row over the atoms of the history (records with the same cell in every
+    array and the same group in every weighted set), computed here from the arrays alone."""
+    keys = [
+        tuple(
+            [int(a[r]) for arrays, _ in history for a in arrays]
+            + [int(w.cells[r]) for _, sets in history for w in sets]
+        )
+        for r in range(n)
+    ]
+    atoms = sorted(set(keys))
+    members = [[r for r in range(n) if keys[r] == atom] for atom in atoms]
+    rows: list[list[float]] = []
+    for arrays, sets in history:
+        for a in arrays:
+            for c in sorted({int(x) for x in a if x >= 0}):
+                rows.append([1.0 if a[m[0]] == c else 0.0 for m in members])
+        for w in sets:
+            for j in range(w.weights.shape[0]):
+                rows.append(
+                    [
+                        0.0 if w.cells[m[0]] < 0 else float(w.weights[j, w.cells[m[0]]])
+                        for m in members
+                    ]
+                )
+    return rows, [len(m) for m in members]
+
+
+def test_weighted_verdicts_agree_with_exact_rational_brute_force() -> None:
+    # an admission is never a release of a determined small combination; a refusal names one
+    # (or is a refusal for cost, which the search may reach on such tiny atoms)
+    from _qss_oracle import smallest_support
+
+    rng = np.random.default_rng(41)
+    n, k = 16, 3
+    policy = AuditPolicy(k=k)
+    released = refused = 0
+    for _ in range(8):
+        state = AuditState.empty(n)
+        history: list[tuple[list[np.ndarray], list[WeightedSet]]] = []
+        for _ in range(3):
+            inside = rng.random(n) < 0.8
+            arrays = [np.where(inside, rng.integers(0, 2, n), -1).astype(np.int8)]
+            groups = np.where(inside, rng.integers(0, 4, n), -1).astype(np.int8)
+            values = np.log1p(rng.integers(0, 9, 4).astype(float))
+            weights = np.stack([values, values * values])[: int(rng.integers(1, 3))]
+            sets = [WeightedSet(groups, weights)]
+            admission = admit(state, arrays, policy, sets)
+            rows, sizes = _oracle_rows(n, [*history, (arrays, sets)])
+            safe = smallest_support(rows, sizes, k) is None
+            if admission.admitted:
+                assert safe
+                assert admission.state is not None
+                state = admission.state
+                history.append((arrays, sets))
+                released += 1
+            elif "cost" not in admission.facts:
+                assert not safe
+                refused += 1
+    assert released and refused

@@ -443,13 +443,16 @@ def _span_audit(
         return _Unverified("no lane holds every admitted row independent")
     # Fast path: the kept certificate carried over this output proves that nothing small is
     # determined, so the null vectors (whose only use is a fast refusal) are not needed.
-    # the kept sets read 0/1 columns: a scope with weighted rows decides from scratch
-    carried = (
-        None
-        if grown.weighted
-        else carry_kept(
-            kept, grown.indptr, grown.indices, sizes, k, n_old_rows, ancestor, n_old_atoms
-        )
+    carried = carry_kept(
+        kept,
+        grown.indptr,
+        grown.indices,
+        sizes,
+        k,
+        n_old_rows,
+        ancestor,
+        n_old_atoms,
+        grown.data,
     )
     verdict: Verdict
     if carried is not None:

@@ -309,6 +309,7 @@ def carry_kept(
     n_old_rows: int,
     ancestor: Int64Array,
     n_old_atoms: int | None = None,
+    data: FloatArray | None = None,
 ) -> tuple[Certified, KeptSets] | None:
     """The completing sets kept from the previous admission carried over this one's splits and
     rows (`kept.py`), when that certifies; None when it cannot (decide from scratch then). It
@@ -326,13 +327,19 @@ def carry_kept(
     swapped, holes = kept_sets.substitute(kept, ancestor, n_old_atoms, sizes, k)
     need = (n_rows - n_old_rows) * kept.n_sets + sum(len(h) for h in holes)
     fresh = np.arange(n_old_atoms, n_atoms, dtype=np.int64)
+    # weighted rows: the entries' weights mod the sets' prime (the columns read carry them)
+    values = None if data is None else modp.float_mod(data, kept.p)
 
     def supply() -> Iterator[tuple[Int64Array, kept_sets.FloatArray]]:
         # ordered only when read: an output that adds no row and leaves no hole reads none
         order = kept_sets.candidate_order(indptr, indices, sizes, k, n_old_rows, n_rows, fresh)
-        return kept_sets.batches(indptr, indices, n_atoms, n_rows, order, size=2 * need + 64)()
+        return kept_sets.batches(
+            indptr, indices, n_atoms, n_rows, order, size=2 * need + 64, values=values
+        )()
 
-    carried = kept_sets.extend(swapped, indptr, indices, n_rows, sizes, k, supply, holes)
+    carried = kept_sets.extend(
+        swapped, indptr, indices, n_rows, sizes, k, supply, holes, values=values
+    )
     if carried is None or not carried.certifies(sizes, k):
         return None
     return _certified_by(carried, sizes, k, n_rows, kept=True), carried
@@ -365,20 +372,14 @@ def decide_scratch(
 ) -> tuple[Verdict, KeptSets | None]:
     """Decide from scratch, and keep new completing sets for the next admission. The kept sets
     are built first (`kept.build`): when they certify they are the proof, and the exact
-    `decide` (packing and branch-and-bound) runs only when they do not.
-
-    With weighted rows (`data`) no sets are kept (`kept.py` reads 0/1 columns): `decide` alone
-    decides, this admission and each later one of the scope (its cost: the packing's row of
-    docs/qss.md's bound table)."""
-    if data is not None:
-        n_atoms = int(sizes.shape[0])
-        return decide(indptr, indices, n_atoms, sizes, k, p, max_nodes, spend, data), None
-    built = kept_sets.build(indptr, indices, sizes, k, k)
+    `decide` (packing and branch-and-bound) runs only when they do not. `data`: the entries'
+    weights when some row is weighted (the kept sets then hold weighted columns)."""
+    built = kept_sets.build(indptr, indices, sizes, k, k, data)
     if built is not None and built.certifies(sizes, k):
         return _certified_by(built, sizes, k, int(indptr.shape[0]) - 1, kept=False), built
-    verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes, spend)
+    verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes, spend, data)
     if isinstance(verdict, Certified):
-        return verdict, kept_sets.build(indptr, indices, sizes, k, k)
+        return verdict, kept_sets.build(indptr, indices, sizes, k, k, data)
     return verdict, None
 
 

@@ -62,9 +62,10 @@ def corpus() -> list[tuple[str, Analysis]]:
         ("dee", FrequencyTable(rows=["employment"], cols=["sex"])),
         ("dee", Histogram(variable="income", edges=INCOME_EDGES, where="age >= 18")),
         ("dee", Correlation(variables=["age", "income", "health"])),
-        # few-valued regressors (issue 41): health's five values, admitted as weighted rows
-        ("dee", Regression(formula="income ~ health + age", where="age >= 18")),
-        ("eve", Regression(formula="income ~ log1p(health) + C(sex)", where="income > 0")),
+        # few-valued regressors (issue 41): age over the oldest (6 and 8 values), admitted as
+        # weighted rows over its value groups
+        ("dee", Regression(formula="income ~ age", where="age >= 90")),
+        ("eve", Regression(formula="income ~ log1p(age) + C(sex)", where="age >= 88")),
         ("eve", StatTest(test="t_two_sample", variable="income", group="sex")),
         ("eve", FrequencyTable(rows=["region"], cols=["health"], where="employment == 'employed'")),
         ("eve", MagnitudeTable(value="income", agg="sum", rows=["sex"], cols=["employment"])),

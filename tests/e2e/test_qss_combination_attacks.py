@@ -20,6 +20,8 @@ when that part lands.
    kurtosis give the power sums of the four incomes, Newton's identities the incomes;
 3. `income ~ C(sex) + age` on two sets: the men's totals differ by one man;
 4. regressions on one set with x, x^2 and x^3 of a few-valued column: each value group's total;
+   and (issue 41, weighted rows) one such fit with the totals of its lower groups, or with the
+   same fit on the set without its top groups;
 5. padding by the filtered variable: in `test_single_output_attacks.py` (a single output's
    rules close it, so its unguarded run disables those rules instead of the admission);
 6. refusal as an oracle: a binary search with one-step probes on

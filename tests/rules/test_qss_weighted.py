@@ -178,3 +178,27 @@ def test_weighted_verdicts_agree_with_exact_rational_brute_force() -> None:
                 assert not safe
                 refused += 1
     assert released and refused
+
+
+def test_the_mixed_cross_products_equal_the_exact_ones() -> None:
+    # the fast path (0/1 rows by one float product, weighted rows exactly) against every term
+    # reduced exactly, on a state with weighted and 0/1 rows and new rows of both kinds
+    from safeaccess.rules.qss import constraints as cons
+
+    groups = _groups()
+    state = admit(AuditState.empty(N), [_model()], POLICY, [_power(groups, 1)]).state
+    assert state is not None
+    state = admit(state, [(np.arange(N) % 2).astype(np.int8)], POLICY).state
+    assert state is not None and state.constraints is not None
+    c = state.constraints
+    m = c.n_atoms
+    rng = np.random.default_rng(3)
+    plain = rng.integers(-1, 3, m).astype(np.int64)
+    single = np.where(rng.random(m) < 0.5, 0, -1).astype(np.int64)
+    index = [plain, np.where(single >= 0, 3, -1)]
+    weights = [None, rng.normal(size=m)]
+    lanes = [cons._weights_mod(weights, lane.p) for lane in c.lanes]
+    mixed = cons._cross_products_mixed(c, index, 4, lanes)
+    exact = cons._cross_products_weighted(c, index, 4, lanes)
+    for a, b in zip(mixed, exact, strict=True):
+        assert np.array_equal(a, b)

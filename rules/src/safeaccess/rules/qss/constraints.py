@@ -130,16 +130,28 @@ class Constraints:
     #: each entry's weight (the float the sandbox evaluated) when some row is weighted (a fit's
     #: design column over its value groups, issue 41); None when every entry is 1 (query sets)
     data: FloatArray | None = None
+    #: `values` by prime, with the weights they were taken of (a copy made by `replace` shares
+    #: the cache, and an entry is used only for the very array it was computed from)
+    _values: dict[int, tuple[FloatArray, Int64Array]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def weighted(self) -> bool:
         return self.data is not None
 
     def values(self, p: int) -> Int64Array:
-        """Each entry's weight mod p (its exact rational: `modp.float_mod`); ones when 0/1."""
+        """Each entry's weight mod p (its exact rational: `modp.float_mod`); ones when 0/1.
+        Read-only (kept for the next call with the same prime)."""
         if self.data is None:
             return np.ones(self.nnz, dtype=np.int64)
-        return modp.float_mod(self.data, p)
+        found = self._values.get(p)
+        if found is not None and found[0] is self.data:
+            return found[1]
+        out = modp.float_mod(self.data, p)
+        out.setflags(write=False)
+        self._values[p] = (self.data, out)
+        return out
 
     @classmethod
     def empty(cls, n_atoms: int, rng: np.random.Generator | None = None) -> Constraints:
@@ -511,6 +523,63 @@ def _cross_products_weighted(
     return out
 
 
+def _cross_products_mixed(
+    constraints: Constraints,
+    new_index: list[Int64Array],
+    n_new: int,
+    lane_weights: list[LaneWeights],
+) -> list[Int64Array]:
+    """`_cross_products` with weighted rows among the kept or the new ones: the 0/1 kept rows
+    against the 0/1 new rows by the one sparse product (most of the work: a state's rows are
+    mostly query sets), and every product that involves a weighted row exactly
+    (`_cross_products_weighted`), over its own entries only."""
+    n_rows = constraints.n_rows
+    plain_arrays = [i for i, w in enumerate(lane_weights[0]) if w is None]
+    weighted_arrays = [i for i, w in enumerate(lane_weights[0]) if w is not None]
+    none = np.full(0, -1, dtype=np.int64)
+    m = constraints.n_atoms
+
+    def only(arrays: list[int]) -> list[Int64Array]:
+        blank = np.full(m, -1, dtype=np.int64) if len(arrays) < len(new_index) else none
+        return [idx if i in arrays else blank for i, idx in enumerate(new_index)]
+
+    out = (
+        _cross_products(constraints, only(plain_arrays), n_new)
+        if plain_arrays
+        else [np.zeros((n_rows, n_new), np.int64) for _ in constraints.lanes]
+    )
+    data = constraints.data
+    if data is not None and plain_arrays and n_rows:
+        # the 0/1 product took every kept row as 0/1: the weighted kept rows' entries against
+        # the 0/1 new rows again, exactly
+        weighted_rows = np.unique(constraints.row_of_entry()[data != 1.0])
+        if weighted_rows.size:
+            sub = _rows_subset(constraints, weighted_rows)
+            exact = _cross_products_weighted(sub, only(plain_arrays), n_new, lane_weights)
+            for lane_out, fixed in zip(out, exact, strict=True):
+                lane_out[weighted_rows] = fixed
+    if weighted_arrays:
+        extra = _cross_products_weighted(constraints, only(weighted_arrays), n_new, lane_weights)
+        out = [(a + b) % lane.p for a, b, lane in zip(out, extra, constraints.lanes, strict=True)]
+    return out
+
+
+def _rows_subset(constraints: Constraints, rows: Int64Array) -> Constraints:
+    """The constraints' rows `rows` alone (same atoms, lanes and weights): for products."""
+    lengths = np.diff(constraints.indptr)[rows]
+    starts = constraints.indptr[rows]
+    take = np.concatenate([np.arange(a, a + n) for a, n in zip(starts, lengths, strict=True)])
+    data = constraints.data
+    return replace(
+        constraints,
+        indptr=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        indices=constraints.indices[take],
+        data=None if data is None else data[take],
+        origin=constraints.origin[rows],
+        _values={},
+    )
+
+
 def _new_sketches_weighted(
     lane: Lane,
     new_index: list[Int64Array],
@@ -639,7 +708,7 @@ def add_rows(
     if not n_fresh:
         c_all = [np.zeros((constraints.n_rows, 0), np.int64) for _ in constraints.lanes]
     elif weighted:
-        c_all = _cross_products_weighted(constraints, fresh_index, n_fresh, lane_weights)
+        c_all = _cross_products_mixed(constraints, fresh_index, n_fresh, lane_weights)
     else:
         c_all = _cross_products(constraints, fresh_index, n_fresh)
     e_keys, e_atoms, e_g, e_h = (

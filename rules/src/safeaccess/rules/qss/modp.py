@@ -276,6 +276,17 @@ def float_mod(values: npt.NDArray[np.float64], p: int) -> Int64Array:
     v = np.asarray(values, dtype=np.float64)
     if not bool(np.all(np.isfinite(v))):
         raise ValueError("a weight is not a finite number")
+    ones = v == 1.0
+    if bool(ones.any()):  # most entries of a state's rows are 1 (its 0/1 query sets)
+        out = np.ones(v.shape[0], dtype=np.int64)
+        rest = np.flatnonzero(~ones)
+        if rest.size:
+            out[rest] = _float_mod(v[rest], p)
+        return out
+    return _float_mod(v, p)
+
+
+def _float_mod(v: npt.NDArray[np.float64], p: int) -> Int64Array:
     mantissa, exponent = np.frexp(np.abs(v))
     # |v| = M · 2**(e − 53) with M = mantissa · 2**53 an integer below 2**53 (exact in int64)
     m_int = np.ldexp(mantissa, 53).astype(np.int64)

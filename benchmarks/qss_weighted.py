@@ -2,7 +2,7 @@
 
 On the rules-level census of `benchmarks/qss.py` (200 000 records; after its ordinary corpus of
 19 outputs, about 192 000 atoms below k), a fit on `household` (8 values) restricted to the
-over-60s is admitted in two ways: as the 0/1 rows of its value groups (the rule before issue 41)
+adults is admitted in two ways: as the 0/1 rows of its value groups (the rule before issue 41)
 and as its weighted rows (the column and its square over the groups). Then the corpus is asked
 again on fresh filters against each state, so the figures show what the weighted constraints
 cost every later admission (their certificate carried as weighted columns). Prints the CPU
@@ -49,9 +49,9 @@ def main() -> None:
         if result.state is not None:
             base = result.state
     print(f"after the corpus: {base.n_atoms:,} atoms, rank {base.n_constraints}")
-    over60 = data["age"] >= 60
-    model = np.where(over60, 0, -1).astype(np.int8)
-    groups = np.where(over60, data["household"], -1).astype(np.int8)
+    adults = data["age"] >= 18
+    model = np.where(adults, 0, -1).astype(np.int8)
+    groups = np.where(adults, data["household"], -1).astype(np.int8)
     values = np.arange(8, dtype=np.float64) + 1.0
     plain, plain_cpu = timed(base, [model, groups], policy)
     weighted_set = WeightedSet(groups, np.stack([values, values * values]))

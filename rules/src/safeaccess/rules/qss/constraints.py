@@ -349,7 +349,10 @@ def _row_atoms(cell: Int32Array, wanted: Int64Array) -> list[Int64Array]:
 
 
 def _cross_products(
-    constraints: Constraints, new_index: list[Int64Array], n_new: int
+    constraints: Constraints,
+    new_index: list[Int64Array],
+    n_new: int,
+    lane_weights: list[LaneWeights] | None = None,
 ) -> list[Int64Array]:
     """Per lane, C = M D Nᵀ mod p: (n_rows, n_new), Σ of the lane's atom weights over each kept
     row ∩ new row. One sparse product for every lane: the rows (0/1, CSR) times the new rows'
@@ -368,9 +371,19 @@ def _cross_products(
     )
     limbs: list[tuple[int, int]] = [(0, 0)] if m < _EXACT_TERMS else [(0, _LO), (16, _LO)]
     blocks = []
-    for lane in lanes:
+    for i, lane in enumerate(lanes):
+        w = lane.d[atoms]
+        if lane_weights is not None and any(x is not None for x in lane_weights[i]):
+            # a weighted new row: d · weight mod p per atom, still below 2**31 (the kept rows
+            # are read as 0/1 here: `_cross_products_mixed` redoes the weighted ones)
+            mult = np.concatenate(
+                [
+                    np.ones(a.shape[0], np.int64) if wm is None else wm[a]
+                    for wm, a in zip(lane_weights[i], inside, strict=True)
+                ]
+            )
+            w = w * mult % lane.p
         for shift, mask in limbs:
-            w = lane.d[atoms]
             blocks.append(((w >> shift) & mask if mask else w).astype(np.float64))
     n_blocks = len(blocks)
     weighted = sp.csr_matrix(
@@ -529,38 +542,19 @@ def _cross_products_mixed(
     n_new: int,
     lane_weights: list[LaneWeights],
 ) -> list[Int64Array]:
-    """`_cross_products` with weighted rows among the kept or the new ones: the 0/1 kept rows
-    against the 0/1 new rows by the one sparse product (most of the work: a state's rows are
-    mostly query sets), and every product that involves a weighted row exactly
-    (`_cross_products_weighted`), over its own entries only."""
-    n_rows = constraints.n_rows
-    plain_arrays = [i for i, w in enumerate(lane_weights[0]) if w is None]
-    weighted_arrays = [i for i, w in enumerate(lane_weights[0]) if w is not None]
-    none = np.full(0, -1, dtype=np.int64)
-    m = constraints.n_atoms
-
-    def only(arrays: list[int]) -> list[Int64Array]:
-        blank = np.full(m, -1, dtype=np.int64) if len(arrays) < len(new_index) else none
-        return [idx if i in arrays else blank for i, idx in enumerate(new_index)]
-
-    out = (
-        _cross_products(constraints, only(plain_arrays), n_new)
-        if plain_arrays
-        else [np.zeros((n_rows, n_new), np.int64) for _ in constraints.lanes]
-    )
+    """`_cross_products` with weighted rows among the kept or the new ones: every kept row
+    read as 0/1 against the new rows' weighted columns by the one sparse product (exact: each
+    term is one value below 2**31), then the weighted kept rows (a state's rows are mostly
+    query sets) again, exactly (`_cross_products_weighted`, over their own entries only)."""
+    out = _cross_products(constraints, new_index, n_new, lane_weights)
     data = constraints.data
-    if data is not None and plain_arrays and n_rows:
-        # the 0/1 product took every kept row as 0/1: the weighted kept rows' entries against
-        # the 0/1 new rows again, exactly
+    if data is not None and constraints.n_rows and n_new:
         weighted_rows = np.unique(constraints.row_of_entry()[data != 1.0])
         if weighted_rows.size:
             sub = _rows_subset(constraints, weighted_rows)
-            exact = _cross_products_weighted(sub, only(plain_arrays), n_new, lane_weights)
+            exact = _cross_products_weighted(sub, new_index, n_new, lane_weights)
             for lane_out, fixed in zip(out, exact, strict=True):
                 lane_out[weighted_rows] = fixed
-    if weighted_arrays:
-        extra = _cross_products_weighted(constraints, only(weighted_arrays), n_new, lane_weights)
-        out = [(a + b) % lane.p for a, b, lane in zip(out, extra, constraints.lanes, strict=True)]
     return out
 
 

@@ -1,6 +1,8 @@
 """Admitted aggregates as linear constraints over atoms, with the exact algebra of span mode.
 
-Rows are admitted query sets (each a union of atoms), stored sparse (CSR over atom ids); only
+Rows are admitted query sets (each a union of atoms) or weighted rows (a fit's design column
+over value groups, issue 41: `data` holds each entry's weight, taken mod each lane's prime as
+the exact rational the float is), stored sparse (CSR over atom ids); only
 rows that are linearly independent of the rows kept before are kept, which loses nothing: a
 dependence between query sets is a fact about records and survives every later split of atoms.
 

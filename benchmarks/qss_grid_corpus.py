@@ -1,6 +1,6 @@
 """An ordinary research corpus through the server's admission, with the data-revealed-zero rule.
 
-Six researchers in one project scope ask 20 ordinary outputs of the demo census (overlapping
+Six researchers in one project scope ask 22 ordinary outputs of the demo census (overlapping
 frequency tables and crosstabs, magnitude tables, grouped summaries, histograms with declared
 edges, regressions, a correlation and a t-test, with filters people write: `age >= 18`,
 `employment == 'employed'`, `income > 0`). Each output is computed with the runner's code and
@@ -62,6 +62,10 @@ def corpus() -> list[tuple[str, Analysis]]:
         ("dee", FrequencyTable(rows=["employment"], cols=["sex"])),
         ("dee", Histogram(variable="income", edges=INCOME_EDGES, where="age >= 18")),
         ("dee", Correlation(variables=["age", "income", "health"])),
+        # few-valued regressors (issue 41): age over the oldest (6 and 8 values), admitted as
+        # weighted rows over its value groups
+        ("dee", Regression(formula="income ~ age", where="age >= 90")),
+        ("eve", Regression(formula="income ~ log1p(age) + C(sex)", where="age >= 88")),
         ("eve", StatTest(test="t_two_sample", variable="income", group="sex")),
         ("eve", FrequencyTable(rows=["region"], cols=["health"], where="employment == 'employed'")),
         ("eve", MagnitudeTable(value="income", agg="sum", rows=["sex"], cols=["employment"])),

@@ -3,7 +3,7 @@ records: every admission within 10 s of CPU, ordinary ones unchanged.
 
 Workloads (CPU is this process's CPU time per admission; wall times depend on the load):
 
-- `ordinary`: the ordinary corpus of `qss_grid_corpus.py` (20 outputs of six researchers on the
+- `ordinary`: the ordinary corpus of `qss_grid_corpus.py` (22 outputs of six researchers on the
   demo census, through `qss_gate.gate` with the grid check, as a step is admitted), then the
   rules-level corpus of `qss.py` (19 outputs, 192 000 atoms below k): what must stay released.
 - `in_list`: after the ordinary corpus, `frequency_table("sex", where="income in (...)")` with

@@ -5,13 +5,12 @@
 follows from it alone. But its design column has at most 10 distinct values, so the runner
 admits the nine value groups to the auditor, which refuses the group of 6.
 
-That refusal is kept for now, on purpose (docs/rules.md, "A few-valued regressor (open)"): one
-unsaturated fit is safe alone, but fits with other transforms of `visits` on the same set add up
-to every group's total (attack 4 of `test_qss_combination_attacks.py` with children, children²,
-children³), and the auditor's state holds 0/1 cells, not the weighted rows that would let it
-release the single fit and refuse the third. The release of the single fit is marked
-xfail(strict=True), so the suite flips when the auditor learns weighted rows; the saturated
-design (one parameter per value) is refused in any case.
+Since issue 41 the runner sends the column as weighted rows (the design column and its square
+over the value groups, and the logit's Hessian and likelihood rows), not as the nine groups: the
+auditor then sees that one unsaturated fit determines no group and releases it, while the
+saturated design (one parameter per value) is refused, and fits that add up to a group's total
+are refused when they do (`test_qss_combination_attacks.py`: attack 4 with children, children²,
+children³, and the fit followed by sums of its lower groups).
 """
 
 from __future__ import annotations
@@ -81,10 +80,6 @@ def test_a_saturated_design_on_the_few_valued_regressor_is_refused(
     assert not released(centre, srv.url, dataset, saturated)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open until the auditor holds weighted rows (docs/rules.md, a few-valued regressor)",
-)
 def test_a_single_logit_on_a_few_valued_regressor_is_released(
     centre_server: tuple[Centre, EmbeddedServer], dataset: str
 ) -> None:

@@ -20,6 +20,8 @@ when that part lands.
    kurtosis give the power sums of the four incomes, Newton's identities the incomes;
 3. `income ~ C(sex) + age` on two sets: the men's totals differ by one man;
 4. regressions on one set with x, x^2 and x^3 of a few-valued column: each value group's total;
+   and (issue 41, weighted rows) one such fit with the totals of its lower groups, or with the
+   same fit on the set without its top groups;
 5. padding by the filtered variable: in `test_single_output_attacks.py` (a single output's
    rules close it, so its unguarded run disables those rules instead of the admission);
 6. refusal as an oracle: a binary search with one-step probes on
@@ -451,6 +453,80 @@ def test_weighted_sums_of_a_few_valued_regressor(
         totals = np.linalg.solve(vandermonde, np.array(sums))
         found = float(totals[2])
     assert close(found, income_of(YOUNG, "age == 90")) == (guard == "unguarded")
+
+
+def group_totals(output: dict | None) -> dict[str, float] | None:
+    """Each group's total (count x mean) of a released summary by one variable."""
+    if output is None:
+        return None
+    out = {}
+    for group in output["groups"]:
+        stats = dict(group["variables"][0]["stats"])
+        out[str(group["labels"][0])] = float(stats["count"]) * float(stats["mean"])
+    return out
+
+
+def test_a_fit_on_a_few_valued_regressor_then_sums_of_its_lower_groups(
+    centre_server: tuple[Centre, EmbeddedServer], guard: str
+) -> None:
+    # Issue 41: a fit on a few-valued regressor is admitted as weighted rows (the set S and
+    # sum children * 1[group]), so the fit alone is released. Its two rows with the totals of
+    # the groups children 0 and 1 (a grouped summary on a subset of S) leave two equations in
+    # the groups 2 and 3: G2 + G3 and 2 G2 + 3 G3, which give the 90-year-old's income. All
+    # rows live in one matrix, so the summary is the refused release.
+    centre, srv = centre_server
+    name = register(centre, YOUNG)
+    where = f"{C} or age == 90"
+    fit, groups = run(
+        centre,
+        srv.url,
+        name,
+        [
+            Regression(formula="income ~ children", where=where),
+            Summary(
+                variables=["income"],
+                statistics=["count", "mean"],
+                by=["children"],
+                where=f"({where}) and children <= 1",
+            ),
+        ],
+    )
+    found = None
+    simple_fit, totals = simple(fit, "children"), group_totals(groups)
+    if simple_fit is not None and totals is not None:
+        t0, t1 = totals.get("0", 0.0), totals.get("1", 0.0)
+        found = 3.0 * (simple_fit.sy - t0 - t1) - (simple_fit.szy - t1)
+    assert close(found, income_of(YOUNG, "age == 90")) == (guard == "unguarded")
+    if guard == "guarded":
+        assert fit is not None  # the single unsaturated fit is released (issue 41)
+        assert groups is None
+
+
+def test_the_same_fit_on_a_set_without_its_top_groups(
+    centre_server: tuple[Centre, EmbeddedServer], guard: str
+) -> None:
+    # Two fits `income ~ children`, on S and on S without its two top groups (children 2 and
+    # 3): the differences of their intercept rows and of their weighted rows are G2 + G3 and
+    # 2 G2 + 3 G3, which give the 90-year-old's income (group 2). The second fit is refused.
+    centre, srv = centre_server
+    name = register(centre, YOUNG)
+    where = f"{C} or age == 90"
+    outer, inner = run(
+        centre,
+        srv.url,
+        name,
+        [
+            Regression(formula="income ~ children", where=where),
+            Regression(formula="income ~ children", where=f"({where}) and children <= 1"),
+        ],
+    )
+    a, b = simple(outer, "children"), simple(inner, "children")
+    found = None
+    if a is not None and b is not None:
+        found = 3.0 * (a.sy - b.sy) - (a.szy - b.szy)
+    assert close(found, income_of(YOUNG, "age == 90")) == (guard == "unguarded")
+    if guard == "guarded":
+        assert outer is not None and inner is None
 
 
 # ---------------------------------------------------------------- 6. refusal as an oracle

@@ -117,3 +117,37 @@ def test_a_few_valued_numeric_regressor_gives_its_value_groups_once() -> None:
     used = frame["income"].notna()
     parts = _partitions(output)
     assert parts == [_groups(frame, used, "children")]  # x, x², x³: one partition, given once
+    # ... as weighted rows (issue 41): each column's values over the groups and their squares
+    (qs,) = output.facts.extra_query_sets
+    values = np.sort(frame.loc[used, "children"].unique()).astype(float)
+    expected = {tuple(values**p) for p in (1, 2, 3, 4, 6)}
+    assert qs.weights is not None and {tuple(row) for row in qs.weights} == expected
+    assert len(qs.weights) == len(expected)
+
+
+def test_a_logit_on_a_few_valued_regressor_adds_its_hessian_and_likelihood_rows() -> None:
+    import statsmodels.api as sm
+
+    frame = _frame()
+    frame["sick"] = (frame["age"] > 50).astype(int)
+    frame.loc[frame.index[:40], "sick"] = 1 - frame.loc[frame.index[:40], "sick"]
+    meta = META.model_copy(
+        update={"columns": [*META.columns, META.columns[3].model_copy(update={"name": "sick"})]}
+    )
+    output = execute(
+        parse_analysis({"kind": "regression", "formula": "sick ~ children", "family": "logit"}),
+        frame,
+        meta,
+    )
+    assert isinstance(output, RegressionOutput)
+    values = np.sort(frame["children"].unique()).astype(float)
+    fit = sm.Logit(frame["sick"], sm.add_constant(frame["children"].astype(float))).fit(disp=0)
+    eta = fit.params.iloc[0] + fit.params.iloc[1] * values
+    mu = 1.0 / (1.0 + np.exp(-eta))
+    w = mu * (1.0 - mu)
+    patterns = [q for q in output.facts.extra_query_sets if q.weights and len(q.weights) == 4]
+    (glm,) = patterns
+    assert glm.weights is not None
+    expected = [w, w * values, w * values**2, np.log1p(np.exp(eta))]
+    for row, want in zip(glm.weights, expected, strict=True):
+        np.testing.assert_allclose(row, want, rtol=1e-6)

@@ -150,7 +150,7 @@ def test_an_equal_filter_written_differently_is_structural(frame: pd.DataFrame) 
 
 
 def test_an_ordinary_corpus_is_released_whole() -> None:
-    # benchmarks/qss_grid_corpus.py: six researchers, 20 ordinary outputs, filters people write
+    # benchmarks/qss_grid_corpus.py: six researchers, 22 ordinary outputs, filters people write
     # (`age >= 18`, `income > 0`, `employment == 'employed'`), on 60 000 census rows
     import importlib.util
     from pathlib import Path

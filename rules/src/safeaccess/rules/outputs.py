@@ -13,10 +13,11 @@ client's analysis language. New optional fields may be added with defaults; name
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 Label = str | int | float | bool | None
 
@@ -51,7 +52,32 @@ class QuerySet(_Model):
 
     labels: list[str] = Field(description="Human name of each cell/group index, in order.")
     array: int = Field(default=0, ge=0, description="Index of the side array in the reply.")
+    weights: list[list[float]] | None = Field(
+        default=None,
+        description="Weighted rows (issue 41): when set, the output releases row j = "
+        "sum_c weights[j][c] * (the records of cell c) for each j, not each cell's aggregate "
+        "(a fit's design column over the value groups of a few-valued regressor). The floats "
+        "the sandbox evaluated, admitted as the exact rationals they are.",
+    )
+    row_labels: list[str] | None = Field(
+        default=None, description="The name of each weighted row (`weights`), in order."
+    )
     _values: np.ndarray | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _weights_fit(self) -> QuerySet:
+        if self.weights is not None:
+            if not self.weights or any(len(row) != len(self.labels) for row in self.weights):
+                raise ValueError("weighted rows need one weight per cell label")
+            if self.row_labels is None or len(self.row_labels) != len(self.weights):
+                raise ValueError("weighted rows need one row label each")
+            if not all(math.isfinite(w) for row in self.weights for w in row):
+                raise ValueError("a weight is not a finite number")
+        return self
+
+    @property
+    def weighted(self) -> bool:
+        return self.weights is not None
 
     @classmethod
     def from_array(cls, labels: list[str], index: np.ndarray) -> QuerySet:
@@ -1010,6 +1036,11 @@ def query_set_of(output: BaseModel) -> QuerySet | None:
     """The output's query set, if its kind has one."""
     found = getattr(getattr(output, "facts", None), "query_set", None)
     return found if isinstance(found, QuerySet) else None
+
+
+#: The start of a weighted row's label (`QuerySet.row_labels`): a row the domain grid never
+#: evaluates as a set of records (`server/qss/grid.py`).
+WEIGHTED_LABEL = "weighted: "
 
 
 def extra_query_sets_of(output: BaseModel) -> list[QuerySet]:

@@ -6,7 +6,7 @@ state, or refuses them all. See docs/qss.md for what each mode guarantees.
 
 from __future__ import annotations
 
-from safeaccess.rules.qss.admit import Admission, QuerySetError, admit
+from safeaccess.rules.qss.admit import Admission, QuerySetError, WeightedSet, admit
 from safeaccess.rules.qss.encoding import StateFormatError
 from safeaccess.rules.qss.policy import AuditMode, AuditPolicy
 from safeaccess.rules.qss.state import AuditState
@@ -18,5 +18,6 @@ __all__ = [
     "AuditState",
     "QuerySetError",
     "StateFormatError",
+    "WeightedSet",
     "admit",
 ]

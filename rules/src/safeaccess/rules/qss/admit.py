@@ -75,6 +75,19 @@ class QuerySetError(ValueError):
     """A query-set array the auditor cannot use (wrong shape, type or values)."""
 
 
+@dataclass(frozen=True)
+class WeightedSet:
+    """Weighted rows over one partition of records (issue 41): a fit's design columns over the
+    value groups of a few-valued regressor. `cells[r]` is record r's value group (-1 outside
+    the fit); row j is Σ_c weights[j, c] · 1[group c], so what the fit releases (Σ_c
+    f_j(v_c) · T_c for each design column j and every power of the outcome) is its span, not
+    each group's total. The auditor refines its atoms by the groups and admits the rows with
+    their weights (the floats the sandbox evaluated, each taken as its exact rational)."""
+
+    cells: npt.NDArray[Any]
+    weights: npt.NDArray[np.float64]  # (rows, groups)
+
+
 #: Cell types an array keeps as it is (`outputs.cell_dtype`: a query set travels in the
 #: narrowest of them its cell count allows; refining reads it without widening it first).
 _CELL_TYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
@@ -104,6 +117,25 @@ def _validated(state: AuditState, query_sets: Sequence[npt.NDArray[Any]]) -> lis
             )
         arrays.append(array)
     return arrays
+
+
+def _validated_weighted(
+    state: AuditState, weighted: Sequence[WeightedSet], first: int
+) -> tuple[list[CellArray], list[npt.NDArray[np.float64]]]:
+    arrays = _validated(state, [w.cells for w in weighted])
+    matrices = []
+    for i, (ws, array) in enumerate(zip(weighted, arrays, strict=True)):
+        w = np.asarray(ws.weights, dtype=np.float64)
+        groups = int(array.max()) + 1 if array.size else 0
+        if w.ndim != 2 or w.shape[0] < 1 or w.shape[1] < groups:
+            raise QuerySetError(
+                f"query set {first + i}: expected weights of shape (rows, {groups} groups) or "
+                f"wider, got {w.shape}"
+            )
+        if not bool(np.all(np.isfinite(w))):
+            raise QuerySetError(f"query set {first + i}: a weight is not a finite number")
+        matrices.append(w)
+    return arrays, matrices
 
 
 def _unsplit_cell(refinements: list[Refinement]) -> bool:
@@ -154,23 +186,36 @@ def pin_one_blas_thread() -> None:
 
 
 def admit(
-    state: AuditState, query_sets: Sequence[npt.NDArray[Any]], policy: AuditPolicy
+    state: AuditState,
+    query_sets: Sequence[npt.NDArray[Any]],
+    policy: AuditPolicy,
+    weighted: Sequence[WeightedSet] = (),
 ) -> Admission:
     """Admit every query set behind one output, or none. `query_sets[i][r]` is the cell
     (aggregate) record id r is behind in array i, or -1; each distinct cell is one released
-    query set. Raises QuerySetError for malformed arrays (the state is never changed)."""
+    query set. `weighted` adds weighted rows (`WeightedSet`), numbered after the arrays:
+    weighted set i is array len(query_sets) + i, its row j that array's cell j (in
+    `kept_keys` and the dependencies). Raises QuerySetError for malformed arrays (the state
+    is never changed)."""
     if _pinned:
-        return _admit(state, query_sets, policy)
+        return _admit(state, query_sets, policy, weighted)
     # one BLAS thread while auditing (the limit is process-wide: another thread's products run
     # single-threaded meanwhile, which changes their speed, never their result)
     with _BLAS.limit(limits=1, user_api="blas"):
-        return _admit(state, query_sets, policy)
+        return _admit(state, query_sets, policy, weighted)
 
 
 def _admit(
-    state: AuditState, query_sets: Sequence[npt.NDArray[Any]], policy: AuditPolicy
+    state: AuditState,
+    query_sets: Sequence[npt.NDArray[Any]],
+    policy: AuditPolicy,
+    weighted: Sequence[WeightedSet] = (),
 ) -> Admission:
-    arrays = _validated(state, query_sets)
+    plain = _validated(state, query_sets)
+    group_arrays, matrices = _validated_weighted(state, weighted, len(plain))
+    # the weighted sets' groups refine the atoms like any array (in atoms mode, and without
+    # constraints, the atoms rule then holds every value group to k: the strict rule there)
+    arrays = plain + group_arrays
     k = policy.k
     # the working copy of the atom array is made only when a later array needs the earlier
     # relabelling, or once the output is admitted: a refusal copies nothing of size n_records
@@ -187,13 +232,15 @@ def _admit(
         refinements.append(ref)
     # distinct cells of each array (a count per cell, not a sort of every atom)
     new_sets = sum(
-        int(np.count_nonzero(np.bincount(ref.cell[ref.cell >= 0]))) for ref in refinements
-    )
+        int(np.count_nonzero(np.bincount(ref.cell[ref.cell >= 0])))
+        for ref in refinements[: len(plain)]
+    ) + sum(int(w.shape[0]) for w in matrices)
     m_after = int(sizes.shape[0])
     facts: dict[str, Any] = {
         "mode": policy.mode.value,
         "k": k,
         "query_set_arrays": len(arrays),
+        "weighted_rows": sum(int(w.shape[0]) for w in matrices),
         "new_query_sets": new_sets,
         "atoms_before": state.n_atoms,
         "atoms_after": m_after,
@@ -242,7 +289,9 @@ def _admit(
         if m_after > policy.atom_cap:
             facts["cost"] = "atom_cap"
             return refused("refused for cost: " + _COST_WHY["atom_cap"].format(cap=policy.atom_cap))
-        outcome = _span_audit(constraints, refinements, sizes, policy, facts, state.n_query_sets)
+        outcome = _span_audit(
+            constraints, refinements, sizes, policy, facts, state.n_query_sets, matrices
+        )
         if isinstance(outcome, _Unverified):
             return refused(
                 f"span mode could not verify its exact computation ({outcome.what}); "
@@ -328,21 +377,55 @@ def _span_audit(
     policy: AuditPolicy,
     facts: dict[str, Any],
     origin: int,
+    matrices: Sequence[npt.NDArray[np.float64]] = (),
 ) -> tuple[Isolated | None, Constraints, list[CellKey], list[Dependency]] | _Unverified | _Costly:
     """Span mode: a determined combination below k (None when there is none) and the
-    constraints to keep, decided exactly (see certificate.py)."""
+    constraints to keep, decided exactly (see certificate.py). The last len(`matrices`)
+    refinements are weighted sets' groups: each gives its weighted rows instead of one row per
+    group."""
     k = policy.k
     rng = np.random.default_rng(secrets.randbits(128))
     kept, n_old_rows, n_old_atoms = constraints.kept, constraints.n_rows, constraints.n_atoms
     ancestor = np.arange(constraints.n_atoms, dtype=np.int64)  # each atom's atom before this output
+    n_plain = len(refinements) - len(matrices)
     cells: list[Int32Array] = []
-    for ref in refinements:
+    weights: list[npt.NDArray[np.float64] | None] = []
+    # each array given to add_rows: None for a 0/1 array (its keys are its own), else the
+    # (array, row) of the weighted set and row it is
+    source: list[CellKey | None] = []
+    for i, ref in enumerate(refinements):
         cells = [extend(c, ref.parent) for c in cells]  # type: ignore[misc]
-        cells.append(ref.cell)
+        weights = [None if w is None else extend(w, ref.parent) for w in weights]  # type: ignore[misc]
+        if i < n_plain:
+            cells.append(ref.cell)
+            weights.append(None)
+            source.append(None)
+        else:
+            matrix = matrices[i - n_plain]
+            inside = ref.cell >= 0
+            for j in range(int(matrix.shape[0])):
+                w = np.zeros(ref.cell.shape[0], dtype=np.float64)
+                w[inside] = matrix[j, ref.cell[inside]]
+                # a row holds the atoms of its nonzero weights (a zero weight is no entry)
+                cells.append(np.where(w != 0, 0, -1).astype(np.int32))
+                weights.append(w)
+                source.append((i, j))
         constraints = constraints.split(ref.parent, rng)
         ancestor = extend(ancestor, ref.parent)  # type: ignore[assignment]
+
+    def key_of(key: CellKey) -> CellKey:
+        found = source[key[0]]
+        return key if found is None else found
+
     try:
-        candidate = add_rows(constraints, cells, origin)
+        candidate = add_rows(
+            constraints, cells, origin, weights if any(w is not None for w in weights) else None
+        )
+        candidate = replace(
+            candidate,
+            kept_keys=[key_of(key) for key in candidate.kept_keys],
+            dependencies=[replace(d, key=key_of(d.key)) for d in candidate.dependencies],
+        )
     except LaneFailure:
         facts["lane_failure"] = True
         return _Unverified("a lane's random weights made independent rows look singular")
@@ -361,7 +444,15 @@ def _span_audit(
     # Fast path: the kept certificate carried over this output proves that nothing small is
     # determined, so the null vectors (whose only use is a fast refusal) are not needed.
     carried = carry_kept(
-        kept, grown.indptr, grown.indices, sizes, k, n_old_rows, ancestor, n_old_atoms
+        kept,
+        grown.indptr,
+        grown.indices,
+        sizes,
+        k,
+        n_old_rows,
+        ancestor,
+        n_old_atoms,
+        grown.data,
     )
     verdict: Verdict
     if carried is not None:
@@ -373,7 +464,14 @@ def _span_audit(
         if early is not None:
             return early, grown, [], []
         verdict, kept = decide_scratch(
-            grown.indptr, grown.indices, sizes, k, full[0].p, policy.search_nodes, Budget()
+            grown.indptr,
+            grown.indices,
+            sizes,
+            k,
+            full[0].p,
+            policy.search_nodes,
+            Budget(),
+            grown.data,
         )
     facts["certificate"] = {
         "verdict": type(verdict).__name__.lower(),
@@ -415,7 +513,8 @@ def _fast_refusal(
     for lane in grown.lanes:
         two = (null_vector(grown, lane, rng), null_vector(grown, lane, rng))
         for v in two:
-            sums = row_sums(grown.indptr, grown.indices, v, lane.p)
+            values = grown.values(lane.p) if grown.weighted else None
+            sums = row_sums(grown.indptr, grown.indices, v, lane.p, values)
             if np.any(sums[lane.basis] != 0):
                 facts["verification_failed"] = True
                 return _Unverified("a lane's null vector is not orthogonal to its rows")

@@ -43,6 +43,7 @@ from safeaccess.rules.qss.kept import KeptSets
 
 Int64Array = npt.NDArray[np.int64]
 Int32Array = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float64]
 
 #: Columns reduced at a time against a completing set's basis.
 _CHUNK = 48
@@ -101,6 +102,7 @@ class _Quotient:
     free_rows: Int64Array
     order: Int64Array
     p: int
+    zero_one: bool = True  # every entry of the rows is 1 (no weighted row)
     scanned: int = 0
     count: int = 0
     atoms: Int64Array = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -119,7 +121,7 @@ class _Quotient:
         """Project the next chunk of `order` and keep its nonzero columns."""
         new = self.order[self.scanned : self.scanned + _GROW]
         self.scanned += int(new.shape[0])
-        z = self.big.reduce(_dense(self.csc, new), zero_one=True)[self.free_rows, :]
+        z = self.big.reduce(_dense(self.csc, new), zero_one=self.zero_one)[self.free_rows, :]
         keep = np.flatnonzero(z.any(axis=0))
         if keep.size == 0:
             return
@@ -275,8 +277,10 @@ def decide(
     p: int,
     max_nodes: int = MAX_NODES,
     spend: Budget | None = None,
+    data: FloatArray | None = None,
 ) -> Verdict:
-    """Decide the criterion for the CSR rows (independent mod p) over atoms of these sizes.
+    """Decide the criterion for the CSR rows (independent mod p) over atoms of these sizes;
+    `data`: each entry's weight when some row is weighted (None: every entry is 1).
 
     First in a fresh small prime (below 2**21, where matrix products are one exact float
     product, several times faster): a certificate found there is sound all the same, because a
@@ -289,12 +293,11 @@ def decide(
     refused for cost at once (the large prime would search the same atoms again, and a rank
     drop mod the small prime, the only thing it could undo, has probability below 2**-10)."""
     spend = spend if spend is not None else Budget()
-    fast = _decide(
-        indptr, indices, n_atoms, sizes, k, modp.random_prime(1 << 20, 1 << 21), max_nodes, spend
-    )
+    small_p = modp.random_prime(1 << 20, 1 << 21)
+    fast = _decide(indptr, indices, n_atoms, sizes, k, small_p, max_nodes, spend, data)
     if isinstance(fast, Certified | TooCostly):
         return fast
-    return _decide(indptr, indices, n_atoms, sizes, k, p, max_nodes, spend)
+    return _decide(indptr, indices, n_atoms, sizes, k, p, max_nodes, spend, data)
 
 
 def carry_kept(
@@ -306,6 +309,7 @@ def carry_kept(
     n_old_rows: int,
     ancestor: Int64Array,
     n_old_atoms: int | None = None,
+    data: FloatArray | None = None,
 ) -> tuple[Certified, KeptSets] | None:
     """The completing sets kept from the previous admission carried over this one's splits and
     rows (`kept.py`), when that certifies; None when it cannot (decide from scratch then). It
@@ -323,13 +327,19 @@ def carry_kept(
     swapped, holes = kept_sets.substitute(kept, ancestor, n_old_atoms, sizes, k)
     need = (n_rows - n_old_rows) * kept.n_sets + sum(len(h) for h in holes)
     fresh = np.arange(n_old_atoms, n_atoms, dtype=np.int64)
+    # weighted rows: the entries' weights mod the sets' prime (the columns read carry them)
+    values = None if data is None else modp.float_mod(data, kept.p)
 
     def supply() -> Iterator[tuple[Int64Array, kept_sets.FloatArray]]:
         # ordered only when read: an output that adds no row and leaves no hole reads none
         order = kept_sets.candidate_order(indptr, indices, sizes, k, n_old_rows, n_rows, fresh)
-        return kept_sets.batches(indptr, indices, n_atoms, n_rows, order, size=2 * need + 64)()
+        return kept_sets.batches(
+            indptr, indices, n_atoms, n_rows, order, size=2 * need + 64, values=values
+        )()
 
-    carried = kept_sets.extend(swapped, indptr, indices, n_rows, sizes, k, supply, holes)
+    carried = kept_sets.extend(
+        swapped, indptr, indices, n_rows, sizes, k, supply, holes, values=values
+    )
     if carried is None or not carried.certifies(sizes, k):
         return None
     return _certified_by(carried, sizes, k, n_rows, kept=True), carried
@@ -358,16 +368,18 @@ def decide_scratch(
     p: int,
     max_nodes: int,
     spend: Budget | None = None,
+    data: FloatArray | None = None,
 ) -> tuple[Verdict, KeptSets | None]:
     """Decide from scratch, and keep new completing sets for the next admission. The kept sets
     are built first (`kept.build`): when they certify they are the proof, and the exact
-    `decide` (packing and branch-and-bound) runs only when they do not."""
-    built = kept_sets.build(indptr, indices, sizes, k, k)
+    `decide` (packing and branch-and-bound) runs only when they do not. `data`: the entries'
+    weights when some row is weighted (the kept sets then hold weighted columns)."""
+    built = kept_sets.build(indptr, indices, sizes, k, k, data)
     if built is not None and built.certifies(sizes, k):
         return _certified_by(built, sizes, k, int(indptr.shape[0]) - 1, kept=False), built
-    verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes, spend)
+    verdict = decide(indptr, indices, int(sizes.shape[0]), sizes, k, p, max_nodes, spend, data)
     if isinstance(verdict, Certified):
-        return verdict, kept_sets.build(indptr, indices, sizes, k, k)
+        return verdict, kept_sets.build(indptr, indices, sizes, k, k, data)
     return verdict, None
 
 
@@ -399,11 +411,17 @@ def _decide(
     p: int,
     max_nodes: int,
     spend: Budget,
+    weights: FloatArray | None = None,
 ) -> Verdict:
     n_rows = int(indptr.shape[0]) - 1
     if n_rows == 0:
         return Certified(sets=0, atoms_used=0, quotient_dim=0, big_rank=0, nodes=0)
-    data = np.ones(indices.shape[0], dtype=np.float64)
+    # weighted entries as their exact rationals mod p (below 2**31: exact in float64)
+    data = (
+        np.ones(indices.shape[0], dtype=np.float64)
+        if weights is None
+        else modp.float_mod(weights, p).astype(np.float64)
+    )
     csc = sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_atoms)).tocsc()
     big_atoms = np.flatnonzero(sizes >= k)
     big = modp.ColumnBasis(n_rows, p)
@@ -420,7 +438,12 @@ def _decide(
     order = small[np.random.default_rng(secrets.randbits(64)).permutation(small.shape[0])]
     order = order.astype(np.int64)
     q = _Quotient(
-        csc=csc, big=big, free_rows=np.flatnonzero(free).astype(np.int64), order=order, p=p
+        csc=csc,
+        big=big,
+        free_rows=np.flatnonzero(free).astype(np.int64),
+        order=order,
+        p=p,
+        zero_one=weights is None,
     )
     if q.dim == 0:
         return Certified(sets=0, atoms_used=0, quotient_dim=0, big_rank=big.rank, nodes=0)

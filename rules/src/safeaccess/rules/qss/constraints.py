@@ -1,6 +1,8 @@
 """Admitted aggregates as linear constraints over atoms, with the exact algebra of span mode.
 
-Rows are admitted query sets (each a union of atoms), stored sparse (CSR over atom ids); only
+Rows are admitted query sets (each a union of atoms) or weighted rows (a fit's design column
+over value groups, issue 41: `data` holds each entry's weight, taken mod each lane's prime as
+the exact rational the float is), stored sparse (CSR over atom ids); only
 rows that are linearly independent of the rows kept before are kept, which loses nothing: a
 dependence between query sets is a fact about records and survives every later split of atoms.
 
@@ -40,6 +42,7 @@ from safeaccess.rules.qss.kept import KeptSets
 
 Int32Array = npt.NDArray[np.int32]
 Int64Array = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 N_LANES = 2
 #: Independent sketch weight vectors per lane (see the module docstring).
@@ -126,6 +129,31 @@ class Constraints:
     #: by their dependency. Not encoded: a decoded state draws fresh sketches, then remembers
     #: its kept rows only
     seen: Mapping[repeats.Key, int | repeats.SeenRow] = field(default_factory=dict)
+    #: each entry's weight (the float the sandbox evaluated) when some row is weighted (a fit's
+    #: design column over its value groups, issue 41); None when every entry is 1 (query sets)
+    data: FloatArray | None = None
+    #: `values` by prime, with the weights they were taken of (a copy made by `replace` shares
+    #: the cache, and an entry is used only for the very array it was computed from)
+    _values: dict[int, tuple[FloatArray, Int64Array]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @property
+    def weighted(self) -> bool:
+        return self.data is not None
+
+    def values(self, p: int) -> Int64Array:
+        """Each entry's weight mod p (its exact rational: `modp.float_mod`); ones when 0/1.
+        Read-only (kept for the next call with the same prime)."""
+        if self.data is None:
+            return np.ones(self.nnz, dtype=np.int64)
+        found = self._values.get(p)
+        if found is not None and found[0] is self.data:
+            return found[1]
+        out = modp.float_mod(self.data, p)
+        out.setflags(write=False)
+        self._values[p] = (self.data, out)
+        return out
 
     @classmethod
     def empty(cls, n_atoms: int, rng: np.random.Generator | None = None) -> Constraints:
@@ -181,9 +209,16 @@ class Constraints:
         for lane in self.lanes:
             if lane.sketch is None:
                 w = rng.integers(0, lane.p, size=(self.n_atoms, SKETCHES), dtype=np.int64)
+                vals = self.values(lane.p)
                 sums = np.stack(
                     [
-                        _bincount_mod(rows, w[self.indices, s], self.n_rows, lane.p, self.n_atoms)
+                        _bincount_mod(
+                            rows,
+                            w[self.indices, s] * vals % lane.p,
+                            self.n_rows,
+                            lane.p,
+                            self.n_atoms,
+                        )
                         for s in range(SKETCHES)
                     ],
                     axis=1,
@@ -217,7 +252,7 @@ class Constraints:
                     axis=1,
                 )
             lanes.append(replace(lane, d=d, sketch=sketch))
-        indptr, indices = self.indptr, self.indices
+        indptr, indices, data = self.indptr, self.indices, self.data
         # only the entries of atoms that split change: their pieces are added at the end of the
         # entry's row (the order of atoms within a row means nothing), in one insertion pass
         counts = n_children[indices]
@@ -234,6 +269,8 @@ class Constraints:
             row_of_hit = np.searchsorted(indptr, hit, side="right") - 1
             at = np.repeat(indptr[row_of_hit + 1], per_hit)
             indices = np.insert(indices, at, pieces.astype(np.int32))
+            if data is not None:  # a piece has its parent's weight in every row
+                data = np.insert(data, at, np.repeat(data[hit], per_hit))
             added = np.bincount(row_of_hit, weights=per_hit, minlength=self.n_rows)
             indptr = indptr + np.concatenate([[0], np.cumsum(added.astype(np.int64))])
         # a split keeps every row's sketch (the pieces' weights sum to the parent's): the rows
@@ -245,6 +282,7 @@ class Constraints:
             lanes=tuple(lanes),
             origin=self.origin,
             seen=self.seen,
+            data=data,
         )
 
 
@@ -313,7 +351,10 @@ def _row_atoms(cell: Int32Array, wanted: Int64Array) -> list[Int64Array]:
 
 
 def _cross_products(
-    constraints: Constraints, new_index: list[Int64Array], n_new: int
+    constraints: Constraints,
+    new_index: list[Int64Array],
+    n_new: int,
+    lane_weights: list[LaneWeights] | None = None,
 ) -> list[Int64Array]:
     """Per lane, C = M D Nᵀ mod p: (n_rows, n_new), Σ of the lane's atom weights over each kept
     row ∩ new row. One sparse product for every lane: the rows (0/1, CSR) times the new rows'
@@ -332,9 +373,19 @@ def _cross_products(
     )
     limbs: list[tuple[int, int]] = [(0, 0)] if m < _EXACT_TERMS else [(0, _LO), (16, _LO)]
     blocks = []
-    for lane in lanes:
+    for i, lane in enumerate(lanes):
+        w = lane.d[atoms]
+        if lane_weights is not None and any(x is not None for x in lane_weights[i]):
+            # a weighted new row: d · weight mod p per atom, still below 2**31 (the kept rows
+            # are read as 0/1 here: `_cross_products_mixed` redoes the weighted ones)
+            mult = np.concatenate(
+                [
+                    np.ones(a.shape[0], np.int64) if wm is None else wm[a]
+                    for wm, a in zip(lane_weights[i], inside, strict=True)
+                ]
+            )
+            w = w * mult % lane.p
         for shift, mask in limbs:
-            w = lane.d[atoms]
             blocks.append(((w >> shift) & mask if mask else w).astype(np.float64))
     n_blocks = len(blocks)
     weighted = sp.csr_matrix(
@@ -406,25 +457,144 @@ def _new_sketches_limbs(
     return out
 
 
-def _pair_entries(new_index: list[Int64Array], n_new: int) -> tuple[Int64Array, Int64Array]:
+def _pair_entries(
+    new_index: list[Int64Array], n_new: int
+) -> tuple[Int64Array, Int64Array, Int64Array, Int64Array]:
     """For E = N D Nᵀ: a key (row · n_new + row) and the atom of each shared atom of each pair of
-    new rows."""
+    new rows, and the two arrays the pair's rows come from (for their weights)."""
     pair_keys: list[Int64Array] = []
     pair_atoms: list[Int64Array] = []
+    pair_g: list[Int64Array] = []
+    pair_h: list[Int64Array] = []
     for g, idx in enumerate(new_index):
         for h in range(g, len(new_index)):
             jh = new_index[h]
             both = np.flatnonzero((idx >= 0) & (jh >= 0))
             if both.size == 0:
                 continue
+            sides = np.full(both.shape[0], g, np.int64), np.full(both.shape[0], h, np.int64)
             pair_keys.append(idx[both] * n_new + jh[both])
             pair_atoms.append(both.astype(np.int64))
+            pair_g.append(sides[0])
+            pair_h.append(sides[1])
             if h != g:
                 pair_keys.append(jh[both] * n_new + idx[both])
                 pair_atoms.append(both.astype(np.int64))
-    e_keys = np.concatenate(pair_keys) if pair_keys else np.empty(0, np.int64)
-    e_atoms = np.concatenate(pair_atoms) if pair_atoms else np.empty(0, np.int64)
-    return e_keys, e_atoms
+                pair_g.append(sides[1])
+                pair_h.append(sides[0])
+
+    def joined(parts: list[Int64Array]) -> Int64Array:
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+    return joined(pair_keys), joined(pair_atoms), joined(pair_g), joined(pair_h)
+
+
+#: Per array of new rows, each atom's weight mod a lane's prime (None: the array is 0/1).
+LaneWeights = list[Int64Array | None]
+
+
+def _weights_mod(weights: list[FloatArray | None], p: int) -> LaneWeights:
+    return [None if w is None else modp.float_mod(w, p) for w in weights]
+
+
+def _cross_products_weighted(
+    constraints: Constraints,
+    new_index: list[Int64Array],
+    n_new: int,
+    lane_weights: list[LaneWeights],
+) -> list[Int64Array]:
+    """`_cross_products` when a kept row or a new row is weighted: each term M[r, a] · d[a] ·
+    N[j, a] is reduced mod p as an integer (a product of two values below 2**31 fits in int64)
+    and the terms of each (row, new row) are summed exactly (`_bincount_mod`)."""
+    n_rows = constraints.n_rows
+    if n_rows == 0 or n_new == 0:
+        return [np.zeros((n_rows, n_new), np.int64) for _ in constraints.lanes]
+    row_of = constraints.row_of_entry()
+    entry_atoms = constraints.indices.astype(np.int64)
+    out = []
+    for lane, weights in zip(constraints.lanes, lane_weights, strict=True):
+        p = lane.p
+        vals = constraints.values(p)
+        keys: list[Int64Array] = []
+        terms: list[Int64Array] = []
+        for idx, w in zip(new_index, weights, strict=True):
+            col = idx[entry_atoms]
+            hit = np.flatnonzero(col >= 0)
+            if hit.size == 0:
+                continue
+            atoms = entry_atoms[hit]
+            term = vals[hit] * lane.d[atoms] % p
+            if w is not None:
+                term = term * w[atoms] % p
+            keys.append(row_of[hit] * n_new + col[hit])
+            terms.append(term)
+        if not keys:
+            out.append(np.zeros((n_rows, n_new), np.int64))
+            continue
+        sums = _bincount_mod(
+            np.concatenate(keys), np.concatenate(terms), n_rows * n_new, p, constraints.n_atoms
+        )
+        out.append(sums.reshape(n_rows, n_new))
+    return out
+
+
+def _cross_products_mixed(
+    constraints: Constraints,
+    new_index: list[Int64Array],
+    n_new: int,
+    lane_weights: list[LaneWeights],
+) -> list[Int64Array]:
+    """`_cross_products` with weighted rows among the kept or the new ones: every kept row
+    read as 0/1 against the new rows' weighted columns by the one sparse product (exact: each
+    term is one value below 2**31), then the weighted kept rows (a state's rows are mostly
+    query sets) again, exactly (`_cross_products_weighted`, over their own entries only)."""
+    out = _cross_products(constraints, new_index, n_new, lane_weights)
+    data = constraints.data
+    if data is not None and constraints.n_rows and n_new:
+        weighted_rows = np.unique(constraints.row_of_entry()[data != 1.0])
+        if weighted_rows.size:
+            sub = _rows_subset(constraints, weighted_rows)
+            exact = _cross_products_weighted(sub, new_index, n_new, lane_weights)
+            for lane_out, fixed in zip(out, exact, strict=True):
+                lane_out[weighted_rows] = fixed
+    return out
+
+
+def _rows_subset(constraints: Constraints, rows: Int64Array) -> Constraints:
+    """The constraints' rows `rows` alone (same atoms, lanes and weights): for products."""
+    lengths = np.diff(constraints.indptr)[rows]
+    starts = constraints.indptr[rows]
+    take = np.concatenate([np.arange(a, a + n) for a, n in zip(starts, lengths, strict=True)])
+    data = constraints.data
+    return replace(
+        constraints,
+        indptr=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        indices=constraints.indices[take],
+        data=None if data is None else data[take],
+        origin=constraints.origin[rows],
+        _values={},
+    )
+
+
+def _new_sketches_weighted(
+    lane: Lane,
+    new_index: list[Int64Array],
+    inside: list[Int64Array],
+    n_new: int,
+    weights: LaneWeights,
+) -> Int64Array:
+    """One lane's new-row sketches when some new row is weighted: Σ sketch · weight mod p."""
+    assert lane.sketch is not None
+    p, m = lane.p, int(lane.d.shape[0])
+    out = np.zeros((n_new, SKETCHES), dtype=np.int64)
+    for idx, atoms, w in zip(new_index, inside, weights, strict=True):
+        for t in range(SKETCHES):
+            vals = lane.sketch[atoms, t]
+            if w is not None:
+                vals = vals * w[atoms] % p
+            sums = _bincount_mod(idx[atoms], vals, n_new, p, m)
+            out[:, t] = (out[:, t] + sums) % p
+    return out
 
 
 @dataclass(frozen=True)
@@ -469,10 +639,19 @@ def _lane_step(lane: Lane, c: Int64Array, e: Int64Array) -> _LaneStep:
     return _LaneStep(k_mat, k_inv, picked, rest, np.vstack([mu_old, mu_new]))
 
 
-def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1) -> Candidate:
+def add_rows(
+    constraints: Constraints,
+    cells: list[Int32Array],
+    origin: int = -1,
+    weights: list[FloatArray | None] | None = None,
+) -> Candidate:
     """Add the rows given by cell arrays over the current atoms (one per query-set array); the
     rows kept are tagged with `origin` (the admission they come from). A new row no lane keeps
     is checked against its dependency in every lane by the sketches (`Candidate.unverified`).
+
+    `weights[g]` (None: 0/1) gives each atom's weight in the rows of array g (a weighted row: a
+    fit's design column over its value groups, nonzero on the atoms its cells hold); the
+    algebra is the same, each weight taken mod each lane's prime as the exact rational it is.
 
     A new row equal to a kept row, or to a row found dependent before (`repeats.py`), takes its
     known dependency; the lanes' algebra runs on the other (*fresh*) rows only."""
@@ -487,7 +666,19 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
         idx = np.where(cell >= 0, cell.astype(np.int64) + offsets[g], -1)
         new_index.append(idx)
     inside = [np.flatnonzero(idx >= 0) for idx in new_index]
-    lane_sketch_new = _new_sketches(constraints.lanes, new_index, inside, n_new)
+    row_weights: list[FloatArray | None] = list(weights) if weights else [None] * len(cells)
+    weighted = constraints.weighted or any(w is not None for w in row_weights)
+    no_weights: LaneWeights = [None] * len(cells)
+    lane_weights: list[LaneWeights] = [
+        _weights_mod(row_weights, lane.p) if weighted else no_weights for lane in constraints.lanes
+    ]
+    if weighted:
+        lane_sketch_new = [
+            _new_sketches_weighted(lane, new_index, inside, n_new, w)
+            for lane, w in zip(constraints.lanes, lane_weights, strict=True)
+        ]
+    else:
+        lane_sketch_new = _new_sketches(constraints.lanes, new_index, inside, n_new)
     new_keys = dict(zip(nonempty, repeats.keys_of(lane_sketch_new, nonempty), strict=True))
     # a remembered dependency is used only if it covers every lane that holds every kept row
     # (a lane that holds them now held them then: a lane's basis only grows)
@@ -510,21 +701,31 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
     position[fresh] = np.arange(n_fresh, dtype=np.int64)
     fresh_index = [position[idx] for idx in new_index]
     # C = M D Nᵀ for every lane at once (all rows; each lane takes its basis rows)
-    c_all = (
-        _cross_products(constraints, fresh_index, n_fresh)
-        if n_fresh
-        else [np.zeros((constraints.n_rows, 0), np.int64) for _ in constraints.lanes]
+    if not n_fresh:
+        c_all = [np.zeros((constraints.n_rows, 0), np.int64) for _ in constraints.lanes]
+    elif weighted:
+        c_all = _cross_products_mixed(constraints, fresh_index, n_fresh, lane_weights)
+    else:
+        c_all = _cross_products(constraints, fresh_index, n_fresh)
+    e_keys, e_atoms, e_g, e_h = (
+        _pair_entries(fresh_index, n_fresh) if n_fresh else (None, None, None, None)
     )
-    e_keys, e_atoms = _pair_entries(fresh_index, n_fresh) if n_fresh else (None, None)
     kept_any = np.zeros(n_new, dtype=bool)
     steps: list[_LaneStep] = []
     for lane_no, lane in enumerate(constraints.lanes):
         p = lane.p
         if n_fresh:
             assert e_keys is not None and e_atoms is not None
-            e = _bincount_mod(e_keys, lane.d[e_atoms], n_fresh * n_fresh, p, m).reshape(
-                n_fresh, n_fresh
-            )
+            e_terms = lane.d[e_atoms]
+            if weighted:
+                assert e_g is not None and e_h is not None
+                for g, lane_w in enumerate(lane_weights[lane_no]):
+                    if lane_w is None:
+                        continue
+                    for side in (e_g, e_h):
+                        at = np.flatnonzero(side == g)
+                        e_terms[at] = e_terms[at] * lane_w[e_atoms[at]] % p
+            e = _bincount_mod(e_keys, e_terms, n_fresh * n_fresh, p, m).reshape(n_fresh, n_fresh)
         else:
             e = np.zeros((0, 0), np.int64)
         step = _lane_step(lane, c_all[lane_no][lane.basis], e)
@@ -544,19 +745,30 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
     kept = np.flatnonzero(kept_any)
     new_id = np.full(n_new, -1, dtype=np.int64)
     new_id[kept] = constraints.n_rows + np.arange(kept.size, dtype=np.int64)
-    indptr, indices = constraints.indptr, constraints.indices
+    indptr, indices, data = constraints.indptr, constraints.indices, constraints.data
+    if weighted and data is None:
+        data = np.ones(constraints.nnz, dtype=np.float64)
     if kept.size:  # (nothing to copy when every new row is dependent)
         indptr = np.concatenate(
             [constraints.indptr, constraints.indptr[-1] + np.cumsum(row_lengths[kept])]
         )
         array_of = np.searchsorted(offsets, kept, side="right") - 1
         pieces = []
+        piece_weights: list[FloatArray] = []
         for g in np.unique(array_of):
             rows_here = kept[array_of == g]
-            pieces += _row_atoms(cells[int(g)], rows_here - offsets[g])
+            found_atoms = _row_atoms(cells[int(g)], rows_here - offsets[g])
+            pieces += found_atoms
+            row_w = row_weights[int(g)]
+            piece_weights += [
+                np.ones(a.shape[0], np.float64) if row_w is None else row_w[a].astype(np.float64)
+                for a in found_atoms
+            ]
         indices = np.concatenate(
             [constraints.indices] + [atoms.astype(np.int32) for atoms in pieces]
         )
+        if data is not None:
+            data = np.concatenate([data, *piece_weights])
     out_lanes = []
     bases = []
     for lane, step, sk_new in zip(constraints.lanes, steps, lane_sketch_new, strict=True):
@@ -618,6 +830,7 @@ def add_rows(constraints: Constraints, cells: list[Int32Array], origin: int = -1
                 [constraints.origin, np.full(kept.size, origin, dtype=np.int32)]
             ).astype(np.int32),
             seen=seen,
+            data=data,
         ),
         n_new_rows=len(nonempty),
         kept_keys=[row_keys[int(x)] for x in kept],
@@ -641,19 +854,30 @@ def null_vector(constraints: Constraints, lane: Lane, rng: np.random.Generator) 
     entries = np.arange(int(lengths.sum()), dtype=np.int64) + take
     atoms = constraints.indices[entries].astype(np.int64)
     local = np.repeat(np.arange(r, dtype=np.int64), lengths)
+    vals = constraints.values(p)[entries] if constraints.weighted else None
     # a row sums at most m terms, an atom at most r
-    mw = _bincount_mod(local, w[atoms], r, p, m)
+    mw = _bincount_mod(local, w[atoms] if vals is None else w[atoms] * vals % p, r, p, m)
     y = modp.matmul(lane.k_inv, mw.reshape(r, 1), p).reshape(r)
-    z = _bincount_mod(atoms, y[local], m, p, r)
+    z = _bincount_mod(atoms, y[local] if vals is None else y[local] * vals % p, m, p, r)
     return (w - lane.d * z % p) % p
 
 
-def row_sums(indptr: Int64Array, indices: Int32Array, v: Int64Array, p: int) -> Int64Array:
-    """Σ v over each CSR row, mod p."""
+def row_sums(
+    indptr: Int64Array,
+    indices: Int32Array,
+    v: Int64Array,
+    p: int,
+    values: Int64Array | None = None,
+) -> Int64Array:
+    """Σ v (times each entry's weight mod p, `values`, for weighted rows) over each CSR row,
+    mod p."""
     n_rows = int(indptr.shape[0]) - 1
     if n_rows == 0:
         return np.zeros(0, dtype=np.int64)
     rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
     # a row holds each atom once: at most max(indices) + 1 terms
     most = int(indices.max()) + 1 if indices.size else 0
-    return _bincount_mod(rows, v[indices.astype(np.int64)], n_rows, p, most)
+    terms = v[indices.astype(np.int64)]
+    if values is not None:
+        terms = terms * values % p
+    return _bincount_mod(rows, terms, n_rows, p, most)

@@ -10,7 +10,8 @@ rebuilds it from the parent state, `delta.py`; bits 2-3, version 4 on: atom_of's
 int32, 1 for int8, 2 for int16), u64 n_records, n_atoms, outside + 1, n_query_sets, n_rows,
 nnz, n_lanes, then per lane u64 p and r; then atom_of[n_records] in the narrowest signed type
 that holds ids below n_atoms (`atom_type`), and when tracked: indptr int64[n_rows + 1], indices
-int32[nnz], origin int32[n_rows] (version 2 on; the admission each row came with), per lane
+int32[nnz], origin int32[n_rows] (version 2 on; the admission each row came with), when flag
+bit 4 (weighted rows, issue 41) is set the entries' weights float64[nnz], per lane
 d uint32[n_atoms], basis int32[r], K uint32[r*r], K⁻¹ uint32[r*r]; last a SHA-256 of
 everything before it. Atom sizes are recomputed from atom_of on load.
 """
@@ -35,6 +36,8 @@ READABLE = (1, 2, 3, 4)
 #: Flag bits: constraints tracked; atom_of left out (supplied by the reader).
 TRACKED = 1
 NO_ATOMS = 2
+#: Flag bit 4 (version 4): the rows carry weights (float64 per entry).
+WEIGHTED = 16
 #: Flag bits 2-3 (version 4 on): the code of atom_of's stored type.
 _WIDTH_SHIFT = 2
 _WIDTH_MASK = 3 << _WIDTH_SHIFT
@@ -81,7 +84,10 @@ def encode_parts(state: StateFields, *, atoms: bool = True) -> list[bytes | memo
         _HEAD.pack(
             MAGIC,
             VERSION,
-            (TRACKED if tracked else 0) | (0 if atoms else NO_ATOMS) | width << _WIDTH_SHIFT,
+            (TRACKED if tracked else 0)
+            | (0 if atoms else NO_ATOMS)
+            | width << _WIDTH_SHIFT
+            | (WEIGHTED if constraints is not None and constraints.weighted else 0),
             n_records,
             n_atoms,
             state.outside + 1,
@@ -98,6 +104,8 @@ def encode_parts(state: StateFields, *, atoms: bool = True) -> list[bytes | memo
         parts.append(_buffer(constraints.indptr, "<i8"))
         parts.append(_buffer(constraints.indices, "<i4"))
         parts.append(_buffer(constraints.origin, "<i4"))
+        if constraints.data is not None:
+            parts.append(_buffer(constraints.data, "<f8"))
         for lane in lanes:
             parts.append(_buffer(lane.d, "<u4"))
             parts.append(_buffer(lane.basis, "<i4"))
@@ -194,7 +202,8 @@ def decode_fields(
         raise StateFormatError("state checksum mismatch: the bytes are corrupted or truncated")
     width = (flags & _WIDTH_MASK) >> _WIDTH_SHIFT
     if (
-        flags & ~(TRACKED | NO_ATOMS | _WIDTH_MASK)
+        flags & ~(TRACKED | NO_ATOMS | _WIDTH_MASK | WEIGHTED)
+        or (flags & WEIGHTED and (version < 4 or not flags & TRACKED))
         or (flags & NO_ATOMS and version < 3)
         or (width and (version < 4 or flags & NO_ATOMS))
         or width not in _ATOM_TYPES
@@ -235,7 +244,9 @@ def decode_fields(
         raise StateFormatError("outside atom out of range")
     constraints: Constraints | None = None
     if flags & TRACKED:
-        constraints = _decode_constraints(reader, lane_heads, n_atoms, n_rows, nnz, version)
+        constraints = _decode_constraints(
+            reader, lane_heads, n_atoms, n_rows, nnz, version, bool(flags & WEIGHTED)
+        )
     elif n_lanes or n_rows or nnz:
         raise StateFormatError("constraint data present in a state marked untracked")
     if reader.pos != len(body):
@@ -250,6 +261,7 @@ def _decode_constraints(
     n_rows: int,
     nnz: int,
     version: int,
+    weighted: bool = False,
 ) -> Constraints:
     indptr = reader.take("<i8", n_rows + 1, "row pointers").astype(np.int64, copy=False)
     indices = reader.take("<i4", nnz, "row entries").astype(np.int32, copy=False)
@@ -257,6 +269,11 @@ def _decode_constraints(
         origin = reader.take("<i4", n_rows, "row origins").astype(np.int32, copy=False)
     else:
         origin = np.full(n_rows, -1, dtype=np.int32)
+    data = None
+    if weighted:
+        data = reader.take("<f8", nnz, "row weights").astype(np.float64, copy=False)
+        if not bool(np.all(np.isfinite(data))) or bool(np.any(data == 0)):
+            raise StateFormatError("row weights must be finite and nonzero")
     if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) <= 0):
         raise StateFormatError("row pointers are not increasing from 0 to the entry count")
     if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n_atoms):
@@ -284,5 +301,10 @@ def _decode_constraints(
                 raise StateFormatError("stored K inverse does not invert K")
         lanes.append(Lane(p=int(p), d=d, basis=basis, k_mat=k_mat, k_inv=k_inv))
     return Constraints(
-        n_atoms=n_atoms, indptr=indptr, indices=indices, lanes=tuple(lanes), origin=origin
+        n_atoms=n_atoms,
+        indptr=indptr,
+        indices=indices,
+        lanes=tuple(lanes),
+        origin=origin,
+        data=data,
     )

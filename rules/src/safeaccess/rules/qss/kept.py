@@ -97,10 +97,16 @@ class KeptSets:
 
 
 def columns(
-    indptr: Int64Array, indices: Int32Array, n_atoms: int, atoms: Int64Array, n_rows: int
+    indptr: Int64Array,
+    indices: Int32Array,
+    n_atoms: int,
+    atoms: Int64Array,
+    n_rows: int,
+    values: Int64Array | None = None,
 ) -> FloatArray:
-    """Dense 0/1 columns (first `n_rows` rows) of the CSR rows for these atoms: one pass over
-    the rows' entries."""
+    """Dense columns (first `n_rows` rows) of the CSR rows for these atoms: one pass over the
+    rows' entries. 0/1, or with weighted rows each entry's weight mod the sets' prime
+    (`values`, below 2**21: exact as floats)."""
     out = np.zeros((n_rows, int(atoms.shape[0])), np.float64)
     if atoms.size == 0 or n_rows == 0:
         return out
@@ -109,15 +115,29 @@ def columns(
     hit = lut[indices[: int(indptr[n_rows])]]
     where = np.flatnonzero(hit >= 0)
     rows = np.searchsorted(indptr, where, side="right") - 1
-    out[rows, hit[where]] = 1.0
+    out[rows, hit[where]] = 1.0 if values is None else values[where].astype(np.float64)
     return out
 
 
+def _times(a: Int64Array, b: FloatArray, p: int) -> Int64Array:
+    """(a @ b) mod p for columns `b` read by `columns`: the one exact float product of
+    `modp.matmul_01` when they are 0/1, the general product when rows are weighted."""
+    if b.size == 0 or float(b.max()) <= 1.0:
+        return modp.matmul_01(a, b, p)
+    return modp.matmul(a, b.astype(np.int64), p)
+
+
 def _new_rows_on(
-    indptr: Int64Array, indices: Int32Array, lut: Int32Array, cols: Int64Array, r0: int, r1: int
+    indptr: Int64Array,
+    indices: Int32Array,
+    lut: Int32Array,
+    cols: Int64Array,
+    r0: int,
+    r1: int,
+    values: Int64Array | None = None,
 ) -> FloatArray:
-    """U = B[:, cols]: the rows r0..r1-1 on the set's columns (0/1). `lut` is all -1 on entry
-    and on exit."""
+    """U = B[:, cols]: the rows r0..r1-1 on the set's columns (0/1, or the entries' weights mod
+    the sets' prime, `values`). `lut` is all -1 on entry and on exit."""
     lut[cols] = np.arange(cols.shape[0], dtype=np.int32)
     start, stop = int(indptr[r0]), int(indptr[r1])
     pos = lut[indices[start:stop]]
@@ -125,7 +145,7 @@ def _new_rows_on(
     where = np.flatnonzero(pos >= 0)
     rows = np.searchsorted(indptr, start + where, side="right") - 1 - r0
     u = np.zeros((r1 - r0, int(cols.shape[0])), np.float64)
-    u[rows, pos[where]] = 1.0
+    u[rows, pos[where]] = 1.0 if values is None else values[start + where].astype(np.float64)
     return u
 
 
@@ -205,7 +225,7 @@ def _fill_holes(
             break
         window = avail[start : start + width]
         hole_rows = np.asarray(holes, dtype=np.int64)
-        reach = modp.matmul_01(inv[hole_rows, :], old[:, window], p)  # (holes, window)
+        reach = _times(inv[hole_rows, :], old[:, window], p)  # (holes, window)
         pivot_cols = np.asarray(modp.pivot_columns(reach, p), dtype=np.int64)
         if pivot_cols.size == 0:
             start += width
@@ -218,7 +238,7 @@ def _fill_holes(
         core_inv = modp.invert(sub[pivot_rows, :], p)
         if core_inv is None:  # the eliminations said independent: an arithmetic fault
             break
-        w = modp.matmul_01(inv, old[:, picks], p)  # (R, ρ)
+        w = _times(inv, old[:, picks], p)  # (R, ρ)
         w[rows_j, np.arange(rows_j.shape[0])] -= 1
         w %= p
         inv = (inv - modp.matmul(modp.matmul(w, core_inv, p), inv[rows_j, :], p)) % p
@@ -240,6 +260,7 @@ def extend(
     k: int,
     supply: Supply,
     holes: Holes | None = None,
+    values: Int64Array | None = None,
 ) -> KeptSets | None:
     """The sets with their holes filled and completed to the rows kept.n_rows..n_rows-1, or
     None when the candidates that `supply` yields (atom ids and their dense columns over the
@@ -285,9 +306,9 @@ def extend(
                 continue
             h = h_mats[i]
             if h is None:
-                u = _new_rows_on(indptr, indices, lut, cols[i], r0, r1)
+                u = _new_rows_on(indptr, indices, lut, cols[i], r0, r1, values)
                 # H = U·inv, as (invᵀ·Uᵀ)ᵀ: U is the 0/1 factor of the exact float product
-                h = modp.matmul_01(invs[i].T, u.T, p).T.copy()
+                h = _times(invs[i].T, u.T, p).T.copy()
                 h_mats[i] = h
             avail = np.flatnonzero(~claimed[atoms])
             # windows several times wider than the rank still missing, doubling: most
@@ -325,7 +346,7 @@ def extend(
         if s_inv is None:  # the residual basis said independent: an arithmetic fault
             return None
         q = np.concatenate(chosen_old[i], axis=1)
-        g = modp.matmul_01(inv, q, p)  # (r0, Δ)
+        g = _times(inv, q, p)  # (r0, Δ)
         gs = modp.matmul(g, s_inv, p)
         full = np.empty((r1, r1), np.int64)
         full[:r0, :r0] = (inv + modp.matmul(gs, h, p)) % p
@@ -342,7 +363,7 @@ def _residuals(new: FloatArray, old: FloatArray, h: Int64Array, p: int) -> Int64
     b: Int64Array = new.astype(np.int64)
     if old.shape[0] == 0:
         return b % p
-    reach: Int64Array = modp.matmul_01(h, old, p)
+    reach: Int64Array = _times(h, old, p)
     return (b - reach) % p
 
 
@@ -406,6 +427,7 @@ def batches(
     order: Int64Array,
     size: int,
     limit: int = _MAX_BATCHES,
+    values: Int64Array | None = None,
 ) -> Supply:
     """Candidates in `order`, `size` at a time, with their columns read from the CSR rows; at
     most `limit` batches, each batch twice the size of the one before."""
@@ -418,25 +440,33 @@ def batches(
             atoms = order[start : start + step]
             start += step
             step *= 2
-            yield atoms, columns(indptr, indices, n_atoms, atoms, n_rows)
+            yield atoms, columns(indptr, indices, n_atoms, atoms, n_rows, values)
 
     return gen
 
 
 def build(
-    indptr: Int64Array, indices: Int32Array, sizes: Int64Array, k: int, n_sets: int
+    indptr: Int64Array,
+    indices: Int32Array,
+    sizes: Int64Array,
+    k: int,
+    n_sets: int,
+    data: FloatArray | None = None,
 ) -> KeptSets | None:
     """Kept sets over every row, from scratch: the rows are taken in chunks, each chunk an
-    extension of the sets over the rows before it. None when the candidates run out."""
+    extension of the sets over the rows before it. None when the candidates run out. `data`:
+    the entries' weights when some row is weighted."""
     n_rows = int(indptr.shape[0]) - 1
     n_atoms = int(sizes.shape[0])
-    kept: KeptSets | None = KeptSets.empty(n_sets)
+    empty = KeptSets.empty(n_sets)
+    kept: KeptSets | None = empty
+    values = None if data is None else modp.float_mod(data, empty.p)
     r0 = 0
     while kept is not None and r0 < n_rows:
         r1 = min(n_rows, r0 + _BUILD_CHUNK)
         order = candidate_order(indptr, indices, sizes, k, r0, r1)
         need = (r1 - r0) * n_sets
-        supply = batches(indptr, indices, n_atoms, r1, order, size=2 * need + 64)
-        kept = extend(kept, indptr, indices, r1, sizes, k, supply)
+        supply = batches(indptr, indices, n_atoms, r1, order, size=2 * need + 64, values=values)
+        kept = extend(kept, indptr, indices, r1, sizes, k, supply, values=values)
         r0 = r1
     return kept

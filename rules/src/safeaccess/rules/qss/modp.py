@@ -252,3 +252,57 @@ class ColumnBasis:
         if self.rank:
             y[self.pivots] = (-self.vectors[q, :]) % self.p
         return y
+
+
+def _pow_mod(base: int, exponents: Int64Array, p: int) -> Int64Array:
+    """base ** e mod p for each e >= 0, by squaring (products of values below p < 2**31 fit in
+    int64)."""
+    out = np.ones(exponents.shape[0], dtype=np.int64)
+    e = exponents.copy()
+    b = base % p
+    while bool(np.any(e)):
+        odd = (e & 1).astype(bool)
+        out[odd] = out[odd] * b % p
+        e >>= 1
+        b = b * b % p
+    return out
+
+
+def float_mod(values: npt.NDArray[np.float64], p: int) -> Int64Array:
+    """Each finite float as the exact rational it is (a dyadic m · 2**e), mod p: the weights of a
+    weighted query set (the values the sandbox evaluated) over GF(p). Exact, so a rank found mod
+    p bounds the rank over the rationals of the very floats admitted. Raises ValueError for a
+    non-finite value."""
+    v = np.asarray(values, dtype=np.float64)
+    if not bool(np.all(np.isfinite(v))):
+        raise ValueError("a weight is not a finite number")
+    ones = v == 1.0
+    if bool(ones.any()):  # most entries of a state's rows are 1 (its 0/1 query sets)
+        out = np.ones(v.shape[0], dtype=np.int64)
+        rest = np.flatnonzero(~ones)
+        if rest.size:
+            out[rest] = _float_mod(v[rest], p)
+        return out
+    return _float_mod(v, p)
+
+
+def _float_mod(v: npt.NDArray[np.float64], p: int) -> Int64Array:
+    mantissa, exponent = np.frexp(np.abs(v))
+    # |v| = M · 2**(e − 53) with M = mantissa · 2**53 an integer below 2**53 (exact in int64)
+    m_int = np.ldexp(mantissa, 53).astype(np.int64)
+    shift = exponent.astype(np.int64) - 53
+    out = m_int % p
+    up = shift >= 0
+    if bool(np.any(up)):
+        out[up] = out[up] * _pow_mod(2, shift[up], p) % p
+    if bool(np.any(~up)):
+        half = inverse(2, p)
+        out[~up] = out[~up] * _pow_mod(half, -shift[~up], p) % p
+    negative = v < 0
+    out[negative] = (p - out[negative]) % p
+    return out
+
+
+def mul_mod(a: Int64Array, b: Int64Array, p: int) -> Int64Array:
+    """Elementwise a · b mod p for values in [0, p), p < 2**31 (the product fits in int64)."""
+    return a * b % p

@@ -10,8 +10,8 @@ A row is recognised by its *key*: its sketch values in every lane (`constraints.
 weights per atom per lane, summed over the row). A split keeps every row's sketch (the pieces'
 weights sum to the parent's), so a key stays valid across admissions; a state decoded from bytes
 draws fresh sketches and starts with no memory of dropped rows. Kept rows are remembered by their
-ids, rows found dependent by their dependencies. Two different rows (0/1 vectors over the same
-atoms) have equal keys with probability Π over lanes of p^-SKETCHES (about 2^-120
+ids, rows found dependent by their dependencies. Two different rows (vectors over the same
+atoms, 0/1 or weighted: the weights enter the sketch) have equal keys with probability Π over lanes of p^-SKETCHES (about 2^-120
 with two lanes and two sketches: the weights are uniform, independent and never released), which
 is far below the sketch check's own bound for a row every lane drops (p^-SKETCHES per lane).
 """

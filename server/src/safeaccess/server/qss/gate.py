@@ -48,6 +48,7 @@ from safeaccess.rules.qss import (
     AuditState,
     QuerySetError,
     StateFormatError,
+    WeightedSet,
     admit,
 )
 from safeaccess.rules.qss.encoding import atom_type
@@ -489,9 +490,22 @@ def stable_query_set(output: Output, ids: np.ndarray, n_records: int) -> np.ndar
 
 
 def extra_stable_query_sets(output: Output, ids: np.ndarray, n_records: int) -> list[np.ndarray]:
-    """The further partitions of an output's records (each tree of a forest after the first),
-    over stable record ids; each is admitted with the main query set."""
-    return [_stable(output, qs, ids, n_records) for qs in extra_query_sets_of(output)]
+    """The further partitions of an output's records (each tree of a forest after the first, a
+    fit's dummy columns), over stable record ids; each is admitted with the main query set.
+    Weighted sets are not among them (`weighted_stable_sets`)."""
+    return [
+        _stable(output, qs, ids, n_records) for qs in extra_query_sets_of(output) if not qs.weighted
+    ]
+
+
+def weighted_stable_sets(output: Output, ids: np.ndarray, n_records: int) -> list[WeightedSet]:
+    """An output's weighted rows (a fit's few-valued regressors, issue 41) over stable record
+    ids: admitted after the partitions, numbered after them (`grid.output_labels`)."""
+    return [
+        WeightedSet(_stable(output, qs, ids, n_records), np.asarray(qs.weights, np.float64))
+        for qs in extra_query_sets_of(output)
+        if qs.weighted
+    ]
 
 
 def _stable(output: Output, qs: QuerySet, ids: np.ndarray, n_records: int) -> np.ndarray:
@@ -568,7 +582,8 @@ def gate(
         return Gate(decision, {**base, "admitted": False, "skipped": "no query set (script)"})
     try:
         extra = extra_stable_query_sets(output, ids, state.n_records)
-        admission = admit(state, [stable, *extra], policy)
+        weighted = weighted_stable_sets(output, ids, state.n_records)
+        admission = admit(state, [stable, *extra], policy, weighted)
     except QuerySetError as exc:
         raise AuditUnavailable(str(exc)) from exc
     facts = {**base, "admitted": bool(admission.admitted), **_json_facts(admission)}
@@ -584,7 +599,9 @@ def gate(
             facts["grid_ms"] = round((time.perf_counter() - started) * 1000, 3)
         if revealed is None:
             number = int(admission.facts.get("origin", -1))
-            return Gate(decision, facts, admission.state, (number, current), (stable, *extra))
+            # the arrays in the order the admission refined the atoms by them (a delta replays it)
+            arrays = (stable, *extra, *(w.cells for w in weighted))
+            return Gate(decision, facts, admission.state, (number, current), arrays)
         facts.update(
             admitted=False, data_revealed_zero=True, conflicts_with=revealed.conflicts_with
         )

@@ -87,13 +87,19 @@ class Origin(BaseModel):
 
 
 def output_labels(output: Output | None) -> list[list[str]]:
-    """The cell labels of each query-set array of `output` (main first, then the extras)."""
+    """The cell labels of each query-set array of `output` (main first, then the extras), then
+    the row labels of each weighted set (numbered after the arrays, as `admit` numbers them)."""
     if output is None:
         return []
     qs = query_set_of(output)
     if qs is None:
         return []
-    return [qs.labels] + [q.labels for q in extra_query_sets_of(output)]
+    extras = extra_query_sets_of(output)
+    return (
+        [qs.labels]
+        + [q.labels for q in extras if not q.weighted]
+        + [list(q.row_labels or []) for q in extras if q.weighted]
+    )
 
 
 def _label(labels: Sequence[Sequence[str]], array: int, cell: int) -> str:
@@ -510,7 +516,12 @@ class _GridEvaluator:
         qs = query_set_of(response.output)
         if qs is None:
             return None
-        arrays = [qs, *extra_query_sets_of(response.output)]
+        # The partitions only, in `output_labels`' numbering. A weighted row (a fit's design
+        # column over value groups, issue 41) is not a set of records: it is never evaluated
+        # here as the set its cells cover (which would make it a repeat of the fit's own set),
+        # so a dependency it is in holds by definition only as its own repeat, or by the
+        # filters' fallback like every row the grid cannot evaluate (`_same_filters`).
+        arrays = [qs, *(q for q in extra_query_sets_of(response.output) if not q.weighted)]
         for g, q in enumerate(arrays):
             if not q.attached:
                 return None

@@ -18,6 +18,7 @@ from safeaccess.client.grammar.formulas import formula_columns, parse_formula
 from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.rules.facts import residual_spread
 from safeaccess.rules.outputs import (
+    WEIGHTED_LABEL,
     Coefficient,
     QuerySet,
     RegressionFacts,
@@ -209,33 +210,123 @@ def _regressor_facts(design: Any, x: np.ndarray, columns: list[str]) -> list[Reg
 
 
 def subgroup_query_sets(
-    design: Any, x: np.ndarray, frame: pd.DataFrame, n_records: int
+    design: Any,
+    x: np.ndarray,
+    frame: pd.DataFrame,
+    n_records: int,
+    family: str = "ols",
+    params: np.ndarray | None = None,
 ) -> list[QuerySet]:
-    """The sub-groups a fit releases totals over, each as a partition of the model's records.
+    """The sub-groups a fit releases totals over, as partitions of the model's records and, for
+    a numeric column with few values, as weighted rows over its value groups.
 
     X'y and X'X hold, for each 0/1 column (a dummy, or a product of dummies for an interaction),
-    the totals over the records where it is 1; and for a numeric column with few values,
-    weighted sums that several fits turn into each value group's total. Each such column gives
-    one partition: its distinct values over the records used (identical partitions, such as x and
-    x², are given once)."""
+    the totals over the records where it is 1: each such column gives one partition (identical
+    partitions are given once). A numeric column with at most `FEW_VALUES` distinct values x_c
+    releases the weighted sums Σ_c x_c · T_c (X'y, and the same row over every power of the
+    outcome through the likelihood and the standard errors) and Σ_c x_c² · n_c (X'X's
+    diagonal): two weighted rows over its value groups (issue 41), so one fit determines no
+    group's total, while fits with other transforms of the column on one set add up to every
+    group's total in the auditor as they do for the researcher (docs/qss.md). A logit or
+    Poisson fit adds its weighted Hessian and likelihood rows (`_glm_pattern_rows`); a probit's
+    few-valued numeric columns are admitted as their value groups (the strict rule)."""
     rows = np.asarray(design.rows, dtype=np.int64)
     sets: list[QuerySet] = []
-    seen: set[bytes] = set()
+    by_partition: dict[bytes, QuerySet] = {}
+    weighted_family = family in ("ols", *_CANONICAL)
     for j, info in enumerate(design.terms):
         if info.name in INTERCEPT_NAMES:
             continue
         values, codes = np.unique(x[:, j], return_inverse=True)
         if values.size < 2 or (not info.binary and values.size > FEW_VALUES):
             continue
+        numeric = weighted_family and not (info.binary or bool(np.all(np.isin(values, (0.0, 1.0)))))
         key = codes.astype(np.int32).tobytes()
-        if key in seen:
-            continue
-        seen.add(key)
-        cell = np.full(len(frame), -1, dtype=np.int64)
-        cell[rows] = codes
-        labels = [f"{info.name} = {v:g}" for v in values]
-        sets.append(query_set(labels, frame, cell, n_records))
+        qs = by_partition.get(key)
+        if qs is None:
+            cell = np.full(len(frame), -1, dtype=np.int64)
+            cell[rows] = codes
+            labels = [f"{info.name} = {v:g}" for v in values]
+            qs = by_partition[key] = query_set(labels, frame, cell, n_records)
+            sets.append(qs)
+        elif not numeric or qs.weights is None:
+            continue  # a 0/1 partition given before, or this one is (given once)
+        if numeric:
+            # x, x², x³ of one column share its partition: one set, their rows together (the
+            # floats the fit used, and their squares as the sandbox evaluates them)
+            weights, names = list(qs.weights or []), list(qs.row_labels or [])
+            for row, name in ((values, info.name), (values * values, f"{info.name}^2")):
+                listed = row.tolist()
+                if listed not in weights:
+                    weights.append(listed)
+                    names.append(f"{WEIGHTED_LABEL}{name}")
+            qs.weights, qs.row_labels = weights, names
+    if any(q.weighted for q in sets) and family in _CANONICAL:
+        glm = (
+            None
+            if params is None
+            else _glm_pattern_rows(design, x, frame, n_records, family, params)
+        )
+        if glm is None:
+            # the Hessian's rows vary within the groups: the value groups themselves (strict)
+            for q in sets:
+                q.weights = q.row_labels = None
+        else:
+            sets.append(glm)
     return sets
+
+
+#: GLM families whose score equations are X'(y - mu) = 0 (canonical links): the outcome's
+#: rows are the design columns, as for OLS.
+_CANONICAL = ("logit", "poisson")
+
+
+def _glm_pattern_rows(
+    design: Any,
+    x: np.ndarray,
+    frame: pd.DataFrame,
+    n_records: int,
+    family: str,
+    params: np.ndarray,
+) -> QuerySet | None:
+    """A canonical GLM's further weighted rows, over the design's patterns (records with the
+    same row of X), when every column has few values (so that the fitted mean is constant on
+    each pattern): its standard errors give X'WX, that is Σ_g n_g · w_g · x_gj · x_gl for every
+    pair of columns, and its log-likelihood Σ_g n_g · b(η_g) (logit: log(1 + e^η); Poisson's
+    e^η is w itself). Rows over record counts, which the auditor holds for every power of the
+    outcome alike. None when some column has many values (its records' weights then vary
+    within every group: the leverage rule covers such designs, docs/qss.md)."""
+    names = [str(info.name) for info in design.terms]
+    for j in range(x.shape[1]):
+        if names[j] not in INTERCEPT_NAMES and np.unique(x[:, j]).size > FEW_VALUES:
+            return None
+    patterns, codes = np.unique(x, axis=0, return_inverse=True)
+    if patterns.shape[0] > 127:  # joint patterns of few-valued columns: small in practice
+        return None
+    w = glm_weights(family, patterns, params)
+    if w is None:
+        return None
+    eta = patterns @ np.asarray(params, dtype=np.float64)
+    rows: list[list[float]] = []
+    labels: list[str] = []
+    for j in range(patterns.shape[1]):
+        for k in range(j, patterns.shape[1]):
+            row = w * patterns[:, j] * patterns[:, k]
+            if np.any(row != 0.0) and np.all(np.isfinite(row)):
+                rows.append(row.tolist())
+                labels.append(f"{WEIGHTED_LABEL}w*{names[j]}*{names[k]}")
+    if family == "logit":
+        rows.append(np.logaddexp(0.0, eta).tolist())
+        labels.append(f"{WEIGHTED_LABEL}log(1+exp(eta))")
+    if not rows:
+        return None
+    cell = np.full(len(frame), -1, dtype=np.int64)
+    cell[np.asarray(design.rows, dtype=np.int64)] = codes.reshape(-1)
+    cells = [", ".join(f"{n} = {v:g}" for n, v in zip(names, p, strict=True)) for p in patterns]
+    qs = query_set(cells, frame, cell, n_records)
+    qs.weights = rows
+    qs.row_labels = labels
+    return qs
 
 
 def regression(
@@ -303,7 +394,7 @@ def regression(
         saturated=bool(k >= patterns),
         regressors=_regressor_facts(design, x, columns),
         query_set=query_set(["model"], frame, used, n_records),
-        extra_query_sets=subgroup_query_sets(design, x, frame, n_records),
+        extra_query_sets=subgroup_query_sets(design, x, frame, n_records, analysis.family, params),
         leverage=leverage_facts(hat_values(x, glm_weights(analysis.family, x, params))),
         # the residual sum of squares behind the OLS standard errors: one record may dominate it
         residual_spread=residual_spread(y - x @ params) if analysis.family == "ols" else None,

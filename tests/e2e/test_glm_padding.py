@@ -161,3 +161,98 @@ def test_a_poisson_fit_of_a_padded_set_does_not_give_the_income(
         )
     else:
         assert not step.released, step.output
+
+
+# --- A transformed outcome: `log(income) ~ 1` on a padded set (issue 41, part 2) -------------
+#
+# The same 400 people, with ten of them on the round salary 150 000 (a pay scale). The filter
+# `age == 97 or income between 30000 and 30150 or income == 150000` gives 27 records: the
+# target, sixteen companions pinned to the band and ten pinned to one value. The ten give the
+# residuals enough spread that no record holds 90 % of them (the spread concentration rule
+# passes); their log income is known exactly. OLS releases the mean of log income (the
+# intercept) and its sd (the intercept's standard error times sqrt(n)), so with the sixteen's
+# sum S_b = A - t and their sum of squares S_b^2 / 16 + (their small spread in the band),
+# t + S_b = A and t^2 + S_b^2 / 16 = B give the target's log income to about 1e-5.
+LOG_PADDED = "age == 97 or income between 30000 and 30150 or income == 150000"
+SALARY = 150_000
+
+
+def salaried() -> pd.DataFrame:
+    frame = people().copy()
+    frame.loc[17:26, "income"] = SALARY
+    return frame
+
+
+LOG_DATA = salaried()
+
+
+def _register_log(centre: Centre) -> str:
+    """A dataset of its own per run: the same step asked again of one dataset would be a repeat
+    of the earlier release, released as such."""
+    name = f"logpad{next(_names)}"
+    meta = DatasetMetadata(
+        name=name,
+        record_key="person_id",
+        columns=[
+            Column(name="person_id", type="identifier"),
+            Column(name="age", type="integer", bounds=(18, 99)),
+            Column(name="income", type="integer", bounds=(0, 200_000)),
+        ],
+    )
+    data = DataDir(centre.root)
+    store = Store(data.database_url(data.load_config()))
+    try:
+        register_dataset(data, store, name=name, frame=LOG_DATA, metadata=meta, project="p1")
+    finally:
+        store.close()
+    return name
+
+
+def log_target_from(output: dict) -> float:
+    """The attacker: the mean and sd of log income from the intercept and its standard error,
+    the ten salaries' part exactly, the sixteen's through their band; solve the quadratic."""
+    n = int(output["n"])
+    b0 = float(output["coefficients"][0]["estimate"])
+    se = float(output["coefficients"][0]["std_error"])
+    ten = 10 * math.log(SALARY)
+    a = n * b0 - ten  # t + S_b
+    squares = (n - 1) * (se * math.sqrt(n)) ** 2 + n * b0**2  # sum of y^2
+    # the sixteen's spread around their own mean: uniform in the band on average
+    inside = 16 * ((math.log(BAND[1]) - math.log(BAND[0])) ** 2 / 12)
+    b = squares - 10 * math.log(SALARY) ** 2 - inside  # t^2 + S_b^2 / 16
+
+    def gap(t: float) -> float:
+        return t * t + (a - t) ** 2 / 16 - b
+
+    return math.exp(brentq(gap, math.log(BAND[1] + 1), math.log(199_999)))
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["before_the_fix", "deployed"])
+def test_a_log_income_model_of_a_padded_set_does_not_give_the_income(
+    centre_server: tuple[Centre, EmbeddedServer], monkeypatch: pytest.MonkeyPatch, fixed: bool
+) -> None:
+    if not fixed:
+        # the centre before this fix: a transformed outcome carried no filter bounds
+        original = regression_checks.bounded_findings
+
+        def untransformed_only(item: str, stats: dict, vf: object, *args: object) -> list:
+            if getattr(vf, "transform", None):
+                return []
+            return original(item, stats, vf, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(regression_checks, "bounded_findings", untransformed_only)
+    centre, srv = centre_server
+    name = _register_log(centre)
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        sealed = centre.seal(
+            [Regression(formula="log(income) ~ 1", where=LOG_PADDED)], dataset=name
+        )
+        step = session.run(sealed)[0]
+    if not fixed:
+        assert step.released and step.output is not None and step.output["n"] == 27
+        assert abs(log_target_from(step.output) - TARGET) < 5  # out of a range of 200 000
+    else:
+        # withheld with the one uniform reason; the run before the fix differs only in the
+        # filters-as-bounds check on a transformed outcome, so that is what refuses it
+        assert not step.released, step.output
+        assert {r.check for r in step.reasons} == {"disclosure_control"}

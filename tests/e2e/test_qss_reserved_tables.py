@@ -88,9 +88,7 @@ def metadata(name: str) -> DatasetMetadata:
 _names = itertools.count(1)
 
 
-@pytest.fixture
-def dataset(centre_server: tuple[Centre, EmbeddedServer]) -> str:
-    centre, _ = centre_server
+def _register(centre: Centre, scope: str) -> str:
     name = f"reserved{next(_names)}"
     data = DataDir(centre.root)
     store = Store(data.database_url(data.load_config()))
@@ -102,11 +100,16 @@ def dataset(centre_server: tuple[Centre, EmbeddedServer]) -> str:
             frame=people(),
             metadata=metadata(name),
             project="p1",
-            qss=QssSettings(scope="project"),
+            qss=QssSettings(scope=scope),  # type: ignore[arg-type]
         )
     finally:
         store.close()
     return name
+
+
+@pytest.fixture
+def dataset(centre_server: tuple[Centre, EmbeddedServer]) -> str:
+    return _register(centre_server[0], "project")
 
 
 def released(
@@ -143,3 +146,27 @@ def test_the_refusal_lands_on_the_release_that_creates_the_conflict(
         assert outcome == [True] * len(ordinary)
     else:
         assert outcome[0] is False  # bob's region x ethnicity table, on his own budget
+
+
+@pytest.mark.parametrize("scope", ["project", "researcher"])
+def test_a_researchers_own_scope_reserves_nothing(
+    centre_server: tuple[Centre, EmbeddedServer], scope: str
+) -> None:
+    # Women of 19 and over by region: the reserved region x sex table less it leaves each
+    # region's few 18-year-old women (fewer than k). In a shared scope the reservation refuses
+    # it, the price of protecting colleagues' standard tables; in a researcher's own scope no
+    # colleague's release can refuse her tables, so nothing is reserved and it is released.
+    centre, srv = centre_server
+    data = people()
+    adult_women = (data.sex == "F") & (data.age >= 19)
+    eighteen = data[(data.sex == "F") & (data.age == 18)].groupby("region").size()
+    assert 0 < eighteen.max() < 10  # the planted difference: each region's 18-year-old women
+    name = _register(centre, scope)
+    table = FrequencyTable(rows=["region"], where="sex == 'F' and age >= 19")
+    with connect(srv.url, centre.keys["ada"], "ada") as session:
+        (step,) = session.run(centre.seal([table], researcher="ada", dataset=name))
+    assert step.released == (scope == "researcher")
+    if step.released:
+        assert step.output is not None
+        counts = data[adult_women].groupby("region").size().reindex(REGIONS).tolist()
+        assert step.output["values"] == [[c] for c in counts]

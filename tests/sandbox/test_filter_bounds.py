@@ -67,8 +67,13 @@ def test_every_value_the_filter_allows_lies_inside(where: str) -> None:
     # soundness: move each selected record's income over a fine grid; wherever the filter still
     # holds for that record, the value must lie inside its bounds
     selected = FRAME.loc[row_mask(FRAME, where)].reset_index(drop=True)
-    low, high = record_bounds(where, selected, "income", DECLARED) or (None, None)
-    assert low is not None and high is not None
+    found = record_bounds(where, selected, "income", DECLARED)
+    assert found is not None
+    low, high, part_low, part_high = found
+    # each record's part holds its own value and lies inside the hull
+    own = selected["income"].to_numpy()
+    assert np.all((part_low <= own) & (own <= part_high))
+    assert np.all((low <= part_low) & (part_high <= high))
     for value in np.linspace(29_000.0, 31_000.0, 401):
         probe = selected.copy()
         probe["income"] = value
@@ -85,3 +90,31 @@ def test_bound_classes_group_equal_intervals() -> None:
         (0.0, 1e6, 1),
         (30000.0, 30150.0, 2),
     ]
+
+
+def _parts(where: str, frame: pd.DataFrame) -> list[tuple[float, float, float, float]]:
+    selected = frame.loc[row_mask(frame, where)].reset_index(drop=True)
+    found = record_bounds(where, selected, "income", DECLARED)
+    assert found is not None
+    return list(zip(*(a.tolist() for a in found), strict=True))
+
+
+def test_separate_intervals_give_each_record_the_part_that_holds_its_value() -> None:
+    # issue 41: `... or income == 150000` made the hull 30 000..150 000 and freed the companions
+    frame = pd.DataFrame({"age": [97, 40, 41], "income": [81234.0, 30075.0, 150000.0]})
+    where = "age == 97 or income between 30000 and 30150 or income == 150000"
+    assert _parts(where, frame) == [
+        (0.0, 1e6, 0.0, 1e6),  # the target: the filter holds whatever her income
+        (30000.0, 150000.0, 30000.0, 30150.0),
+        (30000.0, 150000.0, 150000.0, 150000.0),
+    ]
+    # an in list pins each record to its own value
+    assert [p[2:] for p in _parts("income in (30075, 150000)", frame)] == [
+        (30075.0, 30075.0),
+        (150000.0, 150000.0),
+    ]
+
+
+def test_a_lone_excluded_point_does_not_split_a_part() -> None:
+    # `income != 30075` fails only at a point: the record is still anywhere but there
+    assert _parts("income != 30075", FRAME) == [(0.0, 1e6, 0.0, 1e6)] * 4

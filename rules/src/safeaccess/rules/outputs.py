@@ -223,6 +223,20 @@ class BoundClass(_Model):
     low: float | None
     high: float | None
     count: int = Field(ge=1)
+    part: tuple[float | None, float | None] | None = Field(
+        default=None,
+        description="Where the filter allows separate intervals, the (low, high) of the one "
+        "that holds these records' own values: the check credits the other records with "
+        "knowing it, which only narrows what it derives (None: the same as low and high).",
+    )
+
+
+class TransformStep(_Model):
+    """One step of the transform a model's formula applies to its outcome column, innermost
+    first (`log(income)`: one step `log`; `I(sqrt(income) ** 2)`: `sqrt`, then `power` 2)."""
+
+    func: Literal["log", "log1p", "exp", "sqrt", "abs", "power"]
+    exponent: int | None = Field(default=None, ge=2, le=10, description="For `power` only.")
 
 
 class SummaryVariableFacts(_Model):
@@ -267,6 +281,11 @@ class SummaryVariableFacts(_Model):
         default=None,
         description="What the filter and the declared bounds confine each record's value to, "
         "by class of equal intervals (None: not recorded).",
+    )
+    transform: list[TransformStep] | None = Field(
+        default=None,
+        description="A model's transformed outcome (`log(income) ~ ...`): the values are the "
+        "transform of the column, `bounds` are on the column's own scale (None: untransformed).",
     )
     quantile_window: int | None = Field(
         default=None,

@@ -168,7 +168,8 @@ class ServerConfig(BaseModel):
         "reserved'): a colleague's standard table is then never refused because of another "
         "researcher's release, at the cost of refusing from the start the suppressed tables "
         "whose small cells the margins would reveal (most two-way tables of a few thousand "
-        "records). Off by default until that cost is measured on each centre's data.",
+        "records). Off by default until that cost is measured on each centre's data; never in "
+        "a researcher's own scope, where no colleague's release can refuse her tables.",
     )
 
     @model_validator(mode="after")

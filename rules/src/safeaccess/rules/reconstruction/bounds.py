@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 
 from safeaccess.rules.decision import Finding
-from safeaccess.rules.outputs import BoundClass, SummaryVariableFacts
+from safeaccess.rules.outputs import BoundClass, SummaryVariableFacts, TransformStep
 from safeaccess.rules.reconstruction._exact import Admissible, ReconstructionError
+from safeaccess.rules.reconstruction.transform import image, preimage_measure
 
 CHECK = "bounded_reconstruction"
 # Bisection and ternary-search steps: 2^-64 and (2/3)^64 of a range are below what the
@@ -164,6 +165,10 @@ def _squares_interval(
     return left, up_high
 
 
+def _end(value: float | None, missing: float) -> float:
+    return missing if value is None else value
+
+
 def record_ranges(
     stats: dict[str, float | None], classes: list[BoundClass], decimals: int | None
 ) -> list[tuple[float, float]]:
@@ -172,12 +177,15 @@ def record_ranges(
     record's true value always lies inside its class' range."""
     n = sum(c.count for c in classes)
     s_low, s_high = _total(stats, n, decimals)
-    lows = [(-math.inf if c.low is None else c.low) for c in classes]
-    highs = [(math.inf if c.high is None else c.high) for c in classes]
+    # the others by their part (`BoundClass.part`: narrower, so the ranges found are never
+    # wider than an attacker's), each record's own prior by the hull
+    lows = [_end(c.low if c.part is None else c.part[0], -math.inf) for c in classes]
+    highs = [_end(c.high if c.part is None else c.part[1], math.inf) for c in classes]
     counts = [c.count for c in classes]
     q_high = _squares_high(stats, n, decimals)
     out: list[tuple[float, float]] = []
-    for i, (lo, hi) in enumerate(zip(lows, highs, strict=True)):
+    for i, own in enumerate(classes):
+        lo, hi = _end(own.low, -math.inf), _end(own.high, math.inf)
         post_low, post_high = lo, hi
         if math.isfinite(s_low) or math.isfinite(s_high):
             post_low = max(lo, s_low - _others(highs, counts, i))
@@ -203,16 +211,32 @@ def bounded_findings(
     ratio: float,
 ) -> list[Finding]:
     """Withhold when the released statistics fix some record's value to less than `ratio` of
-    the range the filter and the declared bounds left it."""
+    the range the filter and the declared bounds left it.
+
+    A transformed model outcome (`vfacts.transform`, e.g. `log(income) ~ 1`) is released on the
+    transformed scale but bounded on the column's: the ranges are found on the transformed
+    scale (the bounds carried through the transform) and compared on the column's, where the
+    filter put them (`transform.py`). So an infinite end that only the transform creates (log of
+    a lower bound 0) is no claim of the release, and a padded set is refused as for the
+    untransformed column."""
     classes = vfacts.bounds or []
     if not classes or sum(c.count for c in classes) != vfacts.n:
         return []
-    ranges = record_ranges(stats, classes, decimals)
-    for c, (post_low, post_high) in zip(classes, ranges, strict=True):
-        lo = -math.inf if c.low is None else c.low
-        hi = math.inf if c.high is None else c.high
+    steps = vfacts.transform or []
+    priors = [
+        (-math.inf if c.low is None else c.low, math.inf if c.high is None else c.high)
+        for c in classes
+    ]
+    if steps:
+        ranges = record_ranges(stats, [_carried(steps, c) for c in classes], decimals)
+    else:
+        ranges = record_ranges(stats, classes, decimals)
+    for (lo, hi), (post_low, post_high) in zip(priors, ranges, strict=True):
         prior = hi - lo
-        width = post_high - post_low
+        if steps:
+            width = preimage_measure(steps, (post_low, post_high), (lo, hi))
+        else:
+            width = post_high - post_low
         if not math.isfinite(width) or prior == 0:
             continue
         if math.isinf(prior) or width < ratio * prior:
@@ -228,3 +252,15 @@ def bounded_findings(
                 )
             ]
     return []
+
+
+def _carried(steps: list[TransformStep], c: BoundClass) -> BoundClass:
+    """A class' bounds (and part) on the transformed scale; an infinite end is no bound."""
+
+    def through(low: float | None, high: float | None) -> tuple[float | None, float | None]:
+        lo, hi = image(steps, _end(low, -math.inf), _end(high, math.inf))
+        return (lo if math.isfinite(lo) else None), (hi if math.isfinite(hi) else None)
+
+    low, high = through(c.low, c.high)
+    part = None if c.part is None else through(*c.part)
+    return BoundClass(low=low, high=high, count=c.count, part=part)

@@ -96,7 +96,13 @@ class Admission:
         self.scope = scope_key(dataset, settings.scope, researcher=researcher, project=project)
         self.policy = policy_for(settings, threshold)
         self.ids = ids
-        self.populations = populations
+        self.populations: Callable[[], Sequence[Population]] = populations
+        if settings.scope == "researcher":
+            # A researcher's own scope holds only her releases, so no colleague's release can
+            # make her table the refused one: the reserved standard tables (`reserved.py`) would
+            # only refuse her ordinary subsets of them (a mean over the present incomes per
+            # region after the reserved region counts isolates the few missing ones).
+            self.populations = lambda: [replace(p, reserved=()) for p in populations()]
         self.analysis = analysis
         self.metadata = metadata
         self.commit: QssCommit | None = None

@@ -11,9 +11,11 @@ of the summarised value y alone (the other columns fixed), and it is constant be
 numeric constants the filter compares y with. So the filter is evaluated, by the same code that
 selected the records (`safeaccess.sandbox.runner.filters.row_mask`, SQL null semantics included), once
 per region: each constant, and a point inside each open interval between and beyond them. The
-hull of the regions where it holds is what the filter implies about the record's value; cut to
-the declared bounds, it is sound (every value the filter allows lies inside) and never tighter
-than the filter's own logic.
+run of adjacent regions where it holds that contains the record's own value is what the check
+takes the filter to imply about it, cut to the declared bounds. That is the filter's own
+logic when it allows one interval; when it allows several (`income between 30000 and 30150 or
+income == 150000`) it credits the attacker with knowing which one each record is in, which
+only makes the check stricter: the ranges it derives are never wider than an attacker's.
 """
 
 from __future__ import annotations
@@ -79,15 +81,27 @@ def _regions(constants: list[float]) -> list[tuple[float, float, float]]:
     return out
 
 
+#: Per selected record: the hull's (low, high), then the part's (low, high) (`record_bounds`).
+RecordBounds = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
 def record_bounds(
     where: str | None,
     frame: pd.DataFrame,
     column: str,
     declared: tuple[float, float] | None,
-) -> tuple[np.ndarray, np.ndarray] | None:
+) -> RecordBounds | None:
     """Per record of `frame` (the records the filter selected), the (low, high) the filter and
-    the declared bounds confine `column` to; -inf/inf where nothing bounds it. None when the
-    filter does not compare `column` with a number (then only the declared bounds apply)."""
+    the declared bounds confine `column` to (the hull), and the (low, high) of the part of it
+    that holds the record's own value; -inf/inf where nothing bounds it. None when the filter
+    does not compare `column` with a number (then only the declared bounds apply).
+
+    The part: where the filter allows separate intervals (`income between 30000 and 30150 or
+    income == 150000`), the run of them around the record's value (the filter failing at a
+    lone point, as `income != 30075` does, does not split a run). The check credits the *other*
+    records of a group with knowing their part, which only narrows the ranges it derives (the
+    hull of 30 000 to 150 000 left the companions free enough that a mean and sd fixing an
+    outsider's income were released), and keeps the hull as the record's own prior."""
     if where is None or not where.strip() or column not in frame.columns:
         return None
     node = parse_filter(where)
@@ -96,31 +110,66 @@ def record_bounds(
         return None
     # only the columns the filter reads, with the summarised one replaced region by region
     probe = frame[sorted(filter_columns(node))].copy()
-    probe[column] = probe[column].astype(np.float64)
+    actual = probe[column].to_numpy(dtype=np.float64, na_value=np.nan)
+    probe[column] = actual
     n = len(frame)
+    # the region of each record's own value (`_regions`: constant j is region 2j + 1, the open
+    # interval below it region 2j); -1 for a missing value
+    cuts = np.asarray(constants, dtype=np.float64)
+    j = np.searchsorted(cuts, actual, side="left")
+    on_constant = (j < cuts.size) & (cuts[np.minimum(j, cuts.size - 1)] == actual)
+    own = np.where(np.isnan(actual), -1, 2 * j + on_constant)
     low = np.full(n, math.inf)
     high = np.full(n, -math.inf)
-    for value, left, right in _regions(constants):
+    run = np.full(n, math.inf)  # left end of the current run of holding regions
+    part_low = np.full(n, math.inf)
+    part_high = np.full(n, -math.inf)
+    following = np.zeros(n, dtype=bool)  # in the run that holds the record's own value
+    for index, (value, left, right) in enumerate(_regions(constants)):
         probe[column] = value
         holds = row_mask(probe, node)
         low = np.where(holds & (low == math.inf), left, low)  # first region that holds
         high = np.where(holds, right, high)  # last region that holds
+        # only an interval of positive width where the filter fails ends a run
+        ends = ~holds if index % 2 == 0 else np.zeros(n, dtype=bool)
+        run = np.where(ends, math.inf, np.where(holds & (run == math.inf), left, run))
+        reached = holds & (own == index)
+        part_low = np.where(reached, run, part_low)
+        following = (following | reached) & ~ends
+        part_high = np.where(following & holds, right, part_high)
+    missing = part_low == math.inf  # no own value (or it fails the filter): the hull
+    part_low = np.where(missing, low, part_low)
+    part_high = np.where(missing, high, part_high)
     if declared is not None:
-        low = np.maximum(low, declared[0])
-        high = np.minimum(high, declared[1])
-    return low, high
+        low, part_low = np.maximum(low, declared[0]), np.maximum(part_low, declared[0])
+        high, part_high = np.minimum(high, declared[1]), np.minimum(part_high, declared[1])
+    return low, high, part_low, part_high
 
 
-def bound_classes(low: np.ndarray, high: np.ndarray) -> list[BoundClass]:
-    """Records grouped by equal (low, high), ascending; infinite ends become None."""
+def bound_classes(
+    low: np.ndarray,
+    high: np.ndarray,
+    part_low: np.ndarray | None = None,
+    part_high: np.ndarray | None = None,
+) -> list[BoundClass]:
+    """Records grouped by equal (low, high) and part, ascending; infinite ends become None."""
     if low.size == 0:
         return []
-    pairs, counts = np.unique(np.stack([low, high], axis=1), axis=0, return_counts=True)
+    part_low = low if part_low is None else part_low
+    part_high = high if part_high is None else part_high
+    rows, counts = np.unique(
+        np.stack([low, high, part_low, part_high], axis=1), axis=0, return_counts=True
+    )
+
+    def end(x: float) -> float | None:
+        return None if math.isinf(x) else float(x)
+
     return [
         BoundClass(
-            low=None if math.isinf(lo) else float(lo),
-            high=None if math.isinf(hi) else float(hi),
+            low=end(lo),
+            high=end(hi),
             count=int(c),
+            part=None if (p_lo, p_hi) == (lo, hi) else (end(p_lo), end(p_hi)),
         )
-        for (lo, hi), c in zip(pairs, counts, strict=True)
+        for (lo, hi, p_lo, p_hi), c in zip(rows, counts, strict=True)
     ]

@@ -24,6 +24,7 @@ from safeaccess.rules.outputs import (
     RegressionOutput,
     RegressorFacts,
     SummaryVariableFacts,
+    TransformStep,
 )
 from safeaccess.sandbox.runner.compute import summary as summary_compute
 from safeaccess.sandbox.runner.compute._common import AnalysisError, fnum, query_set
@@ -127,6 +128,17 @@ def _fit_stats_of(family: str, result: Any) -> dict[str, float | None]:
     return stats
 
 
+def _transform_steps(expr: Any) -> list[TransformStep]:
+    """The transform a numeric formula expression applies to its column, innermost first."""
+    from safeaccess.client.grammar import Call, Power
+
+    if isinstance(expr, Call):
+        return [*_transform_steps(expr.arg), TransformStep(func=expr.func)]
+    if isinstance(expr, Power):
+        return [*_transform_steps(expr.base), TransformStep(func="power", exponent=expr.exponent)]
+    return []
+
+
 def outcome_facts(
     design: Any,
     y: np.ndarray,
@@ -140,27 +152,33 @@ def outcome_facts(
     standard errors give X'WX), OLS also its sum of squares (R^2 with the residual spread): a
     summary's count, mean and sd in another form, so the rules check them as one (filters on
     the outcome are bounds, spread concentration, dominance, reconstruction on small scales).
-    A transformed outcome (`log(income) ~ ...`) has no declared scale and no filter bounds."""
-    from safeaccess.client.grammar import Var
+    A transformed outcome (`log(income) ~ ...`) keeps the filter's bounds on its column, on the
+    column's own scale, with the transform that leads from it to the values (`transform`): the
+    rules compare what the release leaves of a record with its prior range on that scale. It
+    has no declared scale (the small-integer reconstruction is of the column's values)."""
+    from safeaccess.client.grammar import Var, factor_column
 
     response = design.formula.response
     rows = np.asarray(design.rows, dtype=np.int64)
-    plain = isinstance(response, Var) and response.name in frame.columns
-    name = response.name if plain else None
-    bounds = None
-    if name is not None:
-        found = record_bounds(where, frame, name, summary_compute._declared(name, metadata))
+    column = factor_column(response)
+    plain = isinstance(response, Var)
+    bounds: tuple[np.ndarray, ...] | None = None
+    if column in frame.columns:
+        found = record_bounds(where, frame, column, summary_compute._declared(column, metadata))
         if found is not None:
-            bounds = (found[0][rows], found[1][rows])
+            bounds = tuple(a[rows] for a in found)
     unit = metadata.contributor_column
     units = frame[unit].to_numpy()[rows] if unit is not None and unit in frame.columns else None
-    return summary_compute._facts(
+    facts = summary_compute._facts(
         np.asarray(y, dtype=np.float64),
-        None if name is None else summary_compute._scale(name, metadata),
+        summary_compute._scale(column, metadata) if plain else None,
         units,
         bounds,
-        name is not None and summary_compute._is_integer(name, metadata),
+        plain and summary_compute._is_integer(column, metadata),
     )
+    if plain or facts.bounds is None:
+        return facts
+    return facts.model_copy(update={"transform": _transform_steps(response)})
 
 
 def _regressor_facts(design: Any, x: np.ndarray, columns: list[str]) -> list[RegressorFacts]:

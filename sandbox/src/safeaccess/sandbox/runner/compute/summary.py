@@ -225,13 +225,13 @@ def _facts(
     raw: np.ndarray,
     scale: tuple[int, int] | None,
     contributor: np.ndarray | None,
-    bounds: tuple[np.ndarray, np.ndarray] | None = None,
+    bounds: tuple[np.ndarray, ...] | None = None,
     integer: bool = False,
 ) -> SummaryVariableFacts:
     present = ~np.isnan(raw)
     values = raw[present]
     n = values.size
-    classes = None if bounds is None else bound_classes(bounds[0][present], bounds[1][present])
+    classes = None if bounds is None else bound_classes(*(a[present] for a in bounds))
     if classes is not None:
         scale = _tightened(scale, classes, integer)
     uniq, counts = np.unique(values, return_counts=True)
@@ -293,7 +293,7 @@ def summary(
                 raw,
                 scales[v],
                 None if units is None else units[members],
-                None if fb is None else (fb[0][members], fb[1][members]),
+                None if fb is None else tuple(a[members] for a in fb),
                 integer[v],
             )
         out_groups.append(SummaryGroup(labels=labels, variables=summaries))

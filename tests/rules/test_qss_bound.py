@@ -154,9 +154,10 @@ def test_the_ordinary_survey_step_is_released_without_a_search() -> None:
     # Issue 41's own ordinary step. Its released cells hold 10 to 15 records in 5 to 9 atoms of
     # one to three records, so every completing set must take an atom of each, and disjoint sets
     # run out of them (Σ of their smallest atoms stays below k): the exact search then went past
-    # its 400 branches and the step was refused for cost (16 000 records is the smallest size
-    # of this history that did it; 11 s of CPU). Counted by records, an atom of n records
-    # serves n sets, the cells' records give k sets room, and the root certifies.
+    # its 400 branches and the step was refused for cost (11 s of CPU; 16 000 records is the
+    # smallest size of this history, in steps of 2 000, that did it). Counted by records, an
+    # atom of n records serves n sets and the cells' records give k sets room: certified by
+    # the root packing or the kept sets.
     policy = AuditPolicy(k=K)
     state = AuditState.empty(16_000)
     *history, report = _survey(16_000)

@@ -5,13 +5,10 @@ k or more records and must meet the small part of every completing set) holds fo
 sets C₁ … C_t of atoms such that
 
 - each A[:, Cᵢ] has rank R (all admitted rows), and
-- an atom with fewer than k records (n of them) is in the *small parts* of at most n sets.
+- the atoms of Cᵢ with fewer than k records (its *small part*) are pairwise disjoint across sets.
 
-S then meets all t small parts, so its records Σ_{a∈S} nₐ ≥ Σ_{a∈S} #{i : a ∈ Cᵢ} ≥ t; with
-t = k sets the bound is reached whatever the atoms' sizes (`certificate._pack_by_capacity`: an
-atom of n records is n parallel columns). Atoms of k or more records may be shared by every
-set. Candidates not yet in any set are tried first, so the sets stay disjoint where they can:
-an atom shared by several sets that later splits into smaller pieces leaves holes.
+S then meets t disjoint small parts, so it holds at least t records; with t = k sets the bound is
+reached whatever the atoms' sizes. Atoms of k or more records may be shared by every set.
 
 What is kept, per set: `cols` (R atom ids with A[:, cols] square and invertible mod a small
 prime p) and `inv` = A[:, cols]⁻¹ mod p. Rank R mod p implies rank R over the rationals, so a
@@ -21,8 +18,8 @@ Across an admission:
 
 - *Splits* keep ids: an atom keeps its id for one of its pieces, and every piece has its
   parent's column on the old rows. So A[:, cols] is unchanged on the old rows, whatever splits.
-- *Atoms in more sets than their records* (a big atom, or a shared small one, split into
-  smaller pieces): every set past the first n swaps it for one of its pieces, which has the same old column,
+- *Shared atoms that became small* (a big atom split into small pieces) would break
+  disjointness: every set but one swaps it for one of its pieces, which has the same old column,
   so `inv` does not change (a big piece can stand in for every set). Where the pieces run out,
   the positions left (holes) are filled together by other candidates, with one block (Woodbury)
   update of `inv` (`_fill_holes`).
@@ -89,17 +86,14 @@ class KeptSets:
 
     def certifies(self, sizes: Int64Array, k: int) -> bool:
         """Whether the sets prove that no combination over fewer than k records is determined:
-        at least k sets (or one without a small atom), each small atom in at most as many sets'
-        small parts as it has records."""
+        at least k sets (or one without a small atom) and small parts pairwise disjoint."""
         small = [c[sizes[c] < k] for c in self.cols]
         if any(s.size == 0 for s in small):
             return True  # the big atoms with that set span everything: nothing small is determined
         if self.n_sets < k:
             return False
-        if any(int(np.unique(s).size) != int(s.size) for s in small):
-            return False  # a set names an atom twice: not R independent columns
-        atoms, counts = np.unique(np.concatenate(small), return_counts=True)
-        return bool(np.all(counts <= sizes[atoms]))
+        joined = np.concatenate(small)
+        return int(np.unique(joined).size) == int(joined.size)
 
 
 def columns(
@@ -161,8 +155,8 @@ Holes = list[list[int]]
 def substitute(
     kept: KeptSets, ancestor: Int64Array, n_old: int, sizes: Int64Array, k: int
 ) -> tuple[KeptSets, Holes]:
-    """After splits: every set past the first n swaps an atom of n < k records that more sets
-    hold for a piece of it (same column on the old rows, so the inverses stand). Where pieces run out, the position is
+    """After splits: every set but one swaps a shared atom that became small for a piece of it
+    (same column on the old rows, so the inverses stand). Where pieces run out, the position is
     returned as a hole, per set, for `extend` to fill.
 
     `ancestor[a]` is the atom each atom split from in this admission (itself for ids < n_old)."""
@@ -170,7 +164,7 @@ def substitute(
     joined = np.concatenate(kept.cols) if kept.cols else np.empty(0, np.int64)
     small = joined[sizes[joined] < k]
     atoms, counts = np.unique(small, return_counts=True)
-    shared = atoms[counts > sizes[atoms]]
+    shared = atoms[counts > 1]
     if shared.size == 0:
         return kept, holes
     fresh = np.arange(n_old, int(ancestor.shape[0]), dtype=np.int64)
@@ -182,13 +176,13 @@ def substitute(
         pieces = fresh[by_parent[lo:hi]]
         big = pieces[sizes[pieces] >= k]
         spare = list(pieces[sizes[pieces] < k])
-        keep = int(sizes[atom])  # as many sets as it has records keep the atom itself
+        first = True
         for i, c in enumerate(cols):
             where = np.flatnonzero(c == atom)
             if where.size == 0:
                 continue
-            if keep:
-                keep -= 1
+            if first:
+                first = False  # one set keeps the atom itself
                 continue
             if big.size:
                 c[where[0]] = big[0]  # a big piece may be shared by every set
@@ -272,8 +266,8 @@ def extend(
     None when the candidates that `supply` yields (atom ids and their dense columns over the
     first n_rows rows) run out first.
 
-    Candidates are taken first fit: each goes to the first set it serves; an atom of n < k
-    records joins at most n sets, those in no set yet first; a big atom may join every set."""
+    Candidates are taken first fit: each goes to the first set it serves; an atom below k joins
+    at most one set, a big atom may join every set."""
     p = kept.p
     r0, r1 = kept.n_rows, n_rows
     delta = r1 - r0
@@ -285,10 +279,9 @@ def extend(
     invs = list(kept.inv)
     lut = np.full(n_atoms, -1, np.int32)
     h_mats: list[Int64Array | None] = [None] * len(cols)
-    # the sets each small atom is in (a big atom's stays 0: it may join every set)
-    uses = np.zeros(n_atoms, np.int64)
+    claimed = np.zeros(n_atoms, dtype=bool)
     for c in cols:
-        np.add.at(uses, c[sizes[c] < k], 1)
+        claimed[c[sizes[c] < k]] = True
     bases = [modp.ColumnBasis(delta, p) for _ in cols]
     chosen_atoms: list[list[Int64Array]] = [[] for _ in cols]
     chosen_old: list[list[FloatArray]] = [[] for _ in cols]
@@ -301,12 +294,12 @@ def extend(
         for i in range(len(cols)):
             if bases[i].rank == delta and not gaps[i]:
                 continue
-            free = uses[atoms] < sizes[atoms]
+            free = ~claimed[atoms]
             if gaps[i]:
                 invs[i], used = _fill_holes(cols[i], invs[i], gaps[i], atoms, block[:r0], free, p)
                 for pick in used:
                     if sizes[atoms[pick]] < k:
-                        uses[atoms[pick]] += 1
+                        claimed[atoms[pick]] = True
                 if gaps[i]:
                     continue
             if bases[i].rank == delta:
@@ -317,9 +310,7 @@ def extend(
                 # H = U·inv, as (invᵀ·Uᵀ)ᵀ: U is the 0/1 factor of the exact float product
                 h = _times(invs[i].T, u.T, p).T.copy()
                 h_mats[i] = h
-            avail = np.flatnonzero(uses[atoms] < sizes[atoms])
-            # atoms in no set first: the sets share an atom only when the others run out
-            avail = avail[np.argsort(uses[atoms[avail]] > 0, kind="stable")]
+            avail = np.flatnonzero(~claimed[atoms])
             # windows several times wider than the rank still missing, doubling: most
             # candidates are independent, so one or two windows usually complete the set, and
             # each window costs one product and one elimination whatever its width (the greedy
@@ -338,7 +329,7 @@ def extend(
                 chosen_atoms[i].append(atoms[picked])
                 chosen_old[i].append(block[:r0, picked])
                 chosen_res[i].append(residual[:, added])
-                np.add.at(uses, atoms[picked][sizes[atoms[picked]] < k], 1)
+                claimed[atoms[picked][sizes[atoms[picked]] < k]] = True
         if done():
             break
     if not done():

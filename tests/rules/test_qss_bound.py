@@ -5,12 +5,15 @@ it too, and none of them ever releases."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from safeaccess.rules.qss import AuditPolicy, AuditState, admit
-from safeaccess.rules.qss.certificate import TooCostly, decide
+from safeaccess.rules.qss.certificate import Certified, TooCostly, decide
 from safeaccess.rules.qss.guard import (
     SEARCH_OPERATIONS,
     Budget,
@@ -18,6 +21,7 @@ from safeaccess.rules.qss.guard import (
     interrupt_all,
     resume_all,
 )
+from safeaccess.rules.qss.modp import random_prime
 
 K = 10
 
@@ -99,3 +103,122 @@ def test_an_ordinary_admission_needs_no_search() -> None:
         assert result.admitted and result.state is not None
         assert result.facts["certificate"]["nodes"] <= 1
         state = result.state
+
+
+def _survey(n: int) -> list[np.ndarray]:
+    """Issue 41's ordinary survey history on n synthetic records, as the auditor receives it:
+    the universe, twelve ordinary tables and crosstabs (some filtered), then the report's step,
+    health × age of the West's women with the cells below k suppressed (their records are not
+    in any released cell). The columns are drawn independently, like the demo census."""
+    rng = np.random.default_rng(41)
+    region, sex, health = rng.integers(0, 4, n), rng.integers(0, 2, n), rng.integers(0, 5, n)
+    age, employment, ethnicity = (
+        rng.integers(16, 96, n),
+        rng.integers(0, 3, n),
+        rng.integers(0, 5, n),
+    )
+    band = np.digitize(age, [25, 35, 45, 55, 65, 75])
+
+    def cells(*columns: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+        key = np.zeros(n, np.int64)
+        for column in columns:
+            key = key * 100 + column
+        out = np.unique(key, return_inverse=True)[1].astype(np.int32)
+        if where is not None:
+            out[~where] = -1
+        return out
+
+    employed = employment == 0
+    report = cells(health, age, where=(region == 3) & (sex == 1))
+    counts = np.bincount(report[report >= 0])
+    report[np.isin(report, np.flatnonzero(counts < K))] = -1  # suppressed
+    return [
+        np.zeros(n, np.int32),
+        cells(region, sex),
+        cells(ethnicity, sex),
+        cells(band),
+        cells(health),
+        cells(region, where=employed),
+        cells(sex, health),
+        cells(employment, sex),
+        cells(region, health, where=employed),
+        cells(age >= 18),
+        cells(band, sex),
+        cells(region, band),
+        cells(ethnicity, employment),
+        report,
+    ]
+
+
+def test_the_ordinary_survey_step_is_released_without_a_search() -> None:
+    # Issue 41's own ordinary step. Its released cells hold 10 to 15 records in 5 to 9 atoms of
+    # one to three records, so every completing set must take an atom of each, and disjoint sets
+    # run out of them (Σ of their smallest atoms stays below k): the exact search then went past
+    # its 400 branches and the step was refused for cost (11 s of CPU; 16 000 records is the
+    # smallest size of this history, in steps of 2 000, that did it). Counted by records, an
+    # atom of n records serves n sets and the cells' records give k sets room: certified by
+    # the root packing or the kept sets.
+    policy = AuditPolicy(k=K)
+    state = AuditState.empty(16_000)
+    *history, report = _survey(16_000)
+    for array in history:
+        result = admit(state, [array], policy)
+        assert result.admitted and result.state is not None
+        state = result.state
+    result = admit(state, [report], policy)
+    assert result.admitted, result.reason
+    assert result.facts["certificate"]["verdict"] == "certified"
+    assert result.facts["certificate"]["nodes"] <= 1
+
+
+def test_a_cell_of_k_records_in_few_atoms_is_certified_at_the_root() -> None:
+    # The smallest such case, worked by hand: 11 records, the universe and a cell of 6 records
+    # in three atoms of 2; the complement holds atoms of 4 and 1. The row space is
+    # a·cell + b·universe: b ≠ 0 puts both complement atoms in the support (5 records), b = 0
+    # the cell's three (6 records), so nothing below k = 5 is determined. Disjoint sets each
+    # need a cell atom and a complement atom, so their smallest atoms add up to at most 3; by
+    # records (2, 2, 2 and 4, 1) five sets fit.
+    from _qss_oracle import smallest_support
+
+    rows = [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+    sizes = [2, 2, 2, 4, 1]
+    assert smallest_support(rows, sizes, 5) is None  # the exact rational brute force agrees
+    indptr = np.array([0, 3, 8], np.int64)
+    indices = np.array([0, 1, 2, 0, 1, 2, 3, 4], np.int32)
+    verdict = decide(indptr, indices, 5, np.asarray(sizes, np.int64), 5, random_prime(), 0)
+    assert isinstance(verdict, Certified), verdict  # max_nodes 0: certified by the root alone
+    assert verdict.sets == 5
+
+
+@st.composite
+def _instances(draw: st.DrawFn) -> tuple[list[list[int]], list[int], int]:
+    k = draw(st.integers(2, 7))
+    m = draw(st.integers(2, 9))
+    sizes = draw(st.lists(st.integers(1, k + 1), min_size=m, max_size=m))
+    rows = draw(
+        st.lists(st.lists(st.integers(0, 1), min_size=m, max_size=m), min_size=1, max_size=5)
+    )
+    return rows, sizes, k
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_instances())
+def test_the_root_certificate_never_releases_what_brute_force_finds(
+    case: tuple[list[list[int]], list[int], int],
+) -> None:
+    # the root packings alone (no branch: max_nodes 0), the one by records among them: a
+    # certificate is never given where the exact rational brute force finds a small support
+    from _qss_oracle import _rational_rank, smallest_support
+
+    rows, sizes, k = case
+    kept: list[list[int]] = []
+    for row in rows:
+        trial = [*kept, row]
+        if any(row) and _rational_rank([[Fraction(x) for x in r] for r in trial]) == len(trial):
+            kept = trial
+    assume(kept)
+    indptr = np.cumsum([0, *(sum(r) for r in kept)]).astype(np.int64)
+    indices = np.asarray([j for r in kept for j, x in enumerate(r) if x], np.int32)
+    verdict = decide(indptr, indices, len(sizes), np.asarray(sizes, np.int64), k, random_prime(), 0)
+    if isinstance(verdict, Certified):
+        assert smallest_support(kept, sizes, k) is None

@@ -343,7 +343,10 @@ def test_a_model_trains_in_the_image_and_its_leaf_query_sets_arrive(
     out = result.output
     assert out.type == "model"
     assert len(out.model.trees) == 2
-    # one array per tree: tree 0's leaves and the test cell, then tree 1's leaves
-    assert len(result.query_sets) == 2
+    # one array per tree (tree 0's leaves and the test cell, then tree 1's leaves), then the
+    # records a missing value left out
+    assert len(result.query_sets) == 3
     assert (result.query_sets[0] >= 0).sum() == len(frame)
     assert (result.query_sets[1] >= 0).sum() == out.n_train
+    incomplete = frame[["region", "income", "sex"]].isna().any(axis=1).sum()
+    assert (result.query_sets[2] >= 0).sum() == incomplete

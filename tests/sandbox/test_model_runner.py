@@ -158,7 +158,8 @@ def test_leaf_query_sets_travel_on_the_side_channel(data: pd.DataFrame) -> None:
     )
     out = execute(analysis, data, applicants_metadata())
     reply = decode_reply(encode_reply(RunnerResponse(ok=True, output=out)))
-    assert reply is not None and len(reply.arrays) == 3
+    # the main set, trees 1 and 2's leaves, then the records a missing value left out
+    assert reply is not None and len(reply.arrays) == 4
     decoded = reply.response.output
     main = decoded.facts.query_set.to_array()  # type: ignore[union-attr]
     # every record is in a leaf of tree 0 (training) or in the test cell
@@ -168,6 +169,9 @@ def test_leaf_query_sets_travel_on_the_side_channel(data: pd.DataFrame) -> None:
     for extra in decoded.facts.extra_query_sets:  # type: ignore[union-attr]
         values = extra.to_array()
         assert (values >= 0).sum() == out.n_train
+    (dropped,) = decoded.facts.missing_query_sets  # type: ignore[union-attr]
+    incomplete = data[[*FEATURES, "approved"]].isna().any(axis=1).sum()
+    assert (dropped.to_array() >= 0).sum() == incomplete
 
 
 def test_reweighing_makes_the_attribute_independent_of_the_class() -> None:

@@ -10,6 +10,7 @@ unless SAFEACCESS_REQUIRE_SANDBOX=1 (as in CI); PostgreSQL store tests take `mis
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
@@ -33,6 +34,27 @@ def safeaccess_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         os.environ.pop("SAFEACCESS_HOME", None)
     else:
         os.environ["SAFEACCESS_HOME"] = before
+
+
+#: The loggers `safeaccess.server.logs.configure` takes over (`serve`, `worker`, the demo).
+_CONFIGURED_LOGGERS = ("safeaccess", "procrastinate", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Put back the loggers a test's in-process `serve` or demo configured: a process runs one
+    command, but a test worker runs many, and a later test's captured standard error must not
+    receive the server's log lines through a handler an earlier test installed."""
+    saved = {}
+    for name in _CONFIGURED_LOGGERS:
+        logger = logging.getLogger(name)
+        saved[name] = (list(logger.handlers), logger.propagate, logger.level)
+    yield
+    for name, (handlers, propagate, level) in saved.items():
+        logger = logging.getLogger(name)
+        logger.handlers[:] = handlers
+        logger.propagate = propagate
+        logger.setLevel(level)
 
 
 #: Slow test files whose tests share nothing costly (no module-scoped centre): under

@@ -67,13 +67,19 @@ def test_the_query_set_is_a_side_array_not_json(tmp_path: Path) -> None:
     assert raw[:4] == REPLY_MAGIC
     size = int.from_bytes(raw[4:8], "big")
     body = json.loads(raw[8 : 8 + size])
-    assert body["output"]["facts"]["query_set"] == {"labels": ["N", "S"], "array": 0}
+    # no weights: a table's cells are 0/1 rows
+    assert body["output"]["facts"]["query_set"] == {
+        "labels": ["N", "S"],
+        "array": 0,
+        "weights": None,
+        "row_labels": None,
+    }
     assert size < 4 * 200  # the JSON does not hold one entry per record
     reply = decode_reply(raw)
     # The table's cells, then the records it left out for a missing region (array 1).
     assert reply is not None and len(reply.arrays) == 2
     assert body["output"]["facts"]["missing_query_sets"] == [
-        {"labels": ["missing region"], "array": 1}
+        {"labels": ["missing region"], "array": 1, "weights": None, "row_labels": None}
     ]
     qs = query_set_of(reply.response.output)  # type: ignore[arg-type]
     assert qs is not None and qs.attached

@@ -20,6 +20,7 @@ import contextvars
 import json
 import logging
 import re
+import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from datetime import UTC, datetime
@@ -96,10 +97,24 @@ class JsonLines(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+class StderrHandler(logging.StreamHandler):
+    """A handler on whatever `sys.stderr` is when a record is emitted, not the stream it was at
+    configuration: a process that redirects standard error later (a test's capture, a command
+    run in-process after `serve`) must not find its log lines written to a closed stream."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always the current standard error
+
+
 def configure(log_format: LogFormat = "text", level: str = "info") -> None:
     """One handler on standard error for the server's, procrastinate's and uvicorn's loggers
     (replacing any they had), in the chosen format, with the context filter."""
-    handler = logging.StreamHandler()
+    handler = StderrHandler()
     handler.addFilter(ContextFilter())
     handler.setFormatter(JsonLines() if log_format == "json" else logging.Formatter(TEXT))
     numeric = logging.getLevelName(level.upper())

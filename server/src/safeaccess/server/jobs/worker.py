@@ -28,7 +28,7 @@ from procrastinate.exceptions import ConnectorException
 from safeaccess.sandbox.backend import SandboxError
 from safeaccess.sandbox.config import BackendName
 from safeaccess.sandbox.factory import make_backend
-from safeaccess.server import shutdown
+from safeaccess.server import logs, shutdown
 from safeaccess.server.config import DataDir, QueueConfig
 from safeaccess.server.errors import ConfigError
 from safeaccess.server.jobs import handback
@@ -107,7 +107,7 @@ def _log_procrastinate() -> None:
         logging.getLogger(name).addFilter(_job_failure_without_traceback)
     if logger.handlers:
         return
-    handler = logging.StreamHandler()
+    handler = logs.StderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)

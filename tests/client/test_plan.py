@@ -305,3 +305,28 @@ def test_survival_and_table_statistics_build_and_validate() -> None:
         assert field in [p.field for p in info.value.problems], info.value
         assert "http" not in str(info.value)
     assert len(plan) == 3
+
+
+def test_the_metadata_from_the_catalogue_keeps_its_storage_and_neighbouring_relation() -> None:
+    from safeaccess.client.metadata import NeighbouringRelation
+    from safeaccess.client.session import _metadata_of
+
+    published = DatasetMetadata(
+        name="firms",
+        version=3,
+        columns=[
+            Column(name="firm", type="categorical", levels=[1, 2], contributor=True),
+            Column(name="turnover", type="continuous", bounds=(0, 10)),
+        ],
+        neighbours=NeighbouringRelation(unit="contributor", max_records_per_unit=5),
+        storage="duckdb",
+    )
+    # a catalogue entry as the server lists it (`DatasetView`: the metadata's own fields)
+    entry = {
+        **published.model_dump(mode="json", include={"name", "version", "description"}),
+        "columns": [c.model_dump(mode="json") for c in published.columns],
+        "neighbours": published.neighbours.model_dump(mode="json"),
+        "storage": published.storage,
+        "rows": 40,
+    }
+    assert _metadata_of(entry) == published

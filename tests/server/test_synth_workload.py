@@ -274,3 +274,19 @@ def test_date_bins_are_at_most_24_calendar_periods_covering_the_bounds(
             assert pd.Period(a, "M") == pd.Period(end, "M")
         else:
             assert pd.Timestamp(b).is_year_start and pd.Period(end, "Y").year >= a.year
+
+
+def test_a_single_key_is_not_a_default_target_and_never_the_only_key_of_one() -> None:
+    # keys=["sex"] alone: the default targets leave sex out (no other key would attack it),
+    # so the disclosure check meets no target without a key.
+    work = synth_workload(
+        SyntheticData(columns=["sex", "region", "age"], epsilon=1, delta=1e-9, keys=["sex"]), META
+    )
+    assert work.keys == (0,) and work.targets == (1, 2)
+    # named as a target too: refused at plan time, naming the field to fix
+    words = _problems(
+        SyntheticData(
+            columns=["sex", "region"], epsilon=1, delta=1e-9, keys=["sex"], targets=["sex"]
+        )
+    )
+    assert "keys" in words and "'sex' is a target and the only key column" in words

@@ -38,7 +38,7 @@ from safeaccess.client.keys import (
     public_key_from_raw,
     public_key_raw,
 )
-from safeaccess.client.metadata import Column, DatasetMetadata, split_dataset
+from safeaccess.client.metadata import Column, DatasetMetadata, NeighbouringRelation, split_dataset
 from safeaccess.client.plan import Plan
 from safeaccess.client.protocol.errors import ProtocolError
 from safeaccess.client.protocol.sealed import SealedSequence
@@ -807,11 +807,18 @@ class Session:
 
 
 def _metadata_of(entry: dict[str, Any]) -> DatasetMetadata:
+    """The published metadata of a catalogue entry: what the plan and the rehearsal check
+    against, so the storage (which kinds run out of memory) and the DP neighbouring relation
+    come with the columns."""
+    extra: dict[str, Any] = {"storage": entry.get("storage", "memory")}
+    if entry.get("neighbours"):
+        extra["neighbours"] = NeighbouringRelation.model_validate(entry["neighbours"])
     return DatasetMetadata(
         name=entry["name"],
         version=int(entry["version"]),
         description=entry.get("description", ""),
         columns=[Column.model_validate(c) for c in entry["columns"]],
+        **extra,
     )
 
 

@@ -292,10 +292,24 @@ def synth_workload(
         raise SynthInvalid(problems)
     keys = _declared(metadata, columns, "quasi_identifier") + roles["keys"]
     targets = _declared(metadata, columns, "sensitive") + roles["targets"]
-    if not targets:
-        targets = list(range(min(d, MAX_TARGETS)))
     if not keys:
         keys = list(range(d))
+    if not targets:
+        # The default targets leave out a column that is the only key: the attribute-inference
+        # check attacks each target from the other keys, and there would be none.
+        targets = [t for t in range(min(d, MAX_TARGETS)) if any(k != t for k in keys)]
+    lonely = [columns[t].name for t in dict.fromkeys(targets) if all(k == t for k in keys)]
+    if lonely:
+        raise SynthInvalid(
+            [
+                (
+                    "keys",
+                    f"{lonely[0]!r} is a target and the only key column: the disclosure check "
+                    "attacks each target from the other key columns, so name at least one "
+                    "more key (keys=[...])",
+                )
+            ]
+        )
     return SynthWorkload(
         analysis.method,
         tuple(columns),

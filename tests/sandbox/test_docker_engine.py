@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 
 from safeaccess.sandbox.backend import (
+    STOPPING,
     AnalysisFailed,
     Job,
     LimitExceeded,
@@ -350,3 +352,35 @@ def test_a_model_trains_in_the_image_and_its_leaf_query_sets_arrive(
     assert (result.query_sets[1] >= 0).sum() == out.n_train
     incomplete = frame[["region", "income", "sex"]].isna().any(axis=1).sum()
     assert (result.query_sets[2] >= 0).sum() == incomplete
+
+
+def test_abandon_stops_a_running_container_as_the_centres_failure(
+    sandbox_image: str, dataset: Path, docker_client: Any
+) -> None:
+    # A stopping worker hands its jobs back (server/jobs/handback.py): the container of a job
+    # still running is stopped and removed, and the run reports the centre's failure, never the
+    # script's own.
+    b = DockerBackend(DockerOptions(image=sandbox_image), LIMITS)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            b.run(_script(dataset, "import time\ntime.sleep(60)\nresult = 1"))
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not b._running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert b._running, "the script's container did not start"
+    stopped = time.monotonic()
+    b.abandon()
+    thread.join(timeout=30)
+    assert time.monotonic() - stopped < 15
+    assert len(raised) == 1 and type(raised[0]) is SandboxUnavailable, raised
+    assert STOPPING in str(raised[0])
+    assert _ours(docker_client, b) == []  # abandon closes: the stopped container is removed
+    with pytest.raises(SandboxUnavailable):
+        b.run(_job(dataset, {"kind": "frequency_table", "rows": ["sex"]}))

@@ -314,6 +314,8 @@ class DockerBackend:
             self._discard_later(job_container)
             if self._pool is not None:
                 self._pool.want(key)  # refill now that this job no longer needs the CPU
+        if self._abandoned:  # the run ended as `abandon` stopped it: the job is handed back
+            raise SandboxUnavailable(STOPPING)
         output = expected_output(job, response.output)
         return RunResult(
             output=output,
@@ -330,7 +332,7 @@ class DockerBackend:
             running = list(self._running)
         for job_container in running:
             with contextlib.suppress(Exception):  # the engine away: the container's own limits
-                job_container.stop_now()
+                job_container.interrupt()
         self.close()
 
     def close(self) -> None:

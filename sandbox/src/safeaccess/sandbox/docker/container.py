@@ -333,6 +333,17 @@ class JobContainer:
         self.close()
         _kill(self.container)
 
+    def interrupt(self) -> None:
+        """Stop the job from another thread (a stopping worker's `abandon`): shut the attach
+        stream down, which wakes the thread reading it (closing the descriptor would not: the
+        selector just forgets it, and the reader would wait out the wall-clock limit), then kill
+        the container. The reading thread closes the stream itself."""
+        raw = self._raw
+        if raw is not None:
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_RDWR)
+        _kill(self.container)
+
     def close(self) -> None:
         """Close the attach stream (the container itself is removed by the backend)."""
         for handle in (self._raw, self._sock):

@@ -89,9 +89,7 @@ def rehearse_offline(
             steps.append(refused_step(index, analysis.kind, refused[1]))
             continue
         steps.append(
-            rehearse_step(
-                index, analysis, metadata, frame, rs, dp_mock=published_mock is not None
-            )
+            rehearse_step(index, analysis, metadata, frame, rs, dp_mock=published_mock is not None)
         )
     return {
         "dataset": metadata.name,

@@ -28,7 +28,7 @@ import pandas as pd
 
 from safeaccess.client.analyses import FrequencyTable
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.rules.outputs import query_set_of
+from safeaccess.rules.outputs import Output, TableOutput, query_set_of
 from safeaccess.sandbox.backend import RunnerRequest
 from safeaccess.sandbox.runner import run_request
 from safeaccess.server.qss.grid import output_labels
@@ -71,8 +71,16 @@ def reserved_tables(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[Rese
             continue  # nothing the auditor could reserve (the runner refused the table)
         name = "*".join([*spec.rows, *spec.cols])
         cells = np.asarray(qs.to_array(), dtype=np.int32)
-        out.append(Reserved(name, analysis, output_labels(output), cells))
+        out.append(Reserved(name, analysis, output_labels(output), cells, _width(output)))
     return out
+
+
+def _width(output: Output) -> int:
+    """The number of body columns of a table's query-set cells (as `qss/gate.py` reads a
+    suppressed table: cell i is row i // width, column i % width)."""
+    if not isinstance(output, TableOutput):
+        return 1
+    return max(len(output.col_labels) - (1 if output.margins and output.col_vars else 0), 1)
 
 
 def read_reserved(parquet: Path, metadata: DatasetMetadata) -> list[Reserved]:

@@ -148,7 +148,11 @@ def test_a_researchers_own_scope_reserves_nothing(
     name = _register(centre, scope)
     table = FrequencyTable(rows=["region"], where="sex == 'F' and age >= 19")
     with connect(srv.url, centre.keys["ada"], "ada") as session:
+        # the catalogue says which standard tables count as released (from the metadata alone)
+        listed = session.catalogue_entry(name)["reserved_tables"]
         (step,) = session.run(centre.seal([table], researcher="ada", dataset=name))
+    standard = ["region", "ethnicity", "sex", "region*ethnicity", "region*sex", "ethnicity*sex"]
+    assert listed == (standard if scope == "project" else [])
     assert step.released == (scope == "researcher")
     if step.released:
         assert step.output is not None

@@ -53,12 +53,30 @@ def reserved_columns(metadata: DatasetMetadata) -> list[str]:
     return names[:RESERVED_COLUMNS]
 
 
+def _specs(metadata: DatasetMetadata) -> list[FrequencyTable]:
+    """The standard tables' analyses: one-way tables first, then every pair in declaration
+    order."""
+    names = reserved_columns(metadata)
+    specs = [FrequencyTable(rows=[n]) for n in names]
+    return specs + [FrequencyTable(rows=[a], cols=[b]) for a, b in combinations(names, 2)]
+
+
+def _name(spec: FrequencyTable) -> str:
+    return "*".join([*spec.rows, *spec.cols])
+
+
+def reserved_names(metadata: DatasetMetadata) -> list[str]:
+    """The names of the standard tables a shared scope of this metadata considers reserving
+    (`region`, `region*sex`, ...): published in the catalogue, as they follow from the
+    metadata alone. Which of them are reserved also depends on their cells (`_reserved_set`
+    in `universe.py`: a two-way table with a cell below k is not)."""
+    return [_name(spec) for spec in _specs(metadata)]
+
+
 def reserved_tables(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[Reserved]:
     """The reserved tables of one version (`frame`: its rows in stored order, at least the
     `reserved_columns`), one-way tables first, then every pair in declaration order."""
-    names = reserved_columns(metadata)
-    specs = [FrequencyTable(rows=[n]) for n in names]
-    specs += [FrequencyTable(rows=[a], cols=[b]) for a, b in combinations(names, 2)]
+    specs = _specs(metadata)
     dumped = metadata.model_dump(mode="json")
     out = []
     for spec in specs:
@@ -69,7 +87,7 @@ def reserved_tables(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[Rese
         qs = None if output is None else query_set_of(output)
         if output is None or qs is None or not qs.attached:
             continue  # nothing the auditor could reserve (the runner refused the table)
-        name = "*".join([*spec.rows, *spec.cols])
+        name = _name(spec)
         cells = np.asarray(qs.to_array(), dtype=np.int32)
         out.append(Reserved(name, analysis, output_labels(output), cells, _width(output)))
     return out

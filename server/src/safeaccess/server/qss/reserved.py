@@ -6,8 +6,9 @@ researcher's count of "everyone but the 10 women of an 18-person cell" is releas
 women are k), and a colleague's ordinary region x ethnicity table is then the refused release
 (its cell minus those women leaves 8 men), withheld on her own budget. So each scope admits,
 right after a version's population and before any output, the one- and two-way frequency tables
-of the version's declared categorical columns, as the threshold rule releases them (cells of
-fewer than k records suppressed). A later release that conflicts with them is the refused one,
+of the version's declared categorical columns, as a researcher can be released them (a
+one-way table with cells below k as suppression releases it, a two-way one only without such
+cells: `universe._reserved_set`). A later release that conflicts with them is the refused one,
 whoever makes it; the same tables asked again by anyone are repeats by definition and stay
 released. Reserving a table only makes the auditor stricter (it is treated as released), never
 more lenient.

@@ -43,7 +43,7 @@ def main() -> None:
         f"admitted after the population in {time.process_time() - cpu:.2f} s CPU "
         f"({time.perf_counter() - wall:.2f} s wall): "
         f"{len(facts.get('tables_reserved', []))} reserved, "
-        f"refused {facts.get('tables_refused', [])}; "
+        f"skipped {facts.get('tables_skipped', [])}, refused {facts.get('tables_refused', [])}; "
         f"rank {scope.state.n_constraints}, atoms {scope.state.n_atoms}"
     )
 

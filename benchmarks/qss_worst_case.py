@@ -156,11 +156,13 @@ def survey(rows: int, reserve: bool = True) -> None:
     policy = AuditPolicy(mode=AuditMode.SPAN, k=K)
     c0 = time.process_time()
     tables = reserved_tables(frame, metadata) if reserve else []
-    scope, _ = admit_populations(
+    scope, facts = admit_populations(
         ScopeState(AuditState.empty(rows)), [Population.of(1, np.arange(rows), tables)], policy
     )
     print(
-        f"survey ({rows:,} records): {len(tables)} standard tables reserved, "
+        f"survey ({rows:,} records): {len(tables)} standard tables computed, "
+        f"{len(facts.get('tables_reserved', []))} reserved, skipped "
+        f"{facts.get('tables_skipped', [])}, refused {facts.get('tables_refused', [])}, "
         f"CPU {time.process_time() - c0:.2f} s"
     )
     steps: list[tuple[str, object]] = [*ordinary_corpus()]

@@ -23,7 +23,11 @@ def test_cards_frames_progress_and_on_step(
     with connect(srv.url, centre.keys["ada"], "ada") as session:
         plan = (
             session.plan("census")
-            .frequency_table("region", where="sex == 'F' and age >= 18")
+            # the women of each region, a column of the standard region x sex table: the
+            # women aged 18 and over were asked before the standard tables were reserved by
+            # default, and that table is the reserved one less each region's few girls of 16
+            # and 17, a genuine differencing conflict, so it is refused whoever asks
+            .frequency_table("region", where="sex == 'F'")
             .t_test("income", "sex")
             .ols("income ~ age")
             .frequency_table("ethnicity", "region")  # withheld: small cells
@@ -52,8 +56,8 @@ def test_cards_frames_progress_and_on_step(
     page = HtmlCards(results._repr_html_())
     assert page.cards == ["results", "step", "step", "step", "step"]
     assert page.badges == ["released"] * 3 + ["withheld"] + ["released"] * 3 + ["withheld"]
-    adults_f = census[(census.sex == "F") & (census.age >= 18)]
-    north = str(int((adults_f.region == "North").sum()))
+    women = census[census.sex == "F"]
+    north = str(int((women.region == "North").sum()))
     assert f"North {north}" in page.words  # the released table, as a frame
     assert "disclosure_control" in page.words  # the withhold's reason
 

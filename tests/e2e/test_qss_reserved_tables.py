@@ -13,19 +13,17 @@ tables stay released.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre, add_dataset, serving
+from e2e_helpers import Centre, add_dataset
 
 from safeaccess.client.analyses import Analysis, FrequencyTable, Summary
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.session import connect
 from safeaccess.server.config import DataDir, QssSettings
 from safeaccess.server.http.embedded import EmbeddedServer
-from safeaccess.server.service import Service
 from safeaccess.server.steps import flow
 
 N = 2000
@@ -34,14 +32,10 @@ ETHNICITIES = ["E1", "E2", "E3", "E4", "E5"]
 CELL = "region == 'West' and ethnicity == 'E5'"
 
 
-@pytest.fixture(scope="module")
-def server(centre: Centre) -> Iterator[tuple[Service, EmbeddedServer]]:
-    """The module's server, on a centre that turned the reservation on (`config.yaml`)."""
-    data = DataDir(centre.root)
-    config = data.load_config()
-    data.save_config(config.model_copy(update={"reserve_standard_tables": True}))
-    with serving(centre.root) as (service, srv):
-        yield service, srv
+def test_the_centre_reserves_by_default(centre: Centre) -> None:
+    # The module's centre is the e2e centre as `make_centre` initialises it, no option set:
+    # every test below runs on the default configuration.
+    assert DataDir(centre.root).load_config().reserve_standard_tables is True
 
 
 def people() -> pd.DataFrame:
@@ -154,7 +148,11 @@ def test_a_researchers_own_scope_reserves_nothing(
     name = _register(centre, scope)
     table = FrequencyTable(rows=["region"], where="sex == 'F' and age >= 19")
     with connect(srv.url, centre.keys["ada"], "ada") as session:
+        # the catalogue says which standard tables count as released (from the metadata alone)
+        listed = session.catalogue_entry(name)["reserved_tables"]
         (step,) = session.run(centre.seal([table], researcher="ada", dataset=name))
+    standard = ["region", "ethnicity", "sex", "region*ethnicity", "region*sex", "ethnicity*sex"]
+    assert listed == (standard if scope == "project" else [])
     assert step.released == (scope == "researcher")
     if step.released:
         assert step.output is not None

@@ -7,10 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from safeaccess.client.analyses import FrequencyTable, Summary
+from safeaccess.client.analyses import FrequencyTable, Mitigations, Summary
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.rules.decision import Decision
+from safeaccess.rules.outputs import TableOutput
 from safeaccess.rules.qss import AuditPolicy, AuditState
+from safeaccess.rules.ruleset import DEFAULT_RULESET
+from safeaccess.sandbox.release import mitigate_output
 from safeaccess.sandbox.runner import execute
 from safeaccess.server.qss.gate import gate
 from safeaccess.server.qss.reserved import reserved_columns, reserved_tables
@@ -116,3 +119,61 @@ def test_a_state_without_constraints_records_its_population_refused() -> None:
     legacy = AuditState(np.zeros(N, dtype=np.int32), np.array([N]), 0, 0, None)
     scope, facts = admit_populations(ScopeState(legacy), [Population.of(1, np.arange(N))], POLICY)
     assert scope.populations == {1: "refused"} and facts["versions_refused"] == [1]
+
+
+GROUPS = DatasetMetadata(
+    name="groups",
+    columns=[
+        Column(name="group", type="categorical", levels=["a", "b", "c"]),
+        Column(name="sex", type="categorical", levels=["F", "M"]),
+        Column(name="income", type="continuous", bounds=(0, 100_000)),
+    ],
+)
+
+
+def groups() -> pd.DataFrame:
+    """400 people: group a holds 5 (below k), b 50, c the other 345."""
+    rng = np.random.default_rng(7)
+    group = np.array(["a"] * 5 + ["b"] * 50 + ["c"] * (N - 55))
+    return pd.DataFrame(
+        {"group": group, "sex": rng.choice(["F", "M"], N), "income": rng.uniform(0, 9e4, N)}
+    )
+
+
+def test_tables_with_small_cells_are_reserved_as_suppression_releases_them() -> None:
+    data = groups()
+    counts = data["group"].value_counts()
+    assert counts["a"] < POLICY.k <= counts["b"] < counts["c"]  # the planted small cell
+    population = Population.of(1, np.arange(N), reserved_tables(data, GROUPS))
+    scope, facts = admit_populations(ScopeState(AuditState.empty(N)), [population], POLICY)
+    # the one-way table is reserved with a (primary) and b (the smallest other cell, secondary)
+    # left out: primary suppression alone left a as the row count less b and c, and the
+    # reservation was refused. The two-way table has cells below k: not reserved.
+    assert facts["tables_reserved"] == ["1:group", "1:sex"]
+    assert facts["tables_skipped"] == ["1:group*sex"]
+    assert scope.reserved == {"1:group": "admitted", "1:sex": "admitted", "1:group*sex": "skipped"}
+    assert decode(encode(scope)).reserved == scope.reserved
+
+    def ask(analysis: FrequencyTable | Summary) -> str:
+        output = mitigate_output(execute(analysis, data, GROUPS), analysis, DEFAULT_RULESET)
+        return gate(
+            output,
+            RELEASE,
+            ids=np.arange(N),
+            state=scope.state,
+            policy=POLICY,
+            scope="s",
+            analysis=analysis.model_dump(mode="json"),
+            metadata=GROUPS,
+            origins=scope.origins,
+        ).decision.verdict
+
+    # a colleague's suppressed group table is the reserved one (a and b shown empty) ...
+    suppressed = FrequencyTable(rows=["group"], mitigations=Mitigations(suppress=True))
+    shown = mitigate_output(execute(suppressed, data, GROUPS), suppressed, DEFAULT_RULESET)
+    assert isinstance(shown, TableOutput) and shown.values == [[None], [None], [counts["c"]]]
+    assert ask(suppressed) == "release"
+    # ... and a count of b, which with the reserved table gives a's 5 people, is refused
+    assert ask(Summary(variables=["income"], statistics=["count"], where="group == 'b'")) == (
+        "withhold"
+    )

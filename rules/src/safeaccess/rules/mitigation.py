@@ -113,6 +113,14 @@ def _body_bounds(output: TableOutput, shape: tuple[int, int]) -> tuple[int, int]
     return rows, cols
 
 
+def secondary_suppression(counts: np.ndarray, sup: np.ndarray) -> np.ndarray:
+    """Extend `sup` (the primary suppression of a table body's `counts`) until no row or column
+    of length > 1 has exactly one suppressed cell: the cells `suppress=True` leaves out. The
+    query-set auditor's reserved standard tables (`server/qss/reserved.py`) use it too, so the
+    table a scope reserves is the one a researcher asking for suppression is released."""
+    return _secondary(counts, sup)
+
+
 def _secondary(counts: np.ndarray, sup: np.ndarray) -> np.ndarray:
     """Extend `sup` until no row or column of length > 1 has exactly one suppressed cell."""
     sup = sup.copy()

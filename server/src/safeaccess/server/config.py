@@ -162,14 +162,15 @@ class ServerConfig(BaseModel):
     queue: QueueConfig = Field(default_factory=QueueConfig)
     timing: TimingConfig = Field(default_factory=TimingConfig)
     reserve_standard_tables: bool = Field(
-        default=False,
-        description="Admit each declared categorical column's one- and two-way tables into "
-        "every new query-set scope right after its population (docs/qss.md, 'Standard tables "
-        "reserved'): a colleague's standard table is then never refused because of another "
-        "researcher's release, at the cost of refusing from the start the suppressed tables "
-        "whose small cells the margins would reveal (most two-way tables of a few thousand "
-        "records). Off by default until that cost is measured on each centre's data; never in "
-        "a researcher's own scope, where no colleague's release can refuse her tables.",
+        default=True,
+        description="Admit each declared categorical column's one- and two-way frequency tables "
+        "(as suppression releases them: cells below the threshold and, so that no total gives "
+        "them away, secondary cells left out) into every shared query-set scope ('project' or "
+        "'dataset', span mode) right after its population (docs/qss.md, 'Standard tables "
+        "reserved'): a release that conflicts with a colleague's standard table is then the "
+        "refused one, and the colleague's table stays released. On by default; false restores "
+        "first come, first served. Never in a researcher's own scope, where no colleague's "
+        "release can refuse her tables.",
     )
 
     @model_validator(mode="after")

@@ -47,6 +47,7 @@ from safeaccess.server.qss.record_ids import (
     sandbox_copy,
     write_ids,
 )
+from safeaccess.server.qss.reserved import reserved_names
 from safeaccess.server.schemas import DatasetView
 from safeaccess.server.steps import budgets
 from safeaccess.server.steps.timing import deadline_seconds
@@ -615,13 +616,18 @@ def catalogue(
     ruleset_for: Callable[[DatasetRow], RuleSet],
     researcher: str,
     timing: TimingConfig | None = None,
+    *,
+    reserve: bool = False,
 ) -> list[DatasetView]:
     """Datasets of the researcher's projects: names, descriptions, column metadata, no data;
-    with reply padding (`timing`), each version's reply deadline."""
+    with reply padding (`timing`), each version's reply deadline; with `reserve` (the centre's
+    `reserve_standard_tables`), the standard tables a shared span scope reserves."""
     views = []
     for row in registered.datasets_for(store, researcher):
         meta = DatasetMetadata.model_validate(row.dataset_metadata)
         rs = ruleset_for(row)
+        qss = registered.qss_settings(store, row.name) if reserve else None
+        shared = qss is not None and qss.scope != "researcher" and qss.mode == "span"
         views.append(
             DatasetView(
                 name=row.name,
@@ -643,6 +649,7 @@ def catalogue(
                 dp_budget=budgets.dp_budget(store, row, researcher),
                 withhold_budget=budget(store, rs, researcher, row.name),
                 mock=published_mock(data, row.path, row.version),
+                reserved_tables=reserved_names(meta) if shared else [],
             )
         )
     return views

@@ -206,6 +206,15 @@ class DatasetView(BaseModel):
         description="The output-checking rule set in force: every threshold (threshold, dof, "
         "nk_n/nk_k, p_ratio, zeros_disclosive, ...) and its content hash (`sha256`).",
     )
+    reserved_tables: list[str] = Field(
+        default_factory=list,
+        description="The standard frequency tables the query-set auditor counts as released in "
+        "this dataset's shared scope before any output, whoever asks for them (columns joined "
+        "by '*': one-way tables, then pairs; docs/qss.md, 'Standard tables reserved'): an output "
+        "that is one of their cells less fewer than k records is refused. A two-way table with a "
+        "cell below k is not reserved; a one-way one counts as suppress=True releases it. Empty: "
+        "none (a researcher's own scope, atoms mode, or the centre turned it off).",
+    )
 
 
 class PlanCheckRequest(_In):

@@ -245,7 +245,12 @@ class Service:
     def catalogue(self, researcher: str) -> list[DatasetView]:
         """Datasets of the researcher's projects: names, descriptions, column metadata, no data."""
         return datasets.catalogue(
-            self.store, self.data, self.ruleset_for, researcher, self.config.timing
+            self.store,
+            self.data,
+            self.ruleset_for,
+            researcher,
+            self.config.timing,
+            reserve=self.config.reserve_standard_tables,
         )
 
     def mock(self, researcher: str, name: str) -> dict[str, Any]:

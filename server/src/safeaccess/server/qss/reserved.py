@@ -6,8 +6,9 @@ researcher's count of "everyone but the 10 women of an 18-person cell" is releas
 women are k), and a colleague's ordinary region x ethnicity table is then the refused release
 (its cell minus those women leaves 8 men), withheld on her own budget. So each scope admits,
 right after a version's population and before any output, the one- and two-way frequency tables
-of the version's declared categorical columns, as the threshold rule releases them (cells of
-fewer than k records suppressed). A later release that conflicts with them is the refused one,
+of the version's declared categorical columns, as a researcher can be released them (a
+one-way table with cells below k as suppression releases it, a two-way one only without such
+cells: `universe._reserved_set`). A later release that conflicts with them is the refused one,
 whoever makes it; the same tables asked again by anyone are repeats by definition and stay
 released. Reserving a table only makes the auditor stricter (it is treated as released), never
 more lenient.
@@ -28,7 +29,7 @@ import pandas as pd
 
 from safeaccess.client.analyses import FrequencyTable
 from safeaccess.client.metadata import DatasetMetadata
-from safeaccess.rules.outputs import query_set_of
+from safeaccess.rules.outputs import Output, TableOutput, query_set_of
 from safeaccess.sandbox.backend import RunnerRequest
 from safeaccess.sandbox.runner import run_request
 from safeaccess.server.qss.grid import output_labels
@@ -53,12 +54,30 @@ def reserved_columns(metadata: DatasetMetadata) -> list[str]:
     return names[:RESERVED_COLUMNS]
 
 
+def _specs(metadata: DatasetMetadata) -> list[FrequencyTable]:
+    """The standard tables' analyses: one-way tables first, then every pair in declaration
+    order."""
+    names = reserved_columns(metadata)
+    specs = [FrequencyTable(rows=[n]) for n in names]
+    return specs + [FrequencyTable(rows=[a], cols=[b]) for a, b in combinations(names, 2)]
+
+
+def _name(spec: FrequencyTable) -> str:
+    return "*".join([*spec.rows, *spec.cols])
+
+
+def reserved_names(metadata: DatasetMetadata) -> list[str]:
+    """The names of the standard tables a shared scope of this metadata considers reserving
+    (`region`, `region*sex`, ...): published in the catalogue, as they follow from the
+    metadata alone. Which of them are reserved also depends on their cells (`_reserved_set`
+    in `universe.py`: a two-way table with a cell below k is not)."""
+    return [_name(spec) for spec in _specs(metadata)]
+
+
 def reserved_tables(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[Reserved]:
     """The reserved tables of one version (`frame`: its rows in stored order, at least the
     `reserved_columns`), one-way tables first, then every pair in declaration order."""
-    names = reserved_columns(metadata)
-    specs = [FrequencyTable(rows=[n]) for n in names]
-    specs += [FrequencyTable(rows=[a], cols=[b]) for a, b in combinations(names, 2)]
+    specs = _specs(metadata)
     dumped = metadata.model_dump(mode="json")
     out = []
     for spec in specs:
@@ -69,10 +88,18 @@ def reserved_tables(frame: pd.DataFrame, metadata: DatasetMetadata) -> list[Rese
         qs = None if output is None else query_set_of(output)
         if output is None or qs is None or not qs.attached:
             continue  # nothing the auditor could reserve (the runner refused the table)
-        name = "*".join([*spec.rows, *spec.cols])
+        name = _name(spec)
         cells = np.asarray(qs.to_array(), dtype=np.int32)
-        out.append(Reserved(name, analysis, output_labels(output), cells))
+        out.append(Reserved(name, analysis, output_labels(output), cells, _width(output)))
     return out
+
+
+def _width(output: Output) -> int:
+    """The number of body columns of a table's query-set cells (as `qss/gate.py` reads a
+    suppressed table: cell i is row i // width, column i % width)."""
+    if not isinstance(output, TableOutput):
+        return 1
+    return max(len(output.col_labels) - (1 if output.margins and output.col_vars else 0), 1)
 
 
 def read_reserved(parquet: Path, metadata: DatasetMetadata) -> list[Reserved]:

@@ -277,7 +277,7 @@ class Flow:
             if population is None:
                 row = catalogue.get_dataset(self.store, dataset_id)
                 # the standard tables each scope reserves right after the population
-                # (`qss/reserved.py`, where the centre turned it on), computed once per
+                # (`qss/reserved.py`, unless the centre turned it off), computed once per
                 # version and process
                 reserved = (
                     read_reserved(self.data.root / row.path, self._metadata(row))

@@ -151,3 +151,46 @@ def test_a_logit_on_a_few_valued_regressor_adds_its_hessian_and_likelihood_rows(
     expected = [w, w * values, w * values**2, np.log1p(np.exp(eta))]
     for row, want in zip(glm.weights, expected, strict=True):
         np.testing.assert_allclose(row, want, rtol=1e-6)
+
+
+def test_two_categorical_terms_give_their_cross_cells() -> None:
+    # X'X's entry of the sex and region dummies is a sex x region count (issue 41): every fit
+    # family gives the cells of the two terms crossed, over the model's records
+    frame = _frame()
+    frame["high"] = (frame["income"] > 30_000).astype(int)
+    meta = META.model_copy(
+        update={"columns": [*META.columns, META.columns[3].model_copy(update={"name": "high"})]}
+    )
+    for family, outcome in (("ols", "income"), ("logit", "high"), ("probit", "high")):
+        body = {"kind": "regression", "formula": f"{outcome} ~ C(sex) + C(region)"}
+        output = execute(parse_analysis({**body, "family": family}), frame, meta)
+        assert isinstance(output, RegressionOutput)
+        used = frame[outcome].notna()
+        assert _groups(frame, used, "sex", "region") in _partitions(output), family
+
+
+def test_a_categorical_and_a_few_valued_term_give_per_cell_sums() -> None:
+    # X'X's entries of a region dummy and children (and children squared) are the region's
+    # sums of children and children^2: weighted rows over region x children groups whose
+    # values, applied to the groups' counts, are pandas' per-region sums
+    frame = _frame()
+    output = _run("income ~ C(region) + children + I(children**2)", frame)
+    used = frame["income"].notna()
+    (cross,) = [
+        q
+        for q in output.facts.extra_query_sets
+        if q.weights is not None and any(" | " in name for name in q.row_labels or [])
+    ]
+    cells = cross.to_array()
+    counts = np.bincount(cells[cells >= 0], minlength=len(cross.labels)).astype(float)
+    assert _groups(frame, used, "region", "children") in _partitions(output)
+    released = {
+        name: float(np.dot(row, counts))
+        for row, name in zip(cross.weights or [], cross.row_labels or [], strict=True)
+    }
+    sub = frame[used].assign(sq=frame["children"] ** 2)
+    for region, group in sub.groupby("region", observed=True):
+        total, squares = float(group["children"].sum()), float(group["sq"].sum())
+        fourth = float((group["children"] ** 4).sum())
+        mine = {v for name, v in released.items() if name.endswith(f"| region = {region}")}
+        assert mine == {total, squares, fourth}  # x, x^2 (x^2's own row) and (x^2)^2

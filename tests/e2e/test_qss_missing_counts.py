@@ -22,7 +22,15 @@ import pandas as pd
 import pytest
 from e2e_helpers import Centre, add_dataset, unguard
 
-from safeaccess.client.analyses import Analysis, FrequencyTable, MagnitudeTable, Summary
+from safeaccess.client.analyses import (
+    Analysis,
+    Correlation,
+    FrequencyTable,
+    MagnitudeTable,
+    Regression,
+    StatTest,
+    Summary,
+)
 from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
@@ -199,4 +207,22 @@ def test_a_sum_beside_the_mean_gives_n(
     if total.released:
         mean = float(summary.frame().set_index("region").loc["North", "mean"])
         found = size - round(float(total.output["values"][0][0]) / mean)
+    assert found == (MISSING_NORTH if guard == "unguarded" else None)
+
+
+@pytest.mark.parametrize("kind", ["regression", "correlation", "t_test"])
+def test_other_kinds_count_their_present_records(
+    centre_server: tuple[Centre, EmbeddedServer], dataset: str, guard: str, kind: str
+) -> None:
+    # a fit's nobs, a correlation's n and a t test's group counts are over the records with
+    # every value present: their query set, so against the catalogue's row count (the admitted
+    # population) or the North's size they are refused, not released with the 3 in them
+    centre, srv = centre_server
+    analysis: Analysis = {
+        "regression": Regression(formula="income ~ age"),
+        "correlation": Correlation(variables=["income", "age"]),
+        "t_test": StatTest(test="t_two_sample", variable="income", group="region"),
+    }[kind]
+    (step,) = run(centre, srv.url, dataset, [analysis])
+    found = N - int(step.output["n"]) if step.released else None
     assert found == (MISSING_NORTH if guard == "unguarded" else None)

@@ -226,3 +226,25 @@ def test_other_kinds_count_their_present_records(
     (step,) = run(centre, srv.url, dataset, [analysis])
     found = N - int(step.output["n"]) if step.released else None
     assert found == (MISSING_NORTH if guard == "unguarded" else None)
+
+
+def test_a_table_of_means_stays_released_and_a_sum_beside_it_is_refused(
+    centre_server: tuple[Centre, EmbeddedServer], dataset: str
+) -> None:
+    # a magnitude table of means releases no count: the North's cell, whose missing count is
+    # suppressed, is admitted over the whole North (before: over its present records, which
+    # the region table's North less 3 refused); the totals would give n = total / mean
+    centre, srv = centre_server
+    table, means, totals = run(
+        centre,
+        srv.url,
+        dataset,
+        [
+            FrequencyTable(rows=["region"]),
+            MagnitudeTable(value="income", agg="mean", rows=["region"]),
+            MagnitudeTable(value="income", agg="sum", rows=["region"]),
+        ],
+    )
+    assert table.released and means.released and not totals.released
+    north = DATA.loc[DATA.region == "North", "income"]
+    assert means.output["values"][0][0] == pytest.approx(north.mean())

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from safeaccess.rules.decision import Finding
-from safeaccess.rules.outputs import MissingCount, Output, QuerySet, SummaryOutput
+from safeaccess.rules.outputs import MissingCount, Output, QuerySet, SummaryOutput, TableOutput
 from safeaccess.rules.ruleset import RuleSet
 
 
@@ -44,6 +44,8 @@ def suppress_small_missing(output: Output, rs: RuleSet) -> Output:
     ]
     if isinstance(output, SummaryOutput):
         output = _hide_present_counts(output, [m for m in counts if m.name in hidden])
+    elif isinstance(output, TableOutput):
+        output = _whole_cells(output, hidden)
     facts: BaseModel = output.facts
     sets = [_drop(q, hidden) for q in getattr(facts, "missing_query_sets", [])]
     new_facts = facts.model_copy(update={"missing_query_sets": sets})
@@ -92,6 +94,31 @@ def _hide_present_counts(output: SummaryOutput, hidden: list[MissingCount]) -> S
             present[v] = _restore(qs, mine, missing_sets)
     new_facts = facts.model_copy(update={"query_set": present[0], "extra_query_sets": present[1:]})
     return output.model_copy(update={"groups": groups, "facts": new_facts})
+
+
+def _whole_cells(output: TableOutput, hidden: set[str]) -> TableOutput:
+    """A magnitude table of means (sds, modes) releases no count: where a cell's missing count
+    is suppressed, the cell's statistic is admitted over the whole cell, as a summary's with
+    its n suppressed (a sum stays over the present records: with a mean of the same records it
+    gives their count). The value's per-cell missing set comes first and is numbered like the
+    body's cells (row-major); anything else is left as it is (over the present records: the
+    auditor may refuse, never release wrongly)."""
+    qs = output.facts.query_set
+    sets = output.facts.missing_query_sets
+    if (
+        output.source != "magnitude_table"
+        or output.statistic == "sum"
+        or qs is None
+        or not qs.attached
+        or not sets
+        or len(sets[0].labels) != len(qs.labels)
+    ):
+        return output
+    cells = {label: c for c, label in enumerate(sets[0].labels) if label in hidden}
+    if not cells:
+        return output
+    facts = output.facts.model_copy(update={"query_set": _restore(qs, cells, sets[:1])})
+    return output.model_copy(update={"facts": facts})
 
 
 def _restore(qs: QuerySet, cells: dict[str, int], missing_sets: list[QuerySet]) -> QuerySet:

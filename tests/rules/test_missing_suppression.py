@@ -125,3 +125,35 @@ def test_a_summary_n_is_suppressed_with_its_missing_count() -> None:
     assert cells.tolist() == expected.tolist()
     (age,) = out.facts.extra_query_sets
     assert age.to_array().tolist() == frame.g.map({"a": 0, "b": 1, "c": 2}).tolist()
+
+
+def test_a_table_of_means_is_admitted_over_whole_cells_where_the_missing_count_is_hidden() -> None:
+    import pandas as pd
+
+    from safeaccess.client.analyses import parse_analysis
+    from safeaccess.client.metadata import DatasetMetadata
+    from safeaccess.rules.outputs import TableOutput
+    from safeaccess.sandbox.runner import execute
+
+    rng = np.random.default_rng(4)
+    group = np.repeat(["a", "b"], 40)
+    income = rng.uniform(10, 20, group.size)
+    income[[0, 1, 2]] = np.nan  # a: 3 missing, suppressed with b's 15
+    income[40:55] = np.nan
+    frame = pd.DataFrame({"g": group, "income": income})
+    meta = DatasetMetadata.model_validate(
+        {
+            "name": "m",
+            "columns": [
+                {"name": "g", "type": "categorical", "levels": ["a", "b"]},
+                {"name": "income", "type": "continuous"},
+            ],
+        }
+    )
+    present = np.where(frame.income.isna(), -1, frame.g.map({"a": 0, "b": 1}))
+    whole = frame.g.map({"a": 0, "b": 1}).to_numpy()
+    for agg, expected in (("mean", whole), ("sum", present)):
+        body = {"kind": "magnitude_table", "value": "income", "rows": ["g"], "agg": agg}
+        out = suppress_small_missing(execute(parse_analysis(body), frame, meta), DEFAULT_RULESET)
+        assert isinstance(out, TableOutput) and out.facts.query_set is not None
+        assert out.facts.query_set.to_array().tolist() == expected.tolist(), agg

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -237,6 +238,7 @@ def subgroup_query_sets(
     weighted_family = family in ("ols", *_CANONICAL)
     blocks: list[_Block] = []
     few_valued: list[tuple[str, np.ndarray, np.ndarray, bytes]] = []
+    sharing: dict[bytes, list[tuple[str, np.ndarray]]] = defaultdict(list)
     for j, info in enumerate(design.terms):
         if info.name in INTERCEPT_NAMES:
             continue
@@ -263,13 +265,21 @@ def subgroup_query_sets(
             # x, x², x³ of one column share its partition: one set, their rows together (the
             # floats the fit used, and their squares as the sandbox evaluates them)
             weights, names = list(qs.weights or []), list(qs.row_labels or [])
-            for row, name in ((values, info.name), (values * values, f"{info.name}^2")):
+            # and X'X's entries between them (x · x² = x³ for x and x² in one fit)
+            products = [(u * values, f"{other}*{info.name}") for other, u in sharing[key]]
+            for row, name in (
+                (values, info.name),
+                (values * values, f"{info.name}^2"),
+                *products,
+            ):
                 listed = row.tolist()
                 if listed not in weights:
                     weights.append(listed)
                     names.append(f"{WEIGHTED_LABEL}{name}")
             qs.weights, qs.row_labels = weights, names
+            sharing[key].append((str(info.name), values))
     sets += _cross_query_sets(blocks, few_valued, by_partition, rows, frame, n_records)
+    sets += _numeric_pairs(few_valued, weighted_family, rows, frame, n_records)
     if any(q.weighted for q in sets) and family in _CANONICAL:
         glm = (
             None
@@ -390,6 +400,47 @@ def _cross_query_sets(
                 if weights:
                     cross.weights, cross.row_labels = weights, names
             out.append(cross)
+    return out
+
+
+def _numeric_pairs(
+    few_valued: list[tuple[str, np.ndarray, np.ndarray, bytes]],
+    weighted_family: bool,
+    rows: np.ndarray,
+    frame: pd.DataFrame,
+    n_records: int,
+) -> list[QuerySet]:
+    """X'X's entry of two few-valued numeric columns that split the records differently
+    (`income ~ children + visits`): Σ x·z, a weighted row over the groups children x visits
+    (issue 41), one set per pair of partitions with the rows of every pair of their columns;
+    for a probit (the strict rule) the groups themselves."""
+    joint: dict[bytes, QuerySet] = {}
+    out: list[QuerySet] = []
+    for (na, va, ca, ka), (nb, vb, cb, kb) in itertools.combinations(few_valued, 2):
+        if ka == kb:
+            continue  # one partition: its own set has the products (`sharing`)
+        labels_a = [f"{na} = {v:g}" for v in va]
+        labels_b = [f"{nb} = {v:g}" for v in vb]
+        codes, labels = _joint([ca, cb], [labels_a, labels_b], " & ")
+        key = codes.astype(np.int32).tobytes()
+        qs = joint.get(key)
+        if qs is None:
+            cell = np.full(len(frame), -1, dtype=np.int64)
+            cell[rows] = codes
+            qs = joint[key] = query_set(labels, frame, cell, n_records)
+            out.append(qs)
+        if not weighted_family:
+            continue
+        first = np.zeros(len(labels), dtype=np.int64)
+        second = np.zeros(len(labels), dtype=np.int64)
+        first[codes], second[codes] = ca, cb
+        row = (va[first] * vb[second]).tolist()
+        weights, names = list(qs.weights or []), list(qs.row_labels or [])
+        if row not in weights and any(w != 0.0 for w in row):
+            weights.append(row)
+            names.append(f"{WEIGHTED_LABEL}{na}*{nb}")
+        if weights:
+            qs.weights, qs.row_labels = weights, names
     return out
 
 

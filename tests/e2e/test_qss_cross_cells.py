@@ -30,6 +30,7 @@ from safeaccess.server.http.embedded import EmbeddedServer
 
 N = 1200
 FEMALE_SMOKERS = 3
+RARE_VISITS = 3
 
 
 def population(seed: int = 41) -> pd.DataFrame:
@@ -39,6 +40,8 @@ def population(seed: int = 41) -> pd.DataFrame:
     smoker[: N // 2] = "no"  # no woman smokes ...
     smoker[:FEMALE_SMOKERS] = "yes"  # ... but three
     region = rng.choice(["North", "South"], N)
+    visits = rng.choice([0, 1, 2, 3], N)
+    visits[N - RARE_VISITS :] = 4  # three people visited four times
     return pd.DataFrame(
         {
             "person_id": np.arange(1, N + 1, dtype=np.int64),
@@ -46,6 +49,7 @@ def population(seed: int = 41) -> pd.DataFrame:
             "smoker": smoker,
             "region": region,
             "children": rng.choice([0, 1, 2, 3], N),
+            "visits": visits,
             "sick": (rng.random(N) < 0.3).astype(np.int64),
             "income": np.round(rng.uniform(20_000, 60_000, N), 2),
         }
@@ -67,6 +71,7 @@ def register(centre: Centre) -> str:
             Column(name="smoker", type="categorical", levels=["no", "yes"]),
             Column(name="region", type="categorical", levels=["North", "South"]),
             Column(name="children", type="integer", bounds=(0, 10)),
+            Column(name="visits", type="integer", bounds=(0, 10)),
             Column(name="sick", type="integer", bounds=(0, 1)),
             Column(name="income", type="continuous", bounds=(0, 100_000)),
         ],
@@ -188,3 +193,63 @@ def test_main_effects_on_large_cross_cells_stay_released(
         ],
     )
     assert all(f is not None for f in fits)
+
+
+def _fit_design(fit: dict) -> tuple[np.ndarray, float]:
+    """The released standard errors and the residual variance of an OLS fit."""
+    n = int(fit["n"])
+    rss = n * np.exp(-2.0 * float(fit["fit"]["llf"]) / n - np.log(2 * np.pi) - 1.0)
+    se = np.array([float(c["std_error"]) for c in fit["coefficients"]])
+    return se, rss / (n - len(se))
+
+
+def rare_group(simple: dict | None, joint: dict | None) -> int | None:
+    """The attacker's arithmetic: `income ~ visits` gives n, sum x and sum x^2 (its design's
+    moments), `income ~ visits + I(visits ** 2)` the diagonal of the inverse of the moment
+    matrix up to x^4; the counts of the five values 0..4 that fit both exactly."""
+    if simple is None or joint is None:
+        return None
+    n = int(simple["n"])
+    se1, s1 = _fit_design(simple)
+    se2, s2 = _fit_design(joint)
+    # y ~ 1 + x: var(slope) = s2 / Sxx, var(intercept) = s2 (1/n + xbar^2 / Sxx)
+    sxx = s1 / se1[1] ** 2
+    xbar = np.sqrt(max(se1[0] ** 2 / s1 - 1.0 / n, 0.0) * sxx)
+    sx, sx2 = n * xbar, sxx + n * xbar**2
+    # every (n3, n4); then n0 + n1 + n2, n1 + 2 n2 and n1 + 4 n2 are known
+    n3, n4 = (a.ravel() for a in np.meshgrid(np.arange(n + 1.0), np.arange(60.0)))
+    n2 = ((sx2 - 9 * n3 - 16 * n4) - (sx - 3 * n3 - 4 * n4)) / 2.0
+    n1 = (sx - 3 * n3 - 4 * n4) - 2.0 * n2
+    n0 = n - n3 - n4 - n1 - n2
+    counts = np.stack([n0, n1, n2, n3, n4], axis=1)
+    whole = np.all(counts > -0.5, axis=1) & np.all(np.abs(counts - np.rint(counts)) < 1e-3, axis=1)
+    values = np.arange(5.0)
+    best: tuple[float, int] | None = None
+    for full in np.rint(counts[whole]):
+        m = np.array([[full @ values ** (a + b) for b in range(3)] for a in range(3)])
+        predicted = np.sqrt(s2 * np.diag(np.linalg.inv(m)))
+        misfit = float(np.max(np.abs(predicted / se2 - 1.0)))
+        if best is None or misfit < best[0]:
+            best = (misfit, int(full[4]))
+    return None if best is None or best[0] > 1e-6 else best[1]
+
+
+def test_x_and_x_squared_in_one_fit_give_a_small_value_group(
+    centre_server: tuple[Centre, EmbeddedServer], margins: tuple[str, dict, dict], guard: str
+) -> None:
+    # X'X of `income ~ visits + I(visits ** 2)` holds sum x^3 (the entry of x and x^2), which
+    # the auditor did not see: with `income ~ visits` the five value groups' counts follow
+    centre, srv = centre_server
+    name, _, _ = margins
+    simple, joint = run(
+        centre,
+        srv.url,
+        name,
+        [
+            Regression(formula="income ~ visits"),
+            Regression(formula="income ~ visits + I(visits ** 2)"),
+        ],
+    )
+    assert simple is not None
+    found = rare_group(simple, joint)
+    assert found == (RARE_VISITS if guard == "unguarded" else None)

@@ -422,6 +422,14 @@ def _numeric_pairs(
         labels_a = [f"{na} = {v:g}" for v in va]
         labels_b = [f"{nb} = {v:g}" for v in vb]
         codes, labels = _joint([ca, cb], [labels_a, labels_b], " & ")
+        row: list[float] = []
+        if weighted_family:
+            first = np.zeros(len(labels), dtype=np.int64)
+            second = np.zeros(len(labels), dtype=np.int64)
+            first[codes], second[codes] = ca, cb
+            row = (va[first] * vb[second]).tolist()
+            if not any(w != 0.0 for w in row):
+                continue  # columns never both nonzero (varying slopes of two levels): entry 0
         key = codes.astype(np.int32).tobytes()
         qs = joint.get(key)
         if qs is None:
@@ -430,17 +438,12 @@ def _numeric_pairs(
             qs = joint[key] = query_set(labels, frame, cell, n_records)
             out.append(qs)
         if not weighted_family:
-            continue
-        first = np.zeros(len(labels), dtype=np.int64)
-        second = np.zeros(len(labels), dtype=np.int64)
-        first[codes], second[codes] = ca, cb
-        row = (va[first] * vb[second]).tolist()
+            continue  # the strict rule: the joint groups themselves
         weights, names = list(qs.weights or []), list(qs.row_labels or [])
-        if row not in weights and any(w != 0.0 for w in row):
+        if row not in weights:
             weights.append(row)
             names.append(f"{WEIGHTED_LABEL}{na}*{nb}")
-        if weights:
-            qs.weights, qs.row_labels = weights, names
+        qs.weights, qs.row_labels = weights, names
     return out
 
 

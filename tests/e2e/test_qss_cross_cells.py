@@ -5,7 +5,9 @@ errors. The standard errors are the diagonal of sigma^2 (X'X)^-1 (a logit's of (
 W known from the released coefficients), and X'X's off-diagonal entry between the two dummies is
 the count of the female smokers: with the two one-way tables (released, or reserved as standard
 tables) that is the one unknown, and each standard error gives it. Here 3 women smoke, a cell the
-threshold rule would suppress in a smoker x sex table.
+threshold rule would suppress in a smoker x sex table. The same from a logit and a Poisson fit
+(W = p(1 - p), or the fitted mean). And X'X's entry of x and x² (Σ x³): `income ~ visits` with
+`income ~ visits + I(visits ** 2)` gives the count of the 3 people with 4 visits.
 
 Each attack runs twice, like `test_qss_combination_attacks.py`: with admission replaced by
 "admit everything" (the attacker's own arithmetic below must then find the 3) and as deployed
@@ -121,6 +123,8 @@ def cross_count(
         p = 1.0 / (1.0 + np.exp(-(patterns @ beta)))
         weight = p * (1.0 - p)
         scale = 1.0
+    elif family == "poisson":
+        weight, scale = np.exp(patterns @ beta), 1.0
     else:
         weight = np.ones(4)
         rss = n * np.exp(-2.0 * float(fit["fit"]["llf"]) / n - np.log(2 * np.pi) - 1.0)
@@ -151,7 +155,7 @@ def margins(centre_server: tuple[Centre, EmbeddedServer]) -> tuple[str, dict, di
     return name, one_way(sex), one_way(smoker)
 
 
-@pytest.mark.parametrize("family", ["ols", "logit"])
+@pytest.mark.parametrize("family", ["ols", "logit", "poisson"])
 def test_a_main_effects_model_gives_a_small_cross_cell(
     centre_server: tuple[Centre, EmbeddedServer],
     margins: tuple[str, dict, dict],
@@ -161,7 +165,7 @@ def test_a_main_effects_model_gives_a_small_cross_cell(
     centre, srv = centre_server
     name, sex, smoker = margins
     assert (sex, smoker["yes"]) == ({"F": N // 2, "M": N // 2}, int((DATA.smoker == "yes").sum()))
-    outcome = "income" if family == "ols" else "sick"
+    outcome = {"ols": "income", "logit": "sick", "poisson": "children"}[family]
     (fit,) = run(
         centre,
         srv.url,

@@ -239,6 +239,7 @@ def subgroup_query_sets(
     blocks: list[_Block] = []
     few_valued: list[tuple[str, np.ndarray, np.ndarray, bytes]] = []
     sharing: dict[bytes, list[tuple[str, np.ndarray]]] = defaultdict(list)
+    term_cells: dict[tuple[str, ...], tuple[np.ndarray, list[str]]] = {}
     for j, info in enumerate(design.terms):
         if info.name in INTERCEPT_NAMES:
             continue
@@ -249,7 +250,9 @@ def subgroup_query_sets(
         numeric = weighted_family and not zero_one
         key = codes.astype(np.int32).tobytes()
         if zero_one:
-            blocks.append(_block_of(design, info, x[:, j]))
+            block = _block_of(design, info, x[:, j], term_cells)
+            if all(b.key != block.key for b in blocks):  # a term's dummies: its cells once
+                blocks.append(block)
         else:
             few_valued.append((str(info.name), values, codes.reshape(-1), key))
         qs = by_partition.get(key)
@@ -310,34 +313,49 @@ def _joint(
     """The cells of several partitions of the same records crossed (only the cells that occur),
     numbered in the order of their labels' parts, and each cell's label."""
     combined = np.zeros(codes[0].size, dtype=np.int64)
+    size = 1
     for c, names in zip(codes, labels, strict=True):
         combined = combined * max(len(names), 1) + c
-    cells, inverse = np.unique(combined, return_inverse=True)
+        size *= max(len(names), 1)
+    if size <= 1 << 22:
+        # small key space: the cells that occur by one counting pass, not a sort (10 M records)
+        occurs = np.bincount(combined, minlength=size) > 0
+        cells = np.flatnonzero(occurs)
+        number = np.cumsum(occurs) - 1
+        inverse = number[combined]
+    else:
+        cells, inverse = np.unique(combined, return_inverse=True)
     out: list[str] = []
-    for value in cells.tolist():
+    for cell in cells.tolist():
         parts: list[str] = []
+        rest = int(cell)
         for names in reversed(labels):
-            value, c = divmod(value, max(len(names), 1))
-            parts.append(names[c])
+            rest, at = divmod(rest, max(len(names), 1))
+            parts.append(names[at])
         out.append(join.join(reversed(parts)))
     return inverse.reshape(-1).astype(np.int64), out
 
 
-def _block_of(design: Any, info: Any, column: np.ndarray) -> _Block:
+def _block_of(
+    design: Any,
+    info: Any,
+    column: np.ndarray,
+    cache: dict[tuple[str, ...], tuple[np.ndarray, list[str]]],
+) -> _Block:
     factors = [f for f in getattr(info, "factors", ()) if f in design.codes]
     codes = [np.asarray(design.codes[f], dtype=np.int64) for f in factors]
     labels = [[f"{f} = {level}" for level in design.levels[f]] for f in factors]
     key = tuple(factors)
+    if factors and key not in cache:  # once per term, not per dummy column
+        cache[key] = _joint(codes, labels)
     # a column that is not constant on its factors' cells has a numeric part: its value is
     # part of the cell (a 0/1 numeric regressor, alone or times dummies)
-    plain = bool(factors) and _constant_on(_joint(codes, labels)[0], column)
-    if not plain:
-        values, value_codes = np.unique(column, return_inverse=True)
-        codes.append(value_codes.reshape(-1).astype(np.int64))
-        labels.append([f"{info.name} = {v:g}" for v in values])
-        key = (*key, str(info.name))
+    if factors and _constant_on(cache[key][0], column):
+        return _Block(key, *cache[key])
+    codes.append((column == 1.0).astype(np.int64))  # a 0/1 column: its value is the code
+    labels.append([f"{info.name} = 0", f"{info.name} = 1"])
     found, names = _joint(codes, labels)
-    return _Block(key, found, names)
+    return _Block((*key, str(info.name)), found, names)
 
 
 def _constant_on(cells: np.ndarray, column: np.ndarray) -> bool:
@@ -364,10 +382,7 @@ def _cross_query_sets(
     nothing the terms' own sets do not give."""
     out: list[QuerySet] = []
     seen: set[bytes] = set()
-    unique: dict[bytes, _Block] = {}
-    for b in blocks:
-        unique.setdefault(b.codes.astype(np.int32).tobytes(), b)
-    distinct = list(unique.values())
+    distinct = blocks
 
     def cell_array(codes: np.ndarray) -> np.ndarray:
         cell = np.full(len(frame), -1, dtype=np.int64)

@@ -117,10 +117,11 @@ def test_a_few_valued_numeric_regressor_gives_its_value_groups_once() -> None:
     used = frame["income"].notna()
     parts = _partitions(output)
     assert parts == [_groups(frame, used, "children")]  # x, x², x³: one partition, given once
-    # ... as weighted rows (issue 41): each column's values over the groups and their squares
+    # ... as weighted rows (issue 41): each column's values over the groups (X'y) and X'X's
+    # entries, x^a · x^b for a, b in 1..3 (x^2 .. x^6)
     (qs,) = output.facts.extra_query_sets
     values = np.sort(frame.loc[used, "children"].unique()).astype(float)
-    expected = {tuple(values**p) for p in (1, 2, 3, 4, 6)}
+    expected = {tuple(values**p) for p in (1, 2, 3, 4, 5, 6)}
     assert qs.weights is not None and {tuple(row) for row in qs.weights} == expected
     assert len(qs.weights) == len(expected)
 
@@ -151,3 +152,75 @@ def test_a_logit_on_a_few_valued_regressor_adds_its_hessian_and_likelihood_rows(
     expected = [w, w * values, w * values**2, np.log1p(np.exp(eta))]
     for row, want in zip(glm.weights, expected, strict=True):
         np.testing.assert_allclose(row, want, rtol=1e-6)
+
+
+def test_two_categorical_terms_give_their_cross_cells() -> None:
+    # X'X's entry of the sex and region dummies is a sex x region count (issue 41): every fit
+    # family gives the cells of the two terms crossed, over the model's records
+    frame = _frame()
+    frame["high"] = (frame["income"] > 30_000).astype(int)
+    meta = META.model_copy(
+        update={"columns": [*META.columns, META.columns[3].model_copy(update={"name": "high"})]}
+    )
+    for family, outcome in (("ols", "income"), ("logit", "high"), ("probit", "high")):
+        body = {"kind": "regression", "formula": f"{outcome} ~ C(sex) + C(region)"}
+        output = execute(parse_analysis({**body, "family": family}), frame, meta)
+        assert isinstance(output, RegressionOutput)
+        used = frame[outcome].notna()
+        assert _groups(frame, used, "sex", "region") in _partitions(output), family
+
+
+def test_a_categorical_and_a_few_valued_term_give_per_cell_sums() -> None:
+    # X'X's entries of a region dummy and children (and children squared) are the region's
+    # sums of children and children^2: weighted rows over region x children groups whose
+    # values, applied to the groups' counts, are pandas' per-region sums
+    frame = _frame()
+    output = _run("income ~ C(region) + children + I(children**2)", frame)
+    used = frame["income"].notna()
+    (cross,) = [
+        q
+        for q in output.facts.extra_query_sets
+        if q.weights is not None and any(" | " in name for name in q.row_labels or [])
+    ]
+    cells = cross.to_array()
+    counts = np.bincount(cells[cells >= 0], minlength=len(cross.labels)).astype(float)
+    assert _groups(frame, used, "region", "children") in _partitions(output)
+    released = {
+        name: float(np.dot(row, counts))
+        for row, name in zip(cross.weights or [], cross.row_labels or [], strict=True)
+    }
+    sub = frame[used].assign(sq=frame["children"] ** 2)
+    for region, group in sub.groupby("region", observed=True):
+        total, squares = float(group["children"].sum()), float(group["sq"].sum())
+        cubes, fourth = (float((group["children"] ** p).sum()) for p in (3, 4))
+        mine = {v for name, v in released.items() if name.endswith(f"| region = {region}")}
+        # x, x^2 (also x^2's own row), x · x^2 and (x^2)^2
+        assert mine == {total, squares, cubes, fourth}
+
+
+def test_two_few_valued_numeric_columns_give_their_cross_products() -> None:
+    # X'X's entry of children and visits is sum children * visits over the model's records:
+    # a weighted row over the children x visits groups (issue 41)
+    frame = _frame()
+    frame["visits"] = np.random.default_rng(8).integers(0, 5, len(frame))
+    meta = META.model_copy(
+        update={"columns": [*META.columns, META.columns[2].model_copy(update={"name": "visits"})]}
+    )
+    output = execute(
+        parse_analysis({"kind": "regression", "formula": "income ~ children + visits"}),
+        frame,
+        meta,
+    )
+    assert isinstance(output, RegressionOutput)
+    used = frame["income"].notna()
+    (pair,) = [
+        q
+        for q in output.facts.extra_query_sets
+        if q.row_labels and "weighted: children*visits" in q.row_labels
+    ]
+    assert _groups(frame, used, "children", "visits") in _partitions(output)
+    cells = pair.to_array()
+    counts = np.bincount(cells[cells >= 0], minlength=len(pair.labels)).astype(float)
+    row = (pair.weights or [])[(pair.row_labels or []).index("weighted: children*visits")]
+    sub = frame[used]
+    assert float(np.dot(row, counts)) == float((sub["children"] * sub["visits"]).sum())

@@ -283,6 +283,8 @@ class StepResult:
                 for var in group["variables"]:
                     row = dict(zip(out["by"], group["labels"], strict=False))
                     row.update({"variable": var["variable"], "n": var["n"], **var["stats"]})
+                    # n suppressed with the missing count it would give back (issue 41)
+                    row["n_suppressed"] = bool(var.get("n_suppressed"))
                     row["missing"] = _summary_missing(out, var["variable"], group["labels"])
                     rows.append(row)
             return pd.DataFrame(rows)

@@ -230,7 +230,14 @@ class TableOutput(_Model):
 
 class VariableSummary(_Model):
     variable: str
-    n: int
+    n: int | None = Field(
+        description="The group's records with a value of the variable; None when `n_suppressed`."
+    )
+    n_suppressed: bool = Field(
+        default=False,
+        description="n (and the count statistic) are suppressed together with the group's "
+        "missing count, which the group's size less n would give back (issue 41).",
+    )
     stats: dict[str, float | None] = Field(
         description="Statistic name -> value; quantiles as 'q0.25' etc."
     )
@@ -346,7 +353,15 @@ class SummaryGroupFacts(_Model):
 
 class SummaryFacts(_Model):
     groups: list[SummaryGroupFacts]
-    query_set: QuerySet | None = None
+    query_set: QuerySet | None = Field(
+        default=None,
+        description="Per group, the records with a value of the first variable (its n and "
+        "statistics are over them); the group's whole records where that n is suppressed.",
+    )
+    extra_query_sets: list[QuerySet] = Field(
+        default_factory=list,
+        description="The same for each further variable, in order (one set per variable).",
+    )
     n_total: int
     missing_query_sets: list[QuerySet] = Field(
         default_factory=list, description=MISSING_SETS_DESCRIPTION

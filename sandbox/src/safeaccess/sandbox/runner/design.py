@@ -66,6 +66,9 @@ class TermInfo:
     categorical: bool
     binary: bool
     nonzero: int = 0
+    #: The categorical columns whose dummies multiply into this column (`Design.codes` holds
+    #: their level codes): the query-set auditor crosses the partitions they make (issue 41).
+    factors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class Design:
     terms: list[TermInfo]
     formula: Formula
     levels: dict[str, list[object]] = field(default_factory=dict)
+    #: The level code (index into `levels`) of each row used, per categorical column.
+    codes: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -282,6 +287,7 @@ class _Builder:
 
         evaluated: dict[Factor, _Factor] = {}
         levels_by_column: dict[str, list[object]] = {}
+        codes_by_column: dict[str, np.ndarray] = {}
         for term in formula.terms:
             for f in term:
                 if f in evaluated:
@@ -290,6 +296,7 @@ class _Builder:
                     column = factor_column(f)
                     codes, levels = self._levels(column, rows)
                     levels_by_column[column] = levels
+                    codes_by_column[column] = np.asarray(codes, dtype=np.int64)
                     evaluated[f] = _Factor(True, codes=codes, levels=levels)
                 else:
                     assert not isinstance(f, Categorical)
@@ -302,12 +309,17 @@ class _Builder:
         n = len(rows)
         for term, codings in _codings(formula, evaluated):
             for coding in codings:
+                factors = tuple(
+                    sorted({factor_column(f) for f in term if evaluated[f].categorical})
+                )
                 for name, values, categorical in _subterm_columns(term, coding, evaluated, n):
                     names.append(name)
                     blocks.append(values)
                     is_intercept = not term
                     binary = not is_intercept and bool(np.all((values == 0) | (values == 1)))
-                    infos.append(TermInfo(name, categorical, binary, int(np.count_nonzero(values))))
+                    infos.append(
+                        TermInfo(name, categorical, binary, int(np.count_nonzero(values)), factors)
+                    )
                     if len(names) > MAX_COLUMNS:
                         raise DesignError(
                             f"the design has more than {MAX_COLUMNS} columns; "
@@ -323,6 +335,7 @@ class _Builder:
             terms=infos,
             formula=formula,
             levels=levels_by_column,
+            codes=codes_by_column,
         )
 
     def _numeric_ok(self, name: str) -> bool:

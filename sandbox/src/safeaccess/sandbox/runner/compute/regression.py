@@ -7,7 +7,9 @@ other analyses do not pay for it. Residuals and fitted values are never part of 
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -234,14 +236,25 @@ def subgroup_query_sets(
     sets: list[QuerySet] = []
     by_partition: dict[bytes, QuerySet] = {}
     weighted_family = family in ("ols", *_CANONICAL)
+    blocks: list[_Block] = []
+    few_valued: list[tuple[str, np.ndarray, np.ndarray, bytes]] = []
+    sharing: dict[bytes, list[tuple[str, np.ndarray]]] = defaultdict(list)
+    term_cells: dict[tuple[str, ...], tuple[np.ndarray, list[str]]] = {}
     for j, info in enumerate(design.terms):
         if info.name in INTERCEPT_NAMES:
             continue
         values, codes = np.unique(x[:, j], return_inverse=True)
         if values.size < 2 or (not info.binary and values.size > FEW_VALUES):
             continue
-        numeric = weighted_family and not (info.binary or bool(np.all(np.isin(values, (0.0, 1.0)))))
+        zero_one = info.binary or bool(np.all(np.isin(values, (0.0, 1.0))))
+        numeric = weighted_family and not zero_one
         key = codes.astype(np.int32).tobytes()
+        if zero_one:
+            block = _block_of(design, info, x[:, j], term_cells)
+            if all(b.key != block.key for b in blocks):  # a term's dummies: its cells once
+                blocks.append(block)
+        else:
+            few_valued.append((str(info.name), values, codes.reshape(-1), key))
         qs = by_partition.get(key)
         if qs is None:
             cell = np.full(len(frame), -1, dtype=np.int64)
@@ -255,12 +268,21 @@ def subgroup_query_sets(
             # x, x², x³ of one column share its partition: one set, their rows together (the
             # floats the fit used, and their squares as the sandbox evaluates them)
             weights, names = list(qs.weights or []), list(qs.row_labels or [])
-            for row, name in ((values, info.name), (values * values, f"{info.name}^2")):
+            # and X'X's entries between them (x · x² = x³ for x and x² in one fit)
+            products = [(u * values, f"{other}*{info.name}") for other, u in sharing[key]]
+            for row, name in (
+                (values, info.name),
+                (values * values, f"{info.name}^2"),
+                *products,
+            ):
                 listed = row.tolist()
                 if listed not in weights:
                     weights.append(listed)
                     names.append(f"{WEIGHTED_LABEL}{name}")
             qs.weights, qs.row_labels = weights, names
+            sharing[key].append((str(info.name), values))
+    sets += _cross_query_sets(blocks, few_valued, by_partition, rows, frame, n_records)
+    sets += _numeric_pairs(few_valued, weighted_family, rows, frame, n_records)
     if any(q.weighted for q in sets) and family in _CANONICAL:
         glm = (
             None
@@ -274,6 +296,192 @@ def subgroup_query_sets(
         else:
             sets.append(glm)
     return sets
+
+
+class _Block:
+    """The partition of a model's records by the levels that make one 0/1 design column: its
+    categorical factors' levels and, for a column with a numeric part (a 0/1 numeric regressor,
+    or a product with one), its value. `codes` numbers the cells over the records used."""
+
+    def __init__(self, key: tuple[str, ...], codes: np.ndarray, labels: list[str]):
+        self.key, self.codes, self.labels = key, codes, labels
+
+
+def _joint(
+    codes: list[np.ndarray], labels: list[list[str]], join: str = ", "
+) -> tuple[np.ndarray, list[str]]:
+    """The cells of several partitions of the same records crossed (only the cells that occur),
+    numbered in the order of their labels' parts, and each cell's label."""
+    combined = np.zeros(codes[0].size, dtype=np.int64)
+    size = 1
+    for c, names in zip(codes, labels, strict=True):
+        combined = combined * max(len(names), 1) + c
+        size *= max(len(names), 1)
+    if size <= 1 << 22:
+        # small key space: the cells that occur by one counting pass, not a sort (10 M records)
+        occurs = np.bincount(combined, minlength=size) > 0
+        cells = np.flatnonzero(occurs)
+        number = np.cumsum(occurs) - 1
+        inverse = number[combined]
+    else:
+        cells, inverse = np.unique(combined, return_inverse=True)
+    out: list[str] = []
+    for cell in cells.tolist():
+        parts: list[str] = []
+        rest = int(cell)
+        for names in reversed(labels):
+            rest, at = divmod(rest, max(len(names), 1))
+            parts.append(names[at])
+        out.append(join.join(reversed(parts)))
+    return inverse.reshape(-1).astype(np.int64), out
+
+
+def _block_of(
+    design: Any,
+    info: Any,
+    column: np.ndarray,
+    cache: dict[tuple[str, ...], tuple[np.ndarray, list[str]]],
+) -> _Block:
+    factors = [f for f in getattr(info, "factors", ()) if f in design.codes]
+    codes = [np.asarray(design.codes[f], dtype=np.int64) for f in factors]
+    labels = [[f"{f} = {level}" for level in design.levels[f]] for f in factors]
+    key = tuple(factors)
+    if factors and key not in cache:  # once per term, not per dummy column
+        cache[key] = _joint(codes, labels)
+    # a column that is not constant on its factors' cells has a numeric part: its value is
+    # part of the cell (a 0/1 numeric regressor, alone or times dummies)
+    if factors and _constant_on(cache[key][0], column):
+        return _Block(key, *cache[key])
+    codes.append((column == 1.0).astype(np.int64))  # a 0/1 column: its value is the code
+    labels.append([f"{info.name} = 0", f"{info.name} = 1"])
+    found, names = _joint(codes, labels)
+    return _Block((*key, str(info.name)), found, names)
+
+
+def _constant_on(cells: np.ndarray, column: np.ndarray) -> bool:
+    one = np.full(int(cells.max()) + 1 if cells.size else 0, np.nan)
+    one[cells] = column  # some row's value per cell: the column is constant on them iff all agree
+    return bool(np.all(one[cells] == column))
+
+
+def _cross_query_sets(
+    blocks: list[_Block],
+    few_valued: list[tuple[str, np.ndarray, np.ndarray, bytes]],
+    by_partition: dict[bytes, QuerySet],
+    rows: np.ndarray,
+    frame: pd.DataFrame,
+    n_records: int,
+) -> list[QuerySet]:
+    """X'X's cross terms (issue 41). The entry of two 0/1 columns from different terms is the
+    count of the records where both are 1: the cells of the two terms crossed (`C(region) +
+    C(sex)` releases every region x sex count, with the standard errors and the one-way
+    counts), given as one partition per pair of terms. The entry of a 0/1 column and a
+    few-valued numeric column x is sum x over the column's records: per cell of the 0/1 term,
+    the weighted rows of x (its values and their squares, and those of its other transforms)
+    over the groups cell x value of x. Pairs whose one term's cells refine the other's add
+    nothing the terms' own sets do not give."""
+    out: list[QuerySet] = []
+    seen: set[bytes] = set()
+    distinct = blocks
+
+    def cell_array(codes: np.ndarray) -> np.ndarray:
+        cell = np.full(len(frame), -1, dtype=np.int64)
+        cell[rows] = codes
+        return cell
+
+    for a, b in itertools.combinations(distinct, 2):
+        codes, labels = _joint([a.codes, b.codes], [a.labels, b.labels], " & ")
+        if len(labels) <= max(len(a.labels), len(b.labels)):
+            continue  # one term's cells refine the other's: no cross cell beyond them
+        key = codes.astype(np.int32).tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(query_set(labels, frame, cell_array(codes), n_records))
+    for name, values, value_codes, partition in few_valued:
+        qs = by_partition.get(partition)
+        for block in distinct:
+            value_labels = [f"{name} = {v:g}" for v in values]
+            codes, labels = _joint([block.codes, value_codes], [block.labels, value_labels], " & ")
+            if len(labels) <= len(value_labels):
+                continue  # the term's cells do not split the value groups
+            key = codes.astype(np.int32).tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            cross = query_set(labels, frame, cell_array(codes), n_records)
+            if qs is not None and qs.weights is not None:
+                weights, names = _per_cell_rows(qs, block, value_codes, codes, len(labels))
+                if weights:
+                    cross.weights, cross.row_labels = weights, names
+            out.append(cross)
+    return out
+
+
+def _numeric_pairs(
+    few_valued: list[tuple[str, np.ndarray, np.ndarray, bytes]],
+    weighted_family: bool,
+    rows: np.ndarray,
+    frame: pd.DataFrame,
+    n_records: int,
+) -> list[QuerySet]:
+    """X'X's entry of two few-valued numeric columns that split the records differently
+    (`income ~ children + visits`): Σ x·z, a weighted row over the groups children x visits
+    (issue 41), one set per pair of partitions with the rows of every pair of their columns;
+    for a probit (the strict rule) the groups themselves."""
+    joint: dict[bytes, QuerySet] = {}
+    out: list[QuerySet] = []
+    for (na, va, ca, ka), (nb, vb, cb, kb) in itertools.combinations(few_valued, 2):
+        if ka == kb:
+            continue  # one partition: its own set has the products (`sharing`)
+        labels_a = [f"{na} = {v:g}" for v in va]
+        labels_b = [f"{nb} = {v:g}" for v in vb]
+        codes, labels = _joint([ca, cb], [labels_a, labels_b], " & ")
+        row: list[float] = []
+        if weighted_family:
+            first = np.zeros(len(labels), dtype=np.int64)
+            second = np.zeros(len(labels), dtype=np.int64)
+            first[codes], second[codes] = ca, cb
+            row = (va[first] * vb[second]).tolist()
+            if not any(w != 0.0 for w in row):
+                continue  # columns never both nonzero (varying slopes of two levels): entry 0
+        key = codes.astype(np.int32).tobytes()
+        qs = joint.get(key)
+        if qs is None:
+            cell = np.full(len(frame), -1, dtype=np.int64)
+            cell[rows] = codes
+            qs = joint[key] = query_set(labels, frame, cell, n_records)
+            out.append(qs)
+        if not weighted_family:
+            continue  # the strict rule: the joint groups themselves
+        weights, names = list(qs.weights or []), list(qs.row_labels or [])
+        if row not in weights:
+            weights.append(row)
+            names.append(f"{WEIGHTED_LABEL}{na}*{nb}")
+        qs.weights, qs.row_labels = weights, names
+    return out
+
+
+def _per_cell_rows(
+    qs: QuerySet, block: _Block, value_codes: np.ndarray, codes: np.ndarray, n_groups: int
+) -> tuple[list[list[float]], list[str]]:
+    """Per cell of the block, each weighted row of the value groups restricted to that cell."""
+    cell_of = np.zeros(n_groups, dtype=np.int64)
+    value_of = np.zeros(n_groups, dtype=np.int64)
+    cell_of[codes] = block.codes
+    value_of[codes] = value_codes
+    weights: list[list[float]] = []
+    names: list[str] = []
+    for c, cell_label in enumerate(block.labels):
+        inside = cell_of == c
+        if not inside.any():
+            continue
+        for row, name in zip(qs.weights or [], qs.row_labels or [], strict=True):
+            values = np.where(inside, np.asarray(row, dtype=np.float64)[value_of], 0.0)
+            if np.any(values != 0.0):
+                weights.append(values.tolist())
+                names.append(f"{name} | {cell_label}")
+    return weights, names
 
 
 #: GLM families whose score equations are X'(y - mu) = 0 (canonical links): the outcome's

@@ -314,6 +314,15 @@ def summary(
     counts, sets = missing.joined(
         *missing_parts, missing.keys(list(analysis.by), frame, metadata, n_records)
     )
+    # Per variable, the records behind its n and statistics: the group's records whose value
+    # is present. Its n is a count of them, so the auditor must see them, not the group: the
+    # group's size less n is the missing count (issue 41). One set per variable whatever the
+    # data, so the arrays are numbered alike on the domain grid.
+    names = [label_text(lab) for lab in groups.labels]
+    present = [
+        query_set(names, frame, np.where(np.isnan(columns[v]), -1, groups.codes), n_records)
+        for v in analysis.variables
+    ]
     return SummaryOutput(
         by=list(analysis.by),
         statistics=list(analysis.statistics),
@@ -324,9 +333,8 @@ def summary(
         facts=SummaryFacts(
             missing_query_sets=sets,
             groups=fact_groups,
-            query_set=query_set(
-                [label_text(lab) for lab in groups.labels], frame, groups.codes, n_records
-            ),
+            query_set=present[0],
+            extra_query_sets=present[1:],
             n_total=int((groups.codes >= 0).sum()),
         ),
     )

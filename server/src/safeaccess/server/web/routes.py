@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, FastAPI, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from pydantic import BaseModel
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -138,17 +139,30 @@ def _csrf_refused(request: Request, session: WebSession | None) -> HTMLResponse:
     )
 
 
-def _decision_form(
-    request: Request, action: str, csrf_token: str
-) -> tuple[WebSession, str] | Response:
+class DecisionForm(BaseModel):
+    """The fields of an opening's decision form (absent fields are empty)."""
+
+    action: str = ""
+    comment: str = ""
+    csrf_token: str = ""
+
+
+class StepDecisionForm(DecisionForm):
+    """A step's decision form: an approval may also suppress small cells or round the table."""
+
+    suppress: str = ""
+    round_to: str = ""
+
+
+def _decision_form(request: Request, form: DecisionForm) -> tuple[WebSession, str] | Response:
     """The checker and her name behind a decision form, or the response refusing it: not
     logged in, a missing or wrong CSRF token, or an action other than approve/reject."""
     session = _checker(request)
     if isinstance(session, RedirectResponse):
         return session
-    if not csrf.valid(session, csrf_token):
+    if not csrf.valid(session, form.csrf_token):
         return _csrf_refused(request, session)
-    if session.checker is None or action not in ("approve", "reject"):
+    if session.checker is None or form.action not in ("approve", "reject"):
         return _error(request, session, 400, "Decision refused", "choose approve or reject")
     return session, session.checker
 
@@ -471,37 +485,34 @@ def step_decision(
     request: Request,
     sequence_id: SequenceId,
     index: StepIndex,
-    action: Annotated[str, Form()] = "",
-    comment: Annotated[str, Form()] = "",
-    suppress: Annotated[str, Form()] = "",
-    round_to: Annotated[str, Form()] = "",
-    csrf_token: Annotated[str, Form()] = "",
+    fields: Annotated[StepDecisionForm, Form()],
 ) -> Response:
-    form = _decision_form(request, action, csrf_token)
+    form = _decision_form(request, fields)
     if isinstance(form, Response):
         return form
     session, checker = form
     web = _web(request)
     mitigation = None
-    if action == "approve" and (suppress or round_to.strip()):
+    if fields.action == "approve" and (fields.suppress or fields.round_to.strip()):
         try:
-            base = int(round_to) if round_to.strip() else None
+            base = int(fields.round_to) if fields.round_to.strip() else None
         except ValueError:
             return _error(
                 request,
                 session,
                 400,
                 "Decision refused",
-                f"the rounding base must be a whole number, not {round_to!r}; nothing changed",
+                f"the rounding base must be a whole number, not {fields.round_to!r}; "
+                "nothing changed",
             )
-        mitigation = review.Mitigation(suppress=bool(suppress), round_to=base)
+        mitigation = review.Mitigation(suppress=bool(fields.suppress), round_to=base)
     try:
         view = web.service.decide_review(
             sequence_id,
             index,
-            approve=action == "approve",
+            approve=fields.action == "approve",
             reviewer=checker,
-            note=comment.strip(),
+            note=fields.comment.strip(),
             mitigation=mitigation,
         )
     except ServiceError as exc:
@@ -509,7 +520,7 @@ def step_decision(
     state = view.sequence_state
     if view.state == "review":
         message = f"Your approval of step {index} is recorded; it waits for a second checker."
-    elif action == "approve":
+    elif fields.action == "approve":
         message = f"Step {index} of {sequence_id} released (sequence {state})."
     else:
         message = f"Step {index} of {sequence_id} withheld with your comment (sequence {state})."
@@ -574,22 +585,18 @@ def openings_page(request: Request) -> Response:
 
 @router.post("/openings/{sequence_id}/decision")
 def opening_decision(
-    request: Request,
-    sequence_id: SequenceId,
-    action: Annotated[str, Form()] = "",
-    comment: Annotated[str, Form()] = "",
-    csrf_token: Annotated[str, Form()] = "",
+    request: Request, sequence_id: SequenceId, fields: Annotated[DecisionForm, Form()]
 ) -> Response:
-    form = _decision_form(request, action, csrf_token)
+    form = _decision_form(request, fields)
     if isinstance(form, Response):
         return form
     session, checker = form
     try:
         view = _web(request).service.decide_opening(
             sequence_id,
-            approve=action == "approve",
+            approve=fields.action == "approve",
             reviewer=checker,
-            note=comment.strip(),
+            note=fields.comment.strip(),
         )
     except ServiceError as exc:
         return _error(request, session, exc.status, "Decision refused", exc.message)

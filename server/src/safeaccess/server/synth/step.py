@@ -63,7 +63,7 @@ from safeaccess.sandbox.backend import (
     Limits,
     SandboxError,
 )
-from safeaccess.server.dp import DPContext, _withheld, config_hash, ledger_view
+from safeaccess.server.dp import DPContext, _withheld, config_hash, ledger_view, policy_refusal
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
@@ -130,17 +130,16 @@ def plan(
             context,
             facts,
         )
-    tpr = risk_report(mu, 1.0).tpr_at(0.05)
-    if cfg.max_tpr_at_5pct is not None and tpr > cfg.max_tpr_at_5pct:
-        return _withheld(
-            analysis.kind,
-            "dp_policy",
-            f"this synthetic release would let an attacker tell neighbouring datasets apart with "
-            f"TPR {tpr:.4g} at FPR 0.05 (mu {mu:.6g}); the controller allows at most "
-            f"{cfg.max_tpr_at_5pct:g}: ask for a smaller epsilon.",
-            context,
-            facts,
-        )
+    refused = policy_refusal(
+        analysis.kind,
+        risk_report(mu, 1.0).tpr_at(0.05),
+        ("synthetic release", f"mu {mu:.6g}"),
+        "ask for a smaller epsilon",
+        context,
+        facts,
+    )
+    if refused is not None:
+        return refused
     return SynthPlan(work, mu, m, ledger.charge(mu, 1.0))
 
 

@@ -201,55 +201,66 @@ def enrol_page(request: Request, token: str = "") -> Response:
             "This enrolment link is not valid: it was used, it expired or it was mistyped. Ask "
             "the administrator for a new one (safeaccess-server checker add).",
         )
+    return _enrol_form(request, session, token, found)
+
+
+def _enrol_form(
+    request: Request,
+    session: WebSession | None,
+    token: str,
+    found: tuple[str, str],
+    error: str | None = None,
+) -> Response:
+    """The enrolment form of the account `found` (name, TOTP secret), with `error` (400)
+    after a refused submission."""
     name, secret = found
     uri = accounts.provisioning_uri(name, secret)
+    status = 200 if error is None else 400
     return _page(
         request,
         "enrol.html",
         session,
+        status,
         token=token,
         name=name,
         secret=secret,
         uri=uri,
         qr=qr_svg(uri),
-        error=None,
+        error=error,
     )
 
 
+class CredentialsForm(BaseModel):
+    """What the enrolment and login forms both send (absent fields are empty)."""
+
+    password: str = ""
+    code: str = ""
+    csrf_token: str = ""
+
+
+class EnrolForm(CredentialsForm):
+    token: str = ""
+    confirm: str = ""
+
+
+class LoginForm(CredentialsForm):
+    name: str = ""
+
+
 @router.post("/enrol")
-def enrol_submit(
-    request: Request,
-    token: Annotated[str, Form()] = "",
-    password: Annotated[str, Form()] = "",
-    confirm: Annotated[str, Form()] = "",
-    code: Annotated[str, Form()] = "",
-    csrf_token: Annotated[str, Form()] = "",
-) -> Response:
+def enrol_submit(request: Request, form: Annotated[EnrolForm, Form()]) -> Response:
     session, _ = _session(request)
-    if not csrf.valid(session, csrf_token):
+    if not csrf.valid(session, form.csrf_token):
         return _csrf_refused(request, session)
     assert session is not None
     store = _web(request).service.store
     try:
-        name = accounts.enrol(store, token, password, confirm, code)
+        name = accounts.enrol(store, form.token, form.password, form.confirm, form.code)
     except ServiceError as exc:
-        found = accounts.enrolment_for(store, token)
+        found = accounts.enrolment_for(store, form.token)
         if found is None:
             return _error(request, session, 400, "Enrolment failed", exc.message)
-        name, secret = found
-        uri = accounts.provisioning_uri(name, secret)
-        return _page(
-            request,
-            "enrol.html",
-            session,
-            400,
-            token=token,
-            name=name,
-            secret=secret,
-            uri=uri,
-            qr=qr_svg(uri),
-            error=exc.message,
-        )
+        return _enrol_form(request, session, form.token, found, exc.message)
     _web(request).sessions.add_flash(
         session, f"Account {name} is active. Log in with your password and a new code."
     )
@@ -264,18 +275,13 @@ def login_page(request: Request, expired: str = "") -> Response:
 
 
 @router.post("/login")
-def login_submit(
-    request: Request,
-    name: Annotated[str, Form()] = "",
-    password: Annotated[str, Form()] = "",
-    code: Annotated[str, Form()] = "",
-    csrf_token: Annotated[str, Form()] = "",
-) -> Response:
+def login_submit(request: Request, form: Annotated[LoginForm, Form()]) -> Response:
     web = _web(request)
     session, _ = _session(request)
-    if not csrf.valid(session, csrf_token):
+    if not csrf.valid(session, form.csrf_token):
         return _csrf_refused(request, session)
     assert session is not None
+    name = form.name
     address = "addr:" + (request.client.host if request.client else "unknown")
     account = "acct:" + name
     wait = max(web.by_account.retry_after(account), web.by_address.retry_after(address))
@@ -289,7 +295,7 @@ def login_submit(
             name=name,
             error=f"Too many failed logins. Try again in {wait} s.",
         )
-    checker = accounts.authenticate(web.service.store, name, password, code)
+    checker = accounts.authenticate(web.service.store, name, form.password, form.code)
     if checker is None:
         web.by_account.fail(account)
         web.by_address.fail(address)

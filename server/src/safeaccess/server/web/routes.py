@@ -17,7 +17,6 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, FastAPI, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
-from pydantic import BaseModel
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,6 +27,7 @@ from safeaccess.server.review import rules as review_rules
 from safeaccess.server.service import Service
 from safeaccess.server.store import review as withheld
 from safeaccess.server.web import accounts, csrf
+from safeaccess.server.web.forms import DecisionForm, EnrolForm, LoginForm, StepDecisionForm
 from safeaccess.server.web.qr import qr_svg
 from safeaccess.server.web.ratelimit import FailureLimiter
 from safeaccess.server.web.render import pretty_json, render_output
@@ -139,21 +139,6 @@ def _csrf_refused(request: Request, session: WebSession | None) -> HTMLResponse:
     )
 
 
-class DecisionForm(BaseModel):
-    """The fields of an opening's decision form (absent fields are empty)."""
-
-    action: str = ""
-    comment: str = ""
-    csrf_token: str = ""
-
-
-class StepDecisionForm(DecisionForm):
-    """A step's decision form: an approval may also suppress small cells or round the table."""
-
-    suppress: str = ""
-    round_to: str = ""
-
-
 def _decision_form(request: Request, form: DecisionForm) -> tuple[WebSession, str] | Response:
     """The checker and her name behind a decision form, or the response refusing it: not
     logged in, a missing or wrong CSRF token, or an action other than approve/reject."""
@@ -228,23 +213,6 @@ def _enrol_form(
         qr=qr_svg(uri),
         error=error,
     )
-
-
-class CredentialsForm(BaseModel):
-    """What the enrolment and login forms both send (absent fields are empty)."""
-
-    password: str = ""
-    code: str = ""
-    csrf_token: str = ""
-
-
-class EnrolForm(CredentialsForm):
-    token: str = ""
-    confirm: str = ""
-
-
-class LoginForm(CredentialsForm):
-    name: str = ""
 
 
 @router.post("/enrol")

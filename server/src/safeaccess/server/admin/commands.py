@@ -194,13 +194,8 @@ def dataset_dp(centre: Centre, args: argparse.Namespace) -> Any:
     from safeaccess.server.config import DPConfig
 
     try:
-        config = DPConfig(
-            epsilon=args.epsilon,
-            delta=args.delta,
-            scope=args.scope,
-            mandatory=args.mandatory,
-            max_tpr_at_5pct=args.max_tpr_at_5pct,
-        )
+        # Each field from the option of the same name (--max-tpr-at-5pct: max_tpr_at_5pct).
+        config = DPConfig.model_validate(args, from_attributes=True)
     except ValidationError as exc:
         problems = "; ".join(
             f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"

@@ -169,7 +169,8 @@ class Centre:
             else:
                 seq = self.store.get_sequence(seq_id)
                 assert seq is not None
-                self.store.begin_step(
+                sequences.begin_step(
+                    self.store,
                     seq_id,
                     expected_version=seq.version,
                     step=step,
@@ -192,7 +193,8 @@ class Centre:
                 backend="process",
                 wall_seconds=0.05,
             )
-            self.store.settle_step(
+            sequences.settle_step(
+                self.store,
                 seq_id,
                 j,
                 outcome,

@@ -124,7 +124,7 @@ def main() -> None:
                     raw = json.dumps({"trace": trace.hex(), "body": _b64(step_body)})
                     view, cpu, statements = _timed(
                         counter,
-                        lambda raw=raw, j=j, sid=view.sequence_id, name=name: service.reveal(  # type: ignore[misc]
+                        lambda raw=raw, j=j, sid=view.sequence_id, name=name: service.flow.reveal(  # type: ignore[misc]
                             name, sid, j, RevealRequest.model_validate_json(raw)
                         ),
                     )

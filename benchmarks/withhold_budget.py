@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import insert, text
 
-from safeaccess.server.store import Store, review
+from safeaccess.server.store import Store, catalogue, review
 from safeaccess.server.store.schema import SequenceRow, StepRow
 
 NOW = datetime.now(UTC)
@@ -97,7 +97,8 @@ def main() -> None:
         store.add_project("p")
         for name in ("ada", "bob"):
             store.add_researcher(name, "PEM", f"fp-{name}", ["p"])
-        store.add_dataset(
+        catalogue.add_dataset(
+            store,
             name="census",
             version=1,
             project="p",

@@ -361,7 +361,7 @@ def test_the_facade_guard_sees_the_facade() -> None:
     assert "safeaccess.server.store" in imports_of("safeaccess.server.service")
     assert "safeaccess.server.store" not in imports_of("safeaccess.server.steps.flow", types=True)
     assert "safeaccess.server.store.sequences" in imports_of("safeaccess.server.steps.flow")
-    assert "settle_step" in _facade_methods()
+    assert "get_sequence" in _facade_methods()
 
 
 _SQL = re.compile(r"\b(select|insert|update|delete)\(|\.execute\(|\btext\(\"|\bwith_for_update\(")

@@ -125,7 +125,7 @@ def test_sandbox_outage_leaves_the_step_rerunnable(centre: Centre) -> None:
             first = session.open(sealed)
             trace, body = sealed.reveal_for(2)
             with pytest.raises(Unavailable):
-                service.reveal(
+                service.flow.reveal(
                     "ada",
                     first.sequence_id,
                     2,

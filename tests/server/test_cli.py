@@ -157,7 +157,8 @@ def test_review_list_and_approve_from_the_cli(
     cli_checkers(store, "carol")
     store.add_project("p1")
     store.add_researcher("ada", "PEM", "fp", ["p1"])
-    store.add_dataset(
+    catalogue.add_dataset(
+        store,
         name="d",
         version=1,
         project="p1",
@@ -182,7 +183,8 @@ def test_review_list_and_approve_from_the_cli(
         first_step=StepRow(index=1, trace_hash="t", body=b"{}", body_hash="b", last=False),
         event_data={},
     )
-    store.settle_step(
+    sequences.settle_step(
+        store,
         seq.id,
         1,
         StepOutcome(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from scipy.stats import norm
 
 from safeaccess.client.analyses import DPCount, DPHistogram, DPMean, DPSum
 from safeaccess.client.metadata import Column, DatasetMetadata, NeighbouringRelation
@@ -84,6 +85,15 @@ def test_policy_limit() -> None:
         DPCount(sigma=1.0), _meta(), _context(epsilon=50.0, max_tpr_at_5pct=0.2)
     )
     assert isinstance(outcome, StepOutcome) and outcome.state == StepState.WITHHELD
+    # Delta/sigma = 1: the Gaussian test's power at level 0.05 is Phi(1 - z_0.95) (scipy's).
+    tpr = norm.cdf(1.0 - norm.ppf(0.95))
+    assert outcome.decision is not None
+    assert outcome.decision["findings"][0]["message"] == (
+        f"this release would let an attacker tell neighbouring datasets apart with TPR "
+        f"{tpr:.4g} at FPR 0.05 (Δ = 1, σ = 1); the controller allows at most 0.2: ask for more "
+        "noise (a larger σ or a smaller ε)."
+    )
+    assert outcome.dp_facts is not None and outcome.dp_facts["withheld_by"] == "dp_policy"
 
 
 def test_a_statistic_with_another_layout_is_refused() -> None:

@@ -20,7 +20,7 @@ from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.review import decisions as review
 from safeaccess.server.review import rules as review_rules
 from safeaccess.server.states import StepState
-from safeaccess.server.store import Store, sequences
+from safeaccess.server.store import Store, catalogue, sequences
 from safeaccess.server.store.schema import StepRow
 from safeaccess.server.web import accounts
 
@@ -58,7 +58,8 @@ def store(root: Path) -> Any:
     store = Store(data.database_url(data.load_config()))
     store.add_project("p1")
     store.add_researcher("ada", "PEM", "fp", ["p1"])
-    store.add_dataset(
+    catalogue.add_dataset(
+        store,
         name="d",
         version=1,
         project="p1",
@@ -95,7 +96,8 @@ def _in_review(store: Store, n: int = 1) -> str:
         event_data={},
     )
     full = TABLE.model_dump(mode="json")
-    store.settle_step(
+    sequences.settle_step(
+        store,
         seq.id,
         1,
         StepOutcome(

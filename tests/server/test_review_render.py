@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from safeaccess.rules import outputs
 from safeaccess.rules.decision import Finding
 from safeaccess.rules.outputs import (
     CellFacts,
@@ -106,6 +107,24 @@ def test_a_regression_shows_df_and_leverage() -> None:
     )
     html = str(render_output(out.model_dump(mode="json"), []))
     assert "residual df</dt><dd>498" in html and "max 0.031 over 500 records" in html
+
+
+def test_a_tests_facts_list_its_details_escaped() -> None:
+    # (Through the module: pytest would take names starting with Test for test classes.)
+    out = outputs.TestOutput(
+        test="t_two_sample",
+        statistic=2.5,
+        df=10.0,
+        p_value=0.03125,
+        n=12,
+        details={"mean <a>": 1.5, "b": None},
+        facts=outputs.TestFacts(n=12),
+    )
+    assert str(render_output(out.model_dump(mode="json"), [])) == (
+        '<dl class="facts"><dt>test</dt><dd>t_two_sample</dd><dt>statistic</dt><dd>2.5</dd>'
+        "<dt>df</dt><dd>10</dd><dt>p</dt><dd>0.03125</dd><dt>n</dt><dd>12</dd>"
+        "<dt>mean &lt;a&gt;</dt><dd>1.5</dd><dt>b</dt><dd>–</dd></dl>"
+    )
 
 
 def test_script_output_is_escaped_and_unknown_outputs_fall_back_to_json() -> None:

@@ -35,7 +35,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     s = Store(url)
     s.add_project("p")
     s.add_researcher("ada", "PEM", "fp-ada", ["p"])
-    s.add_dataset(
+    catalogue.add_dataset(
+        s,
         name="d",
         version=1,
         project="p",
@@ -95,18 +96,23 @@ def test_a_header_is_accepted_once(store: Store) -> None:
 
 def test_settle_release_then_reveal_next_then_withhold_aborts(store: Store) -> None:
     seq, _ = _open(store)
-    seq, step = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    seq, step = sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
     assert (seq.state, step.state) == ("released", "released")
     nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
-    store.begin_step(
-        seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
+    sequences.begin_step(
+        store, seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
     )
-    seq, step = store.settle_step(seq.id, 2, StepOutcome(state=StepState.WITHHELD), {})
+    seq, step = sequences.settle_step(store, seq.id, 2, StepOutcome(state=StepState.WITHHELD), {})
     assert (seq.state, step.state) == ("aborted", "withheld")
     third = StepRow(index=3, trace_hash="t3", body=b"b3", body_hash="bh3", last=True)
     with pytest.raises(Conflict):
-        store.begin_step(
-            seq.id, expected_version=seq.version, step=third, verifier_state={}, event_data={}
+        sequences.begin_step(
+            store,
+            seq.id,
+            expected_version=seq.version,
+            step=third,
+            verifier_state={},
+            event_data={},
         )
     assert store.get_step(seq.id, 3) is None
 
@@ -116,8 +122,8 @@ def test_reveal_before_release_changes_nothing(store: Store) -> None:
     events = _count_events(store)
     nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
     with pytest.raises(Conflict) as info:
-        store.begin_step(
-            seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
+        sequences.begin_step(
+            store, seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
         )
     assert info.value.code == "not_released"
     assert store.get_step(seq.id, 2) is None
@@ -127,25 +133,35 @@ def test_reveal_before_release_changes_nothing(store: Store) -> None:
 
 def test_a_stale_version_loses(store: Store) -> None:
     seq, _ = _open(store)
-    seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    seq, _ = sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
     nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
     with pytest.raises(Conflict) as info:
-        store.begin_step(
-            seq.id, expected_version=seq.version - 1, step=nxt, verifier_state={}, event_data={}
+        sequences.begin_step(
+            store,
+            seq.id,
+            expected_version=seq.version - 1,
+            step=nxt,
+            verifier_state={},
+            event_data={},
         )
     assert info.value.code == "concurrent_update"
 
 
 def test_concurrent_reveals_only_one_wins(store: Store) -> None:
     seq, _ = _open(store)
-    seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    seq, _ = sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
     outcomes: list[str] = []
 
     def attempt() -> None:
         step = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
         try:
-            store.begin_step(
-                seq.id, expected_version=seq.version, step=step, verifier_state={}, event_data={}
+            sequences.begin_step(
+                store,
+                seq.id,
+                expected_version=seq.version,
+                step=step,
+                verifier_state={},
+                event_data={},
             )
             outcomes.append("won")
         except Conflict:
@@ -161,9 +177,11 @@ def test_concurrent_reveals_only_one_wins(store: Store) -> None:
 
 def test_settling_twice_is_illegal_and_keeps_the_first_result(store: Store) -> None:
     seq, _ = _open(store, last=True)
-    store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED, output={"x": 1}), {})
+    sequences.settle_step(
+        store, seq.id, 1, StepOutcome(state=StepState.RELEASED, output={"x": 1}), {}
+    )
     with pytest.raises(Conflict):
-        store.settle_step(seq.id, 1, StepOutcome(state=StepState.WITHHELD), {})
+        sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.WITHHELD), {})
     step = store.get_step(seq.id, 1)
     assert step is not None and step.state == "released" and step.output == {"x": 1}
     assert store.get_sequence(seq.id).state == "finished"  # type: ignore[union-attr]
@@ -171,20 +189,22 @@ def test_settling_twice_is_illegal_and_keeps_the_first_result(store: Store) -> N
 
 def test_review_approve_and_reject(store: Store) -> None:
     seq, _ = _open(store)
-    store.settle_step(seq.id, 1, StepOutcome(state=StepState.REVIEW), {})
+    sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.REVIEW), {})
     assert [s.index for _, s in review.review_queue(store)] == [1]
-    seq, step = store.decide_review(
-        seq.id, 1, approve=True, reviewer="carol", note="ok", event_data={}
+    seq, step = review.decide_review(
+        store, seq.id, 1, approve=True, reviewer="carol", note="ok", event_data={}
     )
     assert (seq.state, step.state, step.reviewer) == ("released", "released", "carol")
     assert review.review_queue(store) == []
     with pytest.raises(Conflict):
-        store.decide_review(seq.id, 1, approve=False, reviewer="carol", note="", event_data={})
+        review.decide_review(
+            store, seq.id, 1, approve=False, reviewer="carol", note="", event_data={}
+        )
 
     seq2, _ = _open(store, seq_id="c" * 32, header=b"h2")
-    store.settle_step(seq2.id, 1, StepOutcome(state=StepState.REVIEW), {})
-    seq2, step2 = store.decide_review(
-        seq2.id, 1, approve=False, reviewer="dan", note="no", event_data={}
+    sequences.settle_step(store, seq2.id, 1, StepOutcome(state=StepState.REVIEW), {})
+    seq2, step2 = review.decide_review(
+        store, seq2.id, 1, approve=False, reviewer="dan", note="no", event_data={}
     )
     assert (seq2.state, step2.state) == ("aborted", "withheld")
 
@@ -192,14 +212,14 @@ def test_review_approve_and_reject(store: Store) -> None:
 def test_illegal_step_transition_rolls_back(store: Store) -> None:
     seq, _ = _open(store)
     with pytest.raises(IllegalTransition):
-        store.settle_step(seq.id, 1, StepOutcome(state=StepState.RUNNING), {})
+        sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.RUNNING), {})
     assert store.get_sequence(seq.id).state == "running"  # type: ignore[union-attr]
 
 
 def test_the_audit_state_pointer_moves_with_the_step_outcome(store: Store) -> None:
     seq, _ = _open(store)
     first = QssCommit(scope="d/project/p", base=None, digest="a" * 64, n_records=10)
-    store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=first)
+    sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=first)
     pointer = store.qss_pointer("d/project/p")
     assert pointer is not None and (pointer.digest, pointer.n_records, pointer.admitted) == (
         "a" * 64,
@@ -213,7 +233,8 @@ def test_a_pointer_moved_meanwhile_refuses_the_whole_step(store: Store) -> None:
     # Another admission (another replica) moved the scope's state after this step was admitted
     # against the old one: nothing of the step is recorded, the caller admits again.
     seq, _ = _open(store)
-    store.settle_step(
+    sequences.settle_step(
+        store,
         seq.id,
         1,
         StepOutcome(state=StepState.RELEASED),
@@ -223,18 +244,21 @@ def test_a_pointer_moved_meanwhile_refuses_the_whole_step(store: Store) -> None:
     seq2, _ = _open(store, seq_id="d" * 32, header=b"h3")
     stale = QssCommit(scope="s", base=None, digest="b" * 64, n_records=10)
     with pytest.raises(Conflict) as caught:
-        store.settle_step(seq2.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=stale)
+        sequences.settle_step(
+            store, seq2.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=stale
+        )
     assert caught.value.code == "qss_state_changed"
     assert store.get_step(seq2.id, 1).state == "running"  # type: ignore[union-attr]
     assert store.qss_pointer("s").digest == "a" * 64  # type: ignore[union-attr]
     fresh = QssCommit(scope="s", base="a" * 64, digest="b" * 64, n_records=12)
-    store.settle_step(seq2.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=fresh)
+    sequences.settle_step(store, seq2.id, 1, StepOutcome(state=StepState.RELEASED), {}, qss=fresh)
     assert store.qss_pointer("s").admitted == 2  # type: ignore[union-attr]
 
 
 def test_qss_settings_default_and_scope_is_fixed(store: Store) -> None:
     assert store.qss_settings("d") == QssSettings()
-    store.add_dataset(
+    catalogue.add_dataset(
+        store,
         name="e",
         version=1,
         project="p",
@@ -275,7 +299,8 @@ def test_unknown_project_for_researcher(store: Store) -> None:
 def test_dataset_versions(store: Store) -> None:
     assert catalogue.next_dataset_version(store, "d") == 2
     with pytest.raises(Conflict):
-        store.add_dataset(
+        catalogue.add_dataset(
+            store,
             name="d",
             version=1,
             project="p",
@@ -298,7 +323,8 @@ def _statements(store: Store) -> list[str]:
 
 def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Store) -> None:
     # Version 2 registered first: the versions' ids are not in the order of their versions.
-    store.add_dataset(
+    catalogue.add_dataset(
+        store,
         name="e",
         version=2,
         project="p",
@@ -308,7 +334,8 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
         metadata={"name": "e"},
         rules_path=None,
     )
-    store.add_dataset(
+    catalogue.add_dataset(
+        store,
         name="e",
         version=1,
         project="p",
@@ -333,11 +360,10 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
         store.qss_settings("e"),
         store.get_dp_config("e"),
         claim_gate.requirements(store, "e"),
-        claim_gate.requirements_of(store, row.id),
         catalogue.version_ids(store, "e"),
     )
     assert single[0] == "datasets/e/v1.rules.yaml"
-    assert len(single[5]) == 2 and single[5][0] == row.id
+    assert len(single[4]) == 2 and single[4][0] == row.id
     assert single[3] == {"crosstab": frozenset({"ethics", "training"}), "regression": {"ethics"}}
     sent = _statements(store)
     with settings_scope(store):
@@ -346,10 +372,12 @@ def test_a_steps_settings_are_read_in_one_statement_once_per_request(store: Stor
             store.qss_settings("e"),
             store.get_dp_config("e"),
             claim_gate.requirements(store, "e"),
-            claim_gate.requirements_of(store, row.id),
             catalogue.version_ids(store, "e"),
         )
         again = (current_rules_path(store, row.id), store.get_dp_config("e"))
+        # What a step's claim gate reads (`Flow._settings`): the same requirements by version.
+        by_version = settings_of(store, row.id)
+        assert by_version is not None and by_version.requirements == single[3]
     assert scoped == single
     assert again == (single[0], single[2])
     assert len(sent) == 1, sent
@@ -405,13 +433,13 @@ def test_a_requests_first_read_of_a_sequence_brings_its_datasets_settings(store:
 
 def test_settle_of_a_step_begun_here_reads_neither_row(store: Store) -> None:
     seq, _ = _open(store)
-    seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    seq, _ = sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
     nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=True)
-    store.begin_step(
-        seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
+    sequences.begin_step(
+        store, seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
     )
     sent = _statements(store)
-    seq, step = store.settle_step(seq.id, 2, StepOutcome(state=StepState.RELEASED), {})
+    seq, step = sequences.settle_step(store, seq.id, 2, StepOutcome(state=StepState.RELEASED), {})
     reads = [s for s in sent if s.lstrip().upper().startswith("SELECT") and "FROM sequences" in s]
     reads += [s for s in sent if s.lstrip().upper().startswith("SELECT") and "FROM steps" in s]
     assert reads == []
@@ -432,20 +460,20 @@ def test_settle_of_a_step_begun_here_reads_neither_row(store: Store) -> None:
 
 def test_settle_after_another_replica_settled_the_step_changes_nothing(store: Store) -> None:
     seq, _ = _open(store)
-    seq, _ = store.settle_step(seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
+    seq, _ = sequences.settle_step(store, seq.id, 1, StepOutcome(state=StepState.RELEASED), {})
     nxt = StepRow(index=2, trace_hash="t2", body=b"b2", body_hash="bh2", last=False)
-    store.begin_step(
-        seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
+    sequences.begin_step(
+        store, seq.id, expected_version=seq.version, step=nxt, verifier_state={}, event_data={}
     )
     # Another replica (its own Store on the same database) settles the step first.
     other = Store(store.engine.url.render_as_string(hide_password=False))
     try:
-        other.settle_step(seq.id, 2, StepOutcome(state=StepState.WITHHELD), {})
+        sequences.settle_step(other, seq.id, 2, StepOutcome(state=StepState.WITHHELD), {})
     finally:
         other.close()
     events = _count_events(store)
     with pytest.raises(Conflict) as info:
-        store.settle_step(seq.id, 2, StepOutcome(state=StepState.RELEASED), {})
+        sequences.settle_step(store, seq.id, 2, StepOutcome(state=StepState.RELEASED), {})
     assert info.value.code == "concurrent_update"
     assert _count_events(store) == events
     assert store.get_step(seq.id, 2).state == "withheld"  # type: ignore[union-attr]

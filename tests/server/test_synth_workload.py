@@ -12,14 +12,20 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.stats import norm
 
 from safeaccess.client.analyses import SyntheticData
 from safeaccess.client.metadata import Column, DatasetMetadata, NeighbouringRelation
 from safeaccess.client.synthetic import MAX_DATE_BINS, SynthInvalid, date_edges, synth_workload
 from safeaccess.client.validation import AnalysisInvalid, validate
+from safeaccess.rules.dp import gaussian_mu_for
+from safeaccess.rules.ruleset import RuleSet
+from safeaccess.server.config import DPConfig
 from safeaccess.server.datasets import check_against_metadata
+from safeaccess.server.dp import DPContext
+from safeaccess.server.outcome import DPLedgerState, StepOutcome
 from safeaccess.server.synth.measure import measure
-from safeaccess.server.synth.step import decode
+from safeaccess.server.synth.step import decode, plan
 
 META = DatasetMetadata(
     name="toy",
@@ -290,3 +296,25 @@ def test_a_single_key_is_not_a_default_target_and_never_the_only_key_of_one() ->
         )
     )
     assert "keys" in words and "'sex' is a target and the only key column" in words
+
+
+def test_a_synthetic_release_over_the_controllers_tpr_cap_is_withheld_naming_it() -> None:
+    analysis = SyntheticData(columns=["sex", "region"], epsilon=1, delta=1e-9)
+    context = DPContext(
+        config=DPConfig(epsilon=50.0, delta=1e-5, max_tpr_at_5pct=0.06),
+        dataset="toy",
+        key="toy|researcher|r",
+        owner="r",
+        ledger=DPLedgerState(spent=0.0, releases=0, version=0),
+    )
+    outcome = plan(analysis, META, context, RuleSet())
+    assert isinstance(outcome, StepOutcome) and outcome.decision is not None
+    # The TPR is the Gaussian test's power at level 0.05 for that mu (scipy's normal).
+    mu = gaussian_mu_for(1, 1e-9)
+    tpr = norm.cdf(mu - norm.ppf(0.95))
+    assert outcome.decision["findings"][0]["message"] == (
+        "this synthetic release would let an attacker tell neighbouring datasets apart with TPR "
+        f"{tpr:.4g} at FPR 0.05 (mu {mu:.6g}); the controller allows at most 0.06: ask for a "
+        "smaller epsilon."
+    )
+    assert outcome.dp_facts is not None and outcome.dp_facts["withheld_by"] == "dp_policy"

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import event, insert
 
 from safeaccess.server.states import TERMINAL_SEQUENCE_STATES, SequenceState
-from safeaccess.server.store import Store, review
+from safeaccess.server.store import Store, catalogue, review
 from safeaccess.server.store.review import OPENING_REJECTED
 from safeaccess.server.store.schema import SequenceRow, StepRow
 
@@ -28,7 +28,8 @@ def store(tmp_path: Path) -> Iterator[Store]:
     for name in ("ada", "bob"):
         s.add_researcher(name, "PEM", f"fp-{name}", ["p"])
     for name in ("d", "e"):
-        s.add_dataset(
+        catalogue.add_dataset(
+            s,
             name=name,
             version=1,
             project="p",

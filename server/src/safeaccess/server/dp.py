@@ -166,6 +166,31 @@ def _withheld(
     )
 
 
+def policy_refusal(
+    kind: str,
+    tpr: float,
+    release: tuple[str, str],
+    ask: str,
+    context: DPContext,
+    facts: dict[str, Any],
+) -> StepOutcome | None:
+    """The withhold when the controller's cap on an attacker's true-positive rate at FPR 0.05
+    (`max_tpr_at_5pct`) is below this release's `tpr`, else None. `release` names the release
+    and its noise for the message; `ask` says what the researcher can change."""
+    cap = context.config.max_tpr_at_5pct
+    if cap is None or tpr <= cap:
+        return None
+    what, noise = release
+    return _withheld(
+        kind,
+        "dp_policy",
+        f"this {what} would let an attacker tell neighbouring datasets apart with TPR "
+        f"{tpr:.4g} at FPR 0.05 ({noise}); the controller allows at most {cap:g}: {ask}.",
+        context,
+        facts,
+    )
+
+
 def public_reasons(decision: Decision) -> list[Reason] | None:
     """The reasons of a DP withhold, verbatim: they depend only on the request and the public
     ledger. None when the decision is not one (other withholds go through `steps/reasons.py`)."""
@@ -222,18 +247,16 @@ def plan(analysis: DPQuery, metadata: DatasetMetadata, context: DPContext) -> DP
             context,
             facts,
         )
-    tpr = risk.tpr_at(0.05)
-    if cfg.max_tpr_at_5pct is not None and tpr > cfg.max_tpr_at_5pct:
-        return _withheld(
-            analysis.kind,
-            "dp_policy",
-            f"this release would let an attacker tell neighbouring datasets apart with TPR "
-            f"{tpr:.4g} at FPR 0.05 (Δ = {sensitivity:.6g}, σ = {sigma:.6g}); the controller "
-            f"allows at most {cfg.max_tpr_at_5pct:g}: ask for more noise (a larger σ or a "
-            "smaller ε).",
-            context,
-            facts,
-        )
+    refused = policy_refusal(
+        analysis.kind,
+        risk.tpr_at(0.05),
+        ("release", f"Δ = {sensitivity:.6g}, σ = {sigma:.6g}"),
+        "ask for more noise (a larger σ or a smaller ε)",
+        context,
+        facts,
+    )
+    if refused is not None:
+        return refused
     return DPPlan(
         shape=shape,
         weights=weights,

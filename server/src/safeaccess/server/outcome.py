@@ -1,6 +1,6 @@
 """What a step's pipeline decided, as the store records it: the outcome and its DP and QSS parts.
 
-`StepOutcome` travels from the pipeline to `Store.settle_step`, which writes it (with the DP
+`StepOutcome` travels from the pipeline to `sequences.settle_step`, which writes it (with the DP
 charge and the auditor state's pointer move) in one transaction.
 """
 

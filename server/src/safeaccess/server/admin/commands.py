@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+from functools import partial
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -193,13 +194,8 @@ def dataset_dp(centre: Centre, args: argparse.Namespace) -> Any:
     from safeaccess.server.config import DPConfig
 
     try:
-        config = DPConfig(
-            epsilon=args.epsilon,
-            delta=args.delta,
-            scope=args.scope,
-            mandatory=args.mandatory,
-            max_tpr_at_5pct=args.max_tpr_at_5pct,
-        )
+        # Each field from the option of the same name (--max-tpr-at-5pct: max_tpr_at_5pct).
+        config = DPConfig.model_validate(args, from_attributes=True)
     except ValidationError as exc:
         problems = "; ".join(
             f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
@@ -448,15 +444,18 @@ def _authenticated_checker(store: Store, args: argparse.Namespace) -> str:
 
 
 def review_decide(centre: Centre, args: argparse.Namespace) -> str:
-    """`review approve | reject` of a step; the sequence's state after it."""
-    from safeaccess.server.review.decisions import decide
+    """`review approve | reject` of a step, or `review approve-opening | reject-opening` of a
+    sequence past its withhold budget; the sequence's state after it."""
+    from safeaccess.server.review.decisions import decide, decide_opening
 
     store = centre.store
-    return decide(
-        store,
-        args.sequence,
-        args.step,
-        approve=args.review_command == "approve",
+    decision = (
+        partial(decide_opening, store, args.sequence)
+        if args.review_command.endswith("-opening")
+        else partial(decide, store, args.sequence, args.step)
+    )
+    return decision(
+        approve=args.review_command.startswith("approve"),
         reviewer=_authenticated_checker(store, args),
         note=args.note,
     )
@@ -472,20 +471,6 @@ def show_decided(args: argparse.Namespace, state: str) -> None:
         return
     verb = "released" if approve else "withheld"
     print(f"step {args.step} of {args.sequence} {verb}; the sequence is now {state}")
-
-
-def review_decide_opening(centre: Centre, args: argparse.Namespace) -> str:
-    """`review approve-opening | reject-opening`; the sequence's state after it."""
-    from safeaccess.server.review.decisions import decide_opening
-
-    store = centre.store
-    return decide_opening(
-        store,
-        args.sequence,
-        approve=args.review_command == "approve-opening",
-        reviewer=_authenticated_checker(store, args),
-        note=args.note,
-    )
 
 
 def show_opening_decided(args: argparse.Namespace, state: str) -> None:

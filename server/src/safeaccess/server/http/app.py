@@ -361,7 +361,7 @@ def create_app(service: Service) -> FastAPI:
 
         def handle(auth: Authed) -> Response:
             reveal = parse_body(RevealRequest, auth.body)
-            view = service.reveal(auth.researcher, sequence_id, index, reveal, key=auth.key)
+            view = service.flow.reveal(auth.researcher, sequence_id, index, reveal, key=auth.key)
             return json_reply(view)
 
         return await authed_call(request, handle)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import procrastinate
@@ -91,6 +92,48 @@ def _log_failure(
     log.debug("%s %s step %d: traceback", what, sequence_id, index, exc_info=True)
 
 
+@dataclass(frozen=True)
+class StepJob:
+    """What a step's job was queued with (both tasks take the same arguments)."""
+
+    sequence_id: str
+    index: int
+    researcher: str
+    #: The rows as the step was queued (`queue.Carried`), used on the job's first attempt only;
+    #: any later one (its worker died, or a retry) reads them afresh. A script's job has none.
+    carried: dict[str, Any] | None
+
+
+def run_step(context: JobContext, job: StepJob) -> None:
+    """A table step's job: compute and record the step (`Flow.run_job`)."""
+    with _reported(context, "job", job.sequence_id, job.index):
+        ran = _service(context).flow.run_job(
+            job.sequence_id,
+            job.index,
+            check=_check(context).verify,
+            carried=job.carried if context.job.attempts == 0 else None,
+        )
+        log.info(
+            "job %s step %d for %s: %s",
+            job.sequence_id,
+            job.index,
+            job.researcher,
+            "ran" if ran else "already settled",
+        )
+
+
+def run_script(context: JobContext, job: StepJob) -> None:
+    """A script's job: run it (`ScriptRuns.run_now`) unless its sequence is gone."""
+    service = _service(context)
+    with _reported(context, SCRIPT_WHAT, job.sequence_id, job.index):
+        seq = service.store.get_sequence(job.sequence_id)
+        if seq is None:
+            return
+        _check(context).verify(service.store.get_dataset(seq.dataset_id))
+        service.scripts.run_now(job.sequence_id, job.index)
+        log.info("script job %s step %d for %s ran", job.sequence_id, job.index, job.researcher)
+
+
 def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
     """The procrastinate app of a worker host (or of anything reading the queue)."""
     # (procrastinate's pool checks each connection before use, so a worker survives a
@@ -119,50 +162,19 @@ def make_app(conninfo: str, max_attempts: int) -> procrastinate.App:
         else None
     )
 
-    @app.task(name=TABLE_TASK, pass_context=True, retry=retry)
-    def run_step(
-        context: JobContext,
-        sequence_id: str,
-        index: int,
-        researcher: str,
-        dataset: str = "",
-        carried: dict[str, Any] | None = None,
-    ) -> None:
-        # (`dataset` is for the claim's affinity, `store/affinity.py`; the step names its own.)
-        # `carried`: the rows as the step was queued (`queue.Carried`), used on the job's first
-        # attempt only; any later one (its worker died, or a retry) reads them afresh.
-        with _reported(context, "job", sequence_id, index):
-            ran = _service(context).flow.run_job(
-                sequence_id,
-                index,
-                check=_check(context).verify,
-                carried=carried if context.job.attempts == 0 else None,
-            )
-            log.info(
-                "job %s step %d for %s: %s",
-                sequence_id,
-                index,
-                researcher,
-                "ran" if ran else "already settled",
-            )
+    def register(name: str, run: Callable[[JobContext, StepJob], None]) -> None:
+        @app.task(name=name, pass_context=True, retry=retry)
+        def task(
+            context: JobContext,
+            sequence_id: str,
+            index: int,
+            researcher: str,
+            dataset: str = "",
+            carried: dict[str, Any] | None = None,
+        ) -> None:
+            # (`dataset` is for the claim's affinity, `store/affinity.py`; the step names its own.)
+            run(context, StepJob(sequence_id, index, researcher, carried))
 
-    @app.task(name=SCRIPT_TASK, pass_context=True, retry=retry)
-    def run_script(
-        context: JobContext,
-        sequence_id: str,
-        index: int,
-        researcher: str,
-        dataset: str = "",
-        carried: dict[str, Any] | None = None,
-    ) -> None:
-        # (`carried`: accepted for symmetry with `run_step`; a script's job carries nothing.)
-        service = _service(context)
-        with _reported(context, SCRIPT_WHAT, sequence_id, index):
-            seq = service.store.get_sequence(sequence_id)
-            if seq is None:
-                return
-            _check(context).verify(service.store.get_dataset(seq.dataset_id))
-            service.scripts.run_now(sequence_id, index)
-            log.info("script job %s step %d for %s ran", sequence_id, index, researcher)
-
+    register(TABLE_TASK, run_step)
+    register(SCRIPT_TASK, run_script)
     return app

@@ -41,17 +41,6 @@ def requirements(store: Database, dataset: str) -> dict[str, frozenset[str]]:
         return claims.requirements(s, dataset)
 
 
-def requirements_of(store: Database, dataset_id: int) -> dict[str, frozenset[str]]:
-    """`requirements` of the dataset name of version `dataset_id`, in one query (none in a
-    request's settings scope that read them already)."""
-    if step_settings.in_scope(store):
-        settings = step_settings.settings_of(store, dataset_id)
-        if settings is not None:
-            return settings.requirements
-    with store.one_statement() as conn:
-        return claims.requirements_of(conn, dataset_id)
-
-
 def require_claim(
     store: Database, dataset: str, kind: str, claim: str, *, actor: str = "admin"
 ) -> bool:

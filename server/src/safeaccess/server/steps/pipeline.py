@@ -17,28 +17,22 @@ transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from safeaccess.client.analyses import Analysis, ModelTraining, SyntheticData
 from safeaccess.client.dpquery import DP_QUERY_TYPES
-from safeaccess.client.metadata import DatasetMetadata
 from safeaccess.client.validation import AnalysisInvalid, validate
 from safeaccess.rules.checks.models import param_problems as model_param_problems
-from safeaccess.rules.decision import Decision
 from safeaccess.rules.engine import check
 from safeaccess.rules.mitigation import MitigationError
 from safeaccess.rules.outputs import (
     DPStatisticOutput,
-    Output,
     SynthTablesOutput,
     public,
 )
 from safeaccess.rules.ruleset import RuleSet
 from safeaccess.sandbox.backend import (
     AnalysisFailed,
-    Backend,
     Job,
     JobCrashed,
     LimitExceeded,
@@ -50,10 +44,11 @@ from safeaccess.sandbox.release import mitigate_output
 from safeaccess.server import dp as dp_release
 from safeaccess.server import metrics
 from safeaccess.server.digests import json_hash
-from safeaccess.server.dp import DPContext
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.outcome import VERDICT_STATE, StepOutcome
 from safeaccess.server.states import StepState
+from safeaccess.server.steps.context import Audit as Audit
+from safeaccess.server.steps.context import StepContext as StepContext
 from safeaccess.server.steps.failures import failure_decision, is_data_dependent
 from safeaccess.server.steps.revealed import SCRIPT_KIND, Revealed
 from safeaccess.server.synth import step as synth_step
@@ -85,33 +80,6 @@ def lost_outcome(kind: str, ruleset: RuleSet, attempts: int) -> StepOutcome:
         kind,
         ruleset,
     )
-
-
-# The query-set audit: given the checked output and its decision, the final decision (withhold
-# when the auditor refuses). The caller binds it to the scope's state.
-Audit = Callable[[Output, Decision], Decision]
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What one step runs against.
-
-    `n_records` (the version's row count) raises the output limit by the size of the
-    per-record query-set array, which is not output. `dp` is the dataset's DP configuration and
-    the step's ledger when the dataset has DP: DP kinds are then answered with noise
-    (`dp_release`), never by the rules or the query-set audit. `synth_files` is the directory
-    for released synthetic-data files."""
-
-    job_id: str
-    metadata: DatasetMetadata
-    dataset_path: Path
-    backend: Backend
-    limits: Limits
-    ruleset: RuleSet
-    audit: Audit | None = None
-    n_records: int | None = None
-    dp: DPContext | None = None
-    synth_files: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -245,17 +213,7 @@ def _decide(admitted: _Admitted, result: RunResult, context: StepContext) -> Ste
         assert isinstance(analysis, SyntheticData) and context.synth_files is not None
         try:
             outcome = synth_step.release(
-                analysis,
-                admitted.synth_plan,
-                result.output.facts.tables,
-                dp,
-                job_id=context.job_id,
-                metadata=context.metadata,
-                dataset=context.dataset_path,
-                backend=context.backend,
-                limits=admitted.limits,
-                ruleset=ruleset,
-                files=context.synth_files,
+                analysis, admitted.synth_plan, result.output.facts.tables, context, admitted.limits
             )
         except ValueError as exc:  # the sandbox's tables do not have the declared layout
             raise _unavailable("job_crashed") from exc

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from safeaccess.server.config import DEFAULT_QSS, QssSettings
+from safeaccess.server.config import QssSettings
 
 # The outcome types moved to `safeaccess.server.outcome`; re-exported here until the layout
 # change's last step (other branches still import them from the store).
@@ -40,14 +40,12 @@ from safeaccess.server.store import (
     catalogue,
     ledgers,
     log,
-    review,
     sequences,
 )
 from safeaccess.server.store.database import Database as Database
 from safeaccess.server.store.database import make_engine as make_engine
-from safeaccess.server.store.queue import QueuedJob
 from safeaccess.server.store.review import OPENING_REJECTED as OPENING_REJECTED
-from safeaccess.server.store.review import WithholdCount
+from safeaccess.server.store.review import WithholdCount as WithholdCount
 from safeaccess.server.store.schema import (
     DatasetRow,
     EventRow,
@@ -102,34 +100,6 @@ class Store(Database):
     def get_researcher(self, name: str) -> ResearcherRow | None:
         return catalogue.get_researcher(self, name)
 
-    def add_dataset(
-        self,
-        *,
-        name: str,
-        version: int,
-        project: str,
-        path: str,
-        sha256: str,
-        rows: int,
-        metadata: dict[str, Any],
-        rules_path: str | None,
-        qss: QssSettings = DEFAULT_QSS,
-        actor: str = "admin",
-    ) -> DatasetRow:
-        return catalogue.add_dataset(
-            self,
-            name=name,
-            version=version,
-            project=project,
-            path=path,
-            sha256=sha256,
-            rows=rows,
-            metadata=metadata,
-            rules_path=rules_path,
-            qss=qss,
-            actor=actor,
-        )
-
     def qss_settings(self, name: str) -> QssSettings:
         """The auditor settings of dataset `name` (the defaults if none were recorded)."""
         return catalogue.qss_settings(self, name)
@@ -173,45 +143,6 @@ class Store(Database):
         """A sequence and its step `index`, in one read (either None if it does not exist)."""
         return sequences.get_sequence_step(self, sequence_id, index)
 
-    def begin_step(
-        self,
-        sequence_id: str,
-        *,
-        expected_version: int,
-        step: StepRow,
-        verifier_state: dict[str, Any],
-        event_data: dict[str, Any],
-        job: QueuedJob | None = None,
-    ) -> StepRow:
-        """Accept reveal `step.index` of a released sequence: the step starts `running`."""
-        return sequences.begin_step(
-            self,
-            sequence_id,
-            expected_version=expected_version,
-            step=step,
-            verifier_state=verifier_state,
-            event_data=event_data,
-            job=job,
-        )
-
-    def settle_step(
-        self,
-        sequence_id: str,
-        index: int,
-        outcome: StepOutcome,
-        event_data: dict[str, Any],
-        *,
-        qss: QssCommit | None = None,
-        job: QueuedJob | None = None,
-        withholds: WithholdCount | None = None,
-    ) -> tuple[SequenceRow, StepRow]:
-        """Record a computed step's outcome and move the sequence on, in one transaction; with
-        `qss`, point the scope at the auditor state that admitted this step in the same one
-        (`sequences.settle_step`, which says what `job` and `withholds` add)."""
-        return sequences.settle_step(
-            self, sequence_id, index, outcome, event_data, qss=qss, job=job, withholds=withholds
-        )
-
     # -- DP ledgers and query-set pointers ------------------------------------------------------
 
     def qss_pointer(self, scope: str) -> QssPointer | None:
@@ -219,42 +150,3 @@ class Store(Database):
 
     def dp_ledger(self, key: str) -> DPLedgerState:
         return ledgers.dp_ledger(self, key)
-
-    # -- review: the output checkers' decisions ------------------------------------------------
-
-    def decide_opening(
-        self,
-        sequence_id: str,
-        *,
-        approve: bool,
-        reviewer: str,
-        note: str,
-        event_data: dict[str, Any],
-    ) -> tuple[SequenceRow, StepRow]:
-        """Approve or reject a sequence waiting past the withhold budget."""
-        return review.decide_opening(
-            self, sequence_id, approve=approve, reviewer=reviewer, note=note, event_data=event_data
-        )
-
-    def decide_review(
-        self,
-        sequence_id: str,
-        index: int,
-        *,
-        approve: bool,
-        reviewer: str,
-        note: str,
-        event_data: dict[str, Any],
-        public_output: dict[str, Any] | None = None,
-    ) -> tuple[SequenceRow, StepRow]:
-        """An output checker releases (approve) or withholds (reject) a step in review."""
-        return review.decide_review(
-            self,
-            sequence_id,
-            index,
-            approve=approve,
-            reviewer=reviewer,
-            note=note,
-            event_data=event_data,
-            public_output=public_output,
-        )

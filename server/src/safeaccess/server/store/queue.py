@@ -160,53 +160,40 @@ class Carried(BaseModel):
     ) -> Carried:
         """The fields of the rows just written (and of the settings the request read)."""
         return cls(
-            sequence_id=seq.id,
-            researcher=seq.researcher,
-            project=seq.project,
-            dataset_id=seq.dataset_id,
-            sequence_state=seq.state,
-            current_index=seq.current_index,
-            version=seq.version,
-            sequence_created_at=seq.created_at,
-            sequence_updated_at=seq.updated_at,
-            step_id=step.id,
-            index=step.index,
-            trace_hash=step.trace_hash,
+            **{field: getattr(seq, column) for field, column in _SEQUENCE_COLUMNS.items()},
+            **{field: getattr(step, column) for field, column in _STEP_COLUMNS.items()},
             body=base64.b64encode(step.body).decode("ascii"),
-            body_hash=step.body_hash,
-            last=step.last,
-            state=step.state,
-            created_at=step.created_at,
-            updated_at=step.updated_at,
             settings=None if settings is None else settings.to_args(),
         )
 
     def rows(self) -> tuple[SequenceRow, StepRow]:
         """New transient rows with the carried fields (the others left unset)."""
         seq = SequenceRow(
-            id=self.sequence_id,
-            researcher=self.researcher,
-            project=self.project,
-            dataset_id=self.dataset_id,
-            state=self.sequence_state,
-            current_index=self.current_index,
-            version=self.version,
-            created_at=self.sequence_created_at,
-            updated_at=self.sequence_updated_at,
+            **{column: getattr(self, field) for field, column in _SEQUENCE_COLUMNS.items()}
         )
         step = StepRow(
-            id=self.step_id,
+            **{column: getattr(self, field) for field, column in _STEP_COLUMNS.items()},
             sequence_id=self.sequence_id,
-            index=self.index,
-            trace_hash=self.trace_hash,
             body=base64.b64decode(self.body, validate=True),
-            body_hash=self.body_hash,
-            last=self.last,
-            state=self.state,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
         )
         return seq, step
+
+
+def _same(*names: str) -> dict[str, str]:
+    return {name: name for name in names}
+
+
+#: A carried field -> its column in the sequence row, and in the step row (the body apart: it
+#: travels in base64). One map serves both directions (`Carried.of` and `Carried.rows`).
+_SEQUENCE_COLUMNS = {
+    "sequence_id": "id",
+    "sequence_state": "state",
+    "sequence_created_at": "created_at",
+    "sequence_updated_at": "updated_at",
+} | _same("researcher", "project", "dataset_id", "current_index", "version")
+_STEP_COLUMNS = {"step_id": "id"} | _same(
+    "index", "trace_hash", "body_hash", "last", "state", "created_at", "updated_at"
+)
 
 
 def carried_rows(

@@ -69,7 +69,7 @@ def _counts(
 @dataclass
 class WithholdCount:
     """A researcher's withholds on a dataset since `since` (`withholds_since`'s first count),
-    counted in a step's settle transaction (`Store.settle_step(withholds=...)`): it sees the
+    counted in a step's settle transaction (`sequences.settle_step(withholds=...)`): it sees the
     step's own withhold, and the step's view shows it without a read of its own."""
 
     researcher: str

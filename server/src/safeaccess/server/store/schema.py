@@ -43,13 +43,18 @@ class ProjectRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class ResearcherRow(Base):
-    __tablename__ = "researchers"
+class _KeyHolder:
+    """Someone who signs requests with an Ed25519 key: her name, the key (PEM) and its
+    fingerprint. A mixin: researchers and auditors each have their own table."""
 
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     public_key: Mapped[str] = mapped_column(Text)
     fingerprint: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ResearcherRow(_KeyHolder, Base):
+    __tablename__ = "researchers"
 
 
 class MembershipRow(Base):
@@ -193,15 +198,10 @@ class AuditHeadRow(Base):
     size: Mapped[int] = mapped_column(BigInteger)
 
 
-class AuditorRow(Base):
+class AuditorRow(_KeyHolder, Base):
     """An auditor: signs requests to the audit endpoints with this key, and reaches nothing else."""
 
     __tablename__ = "auditors"
-
-    name: Mapped[str] = mapped_column(String(128), primary_key=True)
-    public_key: Mapped[str] = mapped_column(Text)
-    fingerprint: Mapped[str] = mapped_column(String(128))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class DPConfigRow(Base):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from safeaccess.client.synthetic import SynthWorkload
 from safeaccess.rules.dp.noise import gaussian_noise
@@ -69,7 +69,7 @@ def _noised(tables: Sequence[FloatArray], sigma: float) -> list[FloatArray]:
 
 
 def measure(
-    work: SynthWorkload, tables: Sequence[Sequence[float]], mu: float, records_per_unit: int
+    work: SynthWorkload, tables: Sequence[ArrayLike], mu: float, records_per_unit: int
 ) -> SynthMeasurements:
     """Noise the exact `tables` (in `work.tables` order) at total privacy `mu`."""
     if len(tables) != len(work.tables):

@@ -13,20 +13,11 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
-from safeaccess.rules.dp.noise import gaussian_noise
-from safeaccess.rules.synthetic import (
-    SyntheticCheckError,
-    max_spanning_tree,
-    mst_sigmas,
-    noisy_total,
-    pair_scores,
-    workload_mu,
-)
-from safeaccess.rules.synthetic.accounting import DEFAULT_SHARES
-
-FloatArray = NDArray[np.float64]
+from safeaccess.client.synthetic import SynthColumn, SynthWorkload
+from safeaccess.rules.synthetic import SyntheticCheckError
+from safeaccess.server.synth.measure import FloatArray, measure
 
 
 @dataclass(frozen=True)
@@ -55,10 +46,10 @@ def mst_release(
     mu: float,
     *,
     records_per_unit: int = 1,
-    shares: Sequence[float] = DEFAULT_SHARES,
 ) -> MstRelease:
     """Run MST-G's three Gaussian releases on exact tables (one-way tables per column, and the
-    table of every pair (a, b) with a < b, flat or L_a x L_b) at total privacy `mu`."""
+    table of every pair (a, b) with a < b, flat or L_a x L_b) at total privacy `mu`: the
+    `mst` method of `measure` (the step's own releases) on a workload of unnamed columns."""
     d = len(oneways)
     if d < 2:
         raise SyntheticCheckError(f"MST needs at least 2 columns, got {d}")
@@ -66,33 +57,23 @@ def mst_release(
     missing = [p for p in pairs if p not in pair_tables]
     if missing:
         raise SyntheticCheckError(f"exact tables missing for pairs {missing[:5]}")
-    m = records_per_unit
-    s1, ss, s2 = mst_sigmas(mu, d, len(pairs), d - 1, shares, records_per_unit=m)
     exact1 = [np.asarray(t, dtype=np.float64).ravel() for t in oneways]
-    noisy1 = _split(gaussian_noise(np.concatenate(exact1), s1), [t.size for t in exact1])
-    total, total_sd = noisy_total([t.sum() for t in noisy1], [t.size for t in noisy1], [s1] * d)
-    scores = pair_scores([pair_tables[p] for p in pairs], pairs, noisy1, total)
-    noisy_scores = gaussian_noise(scores, ss)
-    tree = tuple(max_spanning_tree(d, pairs, noisy_scores))
-    exact2 = [np.asarray(pair_tables[p], dtype=np.float64).ravel() for p in tree]
-    noisy2 = _split(gaussian_noise(np.concatenate(exact2), s2), [t.size for t in exact2])
-    spent = workload_mu(
-        [s1] * d + [ss] + [s2] * len(tree),
-        [1] * d + [len(pairs)] + [1] * len(tree),
-        records_per_unit=m,
+    columns = tuple(
+        SynthColumn(f"c{i}", "categorical", tuple(range(t.size)), None, False, None)
+        for i, t in enumerate(exact1)
     )
+    work = SynthWorkload("mst", columns, pairs, (), (), ())
+    exact2 = [np.asarray(pair_tables[p], dtype=np.float64).ravel() for p in pairs]
+    got = measure(work, [*exact1, *exact2], mu, records_per_unit)
+    assert got.sigma_selection is not None and got.noisy_scores is not None  # the mst method
     return MstRelease(
-        (s1, ss, s2),
-        tuple(noisy1),
-        total,
-        total_sd,
-        noisy_scores,
+        (got.sigma_oneway, got.sigma_selection, got.sigma_cliques),
+        tuple(m.values for m in got.oneways),
+        got.total,
+        got.total_sd,
+        got.noisy_scores,
         pairs,
-        tree,
-        tuple(noisy2),
-        spent,
+        got.tree,
+        tuple(m.values for m in got.cliques),
+        got.mu,
     )
-
-
-def _split(values: FloatArray, sizes: Sequence[int]) -> list[FloatArray]:
-    return [np.asarray(v) for v in np.split(values, np.cumsum(sizes)[:-1])]

@@ -63,10 +63,11 @@ from safeaccess.sandbox.backend import (
     Limits,
     SandboxError,
 )
-from safeaccess.server.dp import DPContext, _withheld, config_hash, ledger_view
+from safeaccess.server.dp import DPContext, _withheld, config_hash, ledger_view, policy_refusal
 from safeaccess.server.errors import Unavailable
 from safeaccess.server.outcome import StepOutcome
 from safeaccess.server.states import StepState
+from safeaccess.server.steps.context import StepContext
 from safeaccess.server.synth.measure import Measurement, SynthMeasurements, measure
 from safeaccess.server.synth.protocol import WorkerMeasurement, WorkerRequest
 from safeaccess.server.synth.worker_client import SynthWorkerFailed, run_worker
@@ -130,17 +131,16 @@ def plan(
             context,
             facts,
         )
-    tpr = risk_report(mu, 1.0).tpr_at(0.05)
-    if cfg.max_tpr_at_5pct is not None and tpr > cfg.max_tpr_at_5pct:
-        return _withheld(
-            analysis.kind,
-            "dp_policy",
-            f"this synthetic release would let an attacker tell neighbouring datasets apart with "
-            f"TPR {tpr:.4g} at FPR 0.05 (mu {mu:.6g}); the controller allows at most "
-            f"{cfg.max_tpr_at_5pct:g}: ask for a smaller epsilon.",
-            context,
-            facts,
-        )
+    refused = policy_refusal(
+        analysis.kind,
+        risk_report(mu, 1.0).tpr_at(0.05),
+        ("synthetic release", f"mu {mu:.6g}"),
+        "ask for a smaller epsilon",
+        context,
+        facts,
+    )
+    if refused is not None:
+        return refused
     return SynthPlan(work, mu, m, ledger.charge(mu, 1.0))
 
 
@@ -354,18 +354,16 @@ def release(
     analysis: SyntheticData,
     synth_plan: SynthPlan,
     tables: list[list[float]],
-    context: DPContext,
-    *,
-    job_id: str,
-    metadata: DatasetMetadata,
-    dataset: Path,
-    backend: Backend,
+    step: StepContext,
     limits: Limits,
-    ruleset: RuleSet,
-    files: Path,
+    *,
     worker_timeout: float = 600.0,
 ) -> StepOutcome:
-    """Noise, fit, write, check; the outcome with its ledger charge."""
+    """Noise, fit, write, check; the outcome with its ledger charge. `step` is the step's
+    context (its DP context, dataset, backend, rule set and files directory, all set for a
+    synthetic-data step); `limits` the admitted job's limits, which its check job runs under."""
+    assert step.dp is not None and step.synth_files is not None  # a synthetic step's context
+    context, files, ruleset = step.dp, step.synth_files, step.ruleset
     work = synth_plan.work
     released = measure(work, tables, synth_plan.mu, synth_plan.records_per_unit)
     request = worker_request(analysis, work, released.all)
@@ -390,8 +388,10 @@ def release(
     file = write_parquet(frame, files, meta)
     try:
         facts = _check(
-            check_job(job_id, analysis, codes, metadata, dataset, limits, ruleset),
-            backend,
+            check_job(
+                step.job_id, analysis, codes, step.metadata, step.dataset_path, limits, ruleset
+            ),
+            step.backend,
             ruleset,
         )
     except Unavailable:

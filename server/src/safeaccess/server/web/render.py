@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from markupsafe import Markup
@@ -175,6 +175,13 @@ def _svg_chart(
         )
         parts.append(Markup('<ul class="legend">{}</ul>').format(legend))
     return Markup("").join(parts)
+
+
+def _facts(items: Iterable[tuple[str, Any]]) -> Markup:
+    """A list of facts, `<dl class="facts">`: each (term, value) pair escaped."""
+    return Markup('<dl class="facts">{}</dl>').format(
+        Markup("").join(Markup("<dt>{}</dt><dd>{}</dd>").format(k, v) for k, v in items)
+    )
 
 
 def _findings_by_item(findings: list[Finding]) -> dict[str, list[Finding]]:
@@ -342,30 +349,29 @@ def _regression(out: RegressionOutput, findings: list[Finding]) -> Markup:
             f"{h:.3g}" for h in lev.top[:10]
         )
     fit = ", ".join(f"{k} = {_num(v, 4)}" for k, v in out.fit.items())
+    bins = "; ".join(
+        f"{r.term}: {r.ones} ones / {r.zeros} zeros" for r in facts.regressors if r.binary
+    )
     return Markup(
         '<p><code>{formula}</code> ({family})</p><table class="output"><thead><tr>'
         '<th scope="col">term</th><th scope="col">estimate</th><th scope="col">std. error</th>'
         '<th scope="col">statistic</th><th scope="col">p</th><th scope="col">95 % CI</th>'
-        "</tr></thead><tbody>{rows}</tbody></table>"
-        '<dl class="facts"><dt>records</dt><dd>{n}</dd><dt>residual df</dt><dd>{dfr}</dd>'
-        "<dt>model df</dt><dd>{dfm}</dd><dt>fit</dt><dd>{fit}</dd>"
-        "<dt>categorical only / saturated</dt><dd>{cat} / {sat}</dd>"
-        "<dt>leverage (hat values)</dt><dd>{lev}</dd><dt>binary regressors</dt><dd>{bins}</dd></dl>"
+        "</tr></thead><tbody>{rows}</tbody></table>{facts}"
     ).format(
         formula=out.formula,
         family=out.family,
         rows=rows,
-        n=_num(out.n),
-        dfr=_num(out.df_resid),
-        dfm=_num(out.df_model),
-        fit=fit or "–",
-        cat=facts.categorical_only,
-        sat=facts.saturated,
-        lev=lev_text,
-        bins="; ".join(
-            f"{r.term}: {r.ones} ones / {r.zeros} zeros" for r in facts.regressors if r.binary
-        )
-        or "–",
+        facts=_facts(
+            [
+                ("records", _num(out.n)),
+                ("residual df", _num(out.df_resid)),
+                ("model df", _num(out.df_model)),
+                ("fit", fit or "–"),
+                ("categorical only / saturated", f"{facts.categorical_only} / {facts.saturated}"),
+                ("leverage (hat values)", lev_text),
+                ("binary regressors", bins or "–"),
+            ]
+        ),
     )
 
 
@@ -407,19 +413,15 @@ def _correlation(out: CorrelationOutput, findings: list[Finding]) -> Markup:
 
 
 def _test(out: TestOutput, findings: list[Finding]) -> Markup:
-    details = Markup("").join(
-        Markup("<dt>{}</dt><dd>{}</dd>").format(k, _num(v)) for k, v in out.details.items()
-    )
-    return Markup(
-        '<dl class="facts"><dt>test</dt><dd>{t}</dd><dt>statistic</dt><dd>{s}</dd><dt>df</dt>'
-        "<dd>{df}</dd><dt>p</dt><dd>{p}</dd><dt>n</dt><dd>{n}</dd>{d}</dl>"
-    ).format(
-        t=out.test,
-        s=_num(out.statistic),
-        df=_num(out.df),
-        p=_num(out.p_value, 4),
-        n=_num(out.n),
-        d=details,
+    return _facts(
+        [
+            ("test", out.test),
+            ("statistic", _num(out.statistic)),
+            ("df", _num(out.df)),
+            ("p", _num(out.p_value, 4)),
+            ("n", _num(out.n)),
+            *((k, _num(v)) for k, v in out.details.items()),
+        ]
     )
 
 

@@ -27,6 +27,7 @@ from safeaccess.server.review import rules as review_rules
 from safeaccess.server.service import Service
 from safeaccess.server.store import review as withheld
 from safeaccess.server.web import accounts, csrf
+from safeaccess.server.web.forms import DecisionForm, EnrolForm, LoginForm, StepDecisionForm
 from safeaccess.server.web.qr import qr_svg
 from safeaccess.server.web.ratelimit import FailureLimiter
 from safeaccess.server.web.render import pretty_json, render_output
@@ -138,17 +139,15 @@ def _csrf_refused(request: Request, session: WebSession | None) -> HTMLResponse:
     )
 
 
-def _decision_form(
-    request: Request, action: str, csrf_token: str
-) -> tuple[WebSession, str] | Response:
+def _decision_form(request: Request, form: DecisionForm) -> tuple[WebSession, str] | Response:
     """The checker and her name behind a decision form, or the response refusing it: not
     logged in, a missing or wrong CSRF token, or an action other than approve/reject."""
     session = _checker(request)
     if isinstance(session, RedirectResponse):
         return session
-    if not csrf.valid(session, csrf_token):
+    if not csrf.valid(session, form.csrf_token):
         return _csrf_refused(request, session)
-    if session.checker is None or action not in ("approve", "reject"):
+    if session.checker is None or form.action not in ("approve", "reject"):
         return _error(request, session, 400, "Decision refused", "choose approve or reject")
     return session, session.checker
 
@@ -187,55 +186,49 @@ def enrol_page(request: Request, token: str = "") -> Response:
             "This enrolment link is not valid: it was used, it expired or it was mistyped. Ask "
             "the administrator for a new one (safeaccess-server checker add).",
         )
+    return _enrol_form(request, session, token, found)
+
+
+def _enrol_form(
+    request: Request,
+    session: WebSession | None,
+    token: str,
+    found: tuple[str, str],
+    error: str | None = None,
+) -> Response:
+    """The enrolment form of the account `found` (name, TOTP secret), with `error` (400)
+    after a refused submission."""
     name, secret = found
     uri = accounts.provisioning_uri(name, secret)
+    status = 200 if error is None else 400
     return _page(
         request,
         "enrol.html",
         session,
+        status,
         token=token,
         name=name,
         secret=secret,
         uri=uri,
         qr=qr_svg(uri),
-        error=None,
+        error=error,
     )
 
 
 @router.post("/enrol")
-def enrol_submit(
-    request: Request,
-    token: Annotated[str, Form()] = "",
-    password: Annotated[str, Form()] = "",
-    confirm: Annotated[str, Form()] = "",
-    code: Annotated[str, Form()] = "",
-    csrf_token: Annotated[str, Form()] = "",
-) -> Response:
+def enrol_submit(request: Request, form: Annotated[EnrolForm, Form()]) -> Response:
     session, _ = _session(request)
-    if not csrf.valid(session, csrf_token):
+    if not csrf.valid(session, form.csrf_token):
         return _csrf_refused(request, session)
     assert session is not None
     store = _web(request).service.store
     try:
-        name = accounts.enrol(store, token, password, confirm, code)
+        name = accounts.enrol(store, form.token, form.password, form.confirm, form.code)
     except ServiceError as exc:
-        found = accounts.enrolment_for(store, token)
+        found = accounts.enrolment_for(store, form.token)
         if found is None:
             return _error(request, session, 400, "Enrolment failed", exc.message)
-        name, secret = found
-        uri = accounts.provisioning_uri(name, secret)
-        return _page(
-            request,
-            "enrol.html",
-            session,
-            400,
-            token=token,
-            name=name,
-            secret=secret,
-            uri=uri,
-            qr=qr_svg(uri),
-            error=exc.message,
-        )
+        return _enrol_form(request, session, form.token, found, exc.message)
     _web(request).sessions.add_flash(
         session, f"Account {name} is active. Log in with your password and a new code."
     )
@@ -250,18 +243,13 @@ def login_page(request: Request, expired: str = "") -> Response:
 
 
 @router.post("/login")
-def login_submit(
-    request: Request,
-    name: Annotated[str, Form()] = "",
-    password: Annotated[str, Form()] = "",
-    code: Annotated[str, Form()] = "",
-    csrf_token: Annotated[str, Form()] = "",
-) -> Response:
+def login_submit(request: Request, form: Annotated[LoginForm, Form()]) -> Response:
     web = _web(request)
     session, _ = _session(request)
-    if not csrf.valid(session, csrf_token):
+    if not csrf.valid(session, form.csrf_token):
         return _csrf_refused(request, session)
     assert session is not None
+    name = form.name
     address = "addr:" + (request.client.host if request.client else "unknown")
     account = "acct:" + name
     wait = max(web.by_account.retry_after(account), web.by_address.retry_after(address))
@@ -275,7 +263,7 @@ def login_submit(
             name=name,
             error=f"Too many failed logins. Try again in {wait} s.",
         )
-    checker = accounts.authenticate(web.service.store, name, password, code)
+    checker = accounts.authenticate(web.service.store, name, form.password, form.code)
     if checker is None:
         web.by_account.fail(account)
         web.by_address.fail(address)
@@ -471,37 +459,34 @@ def step_decision(
     request: Request,
     sequence_id: SequenceId,
     index: StepIndex,
-    action: Annotated[str, Form()] = "",
-    comment: Annotated[str, Form()] = "",
-    suppress: Annotated[str, Form()] = "",
-    round_to: Annotated[str, Form()] = "",
-    csrf_token: Annotated[str, Form()] = "",
+    fields: Annotated[StepDecisionForm, Form()],
 ) -> Response:
-    form = _decision_form(request, action, csrf_token)
+    form = _decision_form(request, fields)
     if isinstance(form, Response):
         return form
     session, checker = form
     web = _web(request)
     mitigation = None
-    if action == "approve" and (suppress or round_to.strip()):
+    if fields.action == "approve" and (fields.suppress or fields.round_to.strip()):
         try:
-            base = int(round_to) if round_to.strip() else None
+            base = int(fields.round_to) if fields.round_to.strip() else None
         except ValueError:
             return _error(
                 request,
                 session,
                 400,
                 "Decision refused",
-                f"the rounding base must be a whole number, not {round_to!r}; nothing changed",
+                f"the rounding base must be a whole number, not {fields.round_to!r}; "
+                "nothing changed",
             )
-        mitigation = review.Mitigation(suppress=bool(suppress), round_to=base)
+        mitigation = review.Mitigation(suppress=bool(fields.suppress), round_to=base)
     try:
         view = web.service.decide_review(
             sequence_id,
             index,
-            approve=action == "approve",
+            approve=fields.action == "approve",
             reviewer=checker,
-            note=comment.strip(),
+            note=fields.comment.strip(),
             mitigation=mitigation,
         )
     except ServiceError as exc:
@@ -509,7 +494,7 @@ def step_decision(
     state = view.sequence_state
     if view.state == "review":
         message = f"Your approval of step {index} is recorded; it waits for a second checker."
-    elif action == "approve":
+    elif fields.action == "approve":
         message = f"Step {index} of {sequence_id} released (sequence {state})."
     else:
         message = f"Step {index} of {sequence_id} withheld with your comment (sequence {state})."
@@ -574,22 +559,18 @@ def openings_page(request: Request) -> Response:
 
 @router.post("/openings/{sequence_id}/decision")
 def opening_decision(
-    request: Request,
-    sequence_id: SequenceId,
-    action: Annotated[str, Form()] = "",
-    comment: Annotated[str, Form()] = "",
-    csrf_token: Annotated[str, Form()] = "",
+    request: Request, sequence_id: SequenceId, fields: Annotated[DecisionForm, Form()]
 ) -> Response:
-    form = _decision_form(request, action, csrf_token)
+    form = _decision_form(request, fields)
     if isinstance(form, Response):
         return form
     session, checker = form
     try:
         view = _web(request).service.decide_opening(
             sequence_id,
-            approve=action == "approve",
+            approve=fields.action == "approve",
             reviewer=checker,
-            note=comment.strip(),
+            note=fields.comment.strip(),
         )
     except ServiceError as exc:
         return _error(request, session, exc.status, "Decision refused", exc.message)

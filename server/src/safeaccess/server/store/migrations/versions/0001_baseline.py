@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from safeaccess.server.store.migrations.tables import create_audit_nodes
+
 revision = "0001"
 down_revision = None
 
@@ -20,13 +22,7 @@ def upgrade() -> None:
         sa.Column("size", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("id"),
     )
-    op.create_table(
-        "audit_nodes",
-        sa.Column("level", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("idx", sa.BigInteger(), autoincrement=False, nullable=False),
-        sa.Column("hash", sa.LargeBinary(), nullable=False),
-        sa.PrimaryKeyConstraint("level", "idx"),
-    )
+    create_audit_nodes()
     op.create_table(
         "auditors",
         sa.Column("name", sa.String(length=128), nullable=False),

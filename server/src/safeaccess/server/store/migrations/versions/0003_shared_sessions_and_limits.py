@@ -19,14 +19,18 @@ revision = "0003"
 down_revision = "0002"
 
 
-def upgrade() -> None:
+def _state_length(old: int, new: int) -> None:
     with op.batch_alter_table("sequences", schema=None) as batch_op:
         batch_op.alter_column(
             "state",
-            existing_type=sa.String(length=16),
-            type_=sa.String(length=32),
+            existing_type=sa.String(length=old),
+            type_=sa.String(length=new),
             existing_nullable=False,
         )
+
+
+def upgrade() -> None:
+    _state_length(16, 32)
 
     op.create_table(
         "web_sessions",
@@ -68,10 +72,4 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_web_sessions_checker"))
     op.drop_table("web_sessions")
 
-    with op.batch_alter_table("sequences", schema=None) as batch_op:
-        batch_op.alter_column(
-            "state",
-            existing_type=sa.String(length=32),
-            type_=sa.String(length=16),
-            existing_nullable=False,
-        )
+    _state_length(32, 16)

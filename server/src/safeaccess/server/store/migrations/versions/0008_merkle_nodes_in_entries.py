@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from safeaccess.server.store.migrations.tables import create_audit_nodes
+
 revision = "0008"
 down_revision = "0007"
 
@@ -79,13 +81,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.create_table(
-        "audit_nodes",
-        sa.Column("level", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("idx", sa.BigInteger(), autoincrement=False, nullable=False),
-        sa.Column("hash", sa.LargeBinary(), nullable=False),
-        sa.PrimaryKeyConstraint("level", "idx"),
-    )
+    create_audit_nodes()
     conn = op.get_bind()
     query = sa.select(_events.c.log_index, _events.c.merkle).order_by(_events.c.log_index)
     rows: list[dict[str, object]] = []

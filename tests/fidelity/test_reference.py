@@ -41,14 +41,14 @@ def test_tables_equal_crosstab_and_groupby(fidelity: Fidelity) -> None:
     # One researcher each: the query-set audit rightly refuses a mean of the present incomes
     # per region after the region's full count (their difference isolates the few missing ones).
     (freq,) = _released(fidelity.run([FrequencyTable(rows=["region"], cols=["sex"])]))
-    mag, total, spread = _released(
+    # The sum apart too: beside a mean of the same cells it gives their present count, hence
+    # the few missing incomes (a mean's query set is the whole cell, a sum's its present records).
+    mag, spread = _released(
         fidelity.run(
-            [
-                MagnitudeTable(value="income", agg=agg, rows=["region"])
-                for agg in ("mean", "sum", "std")
-            ]
+            [MagnitudeTable(value="income", agg=agg, rows=["region"]) for agg in ("mean", "std")]
         )
     )
+    (total,) = _released(fidelity.run([MagnitudeTable(value="income", agg="sum", rows=["region"])]))
 
     (hist,) = _released(
         fidelity.run([Histogram(variable="age", edges=[16, 30, 45, 60, 75, 95], by=["sex"])])

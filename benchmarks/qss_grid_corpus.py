@@ -151,9 +151,12 @@ def main() -> None:
     )
     for who, analysis, result, seconds in results:
         facts = result.facts
+        # the certificate's verdict and branches: a refusal for cost is `toocostly`
+        certificate = facts.get("certificate") or {}
+        verdict = f"{certificate.get('verdict', '-')}/{certificate.get('nodes', '-')}"
         print(
             f"  {who} {analysis.kind:16s} {result.decision.verdict:8s} admit {seconds * 1000:8.1f} ms"
-            f" ({facts['cpu_ms']:7.1f} ms CPU)"
+            f" ({facts['cpu_ms']:7.1f} ms CPU)  certificate {verdict:14s}"
             f"  grid {facts.get('grid_ms', 0):7.1f} ms  dependencies {facts.get('dependencies', 0)}"
             f"  zero {facts.get('data_revealed_zero', False)}"
         )

@@ -12,6 +12,8 @@ import secrets
 import numpy as np
 import numpy.typing as npt
 
+from safeaccess.rules.qss.eliminate import independent_columns
+
 Int64Array = npt.NDArray[np.int64]
 
 _LIMB = 1 << 16
@@ -19,8 +21,6 @@ _LIMB = 1 << 16
 #: to 2**53 / p² (above 2 000 for p < 2**21).
 SMALL_PRIME_LIMIT = 1 << 21
 _MAX_INNER = 1 << 20
-#: Columns of a batch reduced and eliminated together by `ColumnBasis.insert`.
-_INSERT_BLOCK = 64
 _MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
 
 
@@ -180,52 +180,36 @@ class ColumnBasis:
         """Add the columns (n, b) in order, each one that is independent of the span so far;
         returns the positions of those added.
 
-        The batch is reduced against the old vectors V in one product, then read in blocks of
-        `_INSERT_BLOCK` columns: each block is reduced against the batch's new vectors W so far
-        in one product, and eliminated within itself (n × block per new vector). Reading stops
-        once the span is full, so a wide batch of mostly independent columns costs little more
-        than the columns it needs. W is kept fully reduced on its own pivot rows; V is cleared
-        on the new pivot rows in one product, V − W·V[new pivots], at the end."""
+        The batch is reduced against the old vectors V in one product (none while the basis is
+        empty), then read in order by the compiled loop of `eliminate.py`, which keeps the
+        columns independent of those before them (a column met with s new vectors kept costs
+        (n − rank − s) · s multiply-adds) and stops once the span is full: a wide batch of
+        mostly independent columns costs little more than the columns it needs. Its new vectors
+        W come fully reduced on their own pivot rows; V is cleared on the new pivot rows in one
+        product, V − W·V[new pivots], at the end."""
         p = self.p
-        work = self.reduce(columns)
-        added: list[int] = []
         room = self.n - self.rank
-        fresh = np.zeros((self.n, max(1, min(room, work.shape[1]))), np.int64)
-        new_pivots: list[int] = []
-        # most columns of a batch reduce to zero once the span is large: visit only the others
-        candidates = np.flatnonzero(work.any(axis=0))
-        for start in range(0, int(candidates.shape[0]), _INSERT_BLOCK):
-            if len(new_pivots) == room:
-                break
-            where = candidates[start : start + _INSERT_BLOCK]
-            block = work[:, where]
-            if new_pivots:
-                reach = matmul(fresh[:, : len(new_pivots)], block[new_pivots, :], p)
-                block = (block - reach) % p
-            for jj in range(int(where.shape[0])):
-                s = len(new_pivots)
-                if s == room:
-                    break
-                col = block[:, jj]
-                nonzero = np.flatnonzero(col)
-                if nonzero.size == 0:
-                    continue
-                q = int(nonzero[0])
-                col = col * inverse(int(col[q]), p) % p
-                later = block[:, jj + 1 :]
-                hit = np.flatnonzero(later[q, :])
-                if hit.size:
-                    later[:, hit] = (later[:, hit] - np.outer(col, later[q, hit])) % p
-                factors = fresh[q, :s]
-                hit = np.flatnonzero(factors)
-                if hit.size:  # keep the new vectors zero on each other's pivot rows
-                    fresh[:, hit] = (fresh[:, hit] - np.outer(col, factors[hit])) % p
-                fresh[:, s] = col
-                new_pivots.append(q)
-                added.append(int(where[jj]))
+        if room == 0 or columns.shape[1] == 0:
+            return []
+        # an empty basis reduces nothing: the compiled loop takes the entries mod p itself
+        work = self.reduce(columns) if self.rank else columns
+        size = min(room, work.shape[1])
+        if self.rank:
+            free = np.ones(self.n, dtype=bool)
+            free[self._pivots] = False
+            rows = np.flatnonzero(free).astype(np.int64)
+        else:
+            rows = np.arange(self.n, dtype=np.int64)
+        fresh = np.zeros((self.n, size), np.int64)  # W, one vector a column
+        pivot_rows = np.zeros(size, np.int64)
+        taken = np.zeros(size, np.int64)
+        s = independent_columns(
+            work.astype(np.int64, copy=False), rows, size, p, fresh, pivot_rows, taken
+        )
+        added = [int(x) for x in taken[:s]]
+        new_pivots = [int(x) for x in pivot_rows[:s]]
         if not added:
             return added
-        s = len(new_pivots)
         w = fresh[:, :s]
         r = self.rank
         if r + s > self._vectors.shape[1]:

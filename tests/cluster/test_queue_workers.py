@@ -49,6 +49,9 @@ from safeaccess.server.config import DataDir
 from safeaccess.server.review import decisions
 from safeaccess.server.shutdown import HAND_BACK_SECONDS
 
+# a cluster and minutes of worker stops and restarts: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow
+
 SCRIPT_SECONDS = 4.0
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pwd
 import subprocess
 import sys
 import tempfile
@@ -29,8 +28,9 @@ from census_centre import ANALYSIS
 from safeaccess.client.analyses import to_body
 from safeaccess.server.demo.data import census_metadata, generate_census
 
-REPO = Path(__file__).resolve().parents[1]
-USERADD = ("useradd", "--system", "--user-group", "--no-create-home", "--shell", "/bin/false")
+# The service user's helpers, shared with the tests (tests/service_user.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from service_user import as_user, system_user
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -61,33 +61,6 @@ print(json.dumps({"mode": backend.mode, "reason": backend.mode_reason, "rate": j
 """
 
 
-def _as_user(user: str, argv: list[str]) -> list[str]:
-    """`argv` as `user`, the interpreter made reachable if it lies below a closed directory."""
-    script = ["set -e"]
-    for path in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, str(REPO))}):
-        parts = Path(path).parts
-        for depth in range(2, len(parts)):
-            closed = Path(*parts[:depth])
-            if closed.is_dir() and not closed.stat().st_mode & 0o001:
-                inner = Path(*parts[: depth + 1])
-                keep = tempfile.mkdtemp(prefix="sb-keep-")
-                script += [
-                    f"mount --bind '{inner}' '{keep}'",
-                    f"mountpoint -q '{closed}' || mount -t tmpfs -o mode=0755 tmpfs '{closed}'",
-                    f"mkdir -p '{inner}'",
-                    f"mount --move '{keep}' '{inner}'",
-                ]
-                break
-    become = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--reset-env"]
-    if len(script) == 1:
-        return [*become, *argv]
-    script.append('exec "$@"')
-    return [
-        *("unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)),
-        *("child", *become, *argv),
-    ]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -97,13 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         parser.error("run as root: it compares root with an unprivileged user")
-    try:
-        pwd.getpwnam(args.user)
-    except KeyError:
-        subprocess.run(
-            [*USERADD, args.user],
-            check=True,
-        )
+    system_user(args.user)  # kept afterwards: the next run reuses it
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         work.chmod(0o755)
@@ -123,7 +90,7 @@ def main() -> None:
             f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}"
         )
         figures = {}
-        for who, command in (("root", argv), (args.user, _as_user(args.user, argv))):
+        for who, command in (("root", argv), (args.user, as_user(args.user, argv))):
             done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=tmp)
             if done.returncode != 0:
                 raise SystemExit(f"[{who}] failed: {done.stderr[-2000:]}")

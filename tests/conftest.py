@@ -65,15 +65,34 @@ SPREAD_FILES = frozenset(
         "tests/rules/test_qss_kept.py",
         "tests/rules/test_qss_oracle_compare.py",
         "tests/server/test_synthetic_calibration_100k.py",
+        # Five Private-PGM fits of about a minute each on one module centre that costs seconds
+        # (the CMC data set, 1 473 rows): on one worker they ended minutes after the other's.
+        "tests/e2e/test_synthetic_calibration.py",
     }
 )
 
+#: Slow files whose tests all take a module-scoped fixture with these parameters, one costly
+#: deployment each: the tests of each parameter form a unit of their own, so that the two
+#: workers start and use the two deployments at the same time instead of one worker both in
+#: turn (pytest runs a module-scoped parameter's tests together, so each is still built once).
+SPLIT_BY_PARAM: dict[str, tuple[str, ...]] = {
+    # docs/deploy.md's cluster with each execution (tests/cluster/conftest.py's `balanced`).
+    "tests/cluster/test_balanced_cluster.py": ("local", "queue"),
+}
+
 
 def _unit(nodeid: str) -> str:
-    """The unit of work a test belongs to on the xdist workers: itself in a spread file, else
-    its file (so that a module's shared centre is built once)."""
+    """The unit of work a test belongs to on the xdist workers: itself in a spread file, its
+    file and parameter in a file split by parameter, else its file (so that a module's shared
+    centre is built once)."""
     path = nodeid.split("::")[0]
-    return nodeid if path in SPREAD_FILES else path
+    if path in SPREAD_FILES:
+        return nodeid
+    ids = nodeid[nodeid.index("[") + 1 : -1].split("-") if nodeid.endswith("]") else []
+    for param in SPLIT_BY_PARAM.get(path, ()):
+        if param in ids:
+            return f"{path}[{param}]"
+    return path
 
 
 @pytest.hookimpl(optionalhook=True)

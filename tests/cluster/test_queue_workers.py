@@ -49,6 +49,9 @@ from safeaccess.server.config import DataDir
 from safeaccess.server.review import decisions
 from safeaccess.server.shutdown import HAND_BACK_SECONDS
 
+# a cluster and minutes of worker stops and restarts: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow
+
 SCRIPT_SECONDS = 4.0
 
 
@@ -559,39 +562,53 @@ def todo_jobs(cluster: Balanced, queue: str) -> list[int]:
         store.close()
 
 
-def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Balanced) -> None:
+@pytest.fixture()
+def script_on_worker0(queued: Balanced) -> Iterator[Callable[[float], StepResult]]:
+    """The two hand-back tests' setup: worker1 stopped (a test may start it again serving
+    tables only, so that scripts go to worker0), then `run(seconds)` opens ada's script that
+    sleeps `seconds` and returns once worker0 runs it. A first script starts worker0's script
+    template, so the sleeper sleeps from the moment its job is taken (a template's start takes
+    seconds on a busy machine). Every worker the test left stopped is started again after."""
+    stop_worker(queued, 1)
+
+    def run(seconds: float) -> StepResult:
+        sleeper = Script(code=f"import time\ntime.sleep({seconds})\nresult = 1")
+        with queued.session("ada") as ada:
+            warm = ada.open(queued.seal("ada", "census", [Script(code="result = 1")]))
+            wait_until(
+                "worker0 has run a first script",
+                lambda: jobs(queued, warm.sequence_id, 1)[0]["status"] == "succeeded",
+            )
+            opened = ada.open(queued.seal("ada", "census", [sleeper]))
+        assert opened.status == "review", opened
+        wait_until(
+            "worker0 runs the script",
+            lambda: jobs(queued, opened.sequence_id, 1)[0]["status"] == "doing",
+        )
+        return opened
+
+    try:
+        yield run
+    finally:
+        for i in (0, 1):
+            if queued.workers[i] is None:
+                queued.start_worker(i)
+
+
+def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(
+    queued: Balanced, script_on_worker0: Callable[[float], StepResult]
+) -> None:
     # The script outlives the lease by far after the SIGTERM, while another worker (serving
     # only tables, so the script goes to worker0) looks for stalled jobs: the stopping worker's
     # heartbeat goes on while it drains, so the job is neither run again nor recorded as
     # crashed (issue 43). The script ends before the stop's hand-back time
     # (`shutdown.HAND_BACK_SECONDS`, 9 s: issue 41 bounds a stop at 15 s whatever runs); one
     # still running then is handed back (the next test).
-    seconds = 1.75 * LEASE_SECONDS
-    sleeper = Script(code=f"import time\ntime.sleep({seconds})\nresult = 1")
-    stop_worker(queued, 1)
     queued.start_worker(1, "--slots", "2", "--queues", "steps")
-    try:
-        with queued.session("ada") as ada:
-            # A first script starts worker0's script template, so the sleeper's time after the
-            # signal is its own (a template's start takes seconds on a busy machine).
-            warm = ada.open(queued.seal("ada", "census", [Script(code="result = 1")]))
-            wait_until(
-                "worker0 has run a first script",
-                lambda: jobs(queued, warm.sequence_id, 1)[0]["status"] == "succeeded",
-            )
-            run = ada.open(queued.seal("ada", "census", [sleeper]))
-        assert run.status == "review", run
-        wait_until(
-            "worker0 runs the script",
-            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] == "doing",
-        )
-        stopped = time.monotonic()
-        stop_worker(queued, 0)  # SIGTERM, then wait until it has drained and exited
-        took = time.monotonic() - stopped
-    finally:
-        for i in (0, 1):
-            if queued.workers[i] is None:
-                queued.start_worker(i)
+    run = script_on_worker0(1.75 * LEASE_SECONDS)
+    stopped = time.monotonic()
+    stop_worker(queued, 0)  # SIGTERM, then wait until it has drained and exited
+    took = time.monotonic() - stopped
     # It drained for longer than a lease: without its heartbeat, worker1 would have taken the
     # job for lost within LEASE_SECONDS.
     assert took > 1.5 * LEASE_SECONDS, took
@@ -607,45 +624,25 @@ def test_a_job_longer_than_the_lease_on_a_stopping_worker_runs_once(queued: Bala
 
 
 def test_a_job_longer_than_the_stop_grace_is_handed_back_and_runs_once_at_the_next_start(
-    queued: Balanced,
+    queued: Balanced, script_on_worker0: Callable[[float], StepResult]
 ) -> None:
     # A script still running `HAND_BACK_SECONDS` after SIGTERM: worker0 stops its sandbox, puts
     # the job back in the queue and exits within issue 41's 15 s; started again, it runs the
     # script from scratch (another worker would take it the same way: it is a job in `todo`).
     # Nothing is recorded for the cut run, not crashed, not failed, and the step once (issue 43).
     seconds = HAND_BACK_SECONDS + 3
-    sleeper = Script(code=f"import time\ntime.sleep({seconds})\nresult = 1")
-    stop_worker(queued, 1)
-    try:
-        with queued.session("ada") as ada:
-            # A first script starts worker0's script template: the sleeper then sleeps from
-            # the moment its job is taken (a template's start takes seconds on a busy machine).
-            warm = ada.open(queued.seal("ada", "census", [Script(code="result = 1")]))
-            wait_until(
-                "worker0 has run a first script",
-                lambda: jobs(queued, warm.sequence_id, 1)[0]["status"] == "succeeded",
-            )
-            run = ada.open(queued.seal("ada", "census", [sleeper]))
-        assert run.status == "review", run
-        wait_until(
-            "worker0 runs the script",
-            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] == "doing",
-        )
-        log0 = sorted(queued.folder.glob("worker0.*.log"), key=lambda p: p.stat().st_mtime)[-1]
-        stopped = time.monotonic()
-        stop_worker(queued, 0)  # SIGTERM (systemd's stop), then wait for the process to end
-        took = time.monotonic() - stopped
-        (back,) = jobs(queued, run.sequence_id, 1)
-        queued.start_worker(0)
-        wait_until(
-            "worker0 has run the script again",
-            lambda: jobs(queued, run.sequence_id, 1)[0]["status"] in ("succeeded", "failed"),
-            timeout=seconds + 60,
-        )
-    finally:
-        for i in (0, 1):
-            if queued.workers[i] is None:
-                queued.start_worker(i)
+    run = script_on_worker0(seconds)
+    log0 = sorted(queued.folder.glob("worker0.*.log"), key=lambda p: p.stat().st_mtime)[-1]
+    stopped = time.monotonic()
+    stop_worker(queued, 0)  # SIGTERM (systemd's stop), then wait for the process to end
+    took = time.monotonic() - stopped
+    (back,) = jobs(queued, run.sequence_id, 1)
+    queued.start_worker(0)
+    wait_until(
+        "worker0 has run the script again",
+        lambda: jobs(queued, run.sequence_id, 1)[0]["status"] in ("succeeded", "failed"),
+        timeout=seconds + 60,
+    )
     assert back["status"] == "todo", back  # handed back, not left to the lease
     assert HAND_BACK_SECONDS <= took < 15, took  # it waited for the script, within the bound
     assert "handed back to the queue" in log0.read_text(), log0.read_text()[-3000:]

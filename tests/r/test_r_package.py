@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+# installs the R package and drives a centre through reticulate: handed out first
+# (tests/conftest.py), so it does not start when the other worker is almost done
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 R_PACKAGES = ("reticulate", "testthat", "processx", "withr")
 DEBIAN = "r-base-core r-cran-reticulate r-cran-testthat r-cran-processx"

@@ -28,10 +28,9 @@ from typing import NoReturn
 import pandas as pd
 import pytest
 
+from service_user import as_user, system_user
+
 USER = "safeaccess-sbtest"
-REPO = Path(__file__).resolve().parents[2]
-# Empty directories `_as_user` moved a mount through (removed with the user).
-_KEEP: list[str] = []
 
 # The owner: build the backend as make_backend does, run a table, then start a job that
 # double-forks (the grandchild sleeps) and report; then wait to be killed.
@@ -101,63 +100,10 @@ def service_user(missing_isolation: Callable[[str], NoReturn]) -> Iterator[pwd.s
         missing_isolation("creating an unprivileged user needs root")
     if shutil.which("useradd") is None:
         missing_isolation("useradd is not installed")
-    created = False
-    try:
-        entry = pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--user-group",
-                "--no-create-home",
-                "--shell",
-                "/bin/false",
-                USER,
-            ],
-            check=True,
-        )
-        created = True
-        entry = pwd.getpwnam(USER)
+    entry, created = system_user(USER)
     yield entry
-    for keep in _KEEP:
-        with contextlib.suppress(OSError):
-            os.rmdir(keep)
     if created:
         subprocess.run(["userdel", USER], check=False)
-
-
-def _as_user(user: str, argv: list[str]) -> list[str]:
-    """`argv` run as `user`. The interpreter may live below a directory others cannot enter (a
-    Python under /root): then the command runs in a private mount namespace where that
-    directory is an empty tmpfs others may traverse, holding only the interpreter's tree."""
-    needed = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, str(REPO))}
-    script = ["set -e"]
-    for path in sorted(needed):
-        parts = Path(path).parts
-        for depth in range(2, len(parts)):
-            closed = Path(*parts[:depth])
-            if closed.is_dir() and not closed.stat().st_mode & 0o001:
-                inner = Path(*parts[: depth + 1])
-                keep = tempfile.mkdtemp(prefix="sb-keep-")
-                _KEEP.append(keep)
-                script += [
-                    f"mount --bind '{inner}' '{keep}'",
-                    f"mountpoint -q '{closed}' || mount -t tmpfs -o mode=0755 tmpfs '{closed}'",
-                    f"mkdir -p '{inner}'",
-                    f"mount --move '{keep}' '{inner}'",
-                ]
-                break
-    # setpriv executes the command in place (runuser would fork and wait): the test's child is
-    # then the owner itself, whose SIGKILL is the point.
-    become = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--reset-env"]
-    if len(script) == 1:
-        return [*become, *argv]
-    script.append('exec "$@"')
-    return [
-        *("unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)),
-        *("owner", *become, *argv),
-    ]
 
 
 def _run_owner(
@@ -222,7 +168,7 @@ def test_an_unprivileged_service_user_gets_the_fork_server_and_leaves_no_orphans
     service_user: pwd.struct_passwd,
 ) -> None:
     proc, report, work = _run_owner(
-        lambda argv: _as_user(service_user.pw_name, argv), service_user.pw_uid
+        lambda argv: as_user(service_user.pw_name, argv), service_user.pw_uid
     )
     # The fast path, not the warm fallback, and the right table.
     assert report["mode"] == "forkserver", report

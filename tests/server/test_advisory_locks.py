@@ -68,16 +68,19 @@ def _waiting(store: Store, key: int) -> int:
 def test_keys_are_stable_across_processes_and_differ_between_scopes() -> None:
     # Python's own hash is salted per process; the key must not be.
     code = "from safeaccess.server.store.advisory_locks import advisory_key as k; print(k(%r, %r))"
-    seen = {
-        subprocess.run(
+    # Both processes at once: each spends its time importing the server's store.
+    processes = [
+        subprocess.Popen(
             [sys.executable, "-c", code % (LOCK_KIND, SCOPE)],
             env={"PYTHONHASHSEED": seed},
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
-            check=True,
-        ).stdout.strip()
+        )
         for seed in ("1", "2")
-    }
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in processes]
+    assert [p.returncode for p in processes] == [0, 0]
+    seen = {out.strip() for out in outputs}
     assert seen == {str(advisory_key(LOCK_KIND, SCOPE))}
     keys = {advisory_key(LOCK_KIND, f"census/researcher/r{i}") for i in range(1000)}
     assert len(keys) == 1000

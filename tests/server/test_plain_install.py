@@ -37,6 +37,10 @@ from safeaccess.server.datasets import register_dataset
 from safeaccess.server.demo.data import census_metadata, generate_census
 from safeaccess.server.store import Store
 
+# pip-installs the four distributions into a fresh venv in CI (SAFEACCESS_PACKAGING_TEST=1):
+# handed out first (tests/conftest.py), so it does not start when the other worker is almost done
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 POSTGRESQL_ONLY = ("psycopg", "procrastinate")
 BLOCKER = """

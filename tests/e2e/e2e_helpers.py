@@ -24,11 +24,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from safeaccess.client.analyses import Analysis, to_body
 from safeaccess.client.httpsig import sign_request
 from safeaccess.client.keys import fingerprint, public_key_text
-from safeaccess.client.metadata import DatasetMetadata
+from safeaccess.client.metadata import Column, DatasetMetadata
 from safeaccess.client.protocol import SealedSequence, seal
 from safeaccess.sandbox.backend import Backend, Job, RunResult
 from safeaccess.server.admin.cli import main as admin
-from safeaccess.server.config import DataDir, ServerConfig, initialise
+from safeaccess.server.config import DataDir, QssSettings, ServerConfig, initialise
 from safeaccess.server.datasets import register_dataset
 from safeaccess.server.http.app import create_app
 from safeaccess.server.http.embedded import EmbeddedServer
@@ -131,6 +131,21 @@ def add_dataset(root: Path, **register: Any) -> None:
     `frame`, `metadata`, `project`, ...)."""
     with centre_store(root) as store:
         register_dataset(DataDir(root), store, **register)
+
+
+def add_people(
+    root: Path,
+    name: str,
+    frame: pd.DataFrame,
+    columns: list[Column],
+    qss: QssSettings | None = None,
+) -> str:
+    """Register `frame` as dataset `name` of project p1, its people named by `person_id` (the
+    first of `columns`), audited under `qss` (None: the centre's default); returns the name. A
+    test that needs a query-set scope of its own registers a dataset of its own."""
+    metadata = DatasetMetadata(name=name, record_key="person_id", columns=columns)
+    add_dataset(root, name=name, frame=frame, metadata=metadata, project="p1", qss=qss)
+    return name
 
 
 def set_dp(root: Path, dataset: str, epsilon: str, delta: str, *more: str) -> None:

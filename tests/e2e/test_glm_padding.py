@@ -26,12 +26,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre, add_dataset
+from e2e_helpers import Centre, add_people
 from scipy.optimize import brentq
 from scipy.special import gammaln
 
 from safeaccess.client.analyses import Regression
-from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.metadata import Column
 from safeaccess.client.session import connect
 from safeaccess.rules.checks import regression as regression_checks
 from safeaccess.sandbox import release
@@ -64,6 +64,11 @@ DATA = people()
 _names = itertools.count(1)
 
 
+COLUMNS = [
+    Column(name="person_id", type="identifier"),
+    Column(name="age", type="integer", bounds=(18, 99)),
+    Column(name="income", type="integer", bounds=(0, 200_000)),
+]
 _registered: dict[tuple[str, str], str] = {}
 
 
@@ -73,23 +78,12 @@ def register(centre: Centre, mode: str) -> str:
     key = (str(centre.root), mode)
     if key in _registered:
         return _registered[key]
-    name = f"glmpad{next(_names)}"
-    meta = DatasetMetadata(
-        name=name,
-        record_key="person_id",
-        columns=[
-            Column(name="person_id", type="identifier"),
-            Column(name="age", type="integer", bounds=(18, 99)),
-            Column(name="income", type="integer", bounds=(0, 200_000)),
-        ],
-    )
-    add_dataset(
+    name = add_people(
         centre.root,
-        name=name,
-        frame=DATA,
-        metadata=meta,
-        project="p1",
-        qss=QssSettings(mode=mode),  # type: ignore[arg-type]
+        f"glmpad{next(_names)}",
+        DATA,
+        COLUMNS,
+        QssSettings(mode=mode),  # type: ignore[arg-type]
     )
     _registered[key] = name
     return name
@@ -181,18 +175,7 @@ LOG_DATA = salaried()
 def _register_log(centre: Centre) -> str:
     """A dataset of its own per run: the same step asked again of one dataset would be a repeat
     of the earlier release, released as such."""
-    name = f"logpad{next(_names)}"
-    meta = DatasetMetadata(
-        name=name,
-        record_key="person_id",
-        columns=[
-            Column(name="person_id", type="identifier"),
-            Column(name="age", type="integer", bounds=(18, 99)),
-            Column(name="income", type="integer", bounds=(0, 200_000)),
-        ],
-    )
-    add_dataset(centre.root, name=name, frame=LOG_DATA, metadata=meta, project="p1")
-    return name
+    return add_people(centre.root, f"logpad{next(_names)}", LOG_DATA, COLUMNS)
 
 
 def log_target_from(output: dict) -> float:

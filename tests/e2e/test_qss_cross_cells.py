@@ -22,10 +22,10 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre, add_dataset
+from e2e_helpers import Centre, add_people
 
 from safeaccess.client.analyses import Analysis, FrequencyTable, Regression
-from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.metadata import Column
 from safeaccess.client.session import connect
 from safeaccess.server.config import QssSettings
 from safeaccess.server.http.embedded import EmbeddedServer
@@ -63,11 +63,11 @@ _names = itertools.count(1)
 
 
 def register(centre: Centre) -> str:
-    name = f"cross{next(_names)}"
-    meta = DatasetMetadata(
-        name=name,
-        record_key="person_id",
-        columns=[
+    name = add_people(
+        centre.root,
+        f"cross{next(_names)}",
+        DATA,
+        [
             Column(name="person_id", type="identifier"),
             Column(name="sex", type="categorical", levels=["F", "M"]),
             Column(name="smoker", type="categorical", levels=["no", "yes"]),
@@ -77,14 +77,7 @@ def register(centre: Centre) -> str:
             Column(name="sick", type="integer", bounds=(0, 1)),
             Column(name="income", type="continuous", bounds=(0, 100_000)),
         ],
-    )
-    add_dataset(
-        centre.root,
-        name=name,
-        frame=DATA,
-        metadata=meta,
-        project="p1",
-        qss=QssSettings(scope="project"),
+        QssSettings(scope="project"),
     )
     return name
 

@@ -20,7 +20,7 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import Centre, add_dataset, unguard
+from e2e_helpers import Centre, add_people, unguard
 
 from safeaccess.client.analyses import (
     Analysis,
@@ -31,7 +31,7 @@ from safeaccess.client.analyses import (
     StatTest,
     Summary,
 )
-from safeaccess.client.metadata import Column, DatasetMetadata
+from safeaccess.client.metadata import Column
 from safeaccess.client.results import StepResult
 from safeaccess.client.session import connect
 from safeaccess.server.config import QssSettings
@@ -61,24 +61,17 @@ _names = itertools.count(1)
 
 
 def register(centre: Centre) -> str:
-    name = f"missing{next(_names)}"
-    meta = DatasetMetadata(
-        name=name,
-        record_key="person_id",
-        columns=[
+    name = add_people(
+        centre.root,
+        f"missing{next(_names)}",
+        DATA,
+        [
             Column(name="person_id", type="identifier"),
             Column(name="region", type="categorical", levels=["North", "South"]),
             Column(name="age", type="integer", bounds=(18, 100)),
             Column(name="income", type="continuous", bounds=(0, 100_000)),
         ],
-    )
-    add_dataset(
-        centre.root,
-        name=name,
-        frame=DATA,
-        metadata=meta,
-        project="p1",
-        qss=QssSettings(scope="project"),
+        QssSettings(scope="project"),
     )
     return name
 

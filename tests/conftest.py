@@ -71,28 +71,13 @@ SPREAD_FILES = frozenset(
     }
 )
 
-#: Slow files whose tests all take a module-scoped fixture with these parameters, one costly
-#: deployment each: the tests of each parameter form a unit of their own, so that the two
-#: workers start and use the two deployments at the same time instead of one worker both in
-#: turn (pytest runs a module-scoped parameter's tests together, so each is still built once).
-SPLIT_BY_PARAM: dict[str, tuple[str, ...]] = {
-    # docs/deploy.md's cluster with each execution (tests/cluster/conftest.py's `balanced`).
-    "tests/cluster/test_balanced_cluster.py": ("local", "queue"),
-}
-
-
 def _unit(nodeid: str) -> str:
-    """The unit of work a test belongs to on the xdist workers: itself in a spread file, its
-    file and parameter in a file split by parameter, else its file (so that a module's shared
-    centre is built once)."""
+    """The unit of work a test belongs to on the xdist workers: itself in a spread file, else
+    its file (so that a module's shared centre is built once). The balanced cluster's two
+    deployments stay one unit, built in turn: built at once on the two workers, their restarts
+    and kills missed their timeouts in a full run."""
     path = nodeid.split("::")[0]
-    if path in SPREAD_FILES:
-        return nodeid
-    ids = nodeid[nodeid.index("[") + 1 : -1].split("-") if nodeid.endswith("]") else []
-    for param in SPLIT_BY_PARAM.get(path, ()):
-        if param in ids:
-            return f"{path}[{param}]"
-    return path
+    return nodeid if path in SPREAD_FILES else path
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from abandoning import abandon_mid_run
 
 from safeaccess.sandbox.backend import (
-    STOPPING,
     AnalysisFailed,
     Job,
     LimitExceeded,
@@ -361,26 +360,8 @@ def test_abandon_stops_a_running_container_as_the_centres_failure(
     # still running is stopped and removed, and the run reports the centre's failure, never the
     # script's own.
     b = DockerBackend(DockerOptions(image=sandbox_image), LIMITS)
-    raised: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            b.run(_script(dataset, "import time\ntime.sleep(60)\nresult = 1"))
-        except BaseException as exc:
-            raised.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not b._running and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert b._running, "the script's container did not start"
-    stopped = time.monotonic()
-    b.abandon()
-    thread.join(timeout=30)
-    assert time.monotonic() - stopped < 15
-    assert len(raised) == 1 and type(raised[0]) is SandboxUnavailable, raised
-    assert STOPPING in str(raised[0])
+    sleeper = _script(dataset, "import time\ntime.sleep(60)\nresult = 1")
+    abandon_mid_run(b, sleeper, start_within=60, stop_within=15)
     assert _ours(docker_client, b) == []  # abandon closes: the stopped container is removed
     with pytest.raises(SandboxUnavailable):
         b.run(_job(dataset, {"kind": "frequency_table", "rows": ["sex"]}))

@@ -12,10 +12,10 @@ from typing import NoReturn
 
 import pandas as pd
 import pytest
+from abandoning import abandon_mid_run
 
 from safeaccess.rules.outputs import TableOutput
 from safeaccess.sandbox.backend import (
-    STOPPING,
     AnalysisFailed,
     Backend,
     Job,
@@ -204,25 +204,6 @@ def test_abandon_stops_a_running_job_as_the_centres_failure(
         metadata=METADATA,
         dataset=path,
     )
-    raised: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            backend.run(sleeper)
-        except BaseException as exc:
-            raised.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not backend._running and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert backend._running, "the script's sandbox did not start"
-    stopped = time.monotonic()
-    backend.abandon()
-    thread.join(timeout=30)
-    assert time.monotonic() - stopped < 10
-    assert len(raised) == 1 and type(raised[0]) is SandboxUnavailable, raised
-    assert STOPPING in str(raised[0])
+    abandon_mid_run(backend, sleeper, start_within=30, stop_within=10)
     with pytest.raises(SandboxUnavailable, match="hands its jobs back"):
         _table(backend, path)

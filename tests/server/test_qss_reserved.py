@@ -4,6 +4,8 @@ that a later repeat of one is structural while a release that conflicts with one
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -83,19 +85,28 @@ def test_reserved_decisions_are_kept_in_the_state_file() -> None:
     assert facts == {} and again.state.n_query_sets == scope.state.n_query_sets
 
 
-def ask(scope: ScopeState, data: pd.DataFrame, analysis: FrequencyTable | Summary) -> str:
-    result = gate(
-        execute(analysis, data, METADATA),
+def verdict(
+    scope: ScopeState,
+    output: Any,
+    analysis: FrequencyTable | Summary,
+    metadata: DatasetMetadata = METADATA,
+) -> str:
+    """The auditor's verdict on `output` (of `analysis`) in `scope`."""
+    return gate(
+        output,
         RELEASE,
         ids=np.arange(N),
         state=scope.state,
         policy=POLICY,
         scope="s",
         analysis=analysis.model_dump(mode="json"),
-        metadata=METADATA,
+        metadata=metadata,
         origins=scope.origins,
-    )
-    return result.decision.verdict
+    ).decision.verdict
+
+
+def ask(scope: ScopeState, data: pd.DataFrame, analysis: FrequencyTable | Summary) -> str:
+    return verdict(scope, execute(analysis, data, METADATA), analysis)
 
 
 def test_a_repeat_is_released_and_a_conflicting_release_refused() -> None:
@@ -156,17 +167,7 @@ def test_tables_with_small_cells_are_reserved_as_suppression_releases_them() -> 
 
     def ask(analysis: FrequencyTable | Summary) -> str:
         output = mitigate_output(execute(analysis, data, GROUPS), analysis, DEFAULT_RULESET)
-        return gate(
-            output,
-            RELEASE,
-            ids=np.arange(N),
-            state=scope.state,
-            policy=POLICY,
-            scope="s",
-            analysis=analysis.model_dump(mode="json"),
-            metadata=GROUPS,
-            origins=scope.origins,
-        ).decision.verdict
+        return verdict(scope, output, analysis, GROUPS)
 
     # a colleague's suppressed group table is the reserved one (a and b shown empty) ...
     suppressed = FrequencyTable(rows=["group"], mitigations=Mitigations(suppress=True))
